@@ -1,0 +1,65 @@
+"""What the simulated machine is doing: one workload drives GPUs, NVLink and InfiniBand.
+
+Both the simulated NVML and the simulated sysfs fabric read the same `Workload`, so a
+training job shows GPU utilization, NVLink bytes and IB bytes rising together, as on a
+real DGX running data-parallel training: a compute phase, then an all-reduce burst.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+WORKLOAD_KINDS = ("training", "inference", "idle")
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str = "training"
+    seed: int = 0
+    step_seconds: float = 2.0  # one training step: compute, then gradient all-reduce
+    comm_fraction: float = 0.3  # share of the step spent in the all-reduce burst
+
+    def __post_init__(self) -> None:
+        if self.kind not in WORKLOAD_KINDS:
+            raise ValueError(f"unknown workload {self.kind!r} (known: {WORKLOAD_KINDS})")
+
+    def _phase(self, t: float) -> float:
+        # per-seed offset so simulated nodes of one fleet are not in lock-step
+        offset = random.Random(self.seed).random() * self.step_seconds
+        return ((t + offset) % self.step_seconds) / self.step_seconds
+
+    def gpu_utilization(self, t: float, gpu: int = 0) -> float:
+        """Fraction of time a kernel runs (nvidia-smi utilization.gpu), 0..1."""
+        if self.kind == "idle":
+            return 0.0
+        if self.kind == "inference":
+            # diurnal-ish request load with per-GPU jitter
+            base = 0.45 + 0.25 * math.sin(2 * math.pi * t / 600.0 + gpu)
+            return max(0.05, min(1.0, base))
+        # training: kernels run in both phases (NCCL kernels count as busy too)
+        return 0.97 if self._phase(t) < 1 - self.comm_fraction else 0.88
+
+    def compute_intensity(self, t: float, gpu: int = 0) -> float:
+        """How hard the SMs/tensor cores work, 0..1; drives power above idle."""
+        if self.kind == "idle":
+            return 0.0
+        if self.kind == "inference":
+            return 0.6 * self.gpu_utilization(t, gpu)
+        return 0.95 if self._phase(t) < 1 - self.comm_fraction else 0.55
+
+    def comm_intensity(self, t: float) -> float:
+        """Fraction of the NVLink/IB line rate in use right now, 0..1."""
+        if self.kind == "idle":
+            return 0.0
+        if self.kind == "inference":
+            return 0.02
+        return 0.75 if self._phase(t) >= 1 - self.comm_fraction else 0.03
+
+    def mean_comm_intensity(self, t0: float, t1: float, steps: int = 64) -> float:
+        """Average of comm_intensity over [t0, t1], for integrating byte counters."""
+        if t1 <= t0:
+            return 0.0
+        dt = (t1 - t0) / steps
+        return sum(self.comm_intensity(t0 + (i + 0.5) * dt) for i in range(steps)) / steps
