@@ -19,7 +19,7 @@ class FamilySet:
     """An ordered set of families under construction for one render."""
 
     def __init__(self) -> None:
-        self._families: dict[str, tuple[MetricSpec, Metric]] = {}
+        self._families: dict[str, tuple[MetricSpec, GaugeMetricFamily | CounterMetricFamily]] = {}
 
     def add(self, name: str, labels: Mapping[str, str], value: float | int | bool | None) -> None:
         if value is None:
@@ -51,8 +51,8 @@ class FamilySet:
         return list(self._families)
 
 
-def _new_family(metric_spec: MetricSpec) -> Metric:
-    unit = metric_spec.unit or None
+def _new_family(metric_spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
+    unit = metric_spec.unit
     labels = list(metric_spec.labels)
     if metric_spec.type is MetricType.COUNTER:
         return CounterMetricFamily(metric_spec.name, metric_spec.help, labels=labels, unit=unit)

@@ -440,9 +440,9 @@ def nvswitch_pci_bus_id(switch: int) -> str:
 # --- NVLink wiring ---------------------------------------------------------------------
 
 
-def _links_from_peer_counts(counts: dict[tuple[int, int], int], gpus: int) -> tuple[
-    tuple[LinkEnd, ...], ...
-]:
+def _links_from_peer_counts(
+    counts: dict[tuple[int, int], int], gpus: int
+) -> tuple[tuple[LinkEnd, ...], ...]:
     """Number each GPU's links in order of peer index; a double link takes two numbers."""
     per_gpu: list[list[LinkEnd]] = [[] for _ in range(gpus)]
     for gpu in range(gpus):
@@ -468,9 +468,9 @@ def _cube_mesh(double: bool) -> tuple[tuple[LinkEnd, ...], ...]:
     return _links_from_peer_counts(counts, 8)
 
 
-def _to_switches(gpus: int, pattern: tuple[int, ...], switch_offset_per_gpu: int = 0) -> tuple[
-    tuple[LinkEnd, ...], ...
-]:
+def _to_switches(
+    gpus: int, pattern: tuple[int, ...], switch_offset_per_gpu: int = 0
+) -> tuple[tuple[LinkEnd, ...], ...]:
     """Each GPU's links to NVSwitches: pattern[s] links to switch s (+ an offset)."""
     result = []
     for gpu in range(gpus):

@@ -1,0 +1,129 @@
+"""Snapshot -> Prometheus exposition bytes, rendered once per poll and cached.
+
+Scrapes only copy cached bytes: a scrape never calls a source, and two scrapes between
+polls return identical bodies (HA Prometheus pairs scrape twice; NVML calls are costly).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.openmetrics.exposition import (
+    CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE,
+)
+from prometheus_client.openmetrics.exposition import (
+    generate_latest as generate_openmetrics,
+)
+
+from agent import __version__
+from agent.exposition.families import FamilySet
+from agent.poller import Snapshot
+
+TEXT_CONTENT_TYPE = CONTENT_TYPE_LATEST
+OPENMETRICS_TYPE = OPENMETRICS_CONTENT_TYPE
+
+Renderer = Callable[[object, FamilySet], None]
+
+# source -> (module of its sample type, sample type, module of its renderer). Resolved on
+# first use per source, so a broken import in one source's code only fails that source.
+_RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
+    "host": ("agent.sources.host", "HostSample", "agent.exposition.host"),
+    "nvml": ("agent.sources.nvml.samples", "NvmlSample", "agent.exposition.gpu"),
+    "infiniband": ("agent.sources.infiniband", "InfinibandSample", "agent.exposition.infiniband"),
+}
+_resolved: dict[str, tuple[type, Renderer]] = {}
+
+
+def _renderer(source: str) -> tuple[type, Renderer]:
+    if source not in _resolved:
+        sample_module, sample_name, render_module = _RENDERER_TABLE[source]
+        sample_type = getattr(importlib.import_module(sample_module), sample_name)
+        render = importlib.import_module(render_module).render
+        _resolved[source] = (sample_type, render)
+    return _resolved[source]
+
+
+def prepare(source: str, sample: object) -> FamilySet:
+    """Render one source's sample into families; raises for a sample of the wrong shape.
+
+    The poller calls this inside the source's isolation, so a source returning garbage
+    is marked down like one that raised, and the other sources are still served.
+    """
+    expected, renderer = _renderer(source)
+    if not isinstance(sample, expected):
+        raise TypeError(f"source returned {type(sample).__name__}, expected {expected.__name__}")
+    out = FamilySet()
+    renderer(sample, out)
+    return out
+
+
+def agent_families(snapshot: Snapshot) -> FamilySet:
+    out = FamilySet()
+    out.add("nvwatch_agent_build_info", {"version": __version__}, 1)
+    for name, status in snapshot.sources.items():
+        labels = {"source": name}
+        out.add("nvwatch_agent_source_up", labels, 1 if status.up else 0)
+        out.add("nvwatch_agent_poll_duration_seconds", labels, status.duration_seconds)
+        out.add("nvwatch_agent_source_errors_total", labels, status.errors_total)
+    out.add("nvwatch_agent_last_poll_timestamp_seconds", {}, snapshot.completed_at)
+    return out
+
+
+class _Families:
+    """A collector over already-built families, so generate_latest can render them."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _registry(families: Iterable[Metric]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return registry
+
+
+@dataclass
+class Exposition:
+    """One poll's output in every form a scrape can ask for."""
+
+    snapshot: Snapshot
+    families: list[Metric]
+    text: bytes
+    text_gzip: bytes
+    _openmetrics: dict[bool, bytes] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def openmetrics(self, gzipped: bool) -> bytes:
+        # OpenMetrics is asked for rarely (Prometheus prefers it only when configured):
+        # render on first request and keep it with this poll's bytes.
+        with self._lock:
+            if gzipped not in self._openmetrics:
+                body = generate_openmetrics(_registry(self.families))  # type: ignore[no-untyped-call]
+                self._openmetrics[False] = body
+                self._openmetrics[True] = gzip.compress(body, compresslevel=6)
+            return self._openmetrics[gzipped]
+
+
+def build_exposition(snapshot: Snapshot) -> Exposition:
+    families: list[Metric] = list(agent_families(snapshot))
+    for status in snapshot.sources.values():
+        if isinstance(status.prepared, FamilySet):
+            families.extend(status.prepared)
+    text = generate_latest(_registry(families))
+    return Exposition(
+        snapshot=snapshot,
+        families=families,
+        text=text,
+        # level 6: nearly the ratio of 9 at a fraction of the CPU, paid once per poll
+        text_gzip=gzip.compress(text, compresslevel=6),
+    )

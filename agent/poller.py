@@ -1,0 +1,270 @@
+"""Run every source on an interval, isolate their failures, publish immutable snapshots.
+
+Each source gets its own long-lived worker thread. The poll loop hands it a request and
+waits at most the source's timeout; a source stuck inside a native call (an NVML ioctl
+on a wedged GPU, a hung sysfs read) keeps its worker busy, is reported down, and is not
+asked again until it returns, so one stuck source never stalls the loop or piles up
+threads. Health is recorded here, by the wrapper, never by the source itself.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from agent.sources import Source, SourceUnavailable
+
+log = logging.getLogger(__name__)
+
+# A source stays silent in the log while its failure is unchanged, except for a reminder
+# at this interval, so a node without InfiniBand does not log every 5 s forever.
+_REPEAT_LOG_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    name: str
+    up: bool
+    duration_seconds: float
+    errors_total: int
+    error: str | None  # why the source is down, for operators; None when up
+    prepared: object | None  # the source's sample after `prepare` (rendered families)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    sources: Mapping[str, SourceStatus]
+    sequence: int
+    completed_at: float  # unix time, exported as nvwatch_agent_last_poll_timestamp_seconds
+    completed_monotonic: float  # for staleness checks immune to wall-clock steps
+
+
+Prepare = Callable[[str, object], object]
+
+
+def _identity(_name: str, sample: object) -> object:
+    return sample
+
+
+class _SourceWorker:
+    """One thread that runs one source's collect() on request."""
+
+    def __init__(self, source: Source, context: contextvars.Context) -> None:
+        self.source = source
+        self._request: Future[object] | None = None
+        self._wakeup = threading.Condition()
+        self._stopping = False
+        self._busy_since: float | None = None
+        self._thread = threading.Thread(
+            target=context.run,
+            args=(self._loop,),
+            name=f"nvwatch-source-{source.name}",
+            daemon=True,  # a source stuck in C forever must not block process exit
+        )
+        self._thread.start()
+
+    @property
+    def busy_since(self) -> float | None:
+        return self._busy_since
+
+    def submit(self) -> Future[object] | None:
+        """Ask for one collect(); None while the previous one has not returned."""
+        with self._wakeup:
+            if self._request is not None or self._stopping:
+                return None
+            future: Future[object] = Future()
+            self._request = future
+            self._busy_since = time.monotonic()
+            self._wakeup.notify()
+            return future
+
+    def _loop(self) -> None:
+        while True:
+            with self._wakeup:
+                while self._request is None and not self._stopping:
+                    self._wakeup.wait()
+                if self._stopping:
+                    return
+                future = self._request
+            assert future is not None
+            try:
+                future.set_result(self.source.collect())
+            except BaseException as exc:  # the poller decides what any failure means
+                future.set_exception(exc)
+            finally:
+                with self._wakeup:
+                    self._request = None
+                    self._busy_since = None
+
+    def stop(self, timeout: float) -> None:
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
+        self._thread.join(timeout)
+
+
+class Poller:
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        *,
+        interval: float,
+        timeout: float,
+        prepare: Prepare = _identity,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate source names: {names}")
+        self.interval = interval
+        self.timeout = timeout
+        self._prepare = prepare
+        self._on_snapshot = on_snapshot
+        # Threads run in a copy of the creator's context: a simulated fleet binds each
+        # node's simulated NVML through a context variable, and this carries it along.
+        self._context = contextvars.copy_context()
+        self._workers = [_SourceWorker(s, self._context.copy()) for s in sources]
+        self._errors = dict.fromkeys(names, 0)
+        self._last_logged: dict[str, tuple[str | None, float]] = {}
+        self._sequence = 0
+        self._latest: Snapshot | None = None
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    def poll_once(self) -> Snapshot:
+        """Run every source once, concurrently, each bounded by the timeout."""
+        started = time.monotonic()
+        deadline = started + self.timeout
+        submitted = {w.source.name: (w, w.submit()) for w in self._workers}
+        statuses: dict[str, SourceStatus] = {}
+        for name, (worker, future) in submitted.items():
+            statuses[name] = self._finish(name, worker, future, started, deadline)
+        self._sequence += 1
+        snapshot = Snapshot(
+            sources=MappingProxyType(statuses),
+            sequence=self._sequence,
+            completed_at=time.time(),
+            completed_monotonic=time.monotonic(),
+        )
+        self._latest = snapshot
+        if self._on_snapshot is not None:
+            self._on_snapshot(snapshot)
+        return snapshot
+
+    def _finish(
+        self,
+        name: str,
+        worker: _SourceWorker,
+        future: Future[object] | None,
+        started: float,
+        deadline: float,
+    ) -> SourceStatus:
+        error: str | None = None
+        prepared: object | None = None
+        if future is None:
+            since = worker.busy_since
+            stuck = time.monotonic() - since if since is not None else 0.0
+            error = f"still running the previous poll after {stuck:.1f}s"
+        else:
+            try:
+                sample = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                prepared = self._prepare(name, sample)
+            except FutureTimeout:
+                error = f"timed out after {self.timeout:g}s"
+            except SourceUnavailable as exc:
+                error = str(exc)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        duration = time.monotonic() - started
+        if error is not None:
+            self._errors[name] += 1
+        self._log_change(name, error)
+        return SourceStatus(
+            name=name,
+            up=error is None,
+            duration_seconds=duration,
+            errors_total=self._errors[name],
+            error=error,
+            prepared=prepared,
+        )
+
+    def _log_change(self, name: str, error: str | None) -> None:
+        now = time.monotonic()
+        last_error, last_time = self._last_logged.get(name, (None, -_REPEAT_LOG_SECONDS))
+        if error == last_error and (error is None or now - last_time < _REPEAT_LOG_SECONDS):
+            return
+        self._last_logged[name] = (error, now)
+        if error is None:
+            log.info("source %s is up", name)
+        else:
+            log.warning("source %s is down: %s", name, error)
+
+    # --- background loop ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._context.copy().run, args=(self._loop,), name="nvwatch-poller", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            if not self._paused.is_set():
+                try:
+                    self.poll_once()
+                except Exception:  # publishing failed; keep polling, the next may succeed
+                    log.exception("poll cycle failed")
+            # fixed-rate ticks; after an overrun, skip the missed ones instead of bursting
+            next_tick += self.interval
+            now = time.monotonic()
+            if next_tick < now:
+                next_tick = now + self.interval - ((now - next_tick) % self.interval)
+            self._stop.wait(next_tick - now)
+
+    def pause(self) -> None:
+        """Stop polling without stopping the thread (tests, maintenance)."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        per_worker = timeout / max(1, len(self._workers))
+        for worker in self._workers:
+            worker.stop(per_worker)
+        # close() of a source whose worker is stuck in a native call may block as well:
+        # bound it, so SIGTERM still ends the agent promptly.
+        closer = threading.Thread(target=self._close_sources, name="nvwatch-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+
+    def _close_sources(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.source.close()
+            except Exception:
+                log.exception("closing source %s failed", worker.source.name)
+
+    def error_counts(self) -> Mapping[str, int]:
+        return dict(self._errors)
