@@ -1,0 +1,135 @@
+"""Wire sources -> poller -> exposition -> server for one agent, and run it."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+
+from agent.config import AgentConfig, ConfigError
+from agent.exposition.render import Exposition, build_exposition, prepare
+from agent.poller import Poller, Snapshot
+from agent.server import Health, MetricsServer
+from agent.sources import Source
+from agent.webconfig import WebConfig, load_web_config
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(RuntimeError):
+    """The agent cannot start (address in use, bad certificate): exit code 2."""
+
+
+@dataclass
+class Agent:
+    """A poller feeding the exposition cache; the server reads `exposition()`."""
+
+    config: AgentConfig
+    sources: list[Source]
+    poller: Poller = field(init=False)
+    _exposition: Exposition | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.poller = Poller(
+            self.sources,
+            interval=self.config.interval,
+            timeout=self.config.timeout,
+            prepare=prepare,
+            on_snapshot=self._publish,
+        )
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        # one reference swap: a scrape sees the old or the new exposition, never a mix
+        self._exposition = build_exposition(snapshot)
+
+    def exposition(self) -> Exposition | None:
+        return self._exposition
+
+    def health(self) -> Health:
+        latest = self.poller.latest
+        if latest is None:
+            return Health(False, "no poll has completed yet")
+        age = time.monotonic() - latest.completed_monotonic
+        limit = self.config.stale_after
+        if age > limit:
+            return Health(False, f"last poll {age:.1f}s ago (limit {limit:g}s)")
+        if not self.poller.alive():
+            return Health(False, "poll loop is not running")
+        return Health(True, f"last poll {age:.1f}s ago, every {self.config.interval:g}s")
+
+
+def make_server(agent: Agent) -> MetricsServer:
+    web: WebConfig | None = None
+    if agent.config.web_config is not None:
+        try:
+            web = load_web_config(agent.config.web_config)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    try:
+        return MetricsServer(
+            agent.config.listen_host,
+            agent.config.listen_port,
+            exposition=agent.exposition,
+            health=agent.health,
+            web_config=web,
+        )
+    except OSError as exc:
+        where = f"{agent.config.listen_host}:{agent.config.listen_port}"
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+
+
+def serve(
+    config: AgentConfig,
+    sources: list[Source],
+    *,
+    ready: Callable[[MetricsServer], None] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT (or `stop` is set); returns the exit code."""
+    agent = Agent(config, sources)
+    server = make_server(agent)
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    # the first poll before listening: the first scrape already has data
+    agent.poller.poll_once()
+    agent.poller.start()
+    server.start()
+    log.info(
+        "nvwatch listening on %s:%d, polling %s every %gs",
+        config.listen_host,
+        server.port,
+        ",".join(config.sources),
+        config.interval,
+    )
+    if ready is not None:
+        ready(server)
+    stop.wait()
+    server.stop()
+    agent.poller.stop(timeout=0.5)
+    return 0
+
+
+def poll_and_render(config: AgentConfig, sources: list[Source], settle: float) -> Exposition:
+    """For `nvwatch dump`: poll, wait `settle` so rates have an interval, poll again."""
+    agent = Agent(config, sources)
+    try:
+        agent.poller.poll_once()
+        if settle > 0:
+            time.sleep(settle)
+            agent.poller.poll_once()
+        exposition = agent.exposition()
+        assert exposition is not None
+        return exposition
+    finally:
+        agent.poller.stop(timeout=0.5)

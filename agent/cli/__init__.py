@@ -1,0 +1,160 @@
+"""The `nvwatch` command. Commands only parse options into one config and hand it on.
+
+Bad input (flags, environment, config files) prints one line on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from agent import __version__, logs
+from agent.app import StartupError, poll_and_render, serve
+from agent.cli.options import build_config, option, source_options
+from agent.config import ConfigError
+from agent.exposition.families import FamilySet
+from agent.runtime import runtime
+from agent.sources.registry import build_sources
+
+EXIT_BAD_INPUT = 2
+
+
+class NvwatchGroup(click.Group):
+    """Turns every bad-input error into one line on stderr and exit code 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            sys.exit(130)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            _fail(exc.format_message())
+        except (ConfigError, StartupError) as exc:
+            _fail(str(exc))
+
+
+@click.group(
+    cls=NvwatchGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "--version", prog_name="nvwatch")
+def cli() -> None:
+    """nvwatch: GPU, NVLink and InfiniBand telemetry for DGX-class clusters."""
+
+
+@cli.command("serve")
+@option("--listen", default="0.0.0.0:9477", show_default=True, help="HOST:PORT to serve on.")
+@option(
+    "--web-config",
+    type=click.Path(dir_okay=False),
+    help="exporter-toolkit style YAML: TLS certificate and basic-auth users.",
+)
+@source_options
+def serve_command(**params: Any) -> None:
+    """Poll the sources on an interval and serve /metrics."""
+    config = build_config(params)
+    logs.configure(config.log_format)
+    with runtime(config) as effective:
+        sources = build_sources(effective)
+        sys.exit(serve(effective, sources))
+
+
+@cli.command("dump")
+@option(
+    "--format",
+    "output_format",
+    type=click.Choice(["prometheus", "openmetrics", "json"]),
+    default="prometheus",
+    show_default=True,
+    help="Output format.",
+)
+@option(
+    "--settle",
+    default="1s",
+    show_default=True,
+    help="Wait between two polls so rates and ratios have an interval (0 for one poll).",
+)
+@source_options
+def dump_command(output_format: str, settle: str, **params: Any) -> None:
+    """Poll once and print what /metrics would serve."""
+    config = build_config(params)
+    logs.configure(config.log_format)
+    settle_seconds = 0.0 if settle.strip() in ("0", "0s") else _duration(settle, "settle")
+    with runtime(config) as effective:
+        exposition = poll_and_render(effective, build_sources(effective), settle_seconds)
+    if output_format == "prometheus":
+        click.echo(exposition.text.decode(), nl=False)
+    elif output_format == "openmetrics":
+        click.echo(exposition.openmetrics(gzipped=False).decode(), nl=False)
+    else:
+        click.echo(json.dumps(_as_json(exposition.snapshot.sources), indent=2))
+
+
+@cli.command("doctor")
+@source_options
+def doctor_command(**params: Any) -> None:
+    """Say what is present, readable and missing on this node, one line per source."""
+    config = build_config(params)
+    logs.configure(config.log_format)
+    with runtime(config) as effective:
+        exposition = poll_and_render(effective, build_sources(effective), settle=0)
+    working = 0
+    for status in exposition.snapshot.sources.values():
+        if status.up and isinstance(status.prepared, FamilySet):
+            series = sum(len(f.samples) for f in status.prepared)
+            click.echo(
+                f"{status.name:<11} ok       {series} series in {status.duration_seconds:.3f}s"
+            )
+            working += 1
+        else:
+            click.echo(f"{status.name:<11} MISSING  {status.error}")
+    if effective.simulate:
+        click.echo(f"{'simulation':<11} on       profile {effective.simulate} (not real hardware)")
+    if working == 0:
+        click.echo("nothing can be collected on this node", err=True)
+        sys.exit(1)
+
+
+def _duration(text: str, what: str) -> float:
+    from agent.config import parse_duration
+
+    return parse_duration(text, what)
+
+
+def _as_json(statuses: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, status in statuses.items():
+        families: dict[str, list[dict[str, Any]]] = {}
+        if isinstance(status.prepared, FamilySet):
+            for family in status.prepared:
+                families[family.name] = [
+                    {"name": s.name, "labels": s.labels, "value": s.value} for s in family.samples
+                ]
+        result[name] = {
+            "up": status.up,
+            "error": status.error,
+            "duration_seconds": status.duration_seconds,
+            "metrics": families,
+        }
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="nvwatch")
+
+
+def _fail(message: str) -> None:
+    # one line, so it reads well in journald and in a failing systemd unit's status
+    first = " ".join(message.split())
+    click.echo(f"nvwatch: error: {first}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+# each further command group lives in its own module; importing it registers it on `cli`
+from agent.cli import sim_commands  # noqa: E402, F401

@@ -1,0 +1,128 @@
+"""Options shared by the agent commands, each also read from `NVWATCH_<FLAG>` and --config.
+
+Precedence, highest first: command-line flag, environment variable, config file, default.
+Click gives flag > environment > `default_map` > default, so the config file is loaded by
+an eager `--config` callback into the context's `default_map` before the other options
+are resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from agent.config import (
+    LOG_FORMATS,
+    NVLINK_DETAILS,
+    AgentConfig,
+    ConfigError,
+    load_config_file,
+    parse_duration,
+    parse_listen,
+    parse_scenario,
+    parse_sources,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    allowed = {p.name for p in ctx.command.params if p.name and p.name != "config"}
+    try:
+        loaded = load_config_file(Path(value), allowed)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=_param) from exc
+    ctx.default_map = {**(ctx.default_map or {}), **loaded}
+    return value
+
+
+def _env(name: str) -> str:
+    return "NVWATCH_" + name.upper().replace("-", "_")
+
+
+def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """click.option with the `NVWATCH_<FLAG>` environment variable the design promises."""
+    long_name = next(d for d in decls if d.startswith("--"))[2:]
+    attrs.setdefault("envvar", _env(long_name))
+    attrs.setdefault("show_envvar", True)
+    return click.option(*decls, **attrs)
+
+
+def source_options(func: F) -> F:
+    """The options every command that polls sources takes."""
+    decorators = [
+        option(
+            "--config",
+            type=click.Path(dir_okay=False),
+            is_eager=True,
+            expose_value=False,
+            callback=_load_config,
+            help="YAML file of option: value (lower precedence than flags and environment).",
+        ),
+        option("--interval", default="5s", show_default=True, help="Poll interval."),
+        option(
+            "--sources",
+            default="nvml,infiniband,host",
+            show_default=True,
+            help="Comma-separated sources to poll.",
+        ),
+        option(
+            "--sysfs-root",
+            default="/sys",
+            show_default=True,
+            type=click.Path(file_okay=False),
+            help="Root of sysfs (for InfiniBand and PCIe affinity).",
+        ),
+        option("--simulate", metavar="PROFILE", help="Run on a simulated node (see `profiles`)."),
+        option(
+            "--scenario",
+            multiple=True,
+            metavar="NAME[@TARGET]",
+            help="Simulation scenario, optionally for one GPU index or IB device; repeatable.",
+        ),
+        option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
+        option(
+            "--nvlink-detail",
+            type=click.Choice(NVLINK_DETAILS),
+            default="link",
+            show_default=True,
+            help="NVLink series per link, or aggregated per GPU (fewer series).",
+        ),
+        option(
+            "--log-format",
+            type=click.Choice(LOG_FORMATS),
+            default="text",
+            show_default=True,
+            help="Log as text or JSON lines.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
+    """Turn raw option values into the one config object; ConfigError on bad values."""
+    scenario_values = params.get("scenario") or ()
+    if isinstance(scenario_values, str):
+        scenario_values = [s for s in scenario_values.replace(",", " ").split() if s]
+    listen_host, listen_port = parse_listen(params.get("listen") or "0.0.0.0:9477")
+    return AgentConfig(
+        listen_host=listen_host,
+        listen_port=listen_port,
+        interval=parse_duration(params["interval"], "interval"),
+        sources=parse_sources(params["sources"]),
+        sysfs_root=Path(params["sysfs_root"]),
+        simulate=params.get("simulate"),
+        scenarios=tuple(parse_scenario(s) for s in scenario_values),
+        seed=int(params.get("seed") or 0),
+        web_config=Path(params["web_config"]) if params.get("web_config") else None,
+        log_format=params.get("log_format") or "text",
+        nvlink_detail=params.get("nvlink_detail") or "link",
+        **extra,
+    )

@@ -1,0 +1,55 @@
+"""`nvwatch profiles` and `nvwatch simulate ...`: the simulated hardware."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import click
+
+from agent.cli import cli
+from agent.cli.options import option
+from agent.sim.profiles import PROFILES, UnknownProfile, get_profile
+
+
+@cli.command("profiles")
+def profiles_command() -> None:
+    """List the simulated hardware profiles."""
+    for profile in PROFILES.values():
+        links = max((len(links) for links in profile.nvlinks), default=0)
+        click.echo(
+            f"{profile.name:<20} {profile.gpu_count:>2}x {profile.gpus[0].name:<28} "
+            f"{links:>2} NVLink/GPU  {len(profile.nics)} NIC  {profile.description}"
+        )
+
+
+@cli.group("simulate")
+def simulate_group() -> None:
+    """Run things against simulated DGX hardware."""
+
+
+@simulate_group.command(
+    "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@option("--profile", required=True, help="Hardware profile (see `nvwatch profiles`).")
+@option("--scenario", default=None, help="GPU scenario for the whole node.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def simulate_exec(profile: str, scenario: str | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND with the simulated NVML importable as `pynvml`.
+
+    Any pynvml-based tool or script in COMMAND sees the simulated GPUs, e.g.
+    `nvwatch simulate exec --profile dgx-h100 -- python my_script.py`.
+    """
+    from agent.sim.nvml_lib import exec_environment
+
+    try:
+        get_profile(profile)
+    except UnknownProfile as exc:
+        raise click.BadParameter(str(exc), param_hint="--profile") from exc
+    env = {**os.environ, **exec_environment(profile, scenario)}
+    try:
+        completed = subprocess.run(list(command), env=env, check=False)
+    except FileNotFoundError as exc:
+        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
+    sys.exit(completed.returncode)

@@ -1,0 +1,38 @@
+"""What a command needs before polling: the simulated node when --simulate is given.
+
+Simulation is only ever switched on by an explicit flag; without it the agent talks to
+the real driver, and a node whose driver is broken reports NVML down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+from agent.config import AgentConfig, ConfigError
+
+
+@contextlib.contextmanager
+def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
+    """Yield the config to run with; with --simulate, a live simulated node behind it."""
+    if config.simulate is None:
+        if config.scenarios:
+            raise ConfigError("--scenario needs --simulate PROFILE")
+        yield config
+        return
+    from agent.sim import nvml_lib
+    from agent.sim.node import SimulatedNode
+    from agent.sim.profiles import UnknownProfile
+
+    try:
+        node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed)
+    except (UnknownProfile, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    nvml_lib.install(node.nvml)
+    node.start(interval=min(1.0, config.interval))
+    try:
+        yield dataclasses.replace(config, sysfs_root=node.sysfs_root)
+    finally:
+        node.close()
+        nvml_lib.uninstall()

@@ -1,0 +1,33 @@
+"""Build the configured sources: the only place that knows every source's constructor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.config import AgentConfig
+from agent.sources import Source
+
+
+def build_sources(config: AgentConfig) -> list[Source]:
+    sources: list[Source] = []
+    nvml = None
+    if "nvml" in config.sources:
+        from agent.sources.nvml.source import NvmlSource
+
+        nvml = NvmlSource(nvlink_detail=config.nvlink_detail)
+        sources.append(nvml)
+    if "infiniband" in config.sources:
+        from agent.sources.infiniband import InfinibandSource
+
+        # GPU bus ids come from NVML at run time, so HCA affinity follows the real GPUs
+        bus_ids = nvml.gpu_bus_ids if nvml is not None else None
+        sources.append(InfinibandSource(config.sysfs_root, gpu_bus_ids=bus_ids))
+    if "host" in config.sources:
+        from agent.sources.host import HostSource
+
+        sources.append(HostSource())
+    return _in_config_order(sources, config.sources)
+
+
+def _in_config_order(sources: list[Source], order: Sequence[str]) -> list[Source]:
+    return sorted(sources, key=lambda s: order.index(s.name))
