@@ -1,0 +1,375 @@
+"""InfiniBand / RoCE ports from sysfs: <root>/class/infiniband/<device>/ports/<n>/.
+
+The node_exporter way: parsing lives in `infiniband_parse`, this module only walks the
+tree, and every odd file (missing, "N/A (no PMA)", unreadable, empty, garbage, a device
+unplugged mid-read) costs only that one value, logged once per file and reason, never the
+rest of the port or the other devices. No /sys/class/infiniband at all is "no data":
+`SourceUnavailable`, which the poller reports quietly.
+
+Counter values are Python ints, exact to 64 bits. Exposition hands them to
+prometheus_client as float64, like every Prometheus sample, so values above 2^53 lose
+their low bits there (a byte counter reaches 2^53 after ~8 PB).
+
+Reads are cheap on purpose: the directory listing (devices, ports, counter files) and the
+GPU affinity are cached and rebuilt only when the device list or its mtime changes
+(hot-plug), when a cached file has vanished, or every `relist_every` polls; a poll is
+then one listdir plus one open/read per counter file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from agent.sources import SourceUnavailable
+from agent.sources.infiniband_parse import (
+    ERROR_COUNTER_TYPES,
+    EXTENDED_COUNTERS,
+    HW_COUNTER_NOT_COUNTERS,
+    NARROW_COUNTER_BITS,
+    NotAValue,
+    is_saturated,
+    parse_counter,
+    parse_rate,
+    parse_state,
+)
+from agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus
+
+log = logging.getLogger(__name__)
+
+Reader = Callable[[str], str]
+_T = TypeVar("_T")
+
+# Keep the once-only log bounded: a tree that churns file names (hot-plug storms) must
+# not grow the memory of what was already logged without limit.
+_MAX_LOGGED = 4096
+
+
+def read_sysfs_text(path: str) -> str:
+    """One sysfs attribute. A page is the most sysfs ever returns for one attribute."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096).decode("ascii", errors="replace")
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class InfinibandPort:
+    device: str
+    port: str
+    state: int | None  # 4 = ACTIVE
+    state_name: str | None
+    physical_state: int | None  # 5 = LinkUp
+    physical_state_name: str | None
+    rate_bytes_per_second: int | None
+    rate_text: str | None
+    link_layer: str | None  # InfiniBand | Ethernet
+    # counters/ (and counters_ext/*_64, which win) by kernel file name, raw units:
+    # port_xmit_data/port_rcv_data are in 4-octet words.
+    counters: Mapping[str, int] = field(default_factory=dict)
+    hw_counters: Mapping[str, int] = field(default_factory=dict)  # hw_counters/, by file
+    nearest_gpus: tuple[int, ...] = ()
+
+    @property
+    def transmit_bytes(self) -> int | None:
+        words = self.counters.get("port_xmit_data")
+        return None if words is None else words * 4
+
+    @property
+    def receive_bytes(self) -> int | None:
+        words = self.counters.get("port_rcv_data")
+        return None if words is None else words * 4
+
+    @property
+    def errors(self) -> dict[str, int]:
+        """Error counters present on this port, by catalogue `type` label."""
+        return {
+            label: self.counters[name]
+            for name, label in ERROR_COUNTER_TYPES.items()
+            if name in self.counters
+        }
+
+    @property
+    def saturated(self) -> dict[str, bool]:
+        """Every narrow counter present, by file name: True when pinned at its maximum."""
+        result: dict[str, bool] = {}
+        for name in NARROW_COUNTER_BITS:
+            value = self.counters.get(name)
+            if value is not None:
+                result[name] = bool(is_saturated(name, value))
+        return result
+
+
+@dataclass(frozen=True)
+class InfinibandDevice:
+    name: str  # mlx5_0
+    board_id: str | None
+    firmware_version: str | None
+    hca_type: str | None
+    node_guid: str | None
+    pci_path: PciPath | None
+    ports: tuple[InfinibandPort, ...]
+
+
+@dataclass(frozen=True)
+class InfinibandSample:
+    devices: tuple[InfinibandDevice, ...]
+
+
+@dataclass(frozen=True)
+class _PortListing:
+    name: str
+    path: str
+    counter_files: tuple[tuple[str, str], ...]  # (counter name, file path), ext applied
+    hw_counter_files: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class _DeviceListing:
+    name: str
+    path: str
+    pci_path: PciPath | None
+    nearest_gpus: Mapping[str, tuple[int, ...]]  # by port: GPUs nearest the device
+    ports: tuple[_PortListing, ...]
+
+
+def _visible_files(directory: str) -> list[str]:
+    """File names in a directory, sorted; dotfiles (a writer's temp files) skipped."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if not n.startswith("."))
+
+
+class InfinibandSource:
+    """Reads every HCA and port under `<sysfs_root>/class/infiniband`."""
+
+    name = "infiniband"
+
+    def __init__(
+        self,
+        sysfs_root: Path = Path("/sys"),
+        *,
+        gpu_bus_ids: Callable[[], Sequence[str]] | None = None,
+        reader: Reader = read_sysfs_text,
+        relist_every: int = 60,
+    ) -> None:
+        """`gpu_bus_ids` gives the GPUs' PCI bus ids in NVML index order (from NVML at
+        run time); without it, or when it returns nothing, nearest_gpus is empty.
+        `reader` reads one file; tests inject failures through it.
+        """
+        if relist_every < 1:
+            raise ValueError("relist_every must be at least 1")
+        self._root = sysfs_root
+        self._class_dir = os.path.join(sysfs_root, "class", "infiniband")
+        self._gpu_bus_ids = gpu_bus_ids
+        self._read = reader
+        self._relist_every = relist_every
+        self._resolver = Resolver(sysfs_root)
+        self._listing: tuple[_DeviceListing, ...] | None = None
+        self._listing_key: tuple[object, ...] | None = None
+        self._polls_since_list = 0
+        self._stale = False
+        self._logged: set[tuple[str, str]] = set()
+
+    # --- the Source protocol -----------------------------------------------------------
+
+    def collect(self) -> InfinibandSample:
+        try:
+            names = tuple(_visible_files_strict(self._class_dir))
+            mtime = os.stat(self._class_dir).st_mtime_ns
+        except FileNotFoundError:
+            raise SourceUnavailable(
+                f"no InfiniBand devices: {self._class_dir} does not exist"
+            ) from None
+        bus_ids = self._current_gpu_bus_ids()
+        key = (names, mtime, bus_ids)
+        self._polls_since_list += 1
+        if (
+            self._listing is None
+            or self._stale
+            or key != self._listing_key
+            or self._polls_since_list >= self._relist_every
+        ):
+            self._listing = self._list(names, bus_ids)
+            self._listing_key = key
+            self._polls_since_list = 0
+            self._stale = False
+        devices = []
+        for listing in self._listing:
+            device = self._read_device(listing)
+            if device is not None:
+                devices.append(device)
+        return InfinibandSample(devices=tuple(devices))
+
+    def close(self) -> None:
+        self._listing = None
+
+    # --- listing (cached) --------------------------------------------------------------
+
+    def _current_gpu_bus_ids(self) -> tuple[str, ...]:
+        if self._gpu_bus_ids is None:
+            return ()
+        try:
+            return tuple(self._gpu_bus_ids())
+        except Exception as exc:  # the GPU side failing must not take the IB ports down
+            self._log_once("gpu_bus_ids", type(exc).__name__, logging.WARNING)
+            return ()
+
+    def _list(self, names: Sequence[str], bus_ids: Sequence[str]) -> tuple[_DeviceListing, ...]:
+        gpu_paths = [self._resolver.gpu_path(bus_id) for bus_id in bus_ids]
+        listings = []
+        for name in names:
+            device_dir = os.path.join(self._class_dir, name)
+            pci_path = self._resolver.hca_path(name)
+            near = tuple(nearest_gpus(pci_path, gpu_paths)) if pci_path is not None else ()
+            ports_dir = os.path.join(device_dir, "ports")
+            ports = tuple(
+                self._list_port(port, os.path.join(ports_dir, port))
+                for port in sorted(_visible_files(ports_dir), key=_port_sort_key)
+            )
+            listings.append(
+                _DeviceListing(
+                    name=name,
+                    path=device_dir,
+                    pci_path=pci_path,
+                    nearest_gpus={port.name: near for port in ports},
+                    ports=ports,
+                )
+            )
+        return tuple(listings)
+
+    @staticmethod
+    def _list_port(port: str, port_dir: str) -> _PortListing:
+        files: dict[str, str] = {}
+        counters_dir = os.path.join(port_dir, "counters")
+        for name in _visible_files(counters_dir):
+            files[name] = os.path.join(counters_dir, name)
+        ext_dir = os.path.join(port_dir, "counters_ext")
+        for name in _visible_files(ext_dir):
+            if name in EXTENDED_COUNTERS:
+                files[EXTENDED_COUNTERS[name]] = os.path.join(ext_dir, name)
+        hw_dir = os.path.join(port_dir, "hw_counters")
+        hw_files = tuple(
+            (name, os.path.join(hw_dir, name))
+            for name in _visible_files(hw_dir)
+            if name not in HW_COUNTER_NOT_COUNTERS
+        )
+        return _PortListing(
+            name=port,
+            path=port_dir,
+            counter_files=tuple(sorted(files.items())),
+            hw_counter_files=hw_files,
+        )
+
+    # --- reading -----------------------------------------------------------------------
+
+    def _read_device(self, listing: _DeviceListing) -> InfinibandDevice | None:
+        ports = tuple(
+            self._read_port(listing.name, port, listing.nearest_gpus.get(port.name, ()))
+            for port in listing.ports
+        )
+        device = InfinibandDevice(
+            name=listing.name,
+            board_id=self._text(os.path.join(listing.path, "board_id")),
+            firmware_version=self._text(os.path.join(listing.path, "fw_ver")),
+            hca_type=self._text(os.path.join(listing.path, "hca_type")),
+            node_guid=self._text(os.path.join(listing.path, "node_guid")),
+            pci_path=listing.pci_path,
+            ports=ports,
+        )
+        if not os.path.isdir(listing.path):
+            # Unplugged while we read it: whatever we got is a mix of before and after.
+            self._log_once(listing.path, "device vanished", logging.INFO)
+            self._stale = True
+            return None
+        return device
+
+    def _read_port(
+        self, device: str, listing: _PortListing, near: tuple[int, ...]
+    ) -> InfinibandPort:
+        state = self._parsed(os.path.join(listing.path, "state"), parse_state)
+        phys = self._parsed(os.path.join(listing.path, "phys_state"), parse_state)
+        rate_text = self._text(os.path.join(listing.path, "rate"))
+        rate = self._parsed_text(os.path.join(listing.path, "rate"), rate_text, parse_rate)
+        counters = {}
+        for name, path in listing.counter_files:
+            value = self._parsed(path, parse_counter)
+            if value is not None:
+                counters[name] = value
+        hw_counters = {}
+        for name, path in listing.hw_counter_files:
+            value = self._parsed(path, parse_counter)
+            if value is not None:
+                hw_counters[name] = value
+        return InfinibandPort(
+            device=device,
+            port=listing.name,
+            state=state[0] if state else None,
+            state_name=state[1] if state else None,
+            physical_state=phys[0] if phys else None,
+            physical_state_name=phys[1] if phys else None,
+            rate_bytes_per_second=rate.bytes_per_second if rate else None,
+            rate_text=rate_text,
+            link_layer=self._text(os.path.join(listing.path, "link_layer")),
+            counters=counters,
+            hw_counters=hw_counters,
+            nearest_gpus=near,
+        )
+
+    def _raw(self, path: str) -> str | None:
+        try:
+            return self._read(path)
+        except FileNotFoundError:
+            # Listed a moment ago: hot-unplug, or a driver that dropped the attribute.
+            self._log_once(path, "missing", logging.DEBUG)
+            self._stale = True
+        except PermissionError:
+            self._log_once(path, "permission denied", logging.WARNING)
+        except OSError as exc:
+            # The kernel returns EIO/EINVAL when the PMA query behind a counter fails.
+            reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+            self._log_once(path, reason, logging.WARNING)
+        return None
+
+    def _text(self, path: str) -> str | None:
+        raw = self._raw(path)
+        if raw is None:
+            return None
+        value = raw.strip()
+        return value or None
+
+    def _parsed_text(self, path: str, raw: str | None, parse: Callable[[str], _T]) -> _T | None:
+        if raw is None:
+            return None
+        try:
+            return parse(raw)
+        except NotAValue as exc:
+            level = logging.INFO if exc.reason == "not available" else logging.WARNING
+            self._log_once(path, exc.reason, level)
+            return None
+
+    def _parsed(self, path: str, parse: Callable[[str], _T]) -> _T | None:
+        return self._parsed_text(path, self._raw(path), parse)
+
+    def _log_once(self, path: str, reason: str, level: int) -> None:
+        key = (path, reason)
+        if key in self._logged or len(self._logged) >= _MAX_LOGGED:
+            return
+        self._logged.add(key)
+        log.log(level, "infiniband: %s: %s (further occurrences not logged)", path, reason)
+
+
+def _visible_files_strict(directory: str) -> list[str]:
+    """Like _visible_files, but a missing directory is an error the caller reports."""
+    return sorted(n for n in os.listdir(directory) if not n.startswith("."))
+
+
+def _port_sort_key(name: str) -> tuple[int, str]:
+    return (int(name), name) if name.isdigit() else (1 << 30, name)

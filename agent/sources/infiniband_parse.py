@@ -1,0 +1,182 @@
+"""Parsers for the text files under /sys/class/infiniband, kept apart from file access.
+
+Like prometheus/procfs `sysfs/class_infiniband.go`: pure functions from the string a
+sysfs attribute returns to a typed value, or `None` when the text is not a value (the
+kernel's "N/A (no PMA)", an empty read, garbage). Nothing here touches the disk, so every
+parser is tested with hypothesis over the formats the kernel can print.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+# Nominal Gb/s to bytes/s, as node_exporter does: 1 Gb/s = 10^9 bit/s = 125,000,000 B/s.
+BYTES_PER_SECOND_PER_GBIT = 125_000_000
+
+# Bit widths of the PortCounters (IBA vol 1, 16.1.3.5, attribute 0x12) fields the kernel
+# shows in ports/N/counters/. Checked against drivers/infiniband/core/sysfs.c, where each
+# file is declared as PORT_PMA_ATTR(name, counter, width, offset): symbol_error 16,
+# link_error_recovery 8, link_downed 8, port_rcv_errors 16, ... port_xmit_wait 32.
+# These counters stop at all-ones instead of wrapping (the IBA says saturate), so a value
+# at its maximum means "at least this many, and no longer counting": exported as
+# nvwatch_ib_port_counter_saturated. The data and packet counters are left out on
+# purpose: the kernel serves them from PortCountersExtended (64-bit) when the HCA has it,
+# as every mlx5 does, and from the 32-bit PortCounters otherwise, and the file does not
+# say which, so a width table entry for them would be a guess.
+NARROW_COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,  # PortCounters offset 0 of the second block in sysfs.c
+}
+
+# counters/ file -> the `type` label of nvwatch_ib_port_errors_total (catalogue contract).
+ERROR_COUNTER_TYPES: dict[str, str] = {
+    "symbol_error": "symbol",
+    "link_error_recovery": "link_error_recovery",
+    "link_downed": "link_downed",
+    "port_rcv_errors": "receive",
+    "port_rcv_remote_physical_errors": "receive_remote_physical",
+    "port_rcv_switch_relay_errors": "receive_switch_relay",
+    "port_xmit_discards": "transmit_discards",
+    "port_xmit_constraint_errors": "transmit_constraint",
+    "port_rcv_constraint_errors": "receive_constraint",
+    "local_link_integrity_errors": "local_link_integrity",
+    "excessive_buffer_overrun_errors": "excessive_buffer_overrun",
+    "VL15_dropped": "vl15_dropped",
+}
+
+# Older kernels put the 64-bit PortCountersExtended values in counters_ext/<name>_64 and
+# left counters/<name> at 32 bits; when both exist the _64 file wins.
+EXTENDED_COUNTERS: dict[str, str] = {
+    "port_xmit_data_64": "port_xmit_data",
+    "port_rcv_data_64": "port_rcv_data",
+    "port_xmit_packets_64": "port_xmit_packets",
+    "port_rcv_packets_64": "port_rcv_packets",
+    "unicast_xmit_packets_64": "unicast_xmit_packets",
+    "unicast_rcv_packets_64": "unicast_rcv_packets",
+    "multicast_xmit_packets_64": "multicast_xmit_packets",
+    "multicast_rcv_packets_64": "multicast_rcv_packets",
+}
+
+# hw_counters files that are settings, not counters: mlx5's `lifespan` is the counter
+# cache lifetime in milliseconds and is writable.
+HW_COUNTER_NOT_COUNTERS = frozenset({"lifespan"})
+
+# Names the kernel prints (ib_port_state_to_str / phys_state_to_str in sysfs.c).
+PORT_STATES: dict[int, str] = {
+    0: "NOP",
+    1: "DOWN",
+    2: "INIT",
+    3: "ARMED",
+    4: "ACTIVE",
+    5: "ACTIVE_DEFER",
+}
+PHYS_STATES: dict[int, str] = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "Phy Test",
+}
+
+
+class NotAValue(ValueError):
+    """The text is not a value; `reason` is a short stable phrase for the once-only log."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_counter(text: str) -> int:
+    """A counter file: an unsigned decimal integer and a newline.
+
+    Raises NotAValue for "N/A (no PMA)" (no performance-management agent on the port),
+    an empty read, or anything that is not a non-negative integer.
+    """
+    value = text.strip()
+    if not value:
+        raise NotAValue("empty")
+    if value.startswith("N/A"):
+        raise NotAValue("not available")
+    if not value.isascii() or not value.isdigit():
+        raise NotAValue("not an integer")
+    return int(value)
+
+
+def is_saturated(name: str, value: int) -> bool | None:
+    """True when a narrow counter sits at all-ones; None for counters with no fixed width."""
+    bits = NARROW_COUNTER_BITS.get(name)
+    if bits is None:
+        return None
+    return value >= (1 << bits) - 1
+
+
+_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
+
+
+def parse_state(text: str) -> tuple[int, str]:
+    """ports/N/state or phys_state: "4: ACTIVE", "5: LinkUp" -> (4, "ACTIVE").
+
+    The number is the contract (the kernel prints "<unknown>" names for codes it has no
+    string for); the name is kept for humans.
+    """
+    match = _STATE_RE.match(text)
+    if match is None:
+        raise NotAValue("not a state")
+    return int(match.group(1)), match.group(2)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """ports/N/rate parsed: "100 Gb/sec (4X EDR)"."""
+
+    bytes_per_second: int
+    width: int | None  # lanes: 1, 2, 4, 8, 12; None when the kernel printed no width
+    speed: str  # SDR, DDR, ..., NDR, XDR; "" when the kernel printed no suffix
+
+
+_RATE_RE = re.compile(
+    r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec"
+    r"(?:\s*\(\s*(?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\s*\))?\s*$",
+    re.IGNORECASE,
+)
+
+
+def parse_rate(text: str) -> Rate:
+    """Kernel formats: "%d%s Gb/sec (%dX%s)" (%s is ".5" or "", then " EDR" etc. or ""),
+    and "0 GB/sec" on a port with an empty cage. Bytes are exact: 2.5 Gb/s is
+    312,500,000 B/s, computed in rationals so no float rounding creeps in.
+    """
+    match = _RATE_RE.match(text)
+    if match is None:
+        raise NotAValue("not a rate")
+    gbit = Fraction(match.group("gbit"))
+    width = match.group("width")
+    return Rate(
+        bytes_per_second=int(gbit * BYTES_PER_SECOND_PER_GBIT),
+        width=int(width) if width is not None else None,
+        speed=(match.group("speed") or "").upper(),
+    )
+
+
+def format_rate(gbit: Fraction | int, width: int, speed: str) -> str:
+    """The kernel's rate text for a width and per-port Gb/s (inverse of parse_rate)."""
+    whole = int(gbit)
+    half = ".5" if Fraction(gbit) - whole else ""
+    suffix = f" {speed}" if speed else ""
+    return f"{whole}{half} Gb/sec ({width}X{suffix})"
