@@ -1,0 +1,273 @@
+"""The mixin config: every selector and threshold the dashboards and alerts read.
+
+Like the monitoring-mixins' `_config`, nothing in `alerts/` or `dashboards/` hard-codes a
+job selector, a label name or a threshold; they all come from one `MixinConfig`, so an
+operator (or the fleet end-to-end test, which shrinks every `for:`) changes them in one
+YAML file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+
+
+@dataclass(frozen=True)
+class NodeClass:
+    """What a healthy node of one class looks like; `node_class` comes from file_sd labels."""
+
+    name: str
+    # GPUs nvml should enumerate; fewer up means a GPU fell off the bus or was never seen.
+    gpus: int
+    # Active NVLink links per GPU (0: no NVLink on this class, nothing to expect).
+    nvlinks_per_gpu: int
+    # RDMA ports under /sys/class/infiniband (compute fabric plus any RoCE NIC).
+    ib_ports: int
+    # Nominal port rate; None where the class has no RDMA fabric to compare against.
+    ib_rate_bytes_per_second: float | None
+
+
+def _gbps(gigabits: float) -> float:
+    # sysfs `rate` Gb/s to bytes/s, the same conversion the agent and node_exporter use.
+    return gigabits * 125_000_000
+
+
+# Figures from /work/shared/hardware-facts.md (the simulation profiles).
+DEFAULT_NODE_CLASSES: tuple[NodeClass, ...] = (
+    NodeClass(
+        "dgx1-p100", gpus=8, nvlinks_per_gpu=4, ib_ports=4, ib_rate_bytes_per_second=_gbps(100)
+    ),
+    NodeClass(
+        "dgx1-v100", gpus=8, nvlinks_per_gpu=6, ib_ports=4, ib_rate_bytes_per_second=_gbps(100)
+    ),
+    NodeClass("dgx-station", gpus=4, nvlinks_per_gpu=6, ib_ports=0, ib_rate_bytes_per_second=None),
+    NodeClass("dgx2", gpus=16, nvlinks_per_gpu=6, ib_ports=8, ib_rate_bytes_per_second=_gbps(100)),
+    NodeClass(
+        "dgx-a100", gpus=8, nvlinks_per_gpu=12, ib_ports=8, ib_rate_bytes_per_second=_gbps(200)
+    ),
+    NodeClass(
+        "dgx-h100", gpus=8, nvlinks_per_gpu=18, ib_ports=8, ib_rate_bytes_per_second=_gbps(400)
+    ),
+    NodeClass(
+        "geforce-workstation", gpus=4, nvlinks_per_gpu=0, ib_ports=0, ib_rate_bytes_per_second=None
+    ),
+    NodeClass(
+        "inference-t4", gpus=4, nvlinks_per_gpu=0, ib_ports=1, ib_rate_bytes_per_second=_gbps(25)
+    ),
+)
+
+# XIDs an operator pages on (hardware-facts.md, NVIDIA's XID catalogue): hardware or
+# driver faults that need a drain, reset or RMA rather than a user fixing their job.
+DEFAULT_CRITICAL_XIDS: tuple[str, ...] = (
+    "48", "61", "62", "63", "64", "74", "79", "92", "94", "95", "119", "120",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MixinConfig:
+    # --- selectors and label names --------------------------------------------------
+    # Matches the agents' scrape job; every expression starts from this selector.
+    job_selector: str = 'job="nvwatch"'
+    # Target label naming the cluster (file_sd); aggregates keep it so one Prometheus can
+    # watch several clusters.
+    cluster_label: str = "cluster"
+    # Target label naming a node; the unit of "per node" aggregates and dashboards.
+    instance_label: str = "instance"
+    # Target label naming the rack (file_sd), for per-rack power panels.
+    rack_label: str = "rack"
+    # Target label naming the node class (file_sd) that selects the expectations below.
+    node_class_label: str = "node_class"
+    # Extra matchers on IB series, e.g. 'device!~"mlx5_(6|7)"' to leave uncabled storage
+    # ports out of the fabric alerts; empty means every port.
+    ib_port_selector: str = ""
+
+    # --- thermal --------------------------------------------------------------------
+    # Warn this many °C below the GPU's own slowdown threshold (read from NVML, so it
+    # follows the board: 85 °C P100, 87 °C V100, 89 °C A100/H100).
+    gpu_temp_margin_celsius: float = 5.0
+    # Warn this many °C below the HBM's memory_max threshold.
+    hbm_temp_margin_celsius: float = 5.0
+    # A thermal slowdown reason must stay active this long before it pages; short dips
+    # happen on every load step.
+    thermal_slowdown_for: str = "10m"
+    # Die temperature climbing faster than this (°C per minute, averaged over
+    # rate_window) means cooling lost ground: a fan wall, a blocked inlet, a CDU fault.
+    temp_rise_celsius_per_minute: float = 5.0
+
+    # --- power ----------------------------------------------------------------------
+    # Pinned at the software power cap this long is a capacity signal (a job is
+    # power-bound), not a fault: warning.
+    power_cap_for: str = "30m"
+    # HW power brake (the board's external brake signal, PSU/chassis trouble) this long
+    # is critical.
+    hw_power_brake_for: str = "1m"
+    # Node GPU power above this fraction of the summed GPU TDP for `for_default` means
+    # the node runs at its power budget: the PDU/rack plan must hold this.
+    node_power_budget_fraction: float = 0.9
+
+    # --- fabric ---------------------------------------------------------------------
+    # NVLink data-link errors per second per link and type (crc, replay, recovery, ecc).
+    nvlink_error_rate_per_second: float = 1.0
+    # IB physical/link errors per second per port and type (symbol, link recovery, ...).
+    ib_error_rate_per_second: float = 0.1
+    # Share of time a port had data but no credits; above it the fabric is congested.
+    ib_transmit_wait_ratio: float = 0.1
+    # Duration of one port_xmit_wait tick. The IBA spec leaves the tick to the device;
+    # this approximation turns ticks into seconds so the ratio reads like "time waiting".
+    ib_transmit_wait_tick_seconds: float = 1e-9
+    # PCIe replays per second per GPU; a healthy link replays almost never.
+    pcie_replay_rate_per_second: float = 0.1
+    # GPUs idle below this utilization legitimately train PCIe down to save power, so a
+    # degraded PCIe link only alerts on a busier GPU.
+    pcie_busy_utilization: float = 0.2
+
+    # --- starvation -----------------------------------------------------------------
+    # A GPU is "starved" below this utilization ...
+    starvation_utilization: float = 0.3
+    # ... while a process holds more than this fraction of its memory (a job is there) ...
+    starvation_memory_used_ratio: float = 0.1
+    # ... and the host is stuck on I/O above this iowait ratio ...
+    starvation_host_iowait: float = 0.2
+    # ... or its CPUs are saturated above this utilization (data loading bound).
+    starvation_host_cpu: float = 0.9
+
+    # --- health ---------------------------------------------------------------------
+    critical_xids: tuple[str, ...] = DEFAULT_CRITICAL_XIDS
+    # The agent's last poll older than this means it is wedged even though /metrics
+    # still answers from its cache.
+    agent_stale_seconds: float = 120.0
+
+    # --- durations ------------------------------------------------------------------
+    # `for:` of hard failures (a link down, an agent down) that must page quickly.
+    for_fast: str = "2m"
+    # `for:` of most conditions: long enough to ride over a poll or two.
+    for_default: str = "5m"
+    # `for:` of capacity/efficiency signals (starvation, congestion).
+    for_slow: str = "15m"
+    # Window of every rate()/increase()/deriv() in the rules.
+    rate_window: str = "5m"
+    # Rule group evaluation interval (Prometheus and Grafana).
+    evaluation_interval: str = "1m"
+
+    # --- node classes ---------------------------------------------------------------
+    node_classes: tuple[NodeClass, ...] = DEFAULT_NODE_CLASSES
+
+    # --- presentation ---------------------------------------------------------------
+    # Default of the dashboards' datasource variable.
+    grafana_datasource_name: str = "Prometheus"
+    # Datasource uid the Grafana-managed alert rules query.
+    grafana_datasource_uid: str = "prometheus"
+    # Grafana folder for the provisioned alert rules.
+    grafana_folder: str = "nvwatch"
+    # Each alert's runbook_url is this plus "#" and the lower-cased alert name.
+    runbook_base_url: str = "https://github.com/nvwatch/nvwatch/blob/main/docs/alerts.md"
+    dashboard_tags: tuple[str, ...] = field(default=("nvwatch",))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_for") or f.name.startswith("for_"):
+                _check_duration(f.name, value)
+            elif isinstance(f.default, (int, float)) and not isinstance(value, (int, float)):
+                raise ValueError(f"{f.name}: expected a number, got {value!r}")
+            elif isinstance(f.default, str) and not isinstance(value, str):
+                raise ValueError(f"{f.name}: expected a string, got {value!r}")
+        _check_duration("rate_window", self.rate_window)
+        _check_duration("evaluation_interval", self.evaluation_interval)
+        names = [c.name for c in self.node_classes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node_classes: duplicate class name in {names}")
+
+    # --- selector helpers -----------------------------------------------------------
+    def sel(self, *matchers: str) -> str:
+        """`{job="nvwatch", extra...}` for a series selector."""
+        return "{" + ", ".join(m for m in (self.job_selector, *matchers) if m) + "}"
+
+    def ib_sel(self, *matchers: str) -> str:
+        return self.sel(self.ib_port_selector, *matchers)
+
+    @property
+    def node_labels(self) -> str:
+        """Labels that identify a node in aggregates."""
+        return f"{self.cluster_label}, {self.instance_label}"
+
+    def runbook_url(self, alert_name: str) -> str:
+        return f"{self.runbook_base_url}#{alert_name.lower()}"
+
+    def with_overrides(self, **overrides: Any) -> MixinConfig:
+        """A copy with some fields replaced; unknown names are a ValueError."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown mixin config key(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> MixinConfig:
+        values = dict(data)
+        if "node_classes" in values:
+            values["node_classes"] = _node_classes(values["node_classes"])
+        for key in ("critical_xids", "dashboard_tags"):
+            if key in values:
+                if not isinstance(values[key], list):
+                    raise ValueError(f"{key}: expected a list, got {values[key]!r}")
+                values[key] = tuple(str(v) for v in values[key])
+        return cls().with_overrides(**values)
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> MixinConfig:
+        """Load overrides from a YAML mapping; unknown keys are a ValueError naming them."""
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: mixin config must be a mapping, got {type(data).__name__}")
+        try:
+            return cls.from_mapping(data)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: {err}") from err
+
+
+_NODE_CLASS_KEYS = ("gpus", "nvlinks_per_gpu", "ib_ports", "ib_rate_gbps")
+
+
+def _node_classes(raw: Any) -> tuple[NodeClass, ...]:
+    """node_classes: {name: {gpus, nvlinks_per_gpu, ib_ports, ib_rate_gbps}} (replaces all)."""
+    if not isinstance(raw, dict):
+        raise ValueError("node_classes: expected a mapping of class name to expectations")
+    classes = []
+    for name, spec in raw.items():
+        if not isinstance(spec, dict):
+            raise ValueError(f"node_classes.{name}: expected a mapping")
+        unknown = sorted(set(spec) - set(_NODE_CLASS_KEYS))
+        if unknown:
+            raise ValueError(f"node_classes.{name}: unknown key(s): {', '.join(unknown)}")
+        rate = spec.get("ib_rate_gbps")
+        classes.append(
+            NodeClass(
+                name=str(name),
+                gpus=int(spec.get("gpus", 0)),
+                nvlinks_per_gpu=int(spec.get("nvlinks_per_gpu", 0)),
+                ib_ports=int(spec.get("ib_ports", 0)),
+                ib_rate_bytes_per_second=None if rate is None else _gbps(float(rate)),
+            )
+        )
+    return tuple(classes)
+
+
+def _check_duration(name: str, value: object) -> None:
+    if not isinstance(value, str) or not _DURATION.match(value):
+        raise ValueError(f"{name}: {value!r} is not a Prometheus duration like 5m or 30s")
+
+
+def load(path: Path | None) -> MixinConfig:
+    """The config from `path`, or the defaults when no file is given."""
+    return MixinConfig() if path is None else MixinConfig.from_yaml(path)

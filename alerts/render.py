@@ -1,0 +1,160 @@
+"""Render the alert and recording rule definitions for Prometheus and Grafana."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import yaml
+
+from alerts.mixin_config import MixinConfig
+from alerts.recording import recording_groups
+from alerts.rules import Alert, alert_groups
+
+JsonDict = dict[str, Any]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line PromQL as literal blocks, so the rule files read like hand-written ones."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
+
+
+def _prometheus_alert(cfg: MixinConfig, alert: Alert) -> JsonDict:
+    rule: JsonDict = {"alert": alert.name, "expr": alert.expr}
+    if alert.for_ != "0s":
+        rule["for"] = alert.for_
+    rule["labels"] = {"severity": alert.severity.value}
+    rule["annotations"] = {
+        "summary": alert.summary,
+        "description": alert.description,
+        "runbook_url": cfg.runbook_url(alert.name),
+    }
+    return rule
+
+
+def prometheus_alerts(cfg: MixinConfig) -> JsonDict:
+    return {
+        "groups": [
+            {
+                "name": group.name,
+                "interval": cfg.evaluation_interval,
+                "rules": [_prometheus_alert(cfg, a) for a in group.alerts],
+            }
+            for group in alert_groups(cfg)
+        ]
+    }
+
+
+def prometheus_recording(cfg: MixinConfig) -> JsonDict:
+    return {
+        "groups": [
+            {
+                "name": group.name,
+                "interval": cfg.evaluation_interval,
+                "rules": [{"record": r.record, "expr": r.expr} for r in group.rules],
+            }
+            for group in recording_groups(cfg)
+        ]
+    }
+
+
+def grafana_uid(name: str) -> str:
+    """Stable, short uid (Grafana allows 40 characters) derived from the alert name."""
+    return "nvwatch-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+# Grafana's templates know $labels and humanize*, but the firing value lives in
+# $values.<refId>.Value rather than Prometheus' $value.
+_VALUE = re.compile(r"\$value\b")
+
+
+def _grafana_text(text: str) -> str:
+    return _VALUE.sub("$values.A.Value", text)
+
+
+def _grafana_rule(cfg: MixinConfig, alert: Alert) -> JsonDict:
+    return {
+        "uid": grafana_uid(alert.name),
+        "title": alert.name,
+        "condition": "C",
+        "data": [
+            {
+                # A: the Prometheus expression itself, evaluated instantly; only the
+                # series that satisfy it come back, exactly as in a Prometheus rule.
+                "refId": "A",
+                "relativeTimeRange": {"from": 600, "to": 0},
+                "datasourceUid": cfg.grafana_datasource_uid,
+                "model": {
+                    "refId": "A",
+                    "expr": alert.expr,
+                    "instant": True,
+                    "range": False,
+                    "intervalMs": 1000,
+                    "maxDataPoints": 43200,
+                },
+            },
+            {
+                # B: 1 for every returned series, whatever its value (a filter such as
+                # `up == 0` returns 0, which a plain threshold on A would miss).
+                "refId": "B",
+                "datasourceUid": "__expr__",
+                "model": {
+                    "refId": "B",
+                    "type": "math",
+                    "expression": "$A * 0 + 1",
+                    "datasource": {"type": "__expr__", "uid": "__expr__"},
+                },
+            },
+            {
+                "refId": "C",
+                "datasourceUid": "__expr__",
+                "model": {
+                    "refId": "C",
+                    "type": "threshold",
+                    "expression": "B",
+                    "conditions": [{"evaluator": {"type": "gt", "params": [0]}}],
+                    "datasource": {"type": "__expr__", "uid": "__expr__"},
+                },
+            },
+        ],
+        # Series absent means healthy, as in Prometheus: no data is OK, not alerting.
+        "noDataState": "OK",
+        "execErrState": "Error",
+        "for": alert.for_,
+        "labels": {"severity": alert.severity.value},
+        "annotations": {
+            "summary": alert.summary,
+            "description": _grafana_text(alert.description),
+            "runbook_url": cfg.runbook_url(alert.name),
+        },
+        "isPaused": False,
+    }
+
+
+def grafana_alerts(cfg: MixinConfig) -> JsonDict:
+    """Grafana file provisioning (provisioning/alerting/*.yaml) of the same alerts."""
+    return {
+        "apiVersion": 1,
+        "groups": [
+            {
+                "orgId": 1,
+                "name": group.name,
+                "folder": cfg.grafana_folder,
+                "interval": cfg.evaluation_interval,
+                "rules": [_grafana_rule(cfg, a) for a in group.alerts],
+            }
+            for group in alert_groups(cfg)
+        ],
+    }
