@@ -91,7 +91,11 @@ def serve(
 ) -> int:
     """Run until SIGTERM/SIGINT (or `stop` is set); returns the exit code."""
     agent = Agent(config, sources)
-    server = make_server(agent)
+    try:
+        server = make_server(agent)
+    except Exception:
+        agent.poller.stop(timeout=0.5)
+        raise
     stop = stop or threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -36,6 +36,11 @@ class _Server(ThreadingHTTPServer):
     health: Callable[[], Health]
     web_config: WebConfig | None
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # clients that hang up, speak HTTP to the TLS port or time out are routine for an
+        # exporter; a traceback per occurrence would drown the log
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import (
     CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE,
 )
@@ -26,7 +26,10 @@ from agent import __version__
 from agent.exposition.families import FamilySet
 from agent.poller import Snapshot
 
-TEXT_CONTENT_TYPE = CONTENT_TYPE_LATEST
+# Explicit, not prometheus_client's CONTENT_TYPE_LATEST (1.0.0 in recent releases), so
+# Prometheus 2.x servers keep parsing us; names and labels are ASCII, so the bytes are
+# the same in both versions of the text format.
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = OPENMETRICS_CONTENT_TYPE
 
 Renderer = Callable[[object, FamilySet], None]

@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import agent.cli as cli_module
+from agent.cli import cli
+from agent.config import AgentConfig, parse_duration, parse_listen
+from tests.conftest import free_port
+
+NVWATCH = [sys.executable, "-m", "agent.cli"]
+
+
+def _invoke(args: list[str], env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(cli, args, env=env)
+
+
+def _one_line_error(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got: {output!r}"
+    assert lines[0].startswith("nvwatch: error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def unreadable_config(tmp_path: Path) -> str:
+    return str(tmp_path / "does-not-exist.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["dump", "--sources", "host,gpus"], "unknown source gpus"),
+        (["dump", "--interval", "5 parsecs"], "invalid interval"),
+        (["dump", "--interval", "-1s"], "invalid interval"),
+        (["serve", "--listen", "localhost"], "invalid listen address"),
+        (["serve", "--listen", "127.0.0.1:99999"], "out of range"),
+        (["dump", "--log-format", "xml"], "log-format"),
+        (["dump", "--simulate", "dgx-9000", "--sources", "host"], "unknown hardware profile"),
+        (["dump", "--scenario", "idle", "--sources", "host"], "--scenario needs --simulate"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args: list[str], expected: str) -> None:
+    result = _invoke(args)
+    assert result.exit_code == 2, result.output
+    assert expected in _one_line_error(result.output)
+
+
+def test_unreadable_config_file(unreadable_config: str) -> None:
+    result = _invoke(["dump", "--config", unreadable_config])
+    assert result.exit_code == 2
+    assert "cannot read config file" in _one_line_error(result.output)
+
+
+def test_unknown_config_key(tmp_path: Path) -> None:
+    path = tmp_path / "nvwatch.yaml"
+    path.write_text("interval: 5s\nintervall: 10s\n")
+    result = _invoke(["dump", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "unknown key 'intervall'" in _one_line_error(result.output)
+
+
+def test_config_file_that_is_not_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "nvwatch.yaml"
+    path.write_text("interval: [5s\n")
+    result = _invoke(["dump", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "not valid YAML" in _one_line_error(result.output)
+
+
+def test_listen_address_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _invoke(["serve", "--sources", "host", "--listen", f"127.0.0.1:{port}"])
+    assert result.exit_code == 2
+    assert "cannot listen on 127.0.0.1" in _one_line_error(result.output)
+
+
+def test_precedence_flag_over_env_over_file_over_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[AgentConfig] = []
+
+    def fake_poll(config: AgentConfig, sources: object, settle: float) -> Any:
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli_module, "poll_and_render", fake_poll)
+    path = tmp_path / "nvwatch.yaml"
+    path.write_text("interval: 7s\nsources: [host]\nsysfs-root: /from/file\nseed: 3\n")
+    args = ["dump", "--config", str(path)]
+    env = {"NVWATCH_INTERVAL": "9s", "NVWATCH_SYSFS_ROOT": "/from/env"}
+    assert _invoke([*args, "--interval", "11s"], env=env).exit_code == 0
+    assert _invoke(args, env=env).exit_code == 0
+    assert _invoke(args).exit_code == 0
+    assert _invoke(["dump", "--sources", "host"]).exit_code == 0
+    flag, from_env, from_file, default = seen
+    assert flag.interval == 11 and from_env.interval == 9 and from_file.interval == 7
+    assert default.interval == 5
+    assert from_env.sysfs_root == Path("/from/env") and from_file.sysfs_root == Path("/from/file")
+    assert from_file.sources == ("host",) and from_file.seed == 3
+    assert default.sysfs_root == Path("/sys")
+
+
+def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[AgentConfig] = []
+    monkeypatch.setattr(
+        cli_module, "poll_and_render", lambda c, s, settle: (seen.append(c), sys.exit(0))
+    )
+    path = tmp_path / "nvwatch.yaml"
+    path.write_text("interval: 2m\nsources: host\n")
+    assert _invoke(["dump"], env={"NVWATCH_CONFIG": str(path)}).exit_code == 0
+    assert seen[0].interval == 120
+
+
+def test_parsers() -> None:
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("1.5m") == 90
+    assert parse_duration("3") == 3
+    assert parse_listen(":9477") == ("0.0.0.0", 9477)
+    assert parse_listen("[::1]:9100") == ("::1", 9100)
+
+
+def test_version() -> None:
+    result = _invoke(["--version"])
+    assert result.exit_code == 0 and "nvwatch, version" in result.output
+
+
+# --- real subprocesses -----------------------------------------------------------------
+
+
+def test_subprocess_bad_input_is_one_line_and_exit_2() -> None:
+    completed = subprocess.run(
+        [*NVWATCH, "serve", "--sources", "nvml,bogus"], capture_output=True, text=True, timeout=30
+    )
+    assert completed.returncode == 2
+    assert "unknown source bogus" in _one_line_error(completed.stderr)
+    assert completed.stdout == ""
+
+
+def _wait_http(url: str, deadline: float) -> bytes:
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bytes(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_serve_shuts_down_within_a_second(signum: int) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [*NVWATCH, "serve", "--sources", "host", "--interval", "1s",
+         "--listen", f"127.0.0.1:{port}", "--log-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        body = _wait_http(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 20)
+        assert b"nvwatch_host_memory_total_bytes" in body
+        started = time.monotonic()
+        process.send_signal(signum)
+        process.wait(timeout=5)
+        assert time.monotonic() - started < 1.0
+        assert process.returncode == 0
+        assert '"level": "info"' in (process.stderr.read() if process.stderr else "")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_serve_without_a_gpu_reports_nvml_down_and_serves_the_rest() -> None:
+    """This machine has no libnvidia-ml: NVML must be down with the reason, never faked."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}
+    process = subprocess.Popen(
+        [*NVWATCH, "serve", "--sources", "nvml,host", "--interval", "1s",
+         "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        body = _wait_http(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 20).decode()
+        assert 'nvwatch_agent_source_up{source="nvml"} 0.0' in body
+        assert 'nvwatch_agent_source_up{source="host"} 1.0' in body
+        assert "nvwatch_gpu_" not in body
+        landing = _wait_http(f"http://127.0.0.1:{port}/", time.monotonic() + 5).decode()
+        assert "NVML" in landing and "not found" in landing.lower()
+    finally:
+        process.terminate()
+        process.wait(timeout=5)

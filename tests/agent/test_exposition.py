@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.catalogue import BY_NAME, CATALOGUE, MetricType
+from agent.exposition.families import FamilySet
+from agent.exposition.render import build_exposition, prepare
+from agent.poller import Poller
+from tests.agent.fakes import CountingHostSource, host_sample
+
+
+def test_catalogue_names_follow_conventions() -> None:
+    for spec in CATALOGUE:
+        assert spec.name.startswith("nvwatch_"), spec.name
+        assert spec.help.strip(), spec.name
+        assert (spec.type is MetricType.COUNTER) == spec.name.endswith("_total"), spec.name
+        if spec.name.startswith(("nvwatch_gpu_", "nvwatch_nvlink_")):
+            assert spec.labels[:2] == ("gpu", "uuid"), spec.name
+    assert len(BY_NAME) == len(CATALOGUE), "duplicate names in the catalogue"
+
+
+def test_unit_comes_from_the_name() -> None:
+    assert BY_NAME["nvwatch_gpu_energy_joules_total"].unit == "joules"
+    assert BY_NAME["nvwatch_gpu_pcie_throughput_bytes_per_second"].unit == "bytes_per_second"
+    assert BY_NAME["nvwatch_gpu_up"].unit == ""
+
+
+def test_family_set_rejects_unknown_names_and_wrong_labels() -> None:
+    out = FamilySet()
+    with pytest.raises(KeyError):
+        out.add("nvwatch_not_in_catalogue", {}, 1)
+    with pytest.raises(ValueError, match="labels"):
+        out.add("nvwatch_gpu_up", {"gpu": "0"}, 1)
+    with pytest.raises(ValueError):
+        out.add("nvwatch_host_load1", {}, "not a number")  # type: ignore[arg-type]
+
+
+def test_none_is_absent_not_zero() -> None:
+    out = FamilySet()
+    out.add("nvwatch_gpu_fan_speed_ratio", {"gpu": "0", "uuid": "GPU-a"}, None)
+    assert out.names() == []
+
+
+def _snapshot_text() -> str:
+    poller = Poller([CountingHostSource()], interval=1, timeout=1, prepare=prepare)
+    try:
+        snapshot = poller.poll_once()
+    finally:
+        poller.stop()
+    return build_exposition(snapshot).text.decode()
+
+
+def test_exposition_parses_and_matches_the_catalogue() -> None:
+    text = _snapshot_text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    # the parser strips _total from counter family names
+    for name, family in families.items():
+        spec = BY_NAME.get(name) or BY_NAME[name + "_total"]
+        assert family.documentation == spec.help
+        assert family.type == spec.type.value
+    assert families["nvwatch_host_load1"].samples[0].value == 1.0
+    assert families["nvwatch_agent_source_up"].samples[0].labels == {"source": "host"}
+
+
+def test_openmetrics_carries_units_and_eof() -> None:
+    poller = Poller([CountingHostSource()], interval=1, timeout=1, prepare=prepare)
+    try:
+        exposition = build_exposition(poller.poll_once())
+    finally:
+        poller.stop()
+    body = exposition.openmetrics(gzipped=False).decode()
+    assert body.endswith("# EOF\n")
+    families = {f.name: f for f in parse_om(body)}
+    assert families["nvwatch_host_memory_total_bytes"].unit == "bytes"
+    assert families["nvwatch_agent_source_errors"].type == "counter"
+    assert gzip.decompress(exposition.openmetrics(gzipped=True)).decode() == body
+    assert gzip.decompress(exposition.text_gzip) == exposition.text
+
+
+def test_prepare_refuses_a_sample_of_the_wrong_type() -> None:
+    with pytest.raises(TypeError, match="expected HostSample"):
+        prepare("host", {"load1": 3})
+    assert "nvwatch_host_load1" in prepare("host", host_sample()).names()
