@@ -1,0 +1,341 @@
+"""InfinibandSource over real sysfs trees in tmp_path, including every odd file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agent.sources import Source, SourceUnavailable
+from agent.sources.infiniband import (
+    InfinibandPort,
+    InfinibandSample,
+    InfinibandSource,
+    read_sysfs_text,
+)
+
+from .sysfs_tree import add_device, healthy_port
+
+
+def _port(sample: InfinibandSample, device: str, port: str = "1") -> InfinibandPort:
+    (dev,) = [d for d in sample.devices if d.name == device]
+    (p,) = [p for p in dev.ports if p.port == port]
+    return p
+
+
+def test_is_a_source(tmp_path: Path) -> None:
+    source = InfinibandSource(tmp_path)
+    assert isinstance(source, Source)
+    assert source.name == "infiniband"
+
+
+def test_no_infiniband_class_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(SourceUnavailable, match=r"no InfiniBand devices: .*does not exist"):
+        InfinibandSource(tmp_path).collect()
+
+
+def test_empty_class_dir_is_an_empty_sample(tmp_path: Path) -> None:
+    (tmp_path / "class" / "infiniband").mkdir(parents=True)
+    assert InfinibandSource(tmp_path).collect() == InfinibandSample(devices=())
+
+
+def test_healthy_port_exact_values(tmp_path: Path) -> None:
+    big = 1 << 40
+    add_device(
+        tmp_path,
+        "mlx5_0",
+        ports={
+            "1": healthy_port(
+                **{
+                    "counters/port_xmit_data": f"{big}\n",
+                    "counters/port_rcv_data": f"{big + 3}\n",
+                    "counters/port_xmit_packets": f"{(1 << 64) - 1}\n",
+                }
+            )
+        },
+    )
+    sample = InfinibandSource(tmp_path).collect()
+    (device,) = sample.devices
+    assert device.name == "mlx5_0"
+    assert device.board_id == "MT_2180110032"
+    assert device.firmware_version == "12.28.2006"
+    assert device.hca_type == "MT4115"
+    assert device.node_guid == "0c42:a103:0001:0203"
+    port = _port(sample, "mlx5_0")
+    assert (port.state, port.state_name) == (4, "ACTIVE")
+    assert (port.physical_state, port.physical_state_name) == (5, "LinkUp")
+    assert port.rate_bytes_per_second == 12_500_000_000
+    assert port.link_layer == "InfiniBand"
+    assert port.transmit_bytes == 4 * big
+    assert port.receive_bytes == 4 * (big + 3)
+    assert port.counters["port_xmit_packets"] == (1 << 64) - 1  # exact as a Python int
+    assert port.counters["port_xmit_wait"] == 7
+    assert port.errors == {"symbol": 1, "link_downed": 2}
+    assert port.hw_counters == {"out_of_buffer": 5}  # lifespan is a setting, not a counter
+    assert port.nearest_gpus == ()
+
+
+def test_every_error_counter_maps_to_its_type(tmp_path: Path) -> None:
+    names = {
+        "symbol_error": "symbol",
+        "link_error_recovery": "link_error_recovery",
+        "link_downed": "link_downed",
+        "port_rcv_errors": "receive",
+        "port_rcv_remote_physical_errors": "receive_remote_physical",
+        "port_rcv_switch_relay_errors": "receive_switch_relay",
+        "port_xmit_discards": "transmit_discards",
+        "port_xmit_constraint_errors": "transmit_constraint",
+        "port_rcv_constraint_errors": "receive_constraint",
+        "local_link_integrity_errors": "local_link_integrity",
+        "excessive_buffer_overrun_errors": "excessive_buffer_overrun",
+        "VL15_dropped": "vl15_dropped",
+    }
+    files = {f"counters/{name}": f"{i + 1}\n" for i, name in enumerate(names)}
+    add_device(tmp_path, "mlx5_0", ports={"1": files})
+    port = _port(InfinibandSource(tmp_path).collect(), "mlx5_0")
+    assert port.errors == {label: i + 1 for i, label in enumerate(names.values())}
+
+
+def test_counters_ext_64_bit_values_win(tmp_path: Path) -> None:
+    add_device(
+        tmp_path,
+        "mlx4_0",
+        ports={
+            "1": healthy_port(
+                **{
+                    "counters/port_xmit_data": "4294967295\n",  # 32-bit, stuck
+                    "counters_ext/port_xmit_data_64": "123456789012345\n",
+                    "counters_ext/port_rcv_packets_64": "99\n",
+                }
+            )
+        },
+    )
+    port = _port(InfinibandSource(tmp_path).collect(), "mlx4_0")
+    assert port.transmit_bytes == 4 * 123456789012345
+    assert port.counters["port_rcv_packets"] == 99
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("N/A (no PMA)\n", "no PMA"),
+        ("", "empty"),
+        ("garbage\n", "garbage"),
+        ("\xff\xfe\n", "undecodable"),
+    ],
+)
+def test_odd_counter_is_absent_and_only_that(tmp_path: Path, content: str, why: str) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**{"counters/symbol_error": content})})
+    add_device(tmp_path, "mlx5_1", ports={"1": healthy_port()})
+    sample = InfinibandSource(tmp_path).collect()
+    port = _port(sample, "mlx5_0")
+    assert "symbol_error" not in port.counters, why
+    assert "symbol" not in port.errors
+    assert "symbol_error" not in port.saturated
+    assert port.transmit_bytes == 4000
+    assert port.errors == {"link_downed": 2}
+    assert _port(sample, "mlx5_1").errors == {"symbol": 1, "link_downed": 2}
+
+
+def test_degraded_device_every_counter_no_pma(tmp_path: Path) -> None:
+    files = healthy_port()
+    files = {k: ("N/A (no PMA)\n" if k.startswith("counters/") else v) for k, v in files.items()}
+    add_device(tmp_path, "mlx5_0", ports={"1": files})
+    port = _port(InfinibandSource(tmp_path).collect(), "mlx5_0")
+    assert port.counters == {}
+    assert port.transmit_bytes is None
+    assert port.state == 4  # the port itself is still described
+
+
+def test_missing_files_are_absent(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", attrs={}, ports={"1": {"state": "4: ACTIVE\n"}})
+    (tmp_path / "class/infiniband/mlx5_0/fw_ver").unlink()
+    sample = InfinibandSource(tmp_path).collect()
+    port = _port(sample, "mlx5_0")
+    assert sample.devices[0].firmware_version is None
+    assert port.state == 4
+    assert port.physical_state is None
+    assert port.rate_bytes_per_second is None
+    assert port.link_layer is None
+    assert port.counters == {} and port.hw_counters == {}
+
+
+@pytest.mark.parametrize(
+    ("field", "content"),
+    [("state", "ACTIVE\n"), ("phys_state", "\n"), ("rate", "fast\n")],
+)
+def test_garbage_port_attributes_are_absent(tmp_path: Path, field: str, content: str) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**{field: content})})
+    port = _port(InfinibandSource(tmp_path).collect(), "mlx5_0")
+    values = {
+        "state": port.state,
+        "phys_state": port.physical_state,
+        "rate": port.rate_bytes_per_second,
+    }
+    assert values.pop(field) is None
+    assert None not in values.values()
+    assert port.transmit_bytes == 4000
+
+
+def test_empty_cage_rate_is_zero(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(rate="0 GB/sec\n")})
+    assert _port(InfinibandSource(tmp_path).collect(), "mlx5_0").rate_bytes_per_second == 0
+
+
+def _denying_reader(denied: str) -> Callable[[str], str]:
+    def read(path: str) -> str:
+        if path.endswith(denied):
+            raise PermissionError(13, "Permission denied", path)
+        return read_sysfs_text(path)
+
+    return read
+
+
+def test_permission_denied_via_injected_reader(tmp_path: Path) -> None:
+    # Always runs, also as root (where chmod 000 does not stop a read).
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    source = InfinibandSource(tmp_path, reader=_denying_reader("counters/port_xmit_data"))
+    port = _port(source.collect(), "mlx5_0")
+    assert port.transmit_bytes is None
+    assert port.receive_bytes == 8000
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads files despite chmod 000"
+)
+def test_permission_denied_via_chmod(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    target = tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data"
+    target.chmod(0)
+    try:
+        port = _port(InfinibandSource(tmp_path).collect(), "mlx5_0")
+    finally:
+        target.chmod(0o644)
+    assert port.transmit_bytes is None
+    assert port.receive_bytes == 8000
+
+
+def test_io_error_from_the_kernel_is_absent(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+
+    def read(path: str) -> str:
+        if path.endswith("port_xmit_wait"):
+            raise OSError(5, "Input/output error")  # a failed PMA query
+        return read_sysfs_text(path)
+
+    port = _port(InfinibandSource(tmp_path, reader=read).collect(), "mlx5_0")
+    assert "port_xmit_wait" not in port.counters
+    assert port.transmit_bytes == 4000
+
+
+def test_odd_file_logged_once_across_polls(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**{"counters/symbol_error": "x\n"})})
+    source = InfinibandSource(tmp_path, reader=_denying_reader("port_rcv_data"))
+    with caplog.at_level(logging.DEBUG, logger="agent.sources.infiniband"):
+        for _ in range(5):
+            source.collect()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("symbol_error" in m for m in messages) == 1
+    assert sum("port_rcv_data" in m and "permission denied" in m for m in messages) == 1
+
+
+def test_device_vanishing_mid_read_leaves_the_others(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    add_device(tmp_path, "mlx5_1", ports={"1": healthy_port()})
+    doomed = tmp_path / "class/infiniband/mlx5_0"
+    armed = False
+
+    def read(path: str) -> str:
+        # Once armed, the first read of mlx5_0 finds it being unplugged.
+        if armed and path.startswith(str(doomed)) and doomed.exists():
+            shutil.rmtree(doomed)
+        return read_sysfs_text(path)
+
+    source = InfinibandSource(tmp_path, reader=read)
+    source.collect()  # lists both devices
+    armed = True
+    sample = source.collect()
+    assert [d.name for d in sample.devices] == ["mlx5_1"]
+    assert _port(sample, "mlx5_1").transmit_bytes == 4000
+    # The next poll re-lists and no longer looks for the vanished device.
+    assert [d.name for d in source.collect().devices] == ["mlx5_1"]
+
+
+def test_hot_plug_is_seen_on_the_next_poll(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    source = InfinibandSource(tmp_path, relist_every=1000)
+    assert [d.name for d in source.collect().devices] == ["mlx5_0"]
+    add_device(tmp_path, "mlx5_1", ports={"1": healthy_port()})
+    assert [d.name for d in source.collect().devices] == ["mlx5_0", "mlx5_1"]
+
+
+def test_listing_is_cached_between_polls(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    source = InfinibandSource(tmp_path, relist_every=3)
+    source.collect()
+    # A counter file added without a device-level change is picked up only at re-list.
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/hw_counters/out_of_sequence").write_text("9\n")
+    seen = ["out_of_sequence" in _port(source.collect(), "mlx5_0").hw_counters for _ in range(3)]
+    assert seen == [False, False, True]
+
+
+def test_counter_values_change_between_cached_polls(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    source = InfinibandSource(tmp_path)
+    assert _port(source.collect(), "mlx5_0").transmit_bytes == 4000
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data").write_text("1500\n")
+    assert _port(source.collect(), "mlx5_0").transmit_bytes == 6000
+
+
+@pytest.mark.parametrize(
+    ("counter", "top"),
+    [
+        ("symbol_error", 65535),
+        ("port_rcv_errors", 65535),
+        ("VL15_dropped", 65535),
+        ("link_downed", 255),
+        ("port_rcv_constraint_errors", 255),
+        ("local_link_integrity_errors", 15),
+        ("excessive_buffer_overrun_errors", 15),
+        ("port_xmit_wait", 4294967295),
+    ],
+)
+def test_saturation(tmp_path: Path, counter: str, top: int) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**{f"counters/{counter}": f"{top}\n"})})
+    add_device(
+        tmp_path, "mlx5_1", ports={"1": healthy_port(**{f"counters/{counter}": f"{top - 1}\n"})}
+    )
+    sample = InfinibandSource(tmp_path).collect()
+    assert _port(sample, "mlx5_0").saturated[counter] is True
+    assert _port(sample, "mlx5_1").saturated[counter] is False
+    # every other narrow counter present reads 0, so alerts need no absent()
+    others = {k: v for k, v in _port(sample, "mlx5_0").saturated.items() if k != counter}
+    assert others and not any(others.values())
+
+
+def test_ports_sorted_numerically(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={p: healthy_port() for p in ("2", "10", "1")})
+    (device,) = InfinibandSource(tmp_path).collect().devices
+    assert [p.port for p in device.ports] == ["1", "2", "10"]
+
+
+def test_gpu_bus_ids_failure_does_not_break_ports(tmp_path: Path) -> None:
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+
+    def broken() -> list[str]:
+        raise RuntimeError("NVML went away")
+
+    port = _port(InfinibandSource(tmp_path, gpu_bus_ids=broken).collect(), "mlx5_0")
+    assert port.nearest_gpus == ()
+    assert port.transmit_bytes == 4000
+
+
+def test_relist_every_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        InfinibandSource(tmp_path, relist_every=0)
