@@ -1,0 +1,444 @@
+"""Physical state and dynamics of one simulated GPU.
+
+The simulated NVML library (`agent.sim.nvml_lib`) reads everything it reports from a
+`SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. State moves
+only in `step()`, which integrates up to a given time in bounded sub-steps, so a clock
+jump of an hour costs a few hundred cheap iterations and stays stable.
+
+Model, per sub-step:
+- demanded power = idle + compute_intensity x (TDP - idle), mean intensity over the step;
+- the power limit caps it (SW power cap reason, power violation time);
+- above the slowdown temperature the clocks, and with them the dynamic power, are pulled
+  down by a proportional controller (thermal reasons, thermal violation time);
+- temperature relaxes towards ambient + R x power with time constant tau. The controller
+  makes power depend on temperature, so the step solves for the closed-loop steady state
+  and relaxes towards that: exact for any step length, no explicit-Euler instability;
+- energy integrates power; NVLink/PCIe byte counters integrate the workload's traffic;
+- error counters accumulate expected counts (rate x dt) and report the integer part, so
+  they depend only on time, not on how often anyone polls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid as uuid_module
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agent.sim.profiles import GIB, MIB, GpuModel, LinkEnd
+from agent.sim.workload import Workload
+
+AMBIENT_C = 25.0  # DGX inlet air; the DGX-1 white paper allows 5-35 C
+MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
+MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
+INTENSITY_SAMPLES = 8  # samples per sub-step when averaging the workload
+# Proportional thermal controller: each degree above slowdown takes 10% off the dynamic
+# power (~ what nvidia-smi shows on an overheating board: clocks fall until the
+# temperature holds a few degrees above the slowdown threshold).
+THERMAL_GAIN_PER_C = 0.10
+MIN_CLOCK_FACTOR = 0.25  # the driver does not go below ~ a quarter of the boost clock
+HBM_OFFSET_C = 4.0  # ~ HBM stacks read a few degrees above the GPU die under load
+
+# Clock-event / throttle reason bits (NVML header, nvmlClocksEventReason*).
+REASON_GPU_IDLE = 0x1
+REASON_APPLICATIONS_CLOCKS = 0x2
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SYNC_BOOST = 0x10
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+REASON_DISPLAY_CLOCKS = 0x100
+
+# PCIe per-lane payload rate in bytes/s after line coding (PCI-SIG: 8 GT/s 128b/130b for
+# Gen3, doubling each generation).
+PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6}
+
+NVLINK_ERROR_KINDS = ("replay", "recovery", "crc_flit", "crc_data", "ecc")
+
+
+@dataclass
+class LinkState:
+    """One NVLink link of this GPU."""
+
+    end: LinkEnd
+    up: bool = True
+    tx_bytes: float = 0.0
+    rx_bytes: float = 0.0
+    # expected error counts (floats; NVML reports the integer part)
+    errors: dict[str, float] = field(default_factory=lambda: dict.fromkeys(NVLINK_ERROR_KINDS, 0.0))
+    error_rates: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(NVLINK_ERROR_KINDS, 0.0)
+    )
+
+
+@dataclass
+class EccState:
+    corrected_volatile: int = 0
+    uncorrected_volatile: int = 0
+    corrected_aggregate: int = 0
+    uncorrected_aggregate: int = 0
+    corrected_rate_per_s: float = 0.0  # single-bit errors trickling in
+    _corrected_carry: float = 0.0
+    retired_sbe: list[tuple[int, float]] = field(default_factory=list)  # (address, time)
+    retired_dbe: list[tuple[int, float]] = field(default_factory=list)
+    retired_pending: bool = False
+    remapped_correctable: int = 0
+    remapped_uncorrectable: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+
+
+EVENT_DOUBLE_BIT_ECC = 0x2  # nvmlEventTypeDoubleBitEccError
+EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
+
+
+@dataclass(frozen=True)
+class GpuEvent:
+    """Something NVML delivers through nvmlEventSetWait: type bit and its data (the XID)."""
+
+    gpu: int
+    event_type: int
+    data: int
+    time: float
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Cumulative activity integrals (fraction x seconds), for GPM sample deltas."""
+
+    time: float
+    sm_active: float
+    sm_occupancy: float
+    tensor_active: float
+    dram_active: float
+    graphics_active: float
+    pcie_tx_bytes: float
+    pcie_rx_bytes: float
+    nvlink_tx_bytes: float
+    nvlink_rx_bytes: float
+
+
+def _stable_digest(*parts: object) -> bytes:
+    return hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+
+
+class SimulatedGpu:
+    """One GPU: identity, fault knobs and physical state, integrated by `step()`."""
+
+    def __init__(
+        self,
+        index: int,
+        model: GpuModel,
+        links: tuple[LinkEnd, ...],
+        workload: Workload,
+        *,
+        seed: int = 0,
+        start_time: float = 0.0,
+        node_name: str = "",
+    ) -> None:
+        self.index = index
+        self.model = model
+        self.workload = workload
+        self.seed = seed
+        digest = _stable_digest(node_name, seed, index, model.name)
+        self.uuid = "GPU-" + str(uuid_module.UUID(bytes=digest[:16]))
+        # ~ serials are 13 decimal digits on data-centre boards
+        self.serial = "1" + str(int.from_bytes(digest[16:24], "big") % 10**12).zfill(12)
+        self.links = [LinkState(end) for end in links]
+
+        # fault knobs (scenarios set these)
+        self.thermal_resistance_c_per_w = model.thermal_resistance_c_per_w
+        self.power_limit_w = model.tdp_watts
+        self.lost = False
+        self.pcie_replay_rate_per_s = 0.0
+        self.scenario_hooks: list[Callable[[SimulatedGpu, float], None]] = []
+
+        # physical state
+        self.time = start_time
+        self.start_time = start_time
+        self.temperature_c = AMBIENT_C + self.thermal_resistance_c_per_w * model.idle_watts
+        self.power_w = model.idle_watts
+        self.energy_mj = 0.0
+        self.clock_factor = 1.0
+        self.reasons = REASON_GPU_IDLE
+        self.power_violation_ns = 0.0
+        self.thermal_violation_ns = 0.0
+        self.low_util_violation_ns = 0.0
+        self.pcie_tx_bytes = 0.0
+        self.pcie_rx_bytes = 0.0
+        self.pcie_tx_rate = 0.0  # bytes/s over the last sub-step
+        self.pcie_rx_rate = 0.0
+        self.pcie_replays = 0.0
+        self.ecc = EccState()
+        self._activity = [0.0] * 5  # sm, occupancy, tensor, dram, graphics integrals
+        self.events: list[GpuEvent] = []  # drained by the library after each step
+        self._update_reasons(self._workload_util(start_time), capped=False)
+
+    # --- derived, instantaneous -----------------------------------------------------
+
+    def _workload_util(self, t: float) -> float:
+        return 0.0 if self.lost else self.workload.gpu_utilization(t, self.index)
+
+    @property
+    def utilization(self) -> float:
+        """GPU busy fraction now (nvidia-smi utilization.gpu), 0..1."""
+        return self._workload_util(self.time)
+
+    @property
+    def memory_utilization(self) -> float:
+        """Memory-controller busy fraction (utilization.memory): ~ 60% of compute load."""
+        return 0.6 * self.workload.compute_intensity(self.time, self.index) * self.clock_factor
+
+    @property
+    def memory_reserved_bytes(self) -> int:
+        # ~ nvidia-smi "Reserved": about half a percent of the board on recent drivers
+        return (self.model.memory_bytes // 200) // MIB * MIB
+
+    @property
+    def memory_used_bytes(self) -> int:
+        """Used by processes (NVML v2 `used`, which excludes the reserved part)."""
+        if self.workload.kind == "training":
+            share = 0.85  # frameworks' caching allocators grab most of the board
+        elif self.workload.kind == "inference":
+            share = 0.40
+        else:
+            share = 0.0
+        driver_overhead = 0 if share == 0.0 else 512 * MIB  # CUDA context + cuBLAS workspace
+        return int(self.model.memory_bytes * share) // MIB * MIB + driver_overhead
+
+    @property
+    def process_memory_bytes(self) -> int:
+        """What the one job process on this GPU holds: all but the context overhead."""
+        used = self.memory_used_bytes
+        return max(0, used - 512 * MIB) if used else 0
+
+    @property
+    def sm_clock_mhz(self) -> int:
+        if self.utilization < 0.01:
+            return self.model.idle_sm_clock_mhz
+        mhz = self.model.max_sm_clock_mhz * self.clock_factor
+        return int(max(self.model.idle_sm_clock_mhz, mhz))
+
+    @property
+    def memory_clock_mhz(self) -> int:
+        # HBM runs at one clock; GDDR boards park the memory clock when idle (~ 405 MHz)
+        if self.utilization < 0.01 and not self.model.memory_temperature:
+            return 405
+        return self.model.max_memory_clock_mhz
+
+    @property
+    def video_clock_mhz(self) -> int:
+        return int(self.sm_clock_mhz * 0.9)  # ~ video clock tracks ~90% of graphics
+
+    @property
+    def max_video_clock_mhz(self) -> int:
+        return int(self.model.max_sm_clock_mhz * 0.9)
+
+    @property
+    def memory_temperature_c(self) -> float:
+        return self.temperature_c + HBM_OFFSET_C * (self.power_w / self.model.tdp_watts)
+
+    @property
+    def fan_percent(self) -> int:
+        # ~ a GeForce fan curve: 30% floor, ramps from 40 C, full speed by ~87 C
+        return int(min(100.0, max(30.0, 30.0 + (self.temperature_c - 40.0) * 1.5)))
+
+    @property
+    def pstate(self) -> int:
+        return 0 if self.utilization >= 0.01 else 8
+
+    @property
+    def pcie_generation_current(self) -> int:
+        # the link trains down to Gen1 when idle to save power, back up under load
+        return self.model.pcie_generation if self.utilization >= 0.01 else 1
+
+    def activity(self) -> Activity:
+        return Activity(
+            self.time,
+            sm_active=self._activity[0],
+            sm_occupancy=self._activity[1],
+            tensor_active=self._activity[2],
+            dram_active=self._activity[3],
+            graphics_active=self._activity[4],
+            pcie_tx_bytes=self.pcie_tx_bytes,
+            pcie_rx_bytes=self.pcie_rx_bytes,
+            nvlink_tx_bytes=sum(link.tx_bytes for link in self.links),
+            nvlink_rx_bytes=sum(link.rx_bytes for link in self.links),
+        )
+
+    # --- events and faults ----------------------------------------------------------
+
+    def emit_xid(self, xid: int) -> None:
+        self.emit_event(EVENT_XID, xid)
+
+    def emit_event(self, event_type: int, data: int = 0) -> None:
+        self.events.append(GpuEvent(self.index, event_type, data, self.time))
+
+    def drain_events(self) -> list[GpuEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def nvlink_error_count(self, link: int, kind: str) -> int:
+        return int(self.links[link].errors[kind])
+
+    # --- dynamics -------------------------------------------------------------------
+
+    def _mean(self, fn: Callable[[float], float], t0: float, t1: float) -> float:
+        dt = (t1 - t0) / INTENSITY_SAMPLES
+        return sum(fn(t0 + (i + 0.5) * dt) for i in range(INTENSITY_SAMPLES)) / INTENSITY_SAMPLES
+
+    def _power(self, temperature: float, dynamic_demand_w: float) -> tuple[float, float, bool]:
+        """(power W, clock factor, capped) at this temperature for this demand."""
+        model = self.model
+        over = temperature - model.temp_slowdown_c
+        thermal = 1.0 if over <= 0 else max(MIN_CLOCK_FACTOR, 1.0 - THERMAL_GAIN_PER_C * over)
+        dynamic = dynamic_demand_w * thermal
+        headroom = max(0.0, self.power_limit_w - model.idle_watts)
+        capped = dynamic > headroom
+        if capped:
+            dynamic = headroom
+        factor = 1.0 if dynamic_demand_w <= 0 else dynamic / dynamic_demand_w
+        return model.idle_watts + dynamic, factor, capped
+
+    def _steady_temperature(self, dynamic_demand_w: float) -> float:
+        """Closed-loop steady state: T = ambient + R x power(T), power falling with T."""
+        r = self.thermal_resistance_c_per_w
+
+        def excess(t: float) -> float:
+            return AMBIENT_C + r * self._power(t, dynamic_demand_w)[0] - t
+
+        if excess(self.model.temp_slowdown_c) <= 0:
+            # below slowdown power does not depend on temperature: open loop is exact
+            return AMBIENT_C + r * self._power(AMBIENT_C, dynamic_demand_w)[0]
+        hi = AMBIENT_C + r * (self.model.idle_watts + dynamic_demand_w) + 1.0
+        lo = float(self.model.temp_slowdown_c)
+        for _ in range(30):  # excess() is decreasing in t: bisection to ~1e-7 C
+            mid = (lo + hi) / 2
+            if excess(mid) > 0:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    def _update_reasons(self, util: float, *, capped: bool) -> None:
+        reasons = 0
+        if util < 0.01:
+            reasons |= REASON_GPU_IDLE
+        if capped:
+            reasons |= REASON_SW_POWER_CAP
+        if self.temperature_c > self.model.temp_slowdown_c:
+            reasons |= REASON_SW_THERMAL | REASON_HW_THERMAL
+        self.reasons = reasons
+
+    def step(self, until: float) -> None:
+        """Integrate the state from self.time up to `until`."""
+        span = until - self.time
+        if span <= 0:
+            return
+        n = min(MAX_SUBSTEPS, max(1, math.ceil(span / MAX_SUBSTEP_S)))
+        dt = span / n
+        for _ in range(n):
+            self._substep(self.time, self.time + dt)
+
+    def _substep(self, t0: float, t1: float) -> None:
+        dt = t1 - t0
+        for hook in self.scenario_hooks:
+            hook(self, t0 - self.start_time)
+        model = self.model
+        workload = self.workload
+        if self.lost:
+            intensity = util = comm = 0.0
+        else:
+            intensity = self._mean(lambda t: workload.compute_intensity(t, self.index), t0, t1)
+            util = self._mean(lambda t: workload.gpu_utilization(t, self.index), t0, t1)
+            comm = workload.mean_comm_intensity(t0, t1, steps=INTENSITY_SAMPLES)
+        demand = intensity * (model.tdp_watts - model.idle_watts)
+
+        # temperature: exact relaxation towards the closed-loop steady state
+        target = self._steady_temperature(demand)
+        alpha = 1.0 - math.exp(-dt / model.thermal_time_constant_s)
+        self.temperature_c += (target - self.temperature_c) * alpha
+        power, factor, capped = self._power(self.temperature_c, demand)
+        self.power_w = power
+        self.clock_factor = factor if demand > 0 else 1.0
+        self.energy_mj += power * dt * 1000.0
+        self.time = t1
+        self._update_reasons(util, capped=capped)
+        ns = dt * 1e9
+        if capped:
+            self.power_violation_ns += ns
+        if self.reasons & REASON_SW_THERMAL:
+            self.thermal_violation_ns += ns
+        if util < 0.01:
+            self.low_util_violation_ns += ns
+
+        # activity integrals for GPM (~ shares of busy time, typical of LLM training)
+        busy = intensity * self.clock_factor
+        for i, share in enumerate((0.92, 0.45, 0.70, 0.55, 1.0)):
+            self._activity[i] += (util if i == 4 else busy * share) * dt
+
+        # PCIe: input pipeline traffic ~ 5% of the link in, 1% out while computing
+        lanes = PCIE_LANE_BYTES_PER_S[model.pcie_generation] * model.pcie_width
+        self.pcie_rx_rate = 0.05 * util * lanes
+        self.pcie_tx_rate = 0.01 * util * lanes
+        self.pcie_rx_bytes += self.pcie_rx_rate * dt
+        self.pcie_tx_bytes += self.pcie_tx_rate * dt
+        self.pcie_replays += self.pcie_replay_rate_per_s * dt
+
+        # NVLink: all-reduce traffic is symmetric, each live link carries its share
+        for link in self.links:
+            if link.up:
+                moved = comm * model.nvlink_bytes_per_second * dt
+                link.tx_bytes += moved
+                link.rx_bytes += moved
+            for kind, rate in link.error_rates.items():
+                if rate:
+                    link.errors[kind] += rate * dt
+
+        if self.ecc.corrected_rate_per_s:
+            self.ecc._corrected_carry += self.ecc.corrected_rate_per_s * dt
+            whole = int(self.ecc._corrected_carry)
+            if whole:
+                self.ecc._corrected_carry -= whole
+                self.add_ecc_errors(corrected=whole)
+
+    # --- ECC helpers used by scenarios ---------------------------------------------
+
+    def add_ecc_errors(self, *, corrected: int = 0, uncorrected: int = 0) -> None:
+        ecc = self.ecc
+        ecc.corrected_volatile += corrected
+        ecc.corrected_aggregate += corrected
+        ecc.uncorrected_volatile += uncorrected
+        ecc.uncorrected_aggregate += uncorrected
+
+    def retire_page(self, *, double_bit: bool) -> None:
+        """Record a bad DRAM location: page retirement before Ampere, row remap after."""
+        if self.model.row_remapping:
+            if double_bit:
+                self.ecc.remapped_uncorrectable += 1
+            else:
+                self.ecc.remapped_correctable += 1
+            self.ecc.remap_pending = True  # the remap takes effect at the next GPU reset
+            return
+        pages = self.ecc.retired_dbe if double_bit else self.ecc.retired_sbe
+        # a page-aligned address inside the board's memory, stable per seed
+        slot = int.from_bytes(_stable_digest(self.uuid, len(pages), double_bit)[:4], "big")
+        address = (slot % (self.model.memory_bytes // (4096 * 16))) * 16
+        pages.append((address, self.time))
+        self.ecc.retired_pending = True
+
+
+def bar1_total_bytes(model: GpuModel) -> int:
+    """BAR1 aperture: data-centre SXM boards map all memory (next power of two), others 256 MiB.
+
+    ~ nvidia-smi readings: H100 SXM 131072 MiB, A100 40GB 65536 MiB, V100 32GB 32768 MiB,
+    P100 16384 MiB, T4 and GeForce 256 MiB.
+    """
+    if model.nvlink_version and not model.fan:
+        size = GIB
+        while size < model.memory_bytes:
+            size *= 2
+        return size
+    return 256 * MIB

@@ -1,0 +1,20 @@
+"""Put the simulated NVML under the real pynvml in a child process (`nvwatch simulate exec`).
+
+Python imports `sitecustomize` at start-up from the first sys.path entry that has one;
+`agent.sim.nvml_lib.exec_environment()` puts this directory first on PYTHONPATH. With
+NVWATCH_SIMULATE=PROFILE set, `import pynvml` then finds a SimulatedNvml already installed,
+so unmodified tools (gpustat, nvitop, scripts) see the simulated GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if os.environ.get("NVWATCH_SIMULATE"):
+    try:
+        from agent.sim.nvml_lib import install_from_environment
+
+        install_from_environment()
+    except Exception as error:  # start-up must not die: say why the simulation is absent
+        print(f"nvwatch simulate: simulated NVML not installed: {error}", file=sys.stderr)
