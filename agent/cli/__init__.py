@@ -5,8 +5,11 @@ Bad input (flags, environment, config files) prints one line on stderr and exits
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -121,6 +124,36 @@ def doctor_command(**params: Any) -> None:
         sys.exit(1)
 
 
+@cli.command("topology")
+@source_options
+def topology_command(**params: Any) -> None:
+    """GPU x GPU NVLink/PCIe matrix and GPU <-> HCA affinity, like `nvidia-smi topo -m`."""
+    from agent.sources import SourceUnavailable
+    from agent.topology import build_topology, format_matrix
+
+    config = build_config(params)
+    logs.configure(config.log_format)
+    with runtime(config) as effective:
+        try:
+            topology = build_topology(effective.sysfs_root, _hcas(effective.sysfs_root))
+        except SourceUnavailable as exc:
+            click.echo(f"nvwatch: error: {exc}", err=True)
+            sys.exit(1)
+    click.echo(format_matrix(topology), nl=False)
+
+
+def _hcas(sysfs_root: Path) -> list[tuple[str, str]]:
+    """(device, PCI bus id) of each HCA, from class/infiniband/<dev>/device links."""
+    base = sysfs_root / "class" / "infiniband"
+    if not base.is_dir():
+        return []
+    found = []
+    for device in sorted(base.iterdir()):
+        with contextlib.suppress(OSError):
+            found.append((device.name, os.path.basename(os.path.realpath(device / "device"))))
+    return found
+
+
 def _duration(text: str, what: str) -> float:
     from agent.config import parse_duration
 
@@ -157,4 +190,4 @@ def _fail(message: str) -> None:
 
 
 # each further command group lives in its own module; importing it registers it on `cli`
-from agent.cli import sim_commands  # noqa: E402, F401
+from agent.cli import mixin_commands, sim_commands  # noqa: E402, F401
