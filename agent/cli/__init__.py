@@ -28,7 +28,7 @@ EXIT_BAD_INPUT = 2
 class NvwatchGroup(click.Group):
     """Turns every bad-input error into one line on stderr and exit code 2."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
             return super().main(*args, **kwargs)

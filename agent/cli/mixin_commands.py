@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from agent.cli import cli
 from agent.cli.options import option
 
+if TYPE_CHECKING:
+    from alerts.mixin_config import MixinConfig
 
-def _mixin_config(path: str | None) -> object:
+
+def _mixin_config(path: str | None) -> MixinConfig:
     from alerts.mixin_config import load
 
     try:
@@ -43,7 +47,7 @@ def dashboards_build(out: str, mixin_config: str | None) -> None:
     """Write the dashboards as Grafana JSON into OUT."""
     from dashboards.build import write
 
-    for path in write(Path(out), _mixin_config(mixin_config)):  # type: ignore[arg-type]
+    for path in write(Path(out), _mixin_config(mixin_config)):
         click.echo(str(path))
 
 
@@ -59,5 +63,5 @@ def alerts_build(out: str, mixin_config: str | None) -> None:
     """Write Prometheus rule files and Grafana alert provisioning into OUT."""
     from alerts.build import write
 
-    for path in write(Path(out), _mixin_config(mixin_config)):  # type: ignore[arg-type]
+    for path in write(Path(out), _mixin_config(mixin_config)):
         click.echo(str(path))

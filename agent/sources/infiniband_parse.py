@@ -126,7 +126,7 @@ def is_saturated(name: str, value: int) -> bool | None:
     return value >= (1 << bits) - 1
 
 
-_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
+_STATE_RE = re.compile(r"^\s*(\d+)\s*:(.*)$", re.DOTALL)
 
 
 def parse_state(text: str) -> tuple[int, str]:
@@ -138,7 +138,7 @@ def parse_state(text: str) -> tuple[int, str]:
     match = _STATE_RE.match(text)
     if match is None:
         raise NotAValue("not a state")
-    return int(match.group(1)), match.group(2)
+    return int(match.group(1)), match.group(2).strip()
 
 
 @dataclass(frozen=True)
