@@ -50,9 +50,7 @@ def exposition(sample: NvmlSample) -> list[Series]:
 
 def select(series: list[Series], name: str, **labels: str) -> list[Series]:
     return [
-        s
-        for s in series
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        s for s in series if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
     ]
 
 

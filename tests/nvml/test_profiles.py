@@ -103,7 +103,9 @@ def test_values_are_in_base_units(profile_output) -> None:  # type: ignore[no-un
         assert value(series, "nvwatch_gpu_pcie_link_width", gpu=gpu, kind="max") == (
             model.pcie_width
         )
-        reasons = {s.labels["reason"] for s in select(series, "nvwatch_gpu_clock_event_active", gpu=gpu)}
+        reasons = {
+            s.labels["reason"] for s in select(series, "nvwatch_gpu_clock_event_active", gpu=gpu)
+        }
         assert reasons and reasons <= {
             "idle", "applications_clocks", "sw_power_cap", "hw_slowdown", "sync_boost",
             "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake", "display_clocks",
@@ -154,9 +156,7 @@ def test_gpu_level_nvlink_detail_aggregates(node) -> None:  # type: ignore[no-un
     assert not select(gpus, "nvwatch_nvlink_remote_info")
     summed = sum(s.value for s in select(links, "nvwatch_nvlink_transmit_bytes_total", gpu="0"))
     assert value(gpus, "nvwatch_nvlink_transmit_bytes_total", gpu="0") == summed
-    assert value(gpus, "nvwatch_nvlink_speed_bytes_per_second", gpu="0") == pytest.approx(
-        18 * 25e9
-    )
+    assert value(gpus, "nvwatch_nvlink_speed_bytes_per_second", gpu="0") == pytest.approx(18 * 25e9)
 
 
 def test_unknown_nvlink_detail_is_refused() -> None:
