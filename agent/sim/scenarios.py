@@ -26,7 +26,7 @@ GPU_SCENARIOS: tuple[str, ...] = (
 FAULT_SCENARIOS = GPU_SCENARIOS[2:]
 
 FAULT_ONSET_S = 30.0  # a few 5 s polls of healthy baseline before the fault
-THERMAL_RAMP_S = 150.0  # cooling degrades over minutes (a failing fan / clogged filter)
+THERMAL_RAMP_S = 120.0  # cooling degrades over minutes (a failing fan / clogged filter)
 THERMAL_OVERSHOOT_C = 20.0  # uncontrolled steady state this far above slowdown
 POWER_CAP_FRACTION = 0.6  # e.g. a facility power-brake policy, `nvidia-smi -pl`
 NVLINK_FAIL_AFTER_S = 20.0  # the bad link retrains (recoveries) for a while, then drops
@@ -74,7 +74,7 @@ class ThermalRunaway:
     """Cooling fails: thermal resistance ramps up until the GPU would sit 20 C over slowdown.
 
     The target is per board, so every profile crosses slowdown ~2-3 minutes after onset
-    (ramp to the crossing resistance ~85 s, plus the thermal time constant's lag).
+    (ramp to the crossing resistance ~70 s, plus the thermal time constant's lag).
     """
 
     onset_s: float = FAULT_ONSET_S
