@@ -188,6 +188,11 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
             f"sum by ({c}) (instance:nvwatch_ib_port_receive_bytes:rate)",
         ),
         RecordingRule(
+            "cluster:nvwatch_gpu_throttle_seconds:rate",
+            f"sum by ({c}, reason) "
+            f"(rate(nvwatch_gpu_throttle_seconds_total{s()}[{cfg.rate_window}]))",
+        ),
+        RecordingRule(
             "cluster:nvwatch_gpu_temperature_celsius:max",
             f"max by ({c}) (instance:nvwatch_gpu_temperature_celsius:max)",
         ),

@@ -1,0 +1,67 @@
+"""Build the Grafana dashboards: `python -m dashboards.build --out dashboards/generated`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grafanalib import core as g
+from grafanalib._gen import DashboardEncoder
+
+from alerts.mixin_config import MixinConfig, load
+from dashboards import fabric, fleet, node
+from dashboards.grafana import modernise
+
+DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
+    "nvwatch-cluster-overview.json": fleet.cluster_overview,
+    "nvwatch-node.json": node.node,
+    "nvwatch-nvlink.json": fabric.nvlink,
+    "nvwatch-infiniband.json": fabric.infiniband,
+    "nvwatch-thermal-power.json": fleet.thermal_power,
+    "nvwatch-capacity-review.json": fleet.capacity_review,
+}
+
+
+def _to_json(dashboard: g.Dashboard) -> dict[str, Any]:
+    # round-trip through grafanalib's encoder: it turns its attrs objects into plain JSON
+    data: dict[str, Any] = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    return data
+
+
+def build_all(config: MixinConfig) -> dict[str, dict[str, Any]]:
+    """File name -> Grafana 10-12 dashboard JSON of every nvwatch dashboard."""
+    return {
+        name: modernise(_to_json(make(config)), config.grafana_datasource_name)
+        for name, make in DASHBOARDS.items()
+    }
+
+
+def render(dashboard: dict[str, Any]) -> str:
+    return json.dumps(dashboard, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write(out_dir: Path, config: MixinConfig) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, dashboard in build_all(config).items():
+        path = out_dir / name
+        path.write_text(render(dashboard), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True, help="directory for the JSON files")
+    parser.add_argument("--config", type=Path, default=None, help="mixin config YAML")
+    args = parser.parse_args(argv)
+    for path in write(args.out, load(args.config)):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""Small helpers over grafanalib: panels with unit, thresholds and description, laid out
+on Grafana's 24-column grid, and the template variables every dashboard shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grafanalib import core as g
+
+from alerts.mixin_config import MixinConfig
+
+Steps = Sequence[tuple[float | None, str]]
+
+# Threshold presets; None is the base step.
+OK: Steps = ((None, "green"),)
+HIGH_BAD: Steps = ((None, "green"), (0.8, "orange"), (0.95, "red"))
+LOW_BAD: Steps = ((None, "red"), (0.5, "orange"), (0.9, "green"))
+ANY_BAD: Steps = ((None, "green"), (1, "red"))
+
+
+@dataclass(frozen=True)
+class Q:
+    """One PromQL target."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+_KINDS: dict[str, Any] = {
+    "timeseries": g.TimeSeries,
+    "stat": g.Stat,
+    "gauge": g.GaugePanel,
+    "bargauge": g.BarGauge,
+    "heatmap": g.Heatmap,
+    "table": g.Table,
+    "state-timeline": g.StateTimeline,
+}
+
+
+@dataclass
+class Grid:
+    """Places panels left to right, wrapping at 24 columns, so nothing overlaps."""
+
+    x: int = 0
+    y: int = 0
+    row_height: int = 0
+    panels: list[Any] = field(default_factory=list)
+
+    def add(
+        self,
+        kind: str,
+        title: str,
+        description: str,
+        unit: str,
+        queries: Sequence[Q],
+        *,
+        w: int = 12,
+        h: int = 8,
+        steps: Steps = OK,
+        min_: float | None = None,
+        max_: float | None = None,
+        options: dict[str, Any] | None = None,
+        custom: dict[str, Any] | None = None,
+        mappings: list[dict[str, Any]] | None = None,
+        transformations: list[dict[str, Any]] | None = None,
+    ) -> None:
+        if self.x + w > 24:
+            self.newline()
+        targets = [
+            g.Target(
+                expr=q.expr,
+                legendFormat=q.legend,
+                refId=chr(ord("A") + i),
+                instant=q.instant,
+                format="table" if q.table else "time_series",
+            )
+            for i, q in enumerate(queries)
+        ]
+        defaults: dict[str, Any] = {
+            "unit": unit,
+            "thresholds": {
+                "mode": "absolute",
+                "steps": [{"color": c, "value": v} for v, c in steps],
+            },
+        }
+        if min_ is not None:
+            defaults["min"] = min_
+        if max_ is not None:
+            defaults["max"] = max_
+        if custom:
+            defaults["custom"] = custom
+        if mappings:
+            defaults["mappings"] = mappings
+        extra: dict[str, Any] = {"fieldConfig": {"defaults": defaults}}
+        if options:
+            extra["options"] = options
+        panel = _KINDS[kind](
+            title=title,
+            description=description,
+            targets=targets,
+            gridPos=g.GridPos(h=h, w=w, x=self.x, y=self.y),
+            transformations=transformations or [],
+            extraJson=extra,
+        )
+        self.panels.append(panel)
+        self.x += w
+        self.row_height = max(self.row_height, h)
+
+    def newline(self) -> None:
+        self.y += self.row_height
+        self.x = 0
+        self.row_height = 0
+
+
+def variable(cfg: MixinConfig, name: str, label: str, *, multi: bool = True) -> g.Template:
+    """A label_values() variable scoped by the variables before it."""
+    scope = [cfg.job_selector]
+    if name != cfg.cluster_label:
+        scope.append(f'{cfg.cluster_label}=~"$cluster"')
+    if name not in (cfg.cluster_label, cfg.instance_label):
+        scope.append(f'{cfg.instance_label}=~"$instance"')
+    metric = "up" if name in (cfg.cluster_label, cfg.instance_label) else "nvwatch_gpu_up"
+    var_name = {cfg.cluster_label: "cluster", cfg.instance_label: "instance"}.get(name, name)
+    return g.Template(
+        name=var_name,
+        label=label,
+        query=f"label_values({metric}{{{', '.join(scope)}}}, {name})",
+        multi=multi,
+        includeAll=multi,
+        allValue=".*" if multi else None,
+        refresh=2,
+        sort=1,
+    )
+
+
+def dashboard(
+    cfg: MixinConfig,
+    uid: str,
+    title: str,
+    description: str,
+    grid: Grid,
+    variables: Sequence[g.Template],
+    *,
+    time_from: str = "now-6h",
+) -> g.Dashboard:
+    return g.Dashboard(
+        title=title,
+        uid=uid,
+        description=description,
+        tags=list(cfg.dashboard_tags),
+        timezone="browser",
+        refresh="1m",
+        time=g.Time(time_from, "now"),
+        panels=grid.panels,
+        templating=g.Templating(list=list(variables)),
+    )
