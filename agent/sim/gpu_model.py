@@ -20,6 +20,7 @@ Model, per sub-step:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import uuid as uuid_module
@@ -285,10 +286,6 @@ class SimulatedGpu:
 
     # --- dynamics -------------------------------------------------------------------
 
-    def _mean(self, fn: Callable[[float], float], t0: float, t1: float) -> float:
-        dt = (t1 - t0) / INTENSITY_SAMPLES
-        return sum(fn(t0 + (i + 0.5) * dt) for i in range(INTENSITY_SAMPLES)) / INTENSITY_SAMPLES
-
     def _power(self, temperature: float, dynamic_demand_w: float) -> tuple[float, float, bool]:
         """(power W, clock factor, capped) at this temperature for this demand."""
         model = self.model
@@ -314,7 +311,7 @@ class SimulatedGpu:
             return AMBIENT_C + r * self._power(AMBIENT_C, dynamic_demand_w)[0]
         hi = AMBIENT_C + r * (self.model.idle_watts + dynamic_demand_w) + 1.0
         lo = float(self.model.temp_slowdown_c)
-        for _ in range(30):  # excess() is decreasing in t: bisection to ~1e-7 C
+        for _ in range(20):  # excess() is decreasing in t: bisection to ~1e-4 C
             mid = (lo + hi) / 2
             if excess(mid) > 0:
                 lo = mid
@@ -344,16 +341,18 @@ class SimulatedGpu:
 
     def _substep(self, t0: float, t1: float) -> None:
         dt = t1 - t0
+        # faults due within this sub-step take effect for it (at most MAX_SUBSTEP_S early),
+        # so everything scheduled up to the clock has happened when a call returns
         for hook in self.scenario_hooks:
-            hook(self, t0 - self.start_time)
+            hook(self, t1 - self.start_time)
         model = self.model
         workload = self.workload
         if self.lost:
             intensity = util = comm = 0.0
         else:
-            intensity = self._mean(lambda t: workload.compute_intensity(t, self.index), t0, t1)
-            util = self._mean(lambda t: workload.gpu_utilization(t, self.index), t0, t1)
-            comm = workload.mean_comm_intensity(t0, t1, steps=INTENSITY_SAMPLES)
+            # only inference load differs per GPU; training GPUs share one computation
+            key = self.index if workload.kind == "inference" else -1
+            intensity, util, comm = _workload_means(workload, key, t0, t1)
         demand = intensity * (model.tdp_watts - model.idle_watts)
 
         # temperature: exact relaxation towards the closed-loop steady state
@@ -428,6 +427,21 @@ class SimulatedGpu:
         address = (slot % (self.model.memory_bytes // (4096 * 16))) * 16
         pages.append((address, self.time))
         self.ecc.retired_pending = True
+
+
+@functools.lru_cache(maxsize=4096)
+def _workload_means(
+    workload: Workload, gpu: int, t0: float, t1: float
+) -> tuple[float, float, float]:
+    """(compute intensity, utilization, comm intensity) averaged over [t0, t1]."""
+    index = max(gpu, 0)
+    dt = (t1 - t0) / INTENSITY_SAMPLES
+    times = [t0 + (i + 0.5) * dt for i in range(INTENSITY_SAMPLES)]
+    intensity = sum(workload.compute_intensity(t, index) for t in times) / INTENSITY_SAMPLES
+    util = sum(workload.gpu_utilization(t, index) for t in times) / INTENSITY_SAMPLES
+    # the same midpoint rule as Workload.mean_comm_intensity(t0, t1, INTENSITY_SAMPLES)
+    comm = sum(workload.comm_intensity(t) for t in times) / INTENSITY_SAMPLES
+    return intensity, util, comm
 
 
 def bar1_total_bytes(model: GpuModel) -> int:

@@ -904,8 +904,9 @@ class SimulatedNvml:
 
     @_device_call
     def nvmlDeviceGetRetiredPages_v2(
-        self, gpu: SimulatedGpu, cause: Any, count: Any, addresses: Any, times: Any
+        self, gpu: SimulatedGpu, cause: Any, count: Any, addresses: Any, times: Any = None
     ) -> int:
+        # pynvml's size query passes only four arguments
         return self._write_pages(gpu, cause, count, addresses, times)
 
     @_device_call
