@@ -1,0 +1,1 @@
+"""Measured cost of the nvwatch agent per node; entry point: `python benchmarks/run.py`."""

@@ -1,0 +1,137 @@
+"""Small shared pieces: percentiles, machine facts, free ports, subprocess lifetimes."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile: an observed value, never an interpolation between two."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def tool_version(argv: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not available"
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh directory on tmpfs where there is one: sysfs lives in memory, and a disk
+    filesystem would make the simulated tree's file writes dominate the run."""
+    shm = Path("/dev/shm")
+    parent = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def free_port() -> int:
+    # Bind to port 0 and release it: a small race with other processes, acceptable on
+    # loopback in a benchmark; the caller fails loudly if the server cannot bind.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def nvwatch_command() -> list[str]:
+    """The agent as a separate process, from the same interpreter and checkout."""
+    return [sys.executable, "-m", "agent.cli"]
+
+
+def wait_for_http(url: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    """Until `url` answers 200; raise with the process's output if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode} before ready")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last_error = str(exc)
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready after {timeout:g}s: {last_error}")
+
+
+def fetch(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read()
+        return body
+
+
+@contextlib.contextmanager
+def running(
+    argv: Sequence[str], ready_url: str, *, ready_timeout: float = 30.0, log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server subprocess for the duration of the block; always terminated, then killed."""
+    sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(
+        list(argv),
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+        env=env,
+        start_new_session=True,  # its own group, so a kill reaches any children too
+    )
+    try:
+        wait_for_http(ready_url, ready_timeout, process)
+        yield process
+    finally:
+        stop(process)
+        if log is not None and not isinstance(sink, int):
+            sink.close()
+
+
+def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(grace)
