@@ -27,8 +27,11 @@ class Node:
         return source
 
 
+NodeFactory = Callable[..., Node]
+
+
 @pytest.fixture
-def node() -> Iterator[Callable[..., Node]]:
+def node() -> Iterator[NodeFactory]:
     """node(profile, scenario=None, gpu_scenarios=None, wrap=None) -> Node (installed)."""
     made: list[Node] = []
 

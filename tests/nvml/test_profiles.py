@@ -7,21 +7,25 @@ from collections import Counter
 import pytest
 
 from agent.catalogue import BY_NAME
-from agent.sim.profiles import PROFILES
-from tests.nvml.helpers import exposition, poll, select, value
+from agent.sim.profiles import PROFILES, Profile
+from agent.sources.nvml import NvmlSample
+from tests.nvml.conftest import NodeFactory
+from tests.nvml.helpers import Series, exposition, poll, select, value
+
+Output = tuple[Profile, NvmlSample, list[Series]]
 
 PER_GPU = {name for name, spec in BY_NAME.items() if spec.labels[:2] == ("gpu", "uuid")}
 
 
 @pytest.fixture(params=sorted(PROFILES))
-def profile_output(request, node):  # type: ignore[no-untyped-def]
-    profile = PROFILES[request.param]
+def profile_output(request: pytest.FixtureRequest, node: NodeFactory) -> Output:
+    profile = PROFILES[str(request.param)]
     n = node(profile.name)
     samples = poll(n.source(), n.clock, 3)
     return profile, samples[-1], exposition(samples[-1])
 
 
-def test_every_gpu_up_with_identity(profile_output) -> None:  # type: ignore[no-untyped-def]
+def test_every_gpu_up_with_identity(profile_output: Output) -> None:
     profile, sample, series = profile_output
     assert len(sample.gpus) == profile.gpu_count
     for index, model in enumerate(profile.gpus):
@@ -36,7 +40,7 @@ def test_every_gpu_up_with_identity(profile_output) -> None:  # type: ignore[no-
             assert s.labels["gpu"].isdigit() and s.labels["uuid"].startswith("GPU-"), s
 
 
-def test_optional_families_follow_the_hardware(profile_output) -> None:  # type: ignore[no-untyped-def]
+def test_optional_families_follow_the_hardware(profile_output: Output) -> None:
     profile, _, series = profile_output
     for index, model in enumerate(profile.gpus):
         gpu = str(index)
@@ -67,7 +71,7 @@ def test_optional_families_follow_the_hardware(profile_output) -> None:  # type:
             assert {s.labels["type"] for s in errors} == expected
 
 
-def test_link_counts_of_the_flagship_profiles(node) -> None:  # type: ignore[no-untyped-def]
+def test_link_counts_of_the_flagship_profiles(node: NodeFactory) -> None:
     for name, per_gpu in (("dgx-h100", 18), ("dgx-a100", 12), ("inference-t4", 0)):
         n = node(name)
         sample = poll(n.source(), n.clock, 1)[-1]
@@ -75,7 +79,7 @@ def test_link_counts_of_the_flagship_profiles(node) -> None:  # type: ignore[no-
         n.sources[-1].close()
 
 
-def test_values_are_in_base_units(profile_output) -> None:  # type: ignore[no-untyped-def]
+def test_values_are_in_base_units(profile_output: Output) -> None:
     profile, _, series = profile_output
     for index, model in enumerate(profile.gpus):
         gpu = str(index)
@@ -120,7 +124,7 @@ def test_values_are_in_base_units(profile_output) -> None:  # type: ignore[no-un
             assert 0 <= s.value <= 1
 
 
-def test_dgx1_cube_mesh_peers_in_remote_info(node) -> None:  # type: ignore[no-untyped-def]
+def test_dgx1_cube_mesh_peers_in_remote_info(node: NodeFactory) -> None:
     for name, doubled in (("dgx1-v100", True), ("dgx1-p100", False)):
         n = node(name)
         series = exposition(poll(n.source(), n.clock, 1)[-1])
@@ -133,7 +137,7 @@ def test_dgx1_cube_mesh_peers_in_remote_info(node) -> None:  # type: ignore[no-u
         n.sources[-1].close()
 
 
-def test_nvswitch_systems_point_links_at_switches(node) -> None:  # type: ignore[no-untyped-def]
+def test_nvswitch_systems_point_links_at_switches(node: NodeFactory) -> None:
     n = node("dgx-h100")
     series = exposition(poll(n.source(), n.clock, 1)[-1])
     remote = select(series, "nvwatch_nvlink_remote_info")
@@ -142,7 +146,7 @@ def test_nvswitch_systems_point_links_at_switches(node) -> None:  # type: ignore
     assert {s.labels["remote_gpu"] for s in remote} == {""}
 
 
-def test_gpu_level_nvlink_detail_aggregates(node) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_level_nvlink_detail_aggregates(node: NodeFactory) -> None:
     n = node("dgx-h100")
     clock = n.clock
     per_link = n.source()

@@ -14,10 +14,13 @@ from agent.sim import nvml_lib
 from agent.sim.clock import ManualClock
 from agent.sources import SourceUnavailable
 from agent.sources.nvml import NvmlSource
+from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import CountingNvml, exposition, names_for_gpu, poll
 
 
-def test_no_library_is_unavailable_with_a_reason_and_backs_off(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_no_library_is_unavailable_with_a_reason_and_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     nvml_lib.uninstall()  # this machine has no libnvidia-ml: a plain nvmlInit fails
     attempts = []
     real_init = pynvml.nvmlInit
@@ -59,7 +62,7 @@ def test_recovers_once_the_library_appears() -> None:
         nvml_lib.uninstall()
 
 
-def test_random_faults_never_escape_collect(node) -> None:  # type: ignore[no-untyped-def]
+def test_random_faults_never_escape_collect(node: NodeFactory) -> None:
     codes = (
         pynvml.NVML_ERROR_UNKNOWN,
         pynvml.NVML_ERROR_TIMEOUT,
@@ -104,7 +107,7 @@ class _FaultsOnOneGpu:
         self.victim = inner.handle_address(victim)
         self.rate = rate
         self.random = random.Random(seed)
-        self.codes = (
+        self.codes: tuple[int, ...] = (
             pynvml.NVML_ERROR_UNKNOWN,
             pynvml.NVML_ERROR_TIMEOUT,
             pynvml.NVML_ERROR_NOT_SUPPORTED,
@@ -128,7 +131,7 @@ class _FaultsOnOneGpu:
         return maybe_fail
 
 
-def test_faults_on_one_gpu_leave_the_others_fully_served(node) -> None:  # type: ignore[no-untyped-def]
+def test_faults_on_one_gpu_leave_the_others_fully_served(node: NodeFactory) -> None:
     clean = node("dgx-a100")
     baseline = exposition(poll(clean.source(), clean.clock, 3)[-1])
     clean.sources[-1].close()
@@ -147,7 +150,7 @@ def test_faults_on_one_gpu_leave_the_others_fully_served(node) -> None:  # type:
     assert victim_down > 0
 
 
-def test_lost_gpu_comes_back_with_all_series(node) -> None:  # type: ignore[no-untyped-def]
+def test_lost_gpu_comes_back_with_all_series(node: NodeFactory) -> None:
     wrapper: list[_FaultsOnOneGpu] = []
 
     def wrap(lib: nvml_lib.SimulatedNvml) -> object:
@@ -167,7 +170,7 @@ def test_lost_gpu_comes_back_with_all_series(node) -> None:  # type: ignore[no-u
     assert names_for_gpu(healthy, 1) <= names_for_gpu(back, 1)
 
 
-def test_not_supported_is_asked_once_per_reprobe_interval(node) -> None:  # type: ignore[no-untyped-def]
+def test_not_supported_is_asked_once_per_reprobe_interval(node: NodeFactory) -> None:
     counting: list[CountingNvml] = []
 
     def wrap(lib: object) -> object:
@@ -186,7 +189,7 @@ def test_not_supported_is_asked_once_per_reprobe_interval(node) -> None:  # type
     assert calls["nvmlDeviceGetTotalEccErrors"] == 2 * 4 * 4
 
 
-def test_counters_never_go_down(node) -> None:  # type: ignore[no-untyped-def]
+def test_counters_never_go_down(node: NodeFactory) -> None:
     n = node(
         "dgx1-v100",
         wrap=lambda lib: nvml_lib.FaultInjectingNvml(lib, rate=0.03, seed=7),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from agent.sim import scenarios
+from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import exposition, names_for_gpu, poll, select, value, wait_for
 
 ONSET = scenarios.FAULT_ONSET_S
 
 
-def test_thermal_runaway_crosses_slowdown(node) -> None:  # type: ignore[no-untyped-def]
+def test_thermal_runaway_crosses_slowdown(node: NodeFactory) -> None:
     n = node("dgx-a100", gpu_scenarios={0: "thermal-runaway"})
     source = n.source()
     poll(source, n.clock, 1)
@@ -29,7 +30,7 @@ def test_thermal_runaway_crosses_slowdown(node) -> None:  # type: ignore[no-unty
     assert value(series, "nvwatch_gpu_throttle_seconds_total", gpu="0", reason="thermal") > 0
 
 
-def test_nvlink_degraded_drops_one_link_with_rising_errors(node) -> None:  # type: ignore[no-untyped-def]
+def test_nvlink_degraded_drops_one_link_with_rising_errors(node: NodeFactory) -> None:
     n = node("dgx1-v100", scenario="nvlink-degraded")
     source = n.source()
 
@@ -50,7 +51,7 @@ def test_nvlink_degraded_drops_one_link_with_rising_errors(node) -> None:  # typ
     assert len(select(series, "nvwatch_nvlink_up", gpu="0")) == 6  # the link is still listed
 
 
-def test_gpu_lost_leaves_only_up_zero(node) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_lost_leaves_only_up_zero(node: NodeFactory) -> None:
     n = node("dgx-h100", gpu_scenarios={3: "gpu-lost"})
     source = n.source()
     healthy = exposition(poll(source, n.clock, 2)[-1])
@@ -68,7 +69,7 @@ def test_gpu_lost_leaves_only_up_zero(node) -> None:  # type: ignore[no-untyped-
     assert wait_for(lambda: source.collect().gpus[3].up is False)
 
 
-def test_ecc_dbe_counts_uncorrected_and_xid_48(node) -> None:  # type: ignore[no-untyped-def]
+def test_ecc_dbe_counts_uncorrected_and_xid_48(node: NodeFactory) -> None:
     n = node("dgx-a100", gpu_scenarios={2: "ecc-dbe"})
     source = n.source()
     poll(source, n.clock, int(ONSET / 5) + 2)
@@ -86,7 +87,7 @@ def test_ecc_dbe_counts_uncorrected_and_xid_48(node) -> None:  # type: ignore[no
     )
 
 
-def test_power_capped_sets_sw_power_cap(node) -> None:  # type: ignore[no-untyped-def]
+def test_power_capped_sets_sw_power_cap(node: NodeFactory) -> None:
     n = node("dgx-h100", gpu_scenarios={0: "power-capped"})
     source = n.source()
     series = exposition(poll(source, n.clock, int(ONSET / 5) + 12)[-1])

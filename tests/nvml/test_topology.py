@@ -10,10 +10,11 @@ from agent.sim import nvml_lib
 from agent.sim.fabric import SimulatedFabric
 from agent.sim.profiles import get_profile, pci_path
 from agent.sources import SourceUnavailable
-from agent.topology import build_topology, format_matrix
+from agent.topology import Topology, build_topology, format_matrix
+from tests.nvml.conftest import NodeFactory
 
 
-def _topology(node, tmp_path: Path, profile: str):  # type: ignore[no-untyped-def]
+def _topology(node: NodeFactory, tmp_path: Path, profile: str) -> Topology:
     SimulatedFabric(profile, tmp_path).write()
     node(profile)
     spec = get_profile(profile)
@@ -21,7 +22,7 @@ def _topology(node, tmp_path: Path, profile: str):  # type: ignore[no-untyped-de
     return build_topology(tmp_path, hcas)
 
 
-def test_dgx1_v100_cube_mesh(node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_dgx1_v100_cube_mesh(node: NodeFactory, tmp_path: Path) -> None:
     topo = _topology(node, tmp_path, "dgx1-v100")
     assert topo.gpu_matrix[0] == ("X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS")
     for a in range(8):
@@ -38,7 +39,7 @@ def test_dgx1_v100_cube_mesh(node, tmp_path: Path) -> None:  # type: ignore[no-u
     assert "NV#  = Connection traversing a bonded set of # NVLinks" in text
 
 
-def test_dgx_h100_nvswitch_is_nv18(node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_dgx_h100_nvswitch_is_nv18(node: NodeFactory, tmp_path: Path) -> None:
     topo = _topology(node, tmp_path, "dgx-h100")
     for a in range(8):
         assert topo.gpus[a].switch_links == 18
@@ -48,7 +49,7 @@ def test_dgx_h100_nvswitch_is_nv18(node, tmp_path: Path) -> None:  # type: ignor
     assert "NV18" in format_matrix(topo)
 
 
-def test_pcie_only_system_and_nvml_fallback(node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pcie_only_system_and_nvml_fallback(node: NodeFactory, tmp_path: Path) -> None:
     topo = _topology(node, tmp_path, "inference-t4")
     assert topo.gpu_matrix[0][1] == "PIX" and topo.gpu_matrix[0][2] == "SYS"
     # without a sysfs tree, the relation comes from NVML or says N/A
