@@ -432,7 +432,8 @@ def fabric(cfg: MixinConfig) -> AlertGroup:
                 cfg.for_default,
                 Severity.WARNING,
                 "Busy GPU runs its PCIe link below maximum generation or width.",
-                f"{gpu} is busy but its PCIe link runs below its maximum generation or width.",
+                f"{gpu} is busy but its PCIe link runs below its maximum "
+                "({{ $value }} of generation and width degraded).",
                 Runbook(
                     "Idle GPUs train PCIe down to save power; a busy GPU whose link stays "
                     "below its maximum generation or width has a bad slot, riser or "
@@ -609,7 +610,7 @@ def health(cfg: MixinConfig) -> AlertGroup:
                 f"up{s()} == 0",
                 cfg.for_fast,
                 Severity.CRITICAL,
-                "nvwatch agent cannot be scraped.",
+                "The nvwatch agent cannot be scraped.",
                 f"Prometheus cannot scrape the nvwatch agent on {_where_node(cfg)}.",
                 Runbook(
                     "Prometheus' scrape of the agent fails: the node is down, the agent "
@@ -626,7 +627,7 @@ def health(cfg: MixinConfig) -> AlertGroup:
                 f" > {cfg.agent_stale_seconds:g}",
                 cfg.for_fast,
                 Severity.WARNING,
-                "nvwatch agent serves stale data.",
+                "The nvwatch agent serves stale data.",
                 f"The agent on {_where_node(cfg)} last completed a poll "
                 "{{ $value | humanizeDuration }} ago.",
                 Runbook(

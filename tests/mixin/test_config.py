@@ -1,0 +1,61 @@
+"""The mixin config: YAML loading, overrides, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alerts.mixin_config import MixinConfig, load
+from alerts.render import prometheus_alerts
+
+
+def test_defaults_without_a_file() -> None:
+    assert load(None) == MixinConfig()
+
+
+def test_from_yaml_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "mixin.yaml"
+    path.write_text(
+        "job_selector: 'job=\"gpu\"'\n"
+        "for_default: 10s\n"
+        "gpu_temp_margin_celsius: 3\n"
+        "critical_xids: [79]\n"
+        "node_classes:\n  tiny: {gpus: 2, nvlinks_per_gpu: 1, ib_ports: 1, ib_rate_gbps: 100}\n"
+    )
+    cfg = load(path)
+    assert cfg.job_selector == 'job="gpu"'
+    assert cfg.for_default == "10s"
+    assert cfg.gpu_temp_margin_celsius == 3
+    assert cfg.critical_xids == ("79",)
+    (tiny,) = cfg.node_classes
+    assert (tiny.name, tiny.gpus, tiny.ib_rate_bytes_per_second) == ("tiny", 2, 12.5e9)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("job_selectr: x\n", "unknown mixin config key.*job_selectr"),
+        ("for_default: soon\n", "for_default.*not a Prometheus duration"),
+        ("gpu_temp_margin_celsius: hot\n", "expected a number"),
+        ("node_classes: {x: {gpus: 1, cpus: 2}}\n", r"node_classes\.x: unknown key.*cpus"),
+        ("- a\n", "must be a mapping"),
+    ],
+)
+def test_from_yaml_rejects_bad_input(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "mixin.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        MixinConfig.from_yaml(path)
+
+
+def test_with_overrides_shrinks_durations_for_e2e() -> None:
+    fast = MixinConfig().with_overrides(
+        for_fast="5s", for_default="5s", for_slow="5s", thermal_slowdown_for="5s",
+        power_cap_for="5s", hw_power_brake_for="5s", rate_window="30s",
+        evaluation_interval="5s",
+    )  # fmt: skip
+    text = str(prometheus_alerts(fast))
+    assert "'for': '5m'" not in text and "[5m]" not in text
+    with pytest.raises(ValueError, match="unknown"):
+        MixinConfig().with_overrides(nope=1)

@@ -1,0 +1,132 @@
+"""Dashboard lint and the Grafana 10-12 post-processing step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dashboards.grafana import DATASOURCE, MODERN_PANEL_TYPES, SCHEMA_VERSION, modernise
+
+LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
+LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}
+
+
+def test_six_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
+    assert len(dashboards) == 6
+    assert len({d["uid"] for d in dashboards.values()}) == 6
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nvwatch-cluster-overview.json",
+        "nvwatch-node.json",
+        "nvwatch-nvlink.json",
+        "nvwatch-infiniband.json",
+        "nvwatch-thermal-power.json",
+        "nvwatch-capacity-review.json",
+    ],
+)
+def test_dashboard_lint(dashboards: dict[str, dict[str, Any]], name: str) -> None:
+    dash = dashboards[name]
+    assert dash["schemaVersion"] == SCHEMA_VERSION
+    assert not LEGACY_KEYS & set(dash)
+    assert dash["__inputs"][0]["pluginId"] == "prometheus"
+    variables = dash["templating"]["list"]
+    assert variables[0]["name"] == "datasource" and variables[0]["type"] == "datasource"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in dash["panels"]:
+        title = panel["title"]
+        assert panel["type"] in MODERN_PANEL_TYPES, title
+        assert not LEGACY_PANEL_KEYS & set(panel), title
+        assert panel["datasource"] == DATASOURCE, title
+        assert all(t["datasource"] == DATASOURCE for t in panel["targets"]), title
+        assert panel["targets"], title
+        assert len(panel["description"]) > 40, title
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["unit"], title
+        assert defaults["thresholds"]["steps"][0]["value"] is None, title
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, title
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in cells, f"{title} overlaps another panel"
+                cells.add((x, y))
+    for var in variables[1:]:
+        assert var["datasource"] == DATASOURCE
+
+
+def _legacy_dashboard(panels: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "title": "t",
+        "rows": [],
+        "style": "dark",
+        "hideControls": False,
+        "schemaVersion": 12,
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "current": {}}]},
+        "panels": panels,
+    }
+
+
+def _panel(kind: str, x: int = 0, y: int = 0, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "title": f"{kind}@{x},{y}",
+        "span": 6,
+        "height": None,
+        "gridPos": {"h": 4, "w": 6, "x": x, "y": y},
+        "targets": [{"expr": "up", "refId": "A", "step": 10, "intervalFactor": 2}],
+        "fieldConfig": {
+            "defaults": {
+                "unit": "none",
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": [{"op": "gt", "color": "green", "value": "null", "index": 0}],
+                },
+            }
+        },
+        **extra,
+    }
+
+
+def test_modernise_rewrites_legacy_shapes() -> None:
+    legacy = _legacy_dashboard(
+        [
+            _panel("gauge", options={"fieldOptions": {"calcs": ["mean"]}}),
+            _panel("heatmap", x=6, cards={}, xAxis={}, yBucketBound=None),
+        ]
+    )
+    out = modernise(legacy, "Prom")
+    assert out["schemaVersion"] == SCHEMA_VERSION
+    assert not LEGACY_KEYS & set(out)
+    assert "rows" in legacy, "the input must not be modified"
+    gauge, heatmap = out["panels"]
+    assert [gauge["id"], heatmap["id"]] == [1, 2]
+    assert "fieldOptions" not in gauge["options"]
+    assert gauge["options"]["reduceOptions"]["calcs"] == ["lastNotNull"]
+    assert gauge["fieldConfig"]["defaults"]["thresholds"]["steps"] == [
+        {"color": "green", "value": None}
+    ]
+    assert "cards" not in heatmap and "xAxis" not in heatmap
+    assert heatmap["options"]["calculate"] is False
+    assert gauge["targets"][0] == {
+        "expr": "up",
+        "refId": "A",
+        "datasource": DATASOURCE,
+        "editorMode": "code",
+        "range": True,
+    }
+    assert "span" not in gauge and "height" not in gauge
+    assert out["templating"]["list"][0]["current"]["value"] == "Prom"
+
+
+def test_modernise_rejects_overlaps_and_legacy_types() -> None:
+    with pytest.raises(ValueError, match="overlap"):
+        modernise(_legacy_dashboard([_panel("stat"), _panel("stat", x=3, y=2)]), "P")
+    with pytest.raises(ValueError, match="legacy panel type 'graph'"):
+        modernise(_legacy_dashboard([_panel("graph")]), "P")
+    with pytest.raises(ValueError, match="outside the grid"):
+        modernise(_legacy_dashboard([_panel("stat", x=20)]), "P")
