@@ -203,3 +203,37 @@ def test_serve_without_a_gpu_reports_nvml_down_and_serves_the_rest() -> None:
     finally:
         process.terminate()
         process.wait(timeout=5)
+
+
+def test_mixin_build_commands_write_files(tmp_path: Path) -> None:
+    dashboards = _invoke(["dashboards", "build", "--out", str(tmp_path / "d")])
+    assert dashboards.exit_code == 0, dashboards.output
+    assert len(list((tmp_path / "d").glob("*.json"))) == 6
+    alerts = _invoke(["alerts", "build", "--out", str(tmp_path / "a")])
+    assert alerts.exit_code == 0, alerts.output
+    assert (tmp_path / "a" / "nvwatch-alerts.yaml").read_text().startswith("groups:")
+
+
+def test_mixin_build_rejects_an_unknown_config_key(tmp_path: Path) -> None:
+    path = tmp_path / "mixin.yaml"
+    path.write_text("job_selektor: 'job=\"x\"'\n")
+    result = _invoke(["alerts", "build", "--out", str(tmp_path), "--config", str(path)])
+    assert result.exit_code == 2
+    assert "job_selektor" in _one_line_error(result.output)
+
+
+def test_topology_on_a_simulated_dgx1_prints_the_cube_mesh() -> None:
+    result = _invoke(["topology", "--simulate", "dgx1-v100", "--sources", "nvml"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()[1:9]}
+    assert rows["GPU0"][:5] == ["X", "NV1", "NV1", "NV2", "NV2"]
+    assert rows["GPU0"][8] == "PIX"  # mlx5_0 shares GPU0's PCIe switch
+
+
+def test_profiles_lists_every_profile() -> None:
+    from agent.sim.profiles import PROFILES
+
+    result = _invoke(["profiles"])
+    assert result.exit_code == 0
+    for name in PROFILES:
+        assert name in result.output
