@@ -20,7 +20,7 @@ def build_sources(config: AgentConfig) -> list[Source]:
         from agent.sources.infiniband import InfinibandSource
 
         # GPU bus ids come from NVML at run time, so HCA affinity follows the real GPUs
-        bus_ids = getattr(nvml, "gpu_bus_ids", None)
+        bus_ids = nvml.gpu_bus_ids if nvml is not None else None
         sources.append(InfinibandSource(config.sysfs_root, gpu_bus_ids=bus_ids))
     if "host" in config.sources:
         from agent.sources.host import HostSource

@@ -231,6 +231,17 @@ class NvmlSource:
         self._gpus = gpus
         self._rebuild_bus_map()
 
+    def gpu_bus_ids(self) -> tuple[str, ...]:
+        """PCI bus ids in NVML index order ("" where unknown), for InfiniBand affinity.
+
+        Called from the InfiniBand source's thread: the map is replaced whole, never
+        mutated, so reading it here needs no lock. Empty until NVML first enumerates.
+        """
+        by_index = {index: bus for bus, index in self._bus_to_index.items()}
+        if not by_index:
+            return ()
+        return tuple(by_index.get(i, "") for i in range(max(by_index) + 1))
+
     def _rebuild_bus_map(self) -> None:
         self._bus_to_index = {
             normalise_bus_id(s.info.pci_bus_id): s.index for s in self._gpus if s.info.pci_bus_id

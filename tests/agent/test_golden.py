@@ -1,0 +1,94 @@
+"""Golden expositions of every simulated profile, node_exporter style.
+
+The simulated node runs on a manual clock with a fixed seed, so its exposition is
+deterministic; a change in any name, label, unit or value shows up as a diff here.
+Refresh after an intended change with:
+
+    NVWATCH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/agent/test_golden.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.exposition.render import build_exposition, prepare
+from agent.poller import Poller
+from agent.sim import nvml_lib
+from agent.sim.clock import ManualClock
+from agent.sim.node import SimulatedNode
+from agent.sim.profiles import PROFILES
+from agent.sources.infiniband import InfinibandSource
+from agent.sources.nvml.source import NvmlSource
+from tests.conftest import require_tool
+
+_ACCEPTED_LINT = {
+    "nvwatch_ib_port_counter_saturated metric name should not include type 'counter'",
+    "nvwatch_ib_port_hw_counter_total metric name should not include type 'counter'",
+}
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+# host readings and poll timings belong to the machine running the test, and process
+# names come from psutil on this host for the simulated pids: kept out of the golden text
+_VOLATILE = (
+    "nvwatch_host_",
+    "nvwatch_agent_poll_duration_seconds",
+    "nvwatch_agent_last_poll_timestamp_seconds",
+    "nvwatch_agent_build_info",
+    "nvwatch_gpu_process_memory_bytes",
+)
+
+
+def _metric_name(line: str) -> str:
+    if line.startswith("#"):
+        return line.split(" ")[2]
+    return line.split("{")[0].split(" ")[0]
+
+
+def _exposition(profile: str, tmp_path: Path) -> str:
+    clock = ManualClock(0.0)
+    node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=tmp_path)
+    nvml_lib.install(node.nvml)
+    # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
+    # and real time between two quick polls would make that a coin toss
+    nvml = NvmlSource(clock=clock)
+    sources = [nvml, InfinibandSource(tmp_path, gpu_bus_ids=nvml.gpu_bus_ids)]
+    poller = Poller(sources, interval=60, timeout=30, prepare=prepare)
+    try:
+        poller.poll_once()
+        clock.advance(60.0)
+        node.tick()
+        snapshot = poller.poll_once()
+    finally:
+        poller.stop(timeout=2)
+        node.close()
+        nvml_lib.uninstall()
+    text = build_exposition(snapshot).text.decode()
+    return "".join(
+        line + "\n" for line in text.splitlines() if not _metric_name(line).startswith(_VOLATILE)
+    )
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_golden_exposition(profile: str, tmp_path: Path) -> None:
+    text = _exposition(profile, tmp_path)
+    path = GOLDEN / f"{profile}.prom"
+    if os.environ.get("NVWATCH_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing {path}: run with NVWATCH_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{profile} exposition changed; see module docstring"
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_golden_files_pass_promtool_check_metrics(profile: str) -> None:
+    promtool = require_tool("promtool")
+    body = (GOLDEN / f"{profile}.prom").read_bytes()
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60
+    )
+    # promtool exits 3 for lint findings. The only ones accepted are the two contract names
+    # (DESIGN.md) that contain the word "counter" because they are about IB counters.
+    findings = set(result.stderr.decode().splitlines()) - _ACCEPTED_LINT
+    assert result.returncode in (0, 3) and not findings, findings
