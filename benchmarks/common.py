@@ -72,8 +72,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def nvwatch_command() -> list[str]:
+# The recommended server change (TCP_NODELAY on accepted connections), applied only inside
+# the benchmark's own agent process, to measure what it would buy before anyone edits
+# agent/server.py.
+_NODELAY_BOOT = (
+    "import agent.server as s; s._Handler.disable_nagle_algorithm = True; "
+    "from agent.cli import main; main()"
+)
+
+
+def nvwatch_command(nodelay: bool = False) -> list[str]:
     """The agent as a separate process, from the same interpreter and checkout."""
+    if nodelay:
+        return [sys.executable, "-c", _NODELAY_BOOT]
     return [sys.executable, "-m", "agent.cli"]
 
 

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 
+from agent.exposition.families import FamilySet
 from agent.exposition.render import build_exposition, prepare
 from agent.poller import Snapshot, SourceStatus
 from benchmarks.common import percentile
@@ -214,19 +215,33 @@ class SeriesCount:
     link_detail: int
     gpu_detail: int
     by_source_link: dict[str, int]
+    by_source_gpu: dict[str, int]
+    families_gpu: dict[str, int]  # family -> samples with --nvlink-detail=gpu, largest first
 
 
 def count_series(profile: str) -> SeriesCount:
     counts: dict[str, int] = {}
-    by_source: dict[str, int] = {}
+    by_source: dict[str, dict[str, int]] = {}
+    families: dict[str, int] = {}
     for detail in ("link", "gpu"):
         with simulated_agent(profile, nvlink_detail=detail) as harness:
             # two polls: rates and ratios need an interval before they are exported
             harness.run(0, warmup=2, time_limit=60.0)
             counts[detail] = harness.series()
-            if detail == "link":
-                assert harness.exposition is not None
-                for name, status in harness.exposition.snapshot.sources.items():
-                    prepared = status.prepared
-                    by_source[name] = sum(len(f.samples) for f in prepared)  # type: ignore[attr-defined]
-    return SeriesCount(profile, counts["link"], counts["gpu"], by_source)
+            exposition = harness.exposition
+            assert exposition is not None
+            by_source[detail] = {
+                name: sum(len(f.samples) for f in status.prepared)
+                for name, status in exposition.snapshot.sources.items()
+                if isinstance(status.prepared, FamilySet)
+            }
+            if detail == "gpu":
+                # a counter's samples are one family in prometheus_client; name it by the
+                # exposed sample name so the table matches what a scrape shows
+                for family in exposition.families:
+                    if family.samples:
+                        families[family.samples[0].name] = len(family.samples)
+    ranked = dict(sorted(families.items(), key=lambda kv: -kv[1]))
+    return SeriesCount(
+        profile, counts["link"], counts["gpu"], by_source["link"], by_source["gpu"], ranked
+    )

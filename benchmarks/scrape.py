@@ -31,6 +31,7 @@ class ScrapeResult:
     body_bytes: int
     gzip_bytes: int
     samples: int
+    url: str = ""
     runs: list[WrkResult] = field(default_factory=list)
 
     def run(self, connections: int, gzip: bool) -> WrkResult:
@@ -49,20 +50,27 @@ def _gzip_size(url: str) -> int:
 
 
 def scrape_simulated_agent(
-    profile: str, connections: Sequence[int], duration: float, log_dir: Path
+    profile: str,
+    connections: Sequence[int],
+    duration: float,
+    log_dir: Path,
+    *,
+    nodelay: bool = False,
+    gzip_modes: Sequence[bool] = (False, True),
 ) -> ScrapeResult:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     argv = [
-        *nvwatch_command(),
+        *nvwatch_command(nodelay),
         "serve",
         f"--simulate={profile}",
         f"--listen=127.0.0.1:{port}",
     ]
-    with running(argv, url, log=log_dir / f"nvwatch-serve-{profile}.log"):
+    log = log_dir / f"nvwatch-serve-{profile}{'-nodelay' if nodelay else ''}.log"
+    with running(argv, url, log=log):
         body = fetch(url)
-        result = ScrapeResult(len(body), _gzip_size(url), count_samples(body))
-        for gzip in (False, True):
+        result = ScrapeResult(len(body), _gzip_size(url), count_samples(body), url)
+        for gzip in gzip_modes:
             for count in connections:
                 result.runs.append(run_wrk(url, count, duration, gzip=gzip))
     return result
@@ -165,11 +173,21 @@ class SideBySide:
     nvwatch: ScrapeResult
     node_exporter: ScrapeResult
     comparison: Comparison
+    nvwatch_nodelay: ScrapeResult | None = None
 
 
 def node_exporter_side_by_side(
-    profile: str, connections: Sequence[int], duration: float, log_dir: Path
+    profile: str,
+    connections: Sequence[int],
+    duration: float,
+    log_dir: Path,
+    *,
+    nodelay: bool = False,
 ) -> SideBySide:
+    """nvwatch (infiniband only) and node_exporter (infiniband only) on one frozen tree.
+
+    With `nodelay`, a third server runs: nvwatch with TCP_NODELAY (see common.py), and
+    its runs are put in `SideBySide.nvwatch_nodelay`."""
     tree = scratch_dir(f"nvwatch-bench-ib-{profile}-")
     try:
         clock = ManualClock(1000.0)
@@ -180,16 +198,8 @@ def node_exporter_side_by_side(
         clock.advance(3600.0)
         fabric.tick()
         ports = len(fabric.devices)
-        nv_port, ne_port = free_port(), free_port()
-        nv_url = f"http://127.0.0.1:{nv_port}/metrics"
+        ne_port = free_port()
         ne_url = f"http://127.0.0.1:{ne_port}/metrics"
-        nv_argv = [
-            *nvwatch_command(),
-            "serve",
-            "--sources=infiniband",
-            f"--sysfs-root={tree}",
-            f"--listen=127.0.0.1:{nv_port}",
-        ]
         ne_argv = [
             NODE_EXPORTER,
             "--collector.disable-defaults",
@@ -197,22 +207,51 @@ def node_exporter_side_by_side(
             f"--path.sysfs={tree}",
             f"--web.listen-address=127.0.0.1:{ne_port}",
         ]
-        with (
-            running(nv_argv, nv_url, log=log_dir / "nvwatch-serve-ib.log"),
-            running(ne_argv, ne_url, log=log_dir / "node-exporter.log"),
-        ):
-            nv_body, ne_body = fetch(nv_url), fetch(ne_url)
-            comparison = compare_expositions(ne_body.decode(), nv_body.decode())
-            nv = ScrapeResult(len(nv_body), _gzip_size(nv_url), count_samples(nv_body))
-            ne = ScrapeResult(len(ne_body), _gzip_size(ne_url), count_samples(ne_body))
-            # alternate the two servers per connection count, so drift in the machine's
-            # load (other tenants of a small VM) hits both alike
-            for count in connections:
-                nv.runs.append(run_wrk(nv_url, count, duration))
-                ne.runs.append(run_wrk(ne_url, count, duration))
-        return SideBySide(ports, nv, ne, comparison)
+        with running(ne_argv, ne_url, log=log_dir / "node-exporter.log"):
+            ne_body = fetch(ne_url)
+            ne = ScrapeResult(len(ne_body), _gzip_size(ne_url), count_samples(ne_body), ne_url)
+            nv, nv_text = _ib_only(tree, ne, connections, duration, log_dir, nodelay=False)
+            nv_fast = None
+            if nodelay:
+                nv_fast, _ = _ib_only(tree, None, connections, duration, log_dir, nodelay=True)
+            comparison = compare_expositions(ne_body.decode(), nv_text)
+        return SideBySide(ports, nv, ne, comparison, nv_fast)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+
+
+def _ib_only(
+    tree: Path,
+    node_exporter: ScrapeResult | None,
+    connections: Sequence[int],
+    duration: float,
+    log_dir: Path,
+    *,
+    nodelay: bool,
+) -> tuple[ScrapeResult, str]:
+    """nvwatch serving only the IB source from `tree`; returns its result and body.
+
+    When `node_exporter` is given, its wrk runs are taken in turn with nvwatch's, per
+    connection count, so drift in the machine's load (a small shared VM) hits both alike.
+    """
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    argv = [
+        *nvwatch_command(nodelay),
+        "serve",
+        "--sources=infiniband",
+        f"--sysfs-root={tree}",
+        f"--listen=127.0.0.1:{port}",
+    ]
+    name = "nvwatch-serve-ib" + ("-nodelay" if nodelay else "")
+    with running(argv, url, log=log_dir / f"{name}.log"):
+        body = fetch(url)
+        result = ScrapeResult(len(body), _gzip_size(url), count_samples(body), url)
+        for count in connections:
+            result.runs.append(run_wrk(url, count, duration))
+            if node_exporter is not None:
+                node_exporter.runs.append(run_wrk(node_exporter.url, count, duration))
+    return result, body.decode()
 
 
 def node_exporter_version() -> str:
