@@ -247,17 +247,18 @@ class Poller:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 1.0) -> None:
+        """Stop polling and close the sources, all within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout)
-        per_worker = timeout / max(1, len(self._workers))
+            self._thread.join(max(0.0, deadline - time.monotonic()))
         for worker in self._workers:
-            worker.stop(per_worker)
+            worker.stop(max(0.0, deadline - time.monotonic()))
         # close() of a source whose worker is stuck in a native call may block as well:
         # bound it, so SIGTERM still ends the agent promptly.
         closer = threading.Thread(target=self._close_sources, name="nvwatch-close", daemon=True)
         closer.start()
-        closer.join(timeout)
+        closer.join(max(0.0, deadline - time.monotonic()))
 
     def _close_sources(self) -> None:
         for worker in self._workers:

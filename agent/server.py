@@ -184,7 +184,7 @@ class MetricsServer:
     def start(self) -> None:
         self._thread = threading.Thread(
             target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.1},
             name="nvwatch-http",
             daemon=True,
         )

@@ -161,17 +161,25 @@ def _wait_http(url: str, deadline: float) -> bytes:
             time.sleep(0.05)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_serve_shuts_down_within_a_second(signum: int) -> None:
+@pytest.mark.parametrize(
+    ("signum", "sources"),
+    [
+        (signal.SIGTERM, ["--sources", "host"]),
+        (signal.SIGINT, ["--sources", "host"]),
+        # the simulated NVML has an XID listener thread blocked in nvmlEventSetWait
+        (signal.SIGTERM, ["--simulate", "dgx-h100"]),
+    ],
+)
+def test_serve_shuts_down_within_a_second(signum: int, sources: list[str]) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [*NVWATCH, "serve", "--sources", "host", "--interval", "1s",
+        [*NVWATCH, "serve", *sources, "--interval", "1s",
          "--listen", f"127.0.0.1:{port}", "--log-format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         body = _wait_http(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 20)
-        assert b"nvwatch_host_memory_total_bytes" in body
+        assert b'nvwatch_agent_source_up{source="host"} 1.0' in body
         started = time.monotonic()
         process.send_signal(signum)
         process.wait(timeout=5)
