@@ -1,0 +1,205 @@
+"""`nvwatch simulate fleet` (many simulated agents in one process) and `nvwatch inventory`."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from agent import logs
+from agent.cli import cli
+from agent.cli.options import option
+from agent.cli.sim_commands import simulate_group
+from agent.config import LOG_FORMATS, ConfigError, parse_duration
+from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
+from agent.sim.fleet import (
+    DEFAULT_CLUSTER,
+    DEFAULT_NODES_PER_RACK,
+    Fleet,
+    FleetError,
+    expand_profiles,
+    parse_node_scenario,
+)
+
+
+@simulate_group.command("fleet")
+@option("--nodes", type=int, help="Number of nodes (needed with a plain --profile PROFILE).")
+@option(
+    "--profile",
+    required=True,
+    metavar="PROFILE[:COUNT],...",
+    help="Hardware profile of every node, or a mix: dgx1-v100:100,dgx-a100:24.",
+)
+@option("--base-port", type=int, default=9500, show_default=True, help="Node i listens on BASE+i.")
+@option(
+    "--scenario",
+    multiple=True,
+    metavar="NODE:NAME[@TARGET]",
+    help="Scenario on node NODE (0-based), optionally one GPU or IB device: "
+    "3:thermal-runaway@2, 5:ib-congestion@mlx5_1. Repeatable.",
+)
+@option("--interval", default="15s", show_default=True, help="Poll and simulation tick interval.")
+@option("--listen-host", default="127.0.0.1", show_default=True, help="Address every node binds.")
+@option("--seed", type=int, default=0, show_default=True, help="Node i uses seed SEED+i.")
+@option(
+    "--file-sd",
+    type=click.Path(dir_okay=False),
+    help="Write a Prometheus file_sd JSON of the nodes here.",
+)
+@option(
+    "--time-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Simulated seconds per real second (faults unfold faster in tests and demos).",
+)
+@option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="`cluster` target label.")
+@option(
+    "--nodes-per-rack",
+    type=int,
+    default=DEFAULT_NODES_PER_RACK,
+    show_default=True,
+    help="Nodes per `rack` label.",
+)
+@option("--duration", help="Stop after this long (default: run until SIGTERM/SIGINT).")
+@option(
+    "--stats-every",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Print the fleet's CPU use every this many intervals (0: never).",
+)
+@option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="Log as text or JSON lines.",
+)
+def simulate_fleet(
+    nodes: int | None,
+    profile: str,
+    base_port: int,
+    scenario: tuple[str, ...],
+    interval: str,
+    listen_host: str,
+    seed: int,
+    file_sd: str | None,
+    time_scale: float,
+    cluster: str,
+    nodes_per_rack: int,
+    duration: str | None,
+    stats_every: int,
+    log_format: str,
+) -> None:
+    """Serve N simulated nodes from one process, each an agent on its own port.
+
+    Every node has its own simulated NVML and InfiniBand sysfs tree; all share the real
+    host's CPU and memory figures (the host source reads this machine).
+    """
+    logs.configure(log_format)
+    if nodes is not None and nodes < 1:
+        raise ConfigError("--nodes must be at least 1")
+    if time_scale <= 0:
+        raise ConfigError("--time-scale must be greater than zero")
+    try:
+        fleet = Fleet(
+            expand_profiles(profile, nodes),
+            base_port=base_port,
+            interval=parse_duration(interval, "interval"),
+            scenarios=[parse_node_scenario(s) for s in _split(scenario)],
+            seed=seed,
+            time_scale=time_scale,
+            listen_host=listen_host,
+            cluster=cluster,
+            nodes_per_rack=nodes_per_rack,
+        )
+    except FleetError as exc:
+        raise ConfigError(str(exc)) from exc
+    limit = parse_duration(duration, "duration") if duration else None
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    started_cpu = time.process_time()
+    started = time.monotonic()
+    try:
+        fleet.start()
+    except OSError as exc:
+        fleet.stop()
+        raise ConfigError(f"cannot start the fleet: {exc}") from exc
+    try:
+        if file_sd:
+            fleet.write_file_sd(Path(file_sd))
+        for node in fleet.nodes:
+            faults = " ".join(
+                f"{s.name}@{s.target}" if s.target else s.name for s in node.spec.scenarios
+            )
+            click.echo(
+                f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}"
+            )
+        click.echo(
+            f"fleet: {len(fleet.nodes)} nodes up in {time.monotonic() - started:.1f}s "
+            f"({time.process_time() - started_cpu:.1f}s CPU); Ctrl-C stops",
+            err=True,
+        )
+        _wait(fleet, stop, limit, stats_every)
+    finally:
+        fleet.stop()
+
+
+def _wait(fleet: Fleet, stop: threading.Event, limit: float | None, stats_every: int) -> None:
+    deadline = None if limit is None else time.monotonic() + limit
+    period = fleet.interval * stats_every if stats_every > 0 else None
+    last_cpu, last_wall = time.process_time(), time.monotonic()
+    while True:
+        waits = [w for w in (period, deadline and deadline - time.monotonic()) if w is not None]
+        if stop.wait(min(waits) if waits else None):
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        cpu, wall = time.process_time(), time.monotonic()
+        down = sum(
+            1
+            for node in fleet.nodes
+            if node.listening and node.agent.poller.latest is not None
+            for status in node.agent.poller.latest.sources.values()
+            if not status.up
+        )
+        share = 100 * (cpu - last_cpu) / (wall - last_wall)
+        click.echo(
+            f"fleet: {len(fleet.nodes)} nodes, CPU {share:.1f}% "
+            f"of one core over {wall - last_wall:.0f}s, ticks {fleet.tick_cpu_seconds:.2f}s CPU "
+            f"per round, {down} sources down",
+            err=True,
+        )
+        last_cpu, last_wall = cpu, wall
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    # from NVWATCH_SCENARIO the values arrive as one space- or comma-separated string
+    return [item for value in values for item in value.replace(",", " ").split() if item]
+
+
+@cli.command("inventory")
+@option(
+    "--in",
+    "in_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Cluster inventory: CSV or YAML with hostname, address, node_class, rack[, cluster].",
+)
+@option("--out", required=True, type=click.Path(file_okay=False), help="Directory for file_sd.")
+@option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Agent port on nodes.")
+def inventory_command(in_path: str, out: str, port: int) -> None:
+    """Turn a cluster inventory into Prometheus file_sd files, one per node class."""
+    nodes = load_inventory(Path(in_path))
+    for path in write_file_sd(nodes, Path(out), port):
+        click.echo(path)
