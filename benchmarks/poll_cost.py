@@ -19,6 +19,7 @@ from agent.exposition.render import build_exposition, prepare
 from agent.poller import Snapshot, SourceStatus
 from benchmarks.common import percentile
 from benchmarks.harness import Harness, PollTimes, simulated_agent
+from benchmarks.render_prototype import CachedPrefixRenderer
 
 PROFILES = ("dgx1-v100", "dgx-a100", "dgx-h100", "dgx2")
 
@@ -170,6 +171,8 @@ class RenderSplit:
     gzip_bytes: int
     generate_latest: Quantiles
     gzip: Quantiles
+    prototype: Quantiles | None  # benchmarks.render_prototype, warm cache
+    prototype_identical: bool  # its bytes equal generate_latest's for this poll
 
 
 def measure_render_split(profile: str, repeats: int) -> RenderSplit:
@@ -189,12 +192,22 @@ def measure_render_split(profile: str, repeats: int) -> RenderSplit:
             started = time.thread_time()
             packed = gzip.compress(text, compresslevel=6)
             gzip_times.append(time.thread_time() - started)
+        renderer = CachedPrefixRenderer()
+        first = renderer.render(exposition.families)  # fills the cache, as poll 1 would
+        identical = first == text
+        prototype_times = []
+        for _ in range(repeats if identical else 0):
+            started = time.thread_time()
+            renderer.render(exposition.families)
+            prototype_times.append(time.thread_time() - started)
         return RenderSplit(
             samples=harness.series(),
             text_bytes=len(text),
             gzip_bytes=len(packed),
             generate_latest=Quantiles.of(text_times),
             gzip=Quantiles.of(gzip_times),
+            prototype=Quantiles.of(prototype_times) if prototype_times else None,
+            prototype_identical=identical,
         )
 
 

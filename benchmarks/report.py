@@ -312,8 +312,17 @@ def _profile_section(results: Results) -> str:
             f"| prometheus_client `generate_latest` | {q(split.generate_latest)} "
             f"({per_sample * 1e6:.1f} µs per sample) |",
             f"| `gzip.compress(level=6)` | {q(split.gzip)} |",
-            "",
         ]
+        if split.prototype is not None:
+            lines.append(
+                f"| prototype: cached series prefixes (`benchmarks/render_prototype.py`), "
+                f"bytes identical to `generate_latest` | {q(split.prototype)} |"
+            )
+        else:
+            lines.append(
+                "| prototype renderer | not timed: its bytes differed from generate_latest |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -556,6 +565,12 @@ def _misses_section(results: Results) -> str:
             )
         if prep is not None:
             parts.append(f"rendering the NVML sample into families is {ms(prep.median)}.")
+        if split is not None and split.prototype is not None:
+            parts.append(
+                f"A prototype that keeps each series' prefix between polls renders the "
+                f"same bytes in {ms(split.prototype.median)} instead of "
+                f"{ms(split.generate_latest.median)}."
+            )
         parts.append(
             "The top functions (table above) are prometheus_client's per-sample "
             "formatting and label-name validation/escaping, re-done for every sample on "

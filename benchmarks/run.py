@@ -17,6 +17,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -177,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
     shown = ["python", "benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]
     command = shlex.join(shown)
+    # SIGTERM unwinds like Ctrl-C, so every finally block stops its servers and removes
+    # its simulated trees
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     started = time.monotonic()
     try:
         results = collect(settings)
