@@ -1,6 +1,6 @@
 """Generate docs/metrics.md from the catalogue, so the reference can never drift.
 
-    python -m agent.metrics_doc > docs/metrics.md
+python -m agent.metrics_doc > docs/metrics.md
 """
 
 from __future__ import annotations
