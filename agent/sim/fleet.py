@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.app import Agent, make_server
+from agent.app import Agent
 from agent.config import AgentConfig, ScenarioSpec, parse_scenario
-from agent.server import MetricsServer
+from agent.exposition.render import Exposition
+from agent.server import Health, MetricsServer
 from agent.sim import nvml_lib
 from agent.sim.fabric import IB_SCENARIOS
 from agent.sim.node import SimulatedNode, known_scenarios
@@ -256,35 +257,63 @@ def write_json_atomic(path: Path, data: object) -> None:
 
 
 class SteppedClock:
-    """Simulated seconds that move only on `step()`, `scale` times as fast as real time."""
+    """Simulated seconds that move only on `step()`, `scale` times as fast as real time.
 
-    def __init__(self, scale: float = 1.0) -> None:
+    With `running=False` simulated time holds still until `run()`: a test starts the
+    fleet and its Prometheus first, so the faults begin under a scraping Prometheus.
+    """
+
+    def __init__(self, scale: float = 1.0, *, running: bool = True) -> None:
         if scale <= 0:
             raise ValueError("time scale must be positive")
         self.scale = scale
-        self._origin = time.monotonic()
-        self._now = self._origin
+        self._now = time.monotonic()
+        self._base = self._now
+        self._since: float | None = time.monotonic() if running else None
         self._lock = threading.Lock()
 
     def __call__(self) -> float:
         return self._now
 
+    def run(self) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+
     def step(self) -> float:
         with self._lock:
-            self._now = self._origin + (time.monotonic() - self._origin) * self.scale
+            if self._since is not None:
+                self._now = self._base + (time.monotonic() - self._since) * self.scale
             return self._now
 
 
 class FleetNode:
     """One running simulated node: simulator, agent and HTTP server."""
 
-    def __init__(self, spec: NodeSpec, sim: SimulatedNode, agent: Agent, server: MetricsServer):
+    def __init__(self, spec: NodeSpec, sim: SimulatedNode, agent: Agent) -> None:
         self.spec = spec
         self.sim = sim
         self.agent = agent
-        self.server = server
         self.listening = False
         self._lock = threading.Lock()
+        try:
+            # the node's own callables, not the agent's: once the node is stopped, a
+            # scraper's open keep-alive connection must fail too, as with a dead process
+            self.server = MetricsServer(
+                agent.config.listen_host,
+                agent.config.listen_port,
+                exposition=self._exposition,
+                health=self._health,
+            )
+        except OSError as exc:
+            where = f"{agent.config.listen_host}:{agent.config.listen_port}"
+            raise FleetError(f"{spec.name}: cannot listen on {where}: {exc.strerror}") from exc
+
+    def _exposition(self) -> Exposition | None:
+        return self.agent.exposition() if self.listening else None
+
+    def _health(self) -> Health:
+        return self.agent.health() if self.listening else Health(False, "agent stopped")
 
     @property
     def index(self) -> int:
@@ -305,6 +334,13 @@ class FleetNode:
     @property
     def url(self) -> str:
         return f"http://{self.address}/metrics"
+
+    def start(self) -> None:
+        # the first poll before listening: the first scrape already has data
+        self.agent.poller.poll_once()
+        self.agent.poller.start()
+        self.listening = True
+        self.server.start()
 
     def stop(self) -> None:
         """The agent dies: its server stops listening and its poll loop ends."""
@@ -331,7 +367,9 @@ class Fleet:
         listen_host: str = "127.0.0.1",
         cluster: str | Sequence[str] = DEFAULT_CLUSTER,
         nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
+        hold_time: bool = False,
     ) -> None:
+        """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock)."""
         if interval <= 0:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
@@ -351,7 +389,7 @@ class Fleet:
         )
         self.interval = interval
         self.listen_host = listen_host
-        self.clock = SteppedClock(time_scale)
+        self.clock = SteppedClock(time_scale, running=not hold_time)
         self.nodes: list[FleetNode] = []
         self._root: Path | None = None
         self._stop = threading.Event()
@@ -413,25 +451,19 @@ class Fleet:
             seed=spec.seed,
         )
 
-        def build() -> tuple[Agent, MetricsServer]:
+        def build() -> Agent:
             # everything created in here (the poller's threads, the XID listener they
             # start) inherits this binding
             nvml_lib.bind(sim.nvml)
-            agent = Agent(config, build_sources(config))
-            try:
-                server = make_server(agent)
-            except Exception:
-                agent.poller.stop(timeout=0.5)
-                raise
-            return agent, server
+            return Agent(config, build_sources(config))
 
-        agent, server = contextvars.Context().run(build)
-        node = FleetNode(spec, sim, agent, server)
-        # the first poll before listening: the first scrape already has data
-        agent.poller.poll_once()
-        agent.poller.start()
-        server.start()
-        node.listening = True
+        agent = contextvars.Context().run(build)
+        try:
+            node = FleetNode(spec, sim, agent)
+        except FleetError:
+            agent.poller.stop(timeout=0.5)
+            raise
+        node.start()
         return node
 
     def _tick_loop(self) -> None:
@@ -455,6 +487,10 @@ class Fleet:
                     return
             self.tick_cpu_seconds = time.thread_time() - cpu_started
             self.ticks += 1
+
+    def run_time(self) -> None:
+        """Let simulated time run (for a fleet built with hold_time=True)."""
+        self.clock.run()
 
     def stop_node(self, index: int) -> None:
         """Kill node `index`'s agent: Prometheus' scrapes of it now fail."""

@@ -1,0 +1,134 @@
+"""One fleet, one Prometheus, one Alertmanager for the whole e2e module: started once.
+
+Layout: cluster "healthy" holds 4x dgx1-v100 + 4x dgx-a100 that must never alert; cluster
+"faults" holds one node per fault scenario, all running side by side for the same length
+of time, plus one healthy node whose agent the test kills.
+
+Simulated time runs TIME_SCALE times faster than real time, so a thermal runaway that
+takes minutes on hardware crosses slowdown in seconds. Every rate a rule compares with a
+threshold is then TIME_SCALE times larger per real second, so those thresholds are scaled
+by the same factor through MixinConfig overrides; the `for:` durations are shrunk to
+seconds. What a rule means is unchanged, only the time it takes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent.config import ScenarioSpec
+from agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from agent.sim.fleet import Fleet
+from alerts import build as alerts_build
+from alerts.mixin_config import MixinConfig
+from tests.conftest import require_tool
+from tests.e2e.stack import Receiver, Stack, wait_for
+
+TIME_SCALE = 10.0
+POLL_INTERVAL = 2.0  # agents poll (and the fleet ticks) every 2 s; Prometheus scrapes every 1 s
+SCRAPE_INTERVAL = "1s"
+BASELINE_S = 3.0  # healthy scrapes of every node before simulated time starts
+
+
+@dataclass(frozen=True)
+class Fault:
+    node: int
+    profile: str
+    scenario: str | None  # None: a healthy node whose agent the test kills
+    target: str | None
+    alert: str
+    labels: dict[str, str]  # labels the delivered alert must carry, besides instance
+
+
+HEALTHY = ["dgx1-v100"] * 4 + ["dgx-a100"] * 4
+FAULTS = (
+    Fault(8, "dgx1-v100", "thermal-runaway", "2", "NvwatchGpuThermalSlowdown", {"gpu": "2"}),
+    Fault(9, "dgx-a100", "power-capped", "1", "NvwatchGpuPowerCapped", {"gpu": "1"}),
+    Fault(10, "dgx1-v100", "nvlink-degraded", "3", "NvwatchNvlinkDown", {"gpu": "3", "link": "0"}),
+    Fault(11, "dgx-a100", "ecc-dbe", "4", "NvwatchGpuEccUncorrectable", {"gpu": "4"}),
+    Fault(12, "dgx1-v100", "gpu-lost", "5", "NvwatchGpuDown", {"gpu": "5"}),
+    Fault(13, "dgx-a100", "ib-congestion", "mlx5_1", "NvwatchIbPortCongested", {"device": "mlx5_1"}),  # noqa: E501
+    Fault(14, "dgx1-v100", "ib-link-flap", "mlx5_2", "NvwatchIbLinkDowned", {"device": "mlx5_2"}),
+    Fault(15, "dgx-a100", "ib-degraded", "mlx5_3", "NvwatchIbPortRateDegraded", {"device": "mlx5_3"}),  # noqa: E501
+    Fault(16, "dgx1-v100", None, None, "NvwatchAgentDown", {}),
+)  # fmt: skip
+KILLED = 16
+
+
+def mixin_config() -> MixinConfig:
+    s = TIME_SCALE
+    base = MixinConfig()
+    return base.with_overrides(
+        evaluation_interval="1s",
+        # windows and `for:` of noisy signals scale with simulated time (5m -> 30s): a
+        # shorter one would let a healthy job's warm-up or its power swings page
+        rate_window="30s",
+        for_fast="12s",
+        for_default="30s",
+        for_slow="30s",
+        # signals that are never set on a healthy simulated GPU may be shorter
+        thermal_slowdown_for="10s",
+        power_cap_for="10s",
+        hw_power_brake_for="2s",
+        # per-real-second rates of simulated counters are TIME_SCALE times the real ones
+        temp_rise_celsius_per_minute=base.temp_rise_celsius_per_minute * s,
+        nvlink_error_rate_per_second=base.nvlink_error_rate_per_second * s,
+        ib_error_rate_per_second=base.ib_error_rate_per_second * s,
+        pcie_replay_rate_per_second=base.pcie_replay_rate_per_second * s,
+        # the simulated HCA counts port_xmit_wait in 4 ns ticks (2.5e8/s at a full stall);
+        # a congested simulated port stalls 5 % of the time, a healthy one ~0.2 % of its
+        # busy time, so 2 % separates them
+        ib_transmit_wait_tick_seconds=1.0 / XMIT_WAIT_TICKS_PER_SECOND / s,
+        ib_transmit_wait_ratio=0.02,
+    )
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    prometheus = require_tool("prometheus")
+    alertmanager = require_tool("prometheus-alertmanager", "alertmanager")
+    workdir: Path = tmp_path_factory.mktemp("e2e")
+    config = mixin_config()
+    rules = workdir / "rules"
+    alerts_build.write(rules, config)
+    profiles = HEALTHY + [f.profile for f in FAULTS]
+    scenarios = [
+        (f.node, ScenarioSpec(f.scenario, f.target)) for f in FAULTS if f.scenario is not None
+    ]
+    fleet = Fleet(
+        profiles,
+        base_port=0,
+        interval=POLL_INTERVAL,
+        scenarios=scenarios,
+        seed=7,
+        time_scale=TIME_SCALE,
+        cluster=["healthy"] * len(HEALTHY) + ["faults"] * len(FAULTS),
+        # faults must begin under a scraping Prometheus: an error counter that is already
+        # 1 at the first scrape never shows an increase
+        hold_time=True,
+    )
+    receiver = Receiver()
+    result = Stack(workdir, fleet, receiver)
+    try:
+        fleet.start()
+        result.start_alertmanager(alertmanager)
+        rule_files = [
+            rules / alerts_build.PROMETHEUS_ALERTS,
+            rules / alerts_build.PROMETHEUS_RECORDING,
+        ]
+        result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL)
+        wait_for(
+            "every agent scraped",
+            lambda: result.query(f'count(up{{job="nvwatch"}} == 1) == {len(profiles)}'),
+            60,
+        )
+        time.sleep(BASELINE_S)
+        fleet.run_time()
+        result.started_monotonic = time.monotonic()
+        yield result
+    finally:
+        result.close()

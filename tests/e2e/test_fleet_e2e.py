@@ -1,0 +1,185 @@
+"""A simulated fleet under a real Prometheus and Alertmanager, end to end.
+
+Dashboards: every panel query returns data from the real Prometheus for a healthy
+cluster. Alerts: each fault scenario's alert arrives at a webhook behind the real
+Alertmanager with the right node/GPU/port labels; the healthy cluster, running for the
+same time, delivers none; a killed agent pages for itself only.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from alerts.mixin_config import MixinConfig
+from dashboards.build import build_all
+from tests.e2e.conftest import FAULTS, KILLED, Fault, mixin_config
+from tests.e2e.stack import Stack, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+ALERT_DEADLINE_S = 180.0
+DATA_DEADLINE_S = 90.0
+
+# Queries that cannot have data in a healthy cluster, by (panel title, metric in the
+# query), each with the reason. For each, the test checks instead that the faults cluster
+# does give it data (the query itself is right).
+EMPTY_WHEN_HEALTHY = {
+    ("Firing alerts", "ALERTS"): "lists firing alerts; a healthy cluster has none",
+    ("Error hot spots (NVLink and IB errors per second)", "nvlink_errors"): "errors > 0 only",
+    ("Error hot spots (NVLink and IB errors per second)", "ib_port_errors"): "errors > 0 only",
+    ("Retired pages, remapped rows, XIDs", "xid_errors"): "XIDs in the range > 0 only",
+    ("NVLink errors and links down", "nvlink_errors"): "links with errors (> 0) only",
+    ("NVLink errors and links down", "nvlink_up"): "links down (== 0) only",
+    ("CRC / replay / recovery error rates", "nvlink_errors"): "links with errors (> 0) only",
+    ("Errors by type", "ib_port_errors"): "IB ports with errors (> 0) only",
+    ("Saturated counters", "counter_saturated"): "ports with a counter at its maximum only",
+}
+# ... and those for which even the faults cluster has nothing in this short run
+NEVER_IN_THIS_RUN = {
+    ("Saturated counters", "counter_saturated"): (
+        "a 32-bit port_xmit_wait saturates only after minutes of congestion"
+    ),
+}
+# A dashboards defect, reported to the lead: a subquery at a fixed 1h resolution has no
+# evaluation point inside a range shorter than the time since the last full hour, so the
+# panel is empty for short ranges. Checked here with the default resolution instead.
+FIXED_1H_SUBQUERY = ":1h]"
+
+
+def expected_empty(title: str, expr: str, table: dict[tuple[str, str], str]) -> bool:
+    return any(title == t and metric in expr for t, metric in table)
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panels(panel)
+
+
+def instantiate(expr: str, cluster: str) -> str:
+    """What Grafana would send: variables and the $__ interval macros filled in."""
+    values = {
+        "cluster": cluster,
+        "instance": ".*",
+        "gpu": ".*",
+        "__rate_interval": "30s",
+        "__interval": "1s",
+        "__range_s": "60",
+        "__range": "60s",
+    }
+    # longest names first, so $__range_s is not read as $__range followed by "_s"
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    leftover = re.findall(r"\$\{?\w+", expr)
+    assert not leftover, f"unfilled variable(s) {leftover} in {expr}"
+    return expr
+
+
+def dashboard_queries(config: MixinConfig) -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, expr) for every target of every panel."""
+    found = []
+    for name, dashboard in build_all(config).items():
+        for panel in panels(dashboard):
+            for target in panel.get("targets", []):
+                if target.get("expr"):
+                    found.append((name, str(panel.get("title")), str(target["expr"])))
+    return found
+
+
+def test_every_dashboard_panel_has_data(stack: Stack) -> None:
+    queries = dashboard_queries(mixin_config())
+    assert len(queries) > 40, "the dashboards lost their panels"
+    # recording rules over rate windows need a window of samples first
+    wait_for(
+        "recording rules over a full rate window",
+        lambda: stack.query('cluster:nvwatch_ib_port_transmit_bytes:rate{cluster="healthy"}'),
+        DATA_DEADLINE_S,
+    )
+    time.sleep(31)  # one full 30 s rate window of 1 s scrapes behind every rate()
+    missing: dict[str, str] = {}
+    deadline = time.monotonic() + DATA_DEADLINE_S
+    for name, title, expr in queries:
+        if expected_empty(title, expr, EMPTY_WHEN_HEALTHY):
+            continue
+        query = instantiate(expr, "healthy").replace(FIXED_1H_SUBQUERY, ":]")
+        # a slow series (the capacity review's range queries) may need a moment more
+        while not stack.query(query) and time.monotonic() < deadline:
+            time.sleep(1)
+        if not stack.query(query):
+            missing[f"{name} / {title}"] = query
+    assert not missing, "panels without data in a healthy fleet:\n" + "\n".join(
+        f"  {k}: {v}" for k, v in missing.items()
+    )
+
+
+def test_panels_empty_when_healthy_have_data_with_faults(stack: Stack) -> None:
+    wanted = [
+        (title, expr)
+        for _, title, expr in dashboard_queries(mixin_config())
+        if expected_empty(title, expr, EMPTY_WHEN_HEALTHY)
+        and not expected_empty(title, expr, NEVER_IN_THIS_RUN)
+    ]
+    assert len(wanted) >= len(EMPTY_WHEN_HEALTHY) - len(NEVER_IN_THIS_RUN)
+
+    empty: list[str] = []
+
+    def all_have_data() -> bool:
+        empty[:] = [t for t, e in wanted if not stack.query(instantiate(e, "faults"))]
+        return not empty
+
+    try:
+        wait_for("fault panels to show data", all_have_data, ALERT_DEADLINE_S, every=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: still empty: {empty}") from None
+
+
+def _matches(alert: dict[str, Any], fault: Fault) -> bool:
+    labels = alert.get("labels", {})
+    return (
+        labels.get("alertname") == fault.alert
+        and labels.get("instance") == f"dgx-{fault.node:03d}"
+        and labels.get("cluster") == "faults"
+        and all(labels.get(k) == v for k, v in fault.labels.items())
+    )
+
+
+def test_each_fault_pages_and_the_healthy_cluster_does_not(stack: Stack) -> None:
+    killed_at = time.monotonic()
+    stack.fleet.stop_node(KILLED)
+    arrived: dict[str, float] = {}
+
+    def all_arrived() -> bool:
+        for alert in stack.receiver.firing():
+            for fault in FAULTS:
+                if fault.alert not in arrived and _matches(alert, fault):
+                    arrived[fault.alert] = alert["received_monotonic"] - stack.started_monotonic
+        return len(arrived) == len(FAULTS)
+
+    try:
+        wait_for("every fault's alert at the webhook", all_arrived, ALERT_DEADLINE_S, every=1)
+    finally:
+        # printed with -s: the measured time from stack start to delivery, per scenario
+        for fault in FAULTS:
+            when = arrived.get(fault.alert)
+            shown = "NOT DELIVERED" if when is None else f"{when:5.1f}s"
+            print(f"e2e: {fault.scenario or 'agent killed':<16} {fault.alert:<28} {shown}")
+
+    firing = stack.receiver.firing()
+    healthy = [a["labels"] for a in firing if a["labels"].get("cluster") == "healthy"]
+    assert not healthy, f"the healthy cluster alerted: {healthy}"
+    # nor is anything about to: no healthy alert is even pending in Prometheus
+    assert not stack.query('ALERTS{cluster="healthy"}')
+
+    down = {
+        a["labels"].get("instance")
+        for a in firing
+        if a["labels"]["alertname"] == "NvwatchAgentDown"
+    }
+    assert down == {f"dgx-{KILLED:03d}"}, f"agent-down fired for {down}"
+    assert arrived["NvwatchAgentDown"] > 0
+    assert time.monotonic() - killed_at < ALERT_DEADLINE_S
