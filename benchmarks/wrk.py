@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 _UNIT_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PERCENTILE = re.compile(r"^\s*(\d+(?:\.\d+)?)%\s+(\d+(?:\.\d+)?)(us|ms|s|m|h)\s*$")
@@ -29,6 +31,9 @@ class WrkResult:
     p50_seconds: float
     p99_seconds: float
     errors: str | None  # wrk's socket-error / non-2xx line, None when clean
+    # kernel TcpExt ListenOverflows during the run (system-wide; only the server under
+    # test is being connected to): connections that met a full accept queue
+    listen_overflows: int | None = None
 
 
 def wrk_path() -> str:
@@ -55,6 +60,7 @@ def run_wrk(url: str, connections: int, duration: float, *, gzip: bool = False) 
     if gzip:
         argv += ["-H", GZIP_HEADER]
     argv.append(url)
+    overflows_before = listen_overflows()
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=seconds + 30, check=False
@@ -64,7 +70,25 @@ def run_wrk(url: str, connections: int, duration: float, *, gzip: bool = False) 
         raise WrkError(f"wrk did not finish: {' '.join(argv)}") from exc
     if done.returncode != 0:
         raise WrkError(f"wrk failed ({done.returncode}): {done.stderr.strip() or done.stdout}")
-    return parse_wrk(done.stdout, connections=connections, gzip=gzip)
+    result = parse_wrk(done.stdout, connections=connections, gzip=gzip)
+    overflows_after = listen_overflows()
+    if overflows_before is None or overflows_after is None:
+        return result
+    return dataclasses.replace(result, listen_overflows=overflows_after - overflows_before)
+
+
+def listen_overflows() -> int | None:
+    """TcpExt ListenOverflows from /proc/net/netstat; None where it cannot be read."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            if "ListenOverflows" in table:
+                return int(table["ListenOverflows"])
+    return None
 
 
 def parse_wrk(output: str, *, connections: int, gzip: bool) -> WrkResult:
