@@ -492,6 +492,15 @@ def _rss_section(results: Results) -> str:
         "",
         f"RSS (MB) by polls done: {points}.",
     ]
+    if rss.flat and rss.second_half_growth_mib > FLAT_TOLERANCE_MIB / 2:
+        lines.append(
+            f"**Borderline**: the second half grew "
+            f"{rss.second_half_growth_mib * MIB / MB:.2f} MB, more than half the tolerance. "
+            "Growth that comes in steps and then holds is typical of allocator arenas, "
+            "but a slow leak of a few hundred bytes per poll would look the same over this "
+            "many polls: run longer (`--rss-polls 50000 --rss-seconds 3600`) or diff "
+            "tracemalloc snapshots between checkpoints before calling it flat."
+        )
     if rss.polls < rss.target_polls:
         lines.append(
             f"The time cap stopped the loop at {rss.polls:,} of {rss.target_polls:,} "
