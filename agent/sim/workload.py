@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 WORKLOAD_KINDS = ("training", "inference", "idle")
 
@@ -20,15 +20,21 @@ class Workload:
     seed: int = 0
     step_seconds: float = 2.0  # one training step: compute, then gradient all-reduce
     comm_fraction: float = 0.3  # share of the step spent in the all-reduce burst
+    _offset: float = field(init=False, repr=False, compare=False, default=0.0)
+    _period: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self) -> None:
         if self.kind not in WORKLOAD_KINDS:
             raise ValueError(f"unknown workload {self.kind!r} (known: {WORKLOAD_KINDS})")
+        draw = random.Random(self.seed)
+        # Per seed: an offset, so the nodes of a fleet are not in lock-step, and a step
+        # length stretched by up to 23 % by an irrational-ish factor, so a poll interval
+        # that is a whole number of nominal steps does not sample one phase forever.
+        object.__setattr__(self, "_offset", draw.random() * self.step_seconds)
+        object.__setattr__(self, "_period", self.step_seconds * (1.0 + 0.23 * draw.random()))
 
     def _phase(self, t: float) -> float:
-        # per-seed offset so simulated nodes of one fleet are not in lock-step
-        offset = random.Random(self.seed).random() * self.step_seconds
-        return ((t + offset) % self.step_seconds) / self.step_seconds
+        return ((t + self._offset) % self._period) / self._period
 
     def gpu_utilization(self, t: float, gpu: int = 0) -> float:
         """Fraction of time a kernel runs (nvidia-smi utilization.gpu), 0..1."""
@@ -47,7 +53,9 @@ class Workload:
             return 0.0
         if self.kind == "inference":
             return 0.6 * self.gpu_utilization(t, gpu)
-        return 0.95 if self._phase(t) < 1 - self.comm_fraction else 0.55
+        # ~ a data-parallel job's draw: near 85 % of the dynamic range while computing,
+        # less in the all-reduce; averaged, a healthy node sits around 75 % of its TDP
+        return 0.85 if self._phase(t) < 1 - self.comm_fraction else 0.45
 
     def comm_intensity(self, t: float) -> float:
         """Fraction of the NVLink/IB line rate in use right now, 0..1."""
