@@ -101,6 +101,9 @@ class MixinConfig:
     # Die temperature climbing faster than this (°C per minute, averaged over
     # rate_window) means cooling lost ground: a fan wall, a blocked inlet, a CDU fault.
     temp_rise_celsius_per_minute: float = 5.0
+    # ... but only while the GPU is within this many °C of slowdown: a cold GPU warming
+    # up at a job's start rises as fast and is healthy.
+    temp_rise_headroom_celsius: float = 15.0
 
     # --- power ----------------------------------------------------------------------
     # Pinned at the software power cap this long is a capacity signal (a job is
@@ -109,8 +112,9 @@ class MixinConfig:
     # HW power brake (the board's external brake signal, PSU/chassis trouble) this long
     # is critical.
     hw_power_brake_for: str = "1m"
-    # Node GPU power above this fraction of the summed GPU TDP for `for_default` means
-    # the node runs at its power budget: the PDU/rack plan must hold this.
+    # Node GPU power, averaged over rate_window, above this fraction of the summed GPU
+    # TDP for `for_default` means the node runs at its power budget: the PDU/rack plan
+    # must hold this.
     node_power_budget_fraction: float = 0.9
 
     # --- fabric ---------------------------------------------------------------------
@@ -119,10 +123,12 @@ class MixinConfig:
     # IB physical/link errors per second per port and type (symbol, link recovery, ...).
     ib_error_rate_per_second: float = 0.1
     # Share of time a port had data but no credits; above it the fabric is congested.
-    ib_transmit_wait_ratio: float = 0.1
+    # Kept low: at 5 % the 32-bit port_xmit_wait saturates in ~6 minutes, at 10 % in 3.
+    ib_transmit_wait_ratio: float = 0.05
     # Duration of one port_xmit_wait tick. The IBA spec leaves the tick to the device;
-    # this approximation turns ticks into seconds so the ratio reads like "time waiting".
-    ib_transmit_wait_tick_seconds: float = 1e-9
+    # ConnectX counts in units of a few ns (~4 ns, the simulator's figure too). This turns
+    # ticks into seconds so the ratio reads like "share of time waiting".
+    ib_transmit_wait_tick_seconds: float = 4e-9
     # PCIe replays per second per GPU; a healthy link replays almost never.
     pcie_replay_rate_per_second: float = 0.1
     # GPUs idle below this utilization legitimately train PCIe down to save power, so a

@@ -151,16 +151,25 @@ def thermal_power(cfg: MixinConfig) -> AlertGroup:
             ),
             Alert(
                 "NvwatchGpuTemperatureRisingFast",
+                # A job starting on a cold GPU warms it by 10+ °C a minute: normal. Only a
+                # fast rise that is already near slowdown is worth telling anyone about.
                 f"deriv(nvwatch_gpu_temperature_celsius{s('sensor=' + _q('gpu'))}[{w}]) * 60"
-                f" > {cfg.temp_rise_celsius_per_minute:g}",
+                f" > {cfg.temp_rise_celsius_per_minute:g}\n"
+                "and ignoring(sensor)\n"
+                f"(nvwatch_gpu_temperature_threshold_celsius{s('threshold=' + _q('slowdown'))}"
+                "\n  - ignoring(threshold, sensor)\n"
+                f"  nvwatch_gpu_temperature_celsius{s('sensor=' + _q('gpu'))})"
+                f" < {cfg.temp_rise_headroom_celsius:g}",
                 cfg.for_fast,
                 Severity.INFO,
                 "GPU temperature is rising fast.",
                 f"{gpu} warms by {{{{ $value | humanize }}}} °C per minute.",
                 Runbook(
                     "The die temperature climbs faster than the configured rate, averaged "
-                    f"over {w}. A load step causes this briefly; sustained, it means "
-                    "cooling is losing ground.",
+                    f"over {w}, while already within {cfg.temp_rise_headroom_celsius:g} °C "
+                    "of its slowdown threshold. A cold GPU warming up at a job's start "
+                    "does not fire; a hot one still climbing means cooling is losing "
+                    "ground and slowdown is minutes away.",
                     "Thermal & power dashboard: do neighbouring GPUs and nodes rise "
                     "together (facility) or only this one (local airflow)?",
                     "Watch for NvwatchGpuTemperatureNearSlowdown next; if several nodes "
@@ -207,7 +216,9 @@ def thermal_power(cfg: MixinConfig) -> AlertGroup:
             ),
             Alert(
                 "NvwatchNodePowerNearBudget",
-                "instance:nvwatch_gpu_power_watts:sum\n"
+                # NVML power is an instantaneous sample that swings between the compute
+                # and communication phases of every training step: judge the average.
+                f"avg_over_time(instance:nvwatch_gpu_power_watts:sum[{w}])\n"
                 "  / instance:nvwatch_gpu_power_tdp_watts:sum\n"
                 f"  > {cfg.node_power_budget_fraction:g}",
                 cfg.for_default,
@@ -216,8 +227,9 @@ def thermal_power(cfg: MixinConfig) -> AlertGroup:
                 f"{_where_node(cfg)} draws {{{{ $value | humanizePercentage }}}} of the "
                 "summed TDP of its GPUs.",
                 Runbook(
-                    "The GPUs of the node together draw more than the configured fraction "
-                    "of their summed TDP. nvwatch only sees GPU board power; the node's "
+                    "The GPUs of the node together draw, on average over "
+                    f"{w}, more than the configured fraction of their summed TDP. "
+                    "nvwatch only sees GPU board power; the node's "
                     "budget for rack planning is approximated by the sum of its GPUs' "
                     "TDP.",
                     "Thermal & power dashboard, *Power headroom per node* and *per rack*: "
@@ -400,7 +412,10 @@ def fabric(cfg: MixinConfig) -> AlertGroup:
                 "NvwatchIbPortCongested",
                 f"rate(nvwatch_ib_port_transmit_wait_total{ib()}[{w}])"
                 f" * {cfg.ib_transmit_wait_tick_seconds:g} > {cfg.ib_transmit_wait_ratio:g}",
-                cfg.for_slow,
+                # short on purpose: the legacy 32-bit port_xmit_wait holds only ~17 s of
+                # waiting at ~4 ns ticks, so a congested port saturates within minutes and
+                # its rate falls to 0; a long `for:` would never see it
+                cfg.for_fast,
                 Severity.INFO,
                 "InfiniBand port spends much of its time waiting for credits.",
                 f"{port} waited for credits about {{{{ $value | humanizePercentage }}}} of "
@@ -409,12 +424,38 @@ def fabric(cfg: MixinConfig) -> AlertGroup:
                     "port_xmit_wait counts ticks in which the port had data but no credits "
                     "from its peer. The ratio is an approximation: the tick length is "
                     "device-specific, and the mixin config's "
-                    "`ib_transmit_wait_tick_seconds` converts ticks to seconds.",
+                    "`ib_transmit_wait_tick_seconds` converts ticks to seconds. The "
+                    "counter is the legacy 32-bit one: under congestion it saturates "
+                    "within minutes (`nvwatch_ib_port_counter_saturated` shows it) and "
+                    "this alert resolves although nothing improved; reset the port "
+                    "counters to measure again.",
                     "InfiniBand fabric dashboard, *Transmit wait ratio*: one port "
                     "(slow receiver) or many ports towards the same switch (fabric "
                     "hot spot)?",
                     "Congestion is a capacity or routing problem: check the job placement "
                     "and the fat-tree's adaptive routing; no hardware action.",
+                ),
+            ),
+            Alert(
+                "NvwatchIbCounterSaturated",
+                # port_xmit_wait is left out: at ~4 ns ticks it fills up on healthy ports
+                # too within hours, and congestion has its own alert
+                f"nvwatch_ib_port_counter_saturated{ib('counter!=' + _q('port_xmit_wait'))} == 1",
+                cfg.for_default,
+                Severity.WARNING,
+                "InfiniBand error counter is pinned at its maximum and no longer counts.",
+                f"Counter {{{{ $labels.counter }}}} of {port} has reached its maximum; its "
+                "rate now reads 0 whatever happens on the link.",
+                Runbook(
+                    "IB error counters are narrow (4 to 16 bits) and stop at their "
+                    "maximum instead of wrapping. A saturated error counter means the "
+                    "link logged at least that many errors, and from now on the error "
+                    "alerts for this port are blind.",
+                    "InfiniBand fabric dashboard, *Saturated counters*; on the node, "
+                    "`perfquery -x <lid> <port>` shows the same values.",
+                    "Read the counters, then reset them (`perfquery -x -R -C <device> "
+                    "-P <port>`) so errors are measured again; if they climb back "
+                    "quickly, treat it like NvwatchIbPortErrors.",
                 ),
             ),
             Alert(

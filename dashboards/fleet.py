@@ -335,7 +335,7 @@ def capacity_review(cfg: MixinConfig) -> g.Dashboard:
         [
             Q(
                 f"1 - max_over_time((cluster:nvwatch_gpu_memory_used_bytes:sum{c}"
-                f" / cluster:nvwatch_gpu_memory_total_bytes:sum{c})[$__range:1h])",
+                f" / cluster:nvwatch_gpu_memory_total_bytes:sum{c})[$__range:$__interval])",
                 "headroom",
                 instant=True,
             )
@@ -391,7 +391,7 @@ def capacity_review(cfg: MixinConfig) -> g.Dashboard:
         [
             Q(
                 f"bottomk(10, 1 - max_over_time((instance:nvwatch_gpu_memory_used_bytes:sum{c}"
-                f" / instance:nvwatch_gpu_memory_total_bytes:sum{c})[$__range:1h]))",
+                f" / instance:nvwatch_gpu_memory_total_bytes:sum{c})[$__range:$__interval]))",
                 f"{{{{{inst}}}}}",
                 instant=True,
             )
@@ -408,7 +408,7 @@ def capacity_review(cfg: MixinConfig) -> g.Dashboard:
         [
             Q(
                 f"bottomk(10, 1 - max_over_time((instance:nvwatch_gpu_power_watts:sum{c}"
-                f" / instance:nvwatch_gpu_power_tdp_watts:sum{c})[$__range:1h]))",
+                f" / instance:nvwatch_gpu_power_tdp_watts:sum{c})[$__range:$__interval]))",
                 f"{{{{{inst}}}}}",
                 instant=True,
             )

@@ -172,7 +172,11 @@ def node(cfg: MixinConfig) -> g.Dashboard:
             Q(m("nvwatch_gpu_retired_pages"), instant=True, table=True),
             Q(m("nvwatch_gpu_remapped_rows"), instant=True, table=True),
             Q(
-                f"increase({m('nvwatch_gpu_xid_errors_total')}[$__range]) > 0",
+                # a counter is born at 1 with its first event, a step increase() cannot
+                # see: series that did not exist at the start of the range count as well
+                f"increase({m('nvwatch_gpu_xid_errors_total')}[$__range]) > 0"
+                f" or ({m('nvwatch_gpu_xid_errors_total')}"
+                f" unless {m('nvwatch_gpu_xid_errors_total')} offset $__range)",
                 instant=True,
                 table=True,
             ),
