@@ -43,9 +43,10 @@ FLAP_DOWN_S = 10.0
 # ~ port_xmit_wait ticks per second of a fully stalled port. The tick is implementation
 # specific; ConnectX counts in units of a few ns, so ~2.5e8/s at a complete stall.
 XMIT_WAIT_TICKS_PER_SECOND = 250_000_000
-# Share of time a congested port stalls: 5 % fills the 32-bit counter in ~6 minutes, so a
-# long simulation also shows nvwatch_ib_port_counter_saturated going to 1.
-CONGESTION_STALL = 0.05
+# Share of time a congested port stalls: above the mixin's default congestion ratio
+# (5 %), and it fills the 32-bit counter in ~3.6 minutes, so a simulation also shows
+# nvwatch_ib_port_counter_saturated going to 1, as on a real congested HCA.
+CONGESTION_STALL = 0.08
 # Credit waits of a healthy port, per unit of link busy time.
 HEALTHY_STALL = 0.002
 CONGESTED_THROUGHPUT = 0.6

@@ -79,11 +79,10 @@ def mixin_config() -> MixinConfig:
         nvlink_error_rate_per_second=base.nvlink_error_rate_per_second * s,
         ib_error_rate_per_second=base.ib_error_rate_per_second * s,
         pcie_replay_rate_per_second=base.pcie_replay_rate_per_second * s,
-        # the simulated HCA counts port_xmit_wait in 4 ns ticks (2.5e8/s at a full stall);
-        # a congested simulated port stalls 5 % of the time, a healthy one ~0.2 % of its
-        # busy time, so 2 % separates them
+        # port_xmit_wait ticks per real second are TIME_SCALE times the simulated ones; the
+        # default congestion ratio (10 %) separates a congested simulated port (20 %) from
+        # a healthy one (~0.2 % of its busy time) as it is
         ib_transmit_wait_tick_seconds=1.0 / XMIT_WAIT_TICKS_PER_SECOND / s,
-        ib_transmit_wait_ratio=0.02,
     )
 
 
