@@ -256,7 +256,13 @@ class Poller:
             worker.stop(max(0.0, deadline - time.monotonic()))
         # close() of a source whose worker is stuck in a native call may block as well:
         # bound it, so SIGTERM still ends the agent promptly.
-        closer = threading.Thread(target=self._close_sources, name="nvwatch-close", daemon=True)
+        # in the poller's context, so a fleet node's nvmlShutdown reaches its own library
+        closer = threading.Thread(
+            target=self._context.copy().run,
+            args=(self._close_sources,),
+            name="nvwatch-close",
+            daemon=True,
+        )
         closer.start()
         closer.join(max(0.0, deadline - time.monotonic()))
 
