@@ -35,7 +35,7 @@ from benchmarks.poll_cost import (
 )
 from benchmarks.poll_cost import count_series as count_series_of
 from benchmarks.real_nvml import RealNvmlUnavailable, measure_real_nvml
-from benchmarks.report import Machine, Results, render_markdown
+from benchmarks.report import Machine, Results, render_markdown, server_fixed
 from benchmarks.rss import measure_rss
 from benchmarks.scrape import (
     node_exporter_side_by_side,
@@ -116,8 +116,10 @@ def collect(settings: Settings) -> Results:
         results.scrape = scrape_simulated_agent(
             settings.scrape_profile, settings.connections, settings.wrk_seconds, logs
         )
-        if settings.nodelay_experiment:
-            log("wrk against the same agent with TCP_NODELAY (experiment)")
+        # the experiment measures server changes the agent may already have; skip it then
+        experiment = settings.nodelay_experiment and not server_fixed()
+        if experiment:
+            log("wrk against the same agent with the server fixes (experiment)")
             results.scrape_nodelay = scrape_simulated_agent(
                 settings.scrape_profile,
                 settings.connections,
@@ -131,7 +133,7 @@ def collect(settings: Settings) -> Results:
             settings.connections,
             settings.wrk_seconds,
             logs,
-            nodelay=settings.nodelay_experiment,
+            nodelay=experiment,
         )
     finally:
         shutil.rmtree(logs, ignore_errors=True)
