@@ -1454,7 +1454,12 @@ def exec_environment(
     existing = os.environ.get("PYTHONPATH")
     if existing:
         path.append(existing)
-    env = {"PYTHONPATH": os.pathsep.join(path), "NVWATCH_SIMULATE": profile}
+    env = {
+        "PYTHONPATH": os.pathsep.join(path),
+        "NVWATCH_SIMULATE": profile,
+        # where this interpreter's pynvml lives, for a child interpreter without one
+        "NVWATCH_PYNVML_DIR": str(Path(pynvml.__file__).resolve().parent),
+    }
     if scenario is not None:
         env["NVWATCH_SIMULATE_SCENARIO"] = scenario
     if seed is not None:

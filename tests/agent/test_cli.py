@@ -245,3 +245,18 @@ def test_profiles_lists_every_profile() -> None:
     assert result.exit_code == 0
     for name in PROFILES:
         assert name in result.output
+
+
+def test_simulate_exec_reaches_an_interpreter_outside_the_venv() -> None:
+    """`simulate exec -- python ...` must work with a Python that has no pynvml itself."""
+    base_python = getattr(sys, "_base_executable", sys.executable)
+    code = (
+        "import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0);"
+        "print(pynvml.nvmlDeviceGetCount(), pynvml.nvmlDeviceGetName(h))"
+    )
+    completed = subprocess.run(
+        [*NVWATCH, "simulate", "exec", "--profile", "dgx1-v100", "--", base_python, "-c", code],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "8 Tesla V100-SXM2-32GB"

@@ -12,6 +12,12 @@ import os
 import sys
 
 if os.environ.get("NVWATCH_SIMULATE"):
+    # The child may be another interpreter than nvwatch's (a system `python`, a tool's
+    # own venv). pynvml is pure Python: make nvwatch's copy importable, last on the path,
+    # so the child's own packages, pynvml included if it has one, still come first.
+    fallback = os.environ.get("NVWATCH_PYNVML_DIR")
+    if fallback and fallback not in sys.path:
+        sys.path.append(fallback)
     try:
         from agent.sim.nvml_lib import install_from_environment
 
