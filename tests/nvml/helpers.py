@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -90,11 +91,16 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 class CountingNvml:
-    """Wraps a library and counts calls per C function name."""
+    """Wraps a library and counts calls per C function name, made by the creating thread.
+
+    pynvml's library is process-global: a thread left over from another test (a poller
+    finishing its last collect) would otherwise be counted here too.
+    """
 
     def __init__(self, inner: object) -> None:
         self.inner = inner
         self.calls: dict[str, int] = {}
+        self._thread = threading.get_ident()
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self.inner, name)
@@ -102,7 +108,8 @@ class CountingNvml:
             return real
 
         def counted(*args: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
+            if threading.get_ident() == self._thread:
+                self.calls[name] = self.calls.get(name, 0) + 1
             return real(*args)
 
         counted.__name__ = name
