@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 
 import pynvml
 import pytest
@@ -24,20 +23,7 @@ from agent.sim.nvml_lib import (
     uninstall,
 )
 from agent.sim.profiles import PROFILES, gpu_pci_bus_id, nvswitch_pci_bus_id
-
-
-@pytest.fixture(autouse=True)
-def _restore_pynvml() -> Iterator[None]:
-    yield
-    uninstall()
-
-
-def start(profile: str, **kwargs: object) -> tuple[SimulatedNvml, ManualClock]:
-    clock = ManualClock()
-    lib = SimulatedNvml(profile, clock=clock, **kwargs)  # type: ignore[arg-type]
-    install(lib)
-    pynvml.nvmlInit()
-    return lib, clock
+from tests.sim.conftest import start
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -398,7 +384,7 @@ def test_gpustat_style_snippet_runs_unmodified() -> None:
         pynvml.nvmlShutdown()
         assert [r["index"] for r in rows] == list(range(len(rows)))
         assert all(r["memory.used"] > 1000 and len(r["processes"]) == 1 for r in rows)
-        assert all(20 <= r["temperature.gpu"] < 90 for r in rows)  # type: ignore[operator]
+        assert all(20 <= r["temperature.gpu"] < 90 for r in rows)
         assert all((r["fan.speed"] is None) == (name == "dgx-h100") for r in rows)
         uninstall()
 

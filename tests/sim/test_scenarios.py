@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pynvml
 import pytest
 
 from agent.sim import scenarios
-from agent.sim.clock import ManualClock
-from agent.sim.nvml_lib import SimulatedNvml, install, uninstall
+from agent.sim.nvml_lib import SimulatedNvml
 from agent.sim.profiles import PROFILES
+from tests.sim.conftest import start
 
 THERMAL = (
     pynvml.nvmlClocksEventReasonSwThermalSlowdown | pynvml.nvmlClocksEventReasonHwThermalSlowdown
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_pynvml() -> Iterator[None]:
-    yield
-    uninstall()
-
-
-def start(profile: str, **kwargs: object) -> tuple[SimulatedNvml, ManualClock]:
-    clock = ManualClock()
-    lib = SimulatedNvml(profile, clock=clock, **kwargs)  # type: ignore[arg-type]
-    install(lib)
-    pynvml.nvmlInit()
-    return lib, clock
 
 
 def handle(index: int) -> object:
