@@ -17,7 +17,7 @@ import click
 from agent import __version__, logs
 from agent.app import StartupError, poll_and_render, serve
 from agent.cli.options import build_config, option, source_options
-from agent.config import ConfigError
+from agent.config import ConfigError, parse_duration
 from agent.exposition.families import FamilySet
 from agent.runtime import runtime
 from agent.sources.registry import build_sources
@@ -88,7 +88,7 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
     """Poll once and print what /metrics would serve."""
     config = build_config(params)
     logs.configure(config.log_format)
-    settle_seconds = 0.0 if settle.strip() in ("0", "0s") else _duration(settle, "settle")
+    settle_seconds = 0.0 if settle.strip() in ("0", "0s") else parse_duration(settle, "settle")
     with runtime(config) as effective:
         exposition = poll_and_render(effective, build_sources(effective), settle_seconds)
     if output_format == "prometheus":
@@ -152,12 +152,6 @@ def _hcas(sysfs_root: Path) -> list[tuple[str, str]]:
         with contextlib.suppress(OSError):
             found.append((device.name, os.path.basename(os.path.realpath(device / "device"))))
     return found
-
-
-def _duration(text: str, what: str) -> float:
-    from agent.config import parse_duration
-
-    return parse_duration(text, what)
 
 
 def _as_json(statuses: Any) -> dict[str, Any]:
