@@ -397,14 +397,14 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "excessive_buffer_overrun, vl15_dropped.",
     ),
     _spec(
-        "nvwatch_ib_port_hw_counter_total",
+        "nvwatch_ib_port_hw_events_total",
         _C,
         (*PORT, "counter"),
         "infiniband",
         "mlx5 hw_counters of the port, by file name.",
     ),
     _spec(
-        "nvwatch_ib_port_counter_saturated",
+        "nvwatch_ib_port_reading_saturated",
         _G,
         (*PORT, "counter"),
         "infiniband",

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from agent.durations import DurationError
+
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
 NVLINK_DETAILS = ("link", "gpu")
 LOG_FORMATS = ("text", "json")
@@ -21,6 +23,10 @@ LOG_FORMATS = ("text", "json")
 
 class ConfigError(ValueError):
     """Bad input from a flag, the environment or a config file."""
+
+
+# A bad duration is bad input like any other: callers catch ConfigError alone.
+CONFIG_ERRORS = (ConfigError, DurationError)
 
 
 @dataclass(frozen=True)
@@ -62,24 +68,6 @@ class AgentConfig:
     def stale_after(self) -> float:
         """Age of the newest snapshot after which /healthz reports stale."""
         return 3 * self.interval + self.timeout
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str | float | int, what: str = "duration") -> float:
-    """'5s', '500ms', '1m', '2.5' (seconds) -> seconds; must be positive."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        seconds = float(text)
-    else:
-        match = _DURATION.match(str(text))
-        if not match:
-            raise ConfigError(f"invalid {what} {text!r}: use a number with ms, s, m or h (5s)")
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if seconds <= 0:
-        raise ConfigError(f"invalid {what} {text!r}: must be greater than zero")
-    return seconds
 
 
 def parse_listen(text: str) -> tuple[str, int]:

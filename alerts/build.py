@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from alerts.docs import render_docs
-from alerts.mixin_config import MixinConfig, load
 from alerts.render import dump_yaml, grafana_alerts, prometheus_alerts, prometheus_recording
+from mixin.config import MixinConfig, load
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"

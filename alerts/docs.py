@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from alerts.mixin_config import MixinConfig
 from alerts.rules import alert_groups
+from mixin.config import MixinConfig
 
 # XID codes an operator pages on, from NVIDIA's XID catalogue (hardware-facts.md).
 XID_MEANINGS: tuple[tuple[str, str, str], ...] = (
@@ -35,7 +35,7 @@ def render_docs(cfg: MixinConfig) -> str:
         "Every alert below is defined once in `alerts/rules.py` and rendered to Prometheus "
         "rules (`alerts/generated/nvwatch-alerts.yaml`) and Grafana-managed alert rules "
         "(`alerts/generated/grafana-alerts.yaml`). Thresholds and durations shown are the "
-        "mixin config defaults (`alerts/mixin_config.py`). Each alert's `runbook_url` "
+        "mixin config defaults (`mixin/config.py`). Each alert's `runbook_url` "
         "points at its section here.",
         "",
         "Severities: **critical** pages (a node or GPU is broken or about to be), "

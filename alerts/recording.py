@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alerts.mixin_config import MixinConfig
+from mixin.config import MixinConfig
 
 # Clock-event reasons that are not throttling: an idle GPU, clocks an admin pinned, or a
 # display. Counting them as "throttled" would light the overview up on every idle node.

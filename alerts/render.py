@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from alerts.mixin_config import MixinConfig
 from alerts.recording import recording_groups
 from alerts.rules import Alert, alert_groups
+from mixin.config import MixinConfig
 
 JsonDict = dict[str, Any]
 

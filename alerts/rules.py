@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from alerts.mixin_config import MixinConfig
 from alerts.recording import (
     EXPECTED_GPUS,
     EXPECTED_IB_PORTS,
     EXPECTED_IB_RATE,
     EXPECTED_NVLINKS,
 )
+from mixin.config import MixinConfig
 
 
 class Severity(str, Enum):
@@ -426,7 +426,7 @@ def fabric(cfg: MixinConfig) -> AlertGroup:
                     "device-specific, and the mixin config's "
                     "`ib_transmit_wait_tick_seconds` converts ticks to seconds. The "
                     "counter is the legacy 32-bit one: under congestion it saturates "
-                    "within minutes (`nvwatch_ib_port_counter_saturated` shows it) and "
+                    "within minutes (`nvwatch_ib_port_reading_saturated` shows it) and "
                     "this alert resolves although nothing improved; reset the port "
                     "counters to measure again.",
                     "InfiniBand fabric dashboard, *Transmit wait ratio*: one port "
@@ -440,7 +440,7 @@ def fabric(cfg: MixinConfig) -> AlertGroup:
                 "NvwatchIbCounterSaturated",
                 # port_xmit_wait is left out: at ~4 ns ticks it fills up on healthy ports
                 # too within hours, and congestion has its own alert
-                f"nvwatch_ib_port_counter_saturated{ib('counter!=' + _q('port_xmit_wait'))} == 1",
+                f"nvwatch_ib_port_reading_saturated{ib('counter!=' + _q('port_xmit_wait'))} == 1",
                 cfg.for_default,
                 Severity.WARNING,
                 "InfiniBand error counter is pinned at its maximum and no longer counts.",

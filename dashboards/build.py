@@ -11,9 +11,9 @@ from typing import Any
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from alerts.mixin_config import MixinConfig, load
 from dashboards import fabric, fleet, node
 from dashboards.grafana import modernise
+from mixin.config import MixinConfig, load
 
 DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
     "nvwatch-cluster-overview.json": fleet.cluster_overview,

@@ -9,7 +9,7 @@ from typing import Any
 
 from grafanalib import core as g
 
-from alerts.mixin_config import MixinConfig
+from mixin.config import MixinConfig
 
 Steps = Sequence[tuple[float | None, str]]
 

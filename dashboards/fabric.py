@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from alerts.mixin_config import MixinConfig
 from dashboards.builder import ANY_BAD, HIGH_BAD, Grid, Q, dashboard, variable
+from mixin.config import MixinConfig
 
 _NODE_LINK = "{{%s}} GPU {{gpu}} link {{link}}"
 _NODE_PORT = "{{%s}} {{device}}/{{port}}"
@@ -222,7 +222,7 @@ def infiniband(cfg: MixinConfig) -> g.Dashboard:
         "Narrow IB counters pinned at their maximum: they stopped counting, so rates from "
         "them read zero. Reset the counters (perfquery -R) or rely on the 64-bit ones.",
         "none",
-        [Q(f"nvwatch_ib_port_counter_saturated{sel} == 1", instant=True, table=True)],
+        [Q(f"nvwatch_ib_port_reading_saturated{sel} == 1", instant=True, table=True)],
         steps=ANY_BAD,
     )
     grid.add(

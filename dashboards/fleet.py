@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from alerts.mixin_config import MixinConfig
 from dashboards.builder import ANY_BAD, HIGH_BAD, LOW_BAD, OK, Grid, Q, dashboard, variable
+from mixin.config import MixinConfig
 
 _MERGE = [{"id": "merge", "options": {}}]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from alerts.mixin_config import MixinConfig
 from dashboards.builder import ANY_BAD, HIGH_BAD, Grid, Q, dashboard, variable
+from mixin.config import MixinConfig
 
 _ACTIVE = [
     {

@@ -17,7 +17,8 @@ import click
 from agent import __version__, logs
 from agent.app import StartupError, poll_and_render, serve
 from agent.cli.options import build_config, option, source_options
-from agent.config import ConfigError, parse_duration
+from agent.config import CONFIG_ERRORS
+from agent.durations import parse_duration
 from agent.exposition.families import FamilySet
 from agent.runtime import runtime
 from agent.sources.registry import build_sources
@@ -38,7 +39,7 @@ class NvwatchGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             _fail(exc.format_message())
-        except (ConfigError, StartupError) as exc:
+        except (*CONFIG_ERRORS, StartupError) as exc:
             _fail(str(exc))
 
 

@@ -14,7 +14,8 @@ from agent import logs
 from agent.cli import cli
 from agent.cli.options import option
 from agent.cli.sim_commands import simulate_group
-from agent.config import LOG_FORMATS, ConfigError, parse_duration
+from agent.config import LOG_FORMATS, ConfigError
+from agent.durations import parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from agent.sim.fleet import (
     DEFAULT_CLUSTER,

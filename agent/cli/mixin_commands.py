@@ -11,11 +11,11 @@ from agent.cli import cli
 from agent.cli.options import option
 
 if TYPE_CHECKING:
-    from alerts.mixin_config import MixinConfig
+    from mixin.config import MixinConfig
 
 
 def _mixin_config(path: str | None) -> MixinConfig:
-    from alerts.mixin_config import load
+    from mixin.config import load
 
     try:
         return load(Path(path) if path else None)
@@ -28,7 +28,7 @@ _config_option = option(
     "mixin_config",
     type=click.Path(dir_okay=False),
     envvar="NVWATCH_MIXIN_CONFIG",
-    help="Mixin YAML overriding selectors and thresholds (see alerts/mixin_config.py).",
+    help="Mixin YAML overriding selectors and thresholds (see mixin/config.py).",
 )
 _out_option = option(
     "--out", required=True, type=click.Path(file_okay=False), help="Directory to write into."

@@ -20,11 +20,11 @@ from agent.config import (
     AgentConfig,
     ConfigError,
     load_config_file,
-    parse_duration,
     parse_listen,
     parse_scenario,
     parse_sources,
 )
+from agent.durations import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -29,7 +29,7 @@ def render(sample: InfinibandSample, out: FamilySet) -> None:
             _render_port(port, out)
     # Declared even with no narrow counters so the family's HELP is always there for
     # alert rules that use it.
-    out.declare("nvwatch_ib_port_counter_saturated")
+    out.declare("nvwatch_ib_port_reading_saturated")
 
 
 def _render_port(port: InfinibandPort, out: FamilySet) -> None:
@@ -62,10 +62,10 @@ def _render_port(port: InfinibandPort, out: FamilySet) -> None:
     for error_type, value in port.errors.items():
         out.add("nvwatch_ib_port_errors_total", {**labels, "type": error_type}, value)
     for counter, value in sorted(port.hw_counters.items()):
-        out.add("nvwatch_ib_port_hw_counter_total", {**labels, "counter": counter}, value)
+        out.add("nvwatch_ib_port_hw_events_total", {**labels, "counter": counter}, value)
     for counter, saturated in port.saturated.items():
         out.add(
-            "nvwatch_ib_port_counter_saturated",
+            "nvwatch_ib_port_reading_saturated",
             {**labels, "counter": counter},
             1 if saturated else 0,
         )

@@ -45,7 +45,7 @@ FLAP_DOWN_S = 10.0
 XMIT_WAIT_TICKS_PER_SECOND = 250_000_000
 # Share of time a congested port stalls: above the mixin's default congestion ratio
 # (5 %), and it fills the 32-bit counter in ~3.6 minutes, so a simulation also shows
-# nvwatch_ib_port_counter_saturated going to 1, as on a real congested HCA.
+# nvwatch_ib_port_reading_saturated going to 1, as on a real congested HCA.
 CONGESTION_STALL = 0.08
 # Credit waits of a healthy port, per unit of link busy time.
 HEALTHY_STALL = 0.002

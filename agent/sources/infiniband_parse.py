@@ -21,7 +21,7 @@ BYTES_PER_SECOND_PER_GBIT = 125_000_000
 # link_error_recovery 8, link_downed 8, port_rcv_errors 16, ... port_xmit_wait 32.
 # These counters stop at all-ones instead of wrapping (the IBA says saturate), so a value
 # at its maximum means "at least this many, and no longer counting": exported as
-# nvwatch_ib_port_counter_saturated. The data and packet counters are left out on
+# nvwatch_ib_port_reading_saturated. The data and packet counters are left out on
 # purpose: the kernel serves them from PortCountersExtended (64-bit) when the HCA has it,
 # as every mlx5 does, and from the 32-bit PortCounters otherwise, and the file does not
 # say which, so a width table entry for them would be a guess.

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 import agent.cli as cli_module
 from agent.cli import cli
-from agent.config import AgentConfig, parse_duration, parse_listen
+from agent.config import AgentConfig, parse_listen
+from agent.durations import parse_duration
 from tests.conftest import free_port
 
 NVWATCH = [sys.executable, "-m", "agent.cli"]

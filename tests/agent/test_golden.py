@@ -25,10 +25,6 @@ from agent.sources.infiniband import InfinibandSource
 from agent.sources.nvml.source import NvmlSource
 from tests.conftest import require_tool
 
-_ACCEPTED_LINT = {
-    "nvwatch_ib_port_counter_saturated metric name should not include type 'counter'",
-    "nvwatch_ib_port_hw_counter_total metric name should not include type 'counter'",
-}
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 # host readings and poll timings belong to the machine running the test, and process
 # names come from psutil on this host for the simulated pids: kept out of the golden text
@@ -88,7 +84,6 @@ def test_golden_files_pass_promtool_check_metrics(profile: str) -> None:
     result = subprocess.run(
         [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60
     )
-    # promtool exits 3 for lint findings. The only ones accepted are the two contract names
-    # (DESIGN.md) that contain the word "counter" because they are about IB counters.
-    findings = set(result.stderr.decode().splitlines()) - _ACCEPTED_LINT
-    assert result.returncode in (0, 3) and not findings, findings
+    # promtool exits 3 for lint findings: every one of them is a failure here
+    findings = (result.stdout + result.stderr).decode().strip()
+    assert result.returncode == 0 and not findings, findings

@@ -24,7 +24,7 @@ from agent.config import ScenarioSpec
 from agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from agent.sim.fleet import Fleet
 from alerts import build as alerts_build
-from alerts.mixin_config import MixinConfig
+from mixin.config import MixinConfig
 from tests.conftest import require_tool
 from tests.e2e.stack import Receiver, Stack, wait_for
 

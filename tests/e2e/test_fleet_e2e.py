@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from alerts.mixin_config import MixinConfig
 from dashboards.build import build_all
+from mixin.config import MixinConfig
 from tests.e2e.conftest import FAULTS, KILLED, Fault, mixin_config
 from tests.e2e.stack import Stack, wait_for
 

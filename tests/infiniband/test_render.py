@@ -103,9 +103,9 @@ def test_render_exact_values(tmp_path: Path) -> None:
     assert _get(samples, "nvwatch_ib_port_errors_total", **port, type="symbol") == 65535
     assert _get(samples, "nvwatch_ib_port_errors_total", **port, type="link_downed") == 2
     assert _get(samples, "nvwatch_ib_port_errors_total", **port, type="vl15_dropped") is None
-    assert _get(samples, "nvwatch_ib_port_hw_counter_total", **port, counter="out_of_buffer") == 5
-    assert _get(samples, "nvwatch_ib_port_hw_counter_total", **port, counter="lifespan") is None
-    saturated = "nvwatch_ib_port_counter_saturated"
+    assert _get(samples, "nvwatch_ib_port_hw_events_total", **port, counter="out_of_buffer") == 5
+    assert _get(samples, "nvwatch_ib_port_hw_events_total", **port, counter="lifespan") is None
+    saturated = "nvwatch_ib_port_reading_saturated"
     assert _get(samples, saturated, **port, counter="symbol_error") == 1
     assert _get(samples, saturated, **port, counter="port_xmit_wait") == 0
     assert _get(samples, saturated, **port, counter="link_downed") == 0
@@ -122,7 +122,7 @@ def test_render_without_gpu_ids_has_empty_nearest_label(tmp_path: Path) -> None:
 def test_render_empty_sample_declares_saturation_family() -> None:
     text, samples = _scrape(InfinibandSample(devices=()))
     assert samples == {}
-    assert "# TYPE nvwatch_ib_port_counter_saturated gauge" in text
+    assert "# TYPE nvwatch_ib_port_reading_saturated gauge" in text
 
 
 def test_simulated_node_renders_every_ib_family(tmp_path: Path) -> None:

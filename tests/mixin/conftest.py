@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from alerts.mixin_config import MixinConfig
+from mixin.config import MixinConfig
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

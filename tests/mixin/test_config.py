@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from alerts.mixin_config import MixinConfig, load
 from alerts.render import prometheus_alerts
+from mixin.config import MixinConfig, load
 
 
 def test_defaults_without_a_file() -> None:
@@ -36,7 +36,8 @@ def test_from_yaml_overrides(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("job_selectr: x\n", "unknown mixin config key.*job_selectr"),
-        ("for_default: soon\n", "for_default.*not a Prometheus duration"),
+        ("for_default: soon\n", "invalid for_default 'soon'"),
+        ("rate_window: 30m1h\n", "invalid rate_window"),
         ("gpu_temp_margin_celsius: hot\n", "expected a number"),
         ("node_classes: {x: {gpus: 1, cpus: 2}}\n", r"node_classes\.x: unknown key.*cpus"),
         ("- a\n", "must be a mapping"),
@@ -47,6 +48,14 @@ def test_from_yaml_rejects_bad_input(tmp_path: Path, text: str, message: str) ->
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         MixinConfig.from_yaml(path)
+
+
+def test_durations_take_the_agent_grammar_and_render_as_prometheus_does(tmp_path: Path) -> None:
+    path = tmp_path / "mixin.yaml"
+    path.write_text("for_slow: 90m\nrate_window: 2.5m\n")
+    cfg = load(path)
+    assert (cfg.for_slow, cfg.rate_window) == ("1h30m", "2m30s")
+    assert "[2m30s]" in str(prometheus_alerts(cfg))
 
 
 def test_with_overrides_shrinks_durations_for_e2e() -> None:

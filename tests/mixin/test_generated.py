@@ -8,8 +8,8 @@ import pytest
 
 from alerts import build as alerts_build
 from alerts.docs import render_docs
-from alerts.mixin_config import MixinConfig
 from dashboards import build as dashboards_build
+from mixin.config import MixinConfig
 from tests.mixin.conftest import REPO
 
 REFRESH = (

@@ -8,8 +8,8 @@ import re
 import yaml
 
 from alerts.build import build_all
-from alerts.mixin_config import MixinConfig
 from alerts.rules import all_alerts
+from mixin.config import MixinConfig
 
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from agent.catalogue import BY_NAME
-from alerts.mixin_config import MixinConfig
 from alerts.promql import metric_names
 from alerts.recording import recorded_names, recording_groups
 from alerts.rules import all_alerts
+from mixin.config import MixinConfig
 
 # Grafana's variables, replaced by values of the same syntactic kind before promtool
 _GRAFANA_VARS = {

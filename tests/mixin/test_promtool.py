@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.mixin_config import MixinConfig
 from alerts.recording import recorded_names
 from alerts.rules import all_alerts
+from mixin.config import MixinConfig
 from tests.mixin.conftest import PROMTOOL_TESTS, REPO
 
 RULE_FILES = ["nvwatch-alerts.yaml", "nvwatch-recording.yaml"]

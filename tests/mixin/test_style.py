@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.mixin_config import MixinConfig
 from alerts.render import prometheus_alerts, prometheus_recording
+from mixin.config import MixinConfig
 
 
 @pytest.fixture(scope="module")

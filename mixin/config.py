@@ -9,7 +9,6 @@ YAML file.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,10 @@ from typing import Any
 
 import yaml
 
-_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+from agent.durations import parse_duration, prometheus_duration
+
+# Durations that are not a `for:` but go into PromQL or a rule group the same way.
+_WINDOWS = ("rate_window", "evaluation_interval")
 
 
 @dataclass(frozen=True)
@@ -180,14 +182,13 @@ class MixinConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name.endswith("_for") or f.name.startswith("for_"):
-                _check_duration(f.name, value)
+            if f.name.endswith("_for") or f.name.startswith("for_") or f.name in _WINDOWS:
+                # frozen: normalising in place is the one write __post_init__ makes
+                object.__setattr__(self, f.name, _prometheus_form(f.name, value))
             elif isinstance(f.default, (int, float)) and not isinstance(value, (int, float)):
                 raise ValueError(f"{f.name}: expected a number, got {value!r}")
             elif isinstance(f.default, str) and not isinstance(value, str):
                 raise ValueError(f"{f.name}: expected a string, got {value!r}")
-        _check_duration("rate_window", self.rate_window)
-        _check_duration("evaluation_interval", self.evaluation_interval)
         names = [c.name for c in self.node_classes]
         if len(set(names)) != len(names):
             raise ValueError(f"node_classes: duplicate class name in {names}")
@@ -269,9 +270,11 @@ def _node_classes(raw: Any) -> tuple[NodeClass, ...]:
     return tuple(classes)
 
 
-def _check_duration(name: str, value: object) -> None:
-    if not isinstance(value, str) or not _DURATION.match(value):
-        raise ValueError(f"{name}: {value!r} is not a Prometheus duration like 5m or 30s")
+def _prometheus_form(name: str, value: object) -> str:
+    """`value` in the one duration grammar, rewritten as rule files and PromQL take it."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: {value!r} is not a duration like 5m, 1h30m or 2.5s")
+    return prometheus_duration(parse_duration(value, name))
 
 
 def load(path: Path | None) -> MixinConfig:

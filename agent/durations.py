@@ -1,0 +1,73 @@
+"""The one duration grammar of nvwatch: agent flags, config files and the mixin config.
+
+A duration is a bare number of seconds (`30`, `2.5`) or one or more `<number><unit>`
+terms, largest unit first, as Prometheus writes them: `500ms`, `2.5s`, `1h30m`, `7d`.
+Units: ms, s, m, h, d, w, y (a Prometheus year is 365 days). The mixin writes durations
+into PromQL and rule files, which take only whole numbers per unit, so
+`prometheus_duration()` renders any parsed value in that canonical form (`2.5s` ->
+`2s500ms`, `90m` -> `1h30m`).
+"""
+
+from __future__ import annotations
+
+import re
+
+UNIT_SECONDS: dict[str, float] = {
+    "y": 365 * 86400.0,
+    "w": 7 * 86400.0,
+    "d": 86400.0,
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 0.001,
+}
+# Order matters: "ms" before "m" so that "500ms" is not read as 500 minutes + "s".
+_TERM = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
+_BARE = re.compile(r"\d+(?:\.\d+)?")
+_UNIT_ORDER = list(UNIT_SECONDS)
+
+
+class DurationError(ValueError):
+    """A duration that does not follow the grammar; the message is one line for a user."""
+
+
+def parse_duration(text: str | float | int, what: str = "duration") -> float:
+    """Seconds in `text`; DurationError unless it follows the grammar and is positive."""
+    if isinstance(text, bool):
+        raise DurationError(f"invalid {what} {text!r}: use a number with a unit, e.g. 5s or 1h30m")
+    seconds = float(text) if isinstance(text, (int, float)) else _parse_text(text.strip(), what)
+    if not seconds > 0:
+        raise DurationError(f"invalid {what} {text!r}: must be greater than zero")
+    return seconds
+
+
+def _parse_text(text: str, what: str) -> float:
+    if _BARE.fullmatch(text):
+        return float(text)
+    position, total, last_unit = 0, 0.0, -1
+    for match in _TERM.finditer(text):
+        unit = _UNIT_ORDER.index(match.group(2))
+        # Prometheus insists on largest unit first and each unit once: "30m1h" is a typo.
+        if match.start() != position or unit <= last_unit:
+            break
+        total += float(match.group(1)) * UNIT_SECONDS[match.group(2)]
+        position, last_unit = match.end(), unit
+    if position != len(text) or not text:
+        raise DurationError(
+            f"invalid {what} {text!r}: use a number with ms, s, m, h, d, w or y (5s, 1h30m)"
+        )
+    return total
+
+
+def prometheus_duration(seconds: float) -> str:
+    """`seconds` as Prometheus writes a duration: whole units, largest first ("1h30m")."""
+    remaining = round(seconds * 1000)  # Prometheus' resolution is the millisecond
+    if remaining <= 0:
+        raise DurationError(f"duration {seconds!r}s is shorter than Prometheus' 1ms")
+    parts: list[str] = []
+    for unit, unit_seconds in UNIT_SECONDS.items():
+        unit_ms = round(unit_seconds * 1000)
+        count, remaining = divmod(remaining, unit_ms)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
