@@ -1,4 +1,4 @@
-"""Small shared pieces: percentiles, machine facts, free ports, subprocess lifetimes."""
+"""Small shared pieces: percentiles, machine facts, subprocess lifetimes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,14 +61,6 @@ def scratch_dir(prefix: str) -> Path:
     shm = Path("/dev/shm")
     parent = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-
-
-def free_port() -> int:
-    # Bind to port 0 and release it: a small race with other processes, acceptable on
-    # loopback in a benchmark; the caller fails loudly if the server cannot bind.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # The recommended server changes, applied only inside the benchmark's own agent process,

@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.sim.clock import ManualClock
 from agent.sim.fabric import SimulatedFabric
-from benchmarks.common import fetch, free_port, nvwatch_command, running, scratch_dir
+from agent.sim.ports import free_port
+from benchmarks.common import fetch, nvwatch_command, running, scratch_dir
 from benchmarks.harness import count_samples
 from benchmarks.wrk import WrkResult, run_wrk
 

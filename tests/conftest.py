@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 
 import pytest
+
+# re-exported: tests import free_port from here; the one implementation lives with the
+# simulation tooling so benchmarks and the simulated stack use the same one
+from agent.sim.ports import free_port as free_port
 
 
 def require_tool(*names: str) -> str:
@@ -19,9 +22,3 @@ def require_tool(*names: str) -> str:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

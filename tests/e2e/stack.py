@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agent.sim.fleet import Fleet
+from agent.sim.ports import free_port
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -81,14 +82,6 @@ class Receiver:
         self._server.server_close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Stack:
     workdir: Path
@@ -101,7 +94,7 @@ class Stack:
     _logs: dict[int, Path] = field(default_factory=dict)
 
     def start_alertmanager(self, binary: str) -> None:
-        port = _free_port()
+        port = free_port(HOST)
         config = {
             "route": {
                 "receiver": "webhook",
@@ -129,7 +122,7 @@ class Stack:
         wait_for("alertmanager ready", lambda: self._ready(self.alertmanager_url), 30)
 
     def start_prometheus(self, binary: str, rule_files: list[Path], scrape_interval: str) -> None:
-        port = _free_port()
+        port = free_port(HOST)
         targets = self.workdir / "targets"
         targets.mkdir(exist_ok=True)
         self.fleet.write_file_sd(targets / "fleet.json")

@@ -1,0 +1,24 @@
+"""Picking a free TCP port for a server started by tests, benchmarks or the simulated stack.
+
+One helper so every caller shares the same trade-off (stated below) instead of a copy each.
+"""
+
+from __future__ import annotations
+
+import socket
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port on `host` that nothing was listening on a moment ago.
+
+    The port is bound to 0 (the kernel picks) and released at once, so another process
+    could take it before the caller's server binds it. That race is accepted: the callers
+    start servers in a separate process (prometheus, node_exporter, `nvwatch serve`) that
+    must be told a port on its command line, and they fail loudly when the bind fails.
+    A server started in this process should bind port 0 itself and read the port back.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
