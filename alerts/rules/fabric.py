@@ -1,0 +1,374 @@
+"""The bottleneck group: NVLink links, InfiniBand ports, PCIe links and starved GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from alerts.recording import EXPECTED_IB_PORTS, EXPECTED_IB_RATE, EXPECTED_NVLINKS
+from alerts.rules.base import (
+    Alert,
+    AlertGroup,
+    Runbook,
+    Severity,
+    node_labels_with_class,
+    q,
+    where_gpu,
+    where_link,
+    where_node,
+    where_port,
+)
+from mixin.config import MixinConfig
+
+# --- NVLink -----------------------------------------------------------------------
+
+
+def nvlink_down(cfg: MixinConfig) -> Alert:
+    return Alert(
+        "NvwatchNvlinkDown",
+        f"nvwatch_nvlink_up{cfg.sel()} == 0",
+        cfg.for_fast,
+        Severity.WARNING,
+        "NVLink link is down.",
+        f"{where_link(cfg)} is not active.",
+        Runbook(
+            "NVML reports the link inactive. Traffic between the GPUs it joined "
+            "now takes fewer links, NVSwitch detours or PCIe, and collective "
+            "operations slow down for the whole job.",
+            "NVLink fabric dashboard, *Links down*; on the node `nvidia-smi "
+            "nvlink -s` shows the link inactive, `nvidia-smi nvlink -e` its error "
+            "counters; look for XID 74 on the GPU.",
+            "Drain the node and reset the GPUs (`nvidia-smi -r`) or reboot; a link "
+            "that stays down after a reset needs a hardware ticket "
+            "(baseboard/NVSwitch).",
+        ),
+    )
+
+
+def nvlink_links_missing(cfg: MixinConfig) -> Alert:
+    nc = cfg.node_class_label
+    return Alert(
+        "NvwatchNvlinkLinksMissing",
+        f"sum by ({node_labels_with_class(cfg)}, gpu, uuid) (nvwatch_nvlink_up{cfg.sel()})\n"
+        f"  < on ({nc}) group_left () {EXPECTED_NVLINKS}",
+        cfg.for_fast,
+        Severity.WARNING,
+        "GPU has fewer active NVLink links than its node class expects.",
+        f"{where_gpu(cfg)} has {{{{ $value }}}} active NVLink links, fewer than a "
+        f"{{{{ $labels.{nc} }}}} GPU should have.",
+        Runbook(
+            "The count of active links of the GPU is below the expectation of its "
+            "node class (mixin config `node_classes`). Covers links that vanished "
+            "from NVML entirely, which NvwatchNvlinkDown cannot see.",
+            "NVLink fabric dashboard, *Active links per GPU*; `nvidia-smi nvlink "
+            "-s` on the node; check the node's `node_class` target label is right.",
+            "As for NvwatchNvlinkDown: drain, reset, then hardware ticket.",
+        ),
+    )
+
+
+def nvlink_errors(cfg: MixinConfig) -> Alert:
+    return Alert(
+        "NvwatchNvlinkErrors",
+        f"rate(nvwatch_nvlink_errors_total{cfg.sel()}[{cfg.rate_window}])"
+        f" > {cfg.nvlink_error_rate_per_second:g}",
+        cfg.for_default,
+        Severity.WARNING,
+        "NVLink link is logging data-link errors.",
+        f"{where_link(cfg)} logs {{{{ $value | humanize }}}} {{{{ $labels.type }}}} errors "
+        "per second.",
+        Runbook(
+            "CRC errors make the link replay flits; replays and recoveries cost "
+            "bandwidth and latency; a steady rate predicts the link going down.",
+            "NVLink fabric dashboard, *Error rates by type*: one link (cable, "
+            "connector) or all links of a GPU (the GPU) or of a switch?",
+            "Note the GPU/link in the hardware log; if the rate keeps rising or "
+            "XID 74 appears, drain the node for an NVLink/baseboard check.",
+        ),
+    )
+
+
+# --- InfiniBand -------------------------------------------------------------------
+
+
+def ib_port_down(cfg: MixinConfig) -> Alert:
+    ib = cfg.ib_sel()
+    return Alert(
+        "NvwatchIbPortDown",
+        f"(nvwatch_ib_port_state{ib} != bool 4)\n"
+        f"  + (nvwatch_ib_port_physical_state{ib} != bool 5)\n  > 0",
+        cfg.for_fast,
+        Severity.CRITICAL,
+        "InfiniBand port is not active.",
+        f"{where_port(cfg)} is not ACTIVE/LinkUp ({{{{ $value }}}} of logical and physical "
+        "state wrong).",
+        Runbook(
+            "The port's logical state is not ACTIVE (4) or its physical state is "
+            "not LinkUp (5). A down port removes that rail from the fabric; GPUs "
+            "nearest to it (see `nearest_gpus`) lose their GPUDirect path.",
+            "InfiniBand fabric dashboard, *Link state*; on the node `ibstat "
+            "<device>` shows State and Physical state; INIT/ARMED with LinkUp "
+            "means the subnet manager has not configured the port.",
+            "Physical state not LinkUp: reseat or replace the cable/transceiver, "
+            "check the switch port. LinkUp but not ACTIVE: check the subnet "
+            "manager (`sminfo`). Uncabled ports belong in `ib_port_selector`.",
+        ),
+    )
+
+
+def ib_ports_missing(cfg: MixinConfig) -> Alert:
+    nc = cfg.node_class_label
+    return Alert(
+        "NvwatchIbPortsMissing",
+        f"count by ({node_labels_with_class(cfg)}) (nvwatch_ib_port_state{cfg.ib_sel()})\n"
+        f"  < on ({nc}) group_left () {EXPECTED_IB_PORTS}",
+        cfg.for_fast,
+        Severity.WARNING,
+        "Node has fewer InfiniBand ports than its node class expects.",
+        f"{where_node(cfg)} shows {{{{ $value }}}} RDMA ports, fewer than a "
+        f"{{{{ $labels.{nc} }}}} node should have.",
+        Runbook(
+            "Fewer ports appear under /sys/class/infiniband than the node class "
+            "expects: an HCA is not enumerated (PCIe, firmware) or its driver did "
+            "not load.",
+            "`ibv_devinfo -l` and `lspci | grep Mellanox` on the node; `dmesg` "
+            "for mlx5_core errors.",
+            "Reload mlx5_core or reboot; an HCA missing from lspci needs a hardware ticket.",
+        ),
+    )
+
+
+def ib_port_rate_degraded(cfg: MixinConfig) -> Alert:
+    ib = cfg.ib_sel()
+    nc = cfg.node_class_label
+    return Alert(
+        "NvwatchIbPortRateDegraded",
+        f"(nvwatch_ib_port_rate_bytes_per_second{ib}\n"
+        f"  < on ({nc}) group_left () {EXPECTED_IB_RATE})\n"
+        f"and nvwatch_ib_port_state{ib} == 4",
+        cfg.for_default,
+        Severity.WARNING,
+        "InfiniBand port runs below the rate its node class expects.",
+        f"{where_port(cfg)} is ACTIVE at {{{{ $value | humanize }}}}B/s, below the expected "
+        f"rate for {{{{ $labels.{nc} }}}}.",
+        Runbook(
+            "The port trained to a lower speed or fewer lanes than the fabric's "
+            "nominal rate (e.g. HDR port at EDR, or 4X at 1X).",
+            "InfiniBand fabric dashboard, *Rate per port*; `ibstat` shows Rate; "
+            "`iblinkinfo` shows the peer switch port's width and speed.",
+            "Reseat/replace the cable or transceiver; check the switch port's configuration.",
+        ),
+    )
+
+
+def ib_port_errors(cfg: MixinConfig) -> Alert:
+    errors = cfg.ib_sel("type!=" + q("link_downed"))
+    return Alert(
+        "NvwatchIbPortErrors",
+        f"rate(nvwatch_ib_port_errors_total{errors}[{cfg.rate_window}])"
+        f" > {cfg.ib_error_rate_per_second:g}",
+        cfg.for_default,
+        Severity.WARNING,
+        "InfiniBand port is logging errors.",
+        f"{where_port(cfg)} logs {{{{ $value | humanize }}}} {{{{ $labels.type }}}} errors "
+        "per second.",
+        Runbook(
+            "Symbol errors and link error recoveries point at the physical link "
+            "(cable, transceiver, dirty connector); receive/discard errors at "
+            "congestion or a misbehaving peer.",
+            "InfiniBand fabric dashboard, *Errors by type*; `perfquery -x` on the "
+            "port; compare with the switch side (`ibqueryerrors`).",
+            "Physical error types: clean/replace the cable. Discards: look at "
+            "congestion (NvwatchIbPortCongested) and the subnet's routing.",
+        ),
+    )
+
+
+def ib_link_downed(cfg: MixinConfig) -> Alert:
+    w = cfg.rate_window
+    downed = cfg.ib_sel("type=" + q("link_downed"))
+    return Alert(
+        "NvwatchIbLinkDowned",
+        f"increase(nvwatch_ib_port_errors_total{downed}[{w}]) > 0",
+        "0s",
+        Severity.WARNING,
+        "InfiniBand link went down and came back.",
+        f"{where_port(cfg)} lost its link {{{{ $value | humanize }}}} times in the last {w}.",
+        Runbook(
+            "link_downed counts how often the port failed its link recovery and "
+            "went down. Each event kills in-flight RDMA traffic; jobs using it may "
+            "have crashed or retried.",
+            "InfiniBand fabric dashboard, *Errors by type* (link_downed) and "
+            "*Link state*; the switch log for the same port.",
+            "A single flap: note it. Repeated flaps: replace the cable or transceiver.",
+        ),
+    )
+
+
+def ib_port_congested(cfg: MixinConfig) -> Alert:
+    return Alert(
+        "NvwatchIbPortCongested",
+        f"rate(nvwatch_ib_port_transmit_wait_total{cfg.ib_sel()}[{cfg.rate_window}])"
+        f" * {cfg.ib_transmit_wait_tick_seconds:g} > {cfg.ib_transmit_wait_ratio:g}",
+        # short on purpose: the legacy 32-bit port_xmit_wait holds only ~17 s of
+        # waiting at ~4 ns ticks, so a congested port saturates within minutes and
+        # its rate falls to 0; a long `for:` would never see it
+        cfg.for_fast,
+        Severity.INFO,
+        "InfiniBand port spends much of its time waiting for credits.",
+        f"{where_port(cfg)} waited for credits about {{{{ $value | humanizePercentage }}}} "
+        "of the time.",
+        Runbook(
+            "port_xmit_wait counts ticks in which the port had data but no credits "
+            "from its peer. The ratio is an approximation: the tick length is "
+            "device-specific, and the mixin config's "
+            "`ib_transmit_wait_tick_seconds` converts ticks to seconds. The "
+            "counter is the legacy 32-bit one: under congestion it saturates "
+            "within minutes (`nvwatch_ib_port_reading_saturated` shows it) and "
+            "this alert resolves although nothing improved; reset the port "
+            "counters to measure again.",
+            "InfiniBand fabric dashboard, *Transmit wait ratio*: one port "
+            "(slow receiver) or many ports towards the same switch (fabric "
+            "hot spot)?",
+            "Congestion is a capacity or routing problem: check the job placement "
+            "and the fat-tree's adaptive routing; no hardware action.",
+        ),
+    )
+
+
+def ib_counter_saturated(cfg: MixinConfig) -> Alert:
+    # port_xmit_wait is left out: at ~4 ns ticks it fills up on healthy ports
+    # too within hours, and congestion has its own alert
+    counters = cfg.ib_sel("counter!=" + q("port_xmit_wait"))
+    return Alert(
+        "NvwatchIbCounterSaturated",
+        f"nvwatch_ib_port_reading_saturated{counters} == 1",
+        cfg.for_default,
+        Severity.WARNING,
+        "InfiniBand error counter is pinned at its maximum and no longer counts.",
+        f"Counter {{{{ $labels.counter }}}} of {where_port(cfg)} has reached its maximum; "
+        "its rate now reads 0 whatever happens on the link.",
+        Runbook(
+            "IB error counters are narrow (4 to 16 bits) and stop at their "
+            "maximum instead of wrapping. A saturated error counter means the "
+            "link logged at least that many errors, and from now on the error "
+            "alerts for this port are blind.",
+            "InfiniBand fabric dashboard, *Saturated counters*; on the node, "
+            "`perfquery -x <lid> <port>` shows the same values.",
+            "Read the counters, then reset them (`perfquery -x -R -C <device> "
+            "-P <port>`) so errors are measured again; if they climb back "
+            "quickly, treat it like NvwatchIbPortErrors.",
+        ),
+    )
+
+
+# --- PCIe and the host ------------------------------------------------------------
+
+
+def _below_max(cfg: MixinConfig, metric: str) -> str:
+    """1 where the link's current generation or width is below its maximum, else 0."""
+    return (
+        f"({metric}{cfg.sel('kind=' + q('current'))}"
+        f" < bool ignoring (kind) {metric}{cfg.sel('kind=' + q('max'))})"
+    )
+
+
+def pcie_link_degraded(cfg: MixinConfig) -> Alert:
+    return Alert(
+        "NvwatchGpuPcieLinkDegraded",
+        "(\n"
+        f"    {_below_max(cfg, 'nvwatch_gpu_pcie_link_generation')}\n"
+        f"  + {_below_max(cfg, 'nvwatch_gpu_pcie_link_width')}\n"
+        ") > 0\n"
+        f"and ignoring (kind) nvwatch_gpu_utilization_ratio{cfg.sel()}"
+        f" > {cfg.pcie_busy_utilization:g}",
+        cfg.for_default,
+        Severity.WARNING,
+        "Busy GPU runs its PCIe link below maximum generation or width.",
+        f"{where_gpu(cfg)} is busy but its PCIe link runs below its maximum "
+        "({{ $value }} of generation and width degraded).",
+        Runbook(
+            "Idle GPUs train PCIe down to save power; a busy GPU whose link stays "
+            "below its maximum generation or width has a bad slot, riser or "
+            "retimer and host<->GPU copies are slower.",
+            "Node dashboard, *PCIe throughput and replays*; `nvidia-smi -q -d "
+            "PCIE` (Link Gen/Width current vs max) or `lspci -vv` LnkSta vs LnkCap "
+            "while the GPU is loaded.",
+            "Reboot to retrain; persistent: hardware ticket for the slot/riser.",
+        ),
+    )
+
+
+def pcie_replays(cfg: MixinConfig) -> Alert:
+    return Alert(
+        "NvwatchGpuPcieReplays",
+        f"rate(nvwatch_gpu_pcie_replays_total{cfg.sel()}[{cfg.rate_window}])"
+        f" > {cfg.pcie_replay_rate_per_second:g}",
+        cfg.for_default,
+        Severity.WARNING,
+        "GPU PCIe link is replaying packets.",
+        f"{where_gpu(cfg)} replays {{{{ $value | humanize }}}} PCIe packets per second.",
+        Runbook(
+            "PCIe replays are link-level retransmissions after CRC errors; a "
+            "healthy link almost never replays.",
+            "Node dashboard, *PCIe throughput and replays*; `nvidia-smi -q -d "
+            "PCIE` (Replays); AER messages in `dmesg`.",
+            "Reseat the GPU/riser at the next maintenance; with XID 79 (fallen "
+            "off the bus) drain now.",
+        ),
+    )
+
+
+def gpu_starved(cfg: MixinConfig) -> Alert:
+    s = cfg.sel
+    return Alert(
+        "NvwatchGpuStarved",
+        f"nvwatch_gpu_utilization_ratio{s()} < {cfg.starvation_utilization:g}\n"
+        f"and (nvwatch_gpu_memory_used_bytes{s()} / nvwatch_gpu_memory_total_bytes{s()})"
+        f" > {cfg.starvation_memory_used_ratio:g}\n"
+        f"and on ({cfg.node_labels})\n"
+        f"  (\n"
+        f"    nvwatch_host_cpu_iowait_ratio{s()} > {cfg.starvation_host_iowait:g}\n"
+        f"    or nvwatch_host_cpu_utilization_ratio{s()}"
+        f" > {cfg.starvation_host_cpu:g}\n"
+        f"  )",
+        cfg.for_slow,
+        Severity.INFO,
+        "GPU holds a job but is starved by its host.",
+        f"{where_gpu(cfg)} is only {{{{ $value | humanizePercentage }}}} busy while a "
+        "process holds its memory and the host is busy with I/O wait or CPU.",
+        Runbook(
+            "A job has memory on the GPU but keeps it mostly idle while the host "
+            "waits on I/O or has no CPU left: the input pipeline (data loading, "
+            "storage, preprocessing), not the GPU, limits the job.",
+            "Node dashboard: GPU utilization against host iowait/CPU; "
+            "`nvwatch_gpu_process_memory_bytes` names the process and user.",
+            "Tell the job's owner (more data-loader workers, local cache, "
+            "faster storage); nothing is broken on the node.",
+        ),
+    )
+
+
+# In this order in the rule file and in docs/alerts.md.
+ALERTS: tuple[Callable[[MixinConfig], Alert], ...] = (
+    nvlink_down,
+    nvlink_links_missing,
+    nvlink_errors,
+    ib_port_down,
+    ib_ports_missing,
+    ib_port_rate_degraded,
+    ib_port_errors,
+    ib_link_downed,
+    ib_port_congested,
+    ib_counter_saturated,
+    pcie_link_degraded,
+    pcie_replays,
+    gpu_starved,
+)
+
+
+def group(cfg: MixinConfig) -> AlertGroup:
+    return AlertGroup(
+        "nvwatch-fabric",
+        "Bottlenecks: NVLink, InfiniBand, PCIe, starvation",
+        tuple(make(cfg) for make in ALERTS),
+    )
