@@ -74,63 +74,45 @@ def expectation_group(cfg: MixinConfig) -> RecordingGroup:
 def node_group(cfg: MixinConfig) -> RecordingGroup:
     by = f"{cfg.cluster_label}, {cfg.rack_label}, {cfg.node_class_label}, {cfg.instance_label}"
     s = cfg.sel
-    w = cfg.rate_window
+    ib = cfg.ib_sel()
     gpu_sensor = s('sensor="gpu"')
     throttling = s('reason!~"' + "|".join(NOT_THROTTLING) + '"')
+
+    def per_node(record: str, series: str, op: str = "sum", also_by: str = "") -> RecordingRule:
+        return RecordingRule(f"instance:{record}", f"{op} by ({by}{also_by}) ({series})")
+
+    def rate(counter: str, selector: str) -> str:
+        return f"rate({counter}{selector}[{cfg.rate_window}])"
+
     rules = (
-        RecordingRule("instance:nvwatch_gpu_up:sum", f"sum by ({by}) (nvwatch_gpu_up{s()})"),
-        RecordingRule("instance:nvwatch_gpu:count", f"count by ({by}) (nvwatch_gpu_up{s()})"),
-        RecordingRule(
-            "instance:nvwatch_gpu_utilization_ratio:avg",
-            f"avg by ({by}) (nvwatch_gpu_utilization_ratio{s()})",
+        per_node("nvwatch_gpu_up:sum", f"nvwatch_gpu_up{s()}"),
+        per_node("nvwatch_gpu:count", f"nvwatch_gpu_up{s()}", "count"),
+        per_node("nvwatch_gpu_utilization_ratio:avg", f"nvwatch_gpu_utilization_ratio{s()}", "avg"),
+        per_node("nvwatch_gpu_power_watts:sum", f"nvwatch_gpu_power_watts{s()}"),
+        per_node("nvwatch_gpu_power_tdp_watts:sum", f"nvwatch_gpu_power_tdp_watts{s()}"),
+        per_node("nvwatch_gpu_energy_joules:rate", rate("nvwatch_gpu_energy_joules_total", s())),
+        per_node("nvwatch_gpu_memory_used_bytes:sum", f"nvwatch_gpu_memory_used_bytes{s()}"),
+        per_node("nvwatch_gpu_memory_total_bytes:sum", f"nvwatch_gpu_memory_total_bytes{s()}"),
+        per_node(
+            "nvwatch_gpu_temperature_celsius:max",
+            f"nvwatch_gpu_temperature_celsius{gpu_sensor}",
+            "max",
         ),
-        RecordingRule(
-            "instance:nvwatch_gpu_power_watts:sum",
-            f"sum by ({by}) (nvwatch_gpu_power_watts{s()})",
+        per_node(
+            "nvwatch_gpu_clock_event_active:sum",
+            f"nvwatch_gpu_clock_event_active{throttling}",
+            also_by=", reason",
         ),
-        RecordingRule(
-            "instance:nvwatch_gpu_power_tdp_watts:sum",
-            f"sum by ({by}) (nvwatch_gpu_power_tdp_watts{s()})",
+        per_node(
+            "nvwatch_ib_port_transmit_bytes:rate", rate("nvwatch_ib_port_transmit_bytes_total", ib)
         ),
-        RecordingRule(
-            "instance:nvwatch_gpu_energy_joules:rate",
-            f"sum by ({by}) (rate(nvwatch_gpu_energy_joules_total{s()}[{w}]))",
+        per_node(
+            "nvwatch_ib_port_receive_bytes:rate", rate("nvwatch_ib_port_receive_bytes_total", ib)
         ),
-        RecordingRule(
-            "instance:nvwatch_gpu_memory_used_bytes:sum",
-            f"sum by ({by}) (nvwatch_gpu_memory_used_bytes{s()})",
-        ),
-        RecordingRule(
-            "instance:nvwatch_gpu_memory_total_bytes:sum",
-            f"sum by ({by}) (nvwatch_gpu_memory_total_bytes{s()})",
-        ),
-        RecordingRule(
-            "instance:nvwatch_gpu_temperature_celsius:max",
-            f"max by ({by}) (nvwatch_gpu_temperature_celsius{gpu_sensor})",
-        ),
-        RecordingRule(
-            "instance:nvwatch_gpu_clock_event_active:sum",
-            f"sum by ({by}, reason) (nvwatch_gpu_clock_event_active{throttling})",
-        ),
-        RecordingRule(
-            "instance:nvwatch_ib_port_transmit_bytes:rate",
-            f"sum by ({by}) (rate(nvwatch_ib_port_transmit_bytes_total{cfg.ib_sel()}[{w}]))",
-        ),
-        RecordingRule(
-            "instance:nvwatch_ib_port_receive_bytes:rate",
-            f"sum by ({by}) (rate(nvwatch_ib_port_receive_bytes_total{cfg.ib_sel()}[{w}]))",
-        ),
-        RecordingRule(
-            "instance:nvwatch_ib_port_errors:rate",
-            f"sum by ({by}) (rate(nvwatch_ib_port_errors_total{cfg.ib_sel()}[{w}]))",
-        ),
-        RecordingRule(
-            "instance:nvwatch_nvlink_errors:rate",
-            f"sum by ({by}) (rate(nvwatch_nvlink_errors_total{s()}[{w}]))",
-        ),
-        RecordingRule(
-            "instance:nvwatch_nvlink_transmit_bytes:rate",
-            f"sum by ({by}) (rate(nvwatch_nvlink_transmit_bytes_total{s()}[{w}]))",
+        per_node("nvwatch_ib_port_errors:rate", rate("nvwatch_ib_port_errors_total", ib)),
+        per_node("nvwatch_nvlink_errors:rate", rate("nvwatch_nvlink_errors_total", s())),
+        per_node(
+            "nvwatch_nvlink_transmit_bytes:rate", rate("nvwatch_nvlink_transmit_bytes_total", s())
         ),
     )
     return RecordingGroup("nvwatch-node.rules", rules)
@@ -140,61 +122,54 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
     c = cfg.cluster_label
     s = cfg.sel
 
+    def per_cluster(record: str, series: str, op: str = "sum", also_by: str = "") -> RecordingRule:
+        return RecordingRule(f"cluster:{record}", f"{op} by ({c}{also_by}) ({series})")
+
     def roll_up(metric: str, op: str = "sum", by: str = c) -> RecordingRule:
         level = "rack" if by != c else "cluster"
         return RecordingRule(f"{level}:{metric}:{op}", f"{op} by ({by}) (instance:{metric}:{op})")
 
     rules = (
-        RecordingRule(
-            "cluster:nvwatch_agent_up:sum",
-            f"sum by ({c}) (up{s()})",
-        ),
-        RecordingRule(
-            "cluster:nvwatch_agent_up:count",
-            f"count by ({c}) (up{s()})",
-        ),
+        per_cluster("nvwatch_agent_up:sum", f"up{s()}"),
+        per_cluster("nvwatch_agent_up:count", f"up{s()}", "count"),
         roll_up("nvwatch_gpu_up"),
-        RecordingRule(
-            "cluster:nvwatch_gpu_expected:sum",
+        per_cluster(
+            "nvwatch_gpu_expected:sum",
             # one expectation per node that Prometheus scrapes, found through `up` so a
             # node whose agent is dead still counts as expected GPUs
-            f"sum by ({c}) (max by ({c}, {cfg.instance_label}, {cfg.node_class_label}) "
-            f"(up{s()}) * 0 + on ({cfg.node_class_label}) group_left () {EXPECTED_GPUS})",
+            f"max by ({c}, {cfg.instance_label}, {cfg.node_class_label}) "
+            f"(up{s()}) * 0 + on ({cfg.node_class_label}) group_left () {EXPECTED_GPUS}",
         ),
-        RecordingRule(
-            "cluster:nvwatch_gpu_utilization_ratio:avg",
-            f"avg by ({c}) (nvwatch_gpu_utilization_ratio{s()})",
+        per_cluster(
+            "nvwatch_gpu_utilization_ratio:avg", f"nvwatch_gpu_utilization_ratio{s()}", "avg"
         ),
         roll_up("nvwatch_gpu_power_watts"),
         roll_up("nvwatch_gpu_power_tdp_watts"),
         roll_up("nvwatch_gpu_power_watts", by=f"{c}, {cfg.rack_label}"),
         roll_up("nvwatch_gpu_power_tdp_watts", by=f"{c}, {cfg.rack_label}"),
-        RecordingRule(
-            "cluster:nvwatch_gpu_energy_joules:rate",
-            f"sum by ({c}) (instance:nvwatch_gpu_energy_joules:rate)",
-        ),
+        per_cluster("nvwatch_gpu_energy_joules:rate", "instance:nvwatch_gpu_energy_joules:rate"),
         roll_up("nvwatch_gpu_memory_used_bytes"),
         roll_up("nvwatch_gpu_memory_total_bytes"),
-        RecordingRule(
-            "cluster:nvwatch_gpu_clock_event_active:sum",
-            f"sum by ({c}, reason) (instance:nvwatch_gpu_clock_event_active:sum)",
+        per_cluster(
+            "nvwatch_gpu_clock_event_active:sum",
+            "instance:nvwatch_gpu_clock_event_active:sum",
+            also_by=", reason",
         ),
-        RecordingRule(
-            "cluster:nvwatch_ib_port_transmit_bytes:rate",
-            f"sum by ({c}) (instance:nvwatch_ib_port_transmit_bytes:rate)",
+        per_cluster(
+            "nvwatch_ib_port_transmit_bytes:rate", "instance:nvwatch_ib_port_transmit_bytes:rate"
         ),
-        RecordingRule(
-            "cluster:nvwatch_ib_port_receive_bytes:rate",
-            f"sum by ({c}) (instance:nvwatch_ib_port_receive_bytes:rate)",
+        per_cluster(
+            "nvwatch_ib_port_receive_bytes:rate", "instance:nvwatch_ib_port_receive_bytes:rate"
         ),
-        RecordingRule(
-            "cluster:nvwatch_gpu_throttle_seconds:rate",
-            f"sum by ({c}, reason) "
-            f"(rate(nvwatch_gpu_throttle_seconds_total{s()}[{cfg.rate_window}]))",
+        per_cluster(
+            "nvwatch_gpu_throttle_seconds:rate",
+            f"rate(nvwatch_gpu_throttle_seconds_total{s()}[{cfg.rate_window}])",
+            also_by=", reason",
         ),
-        RecordingRule(
-            "cluster:nvwatch_gpu_temperature_celsius:max",
-            f"max by ({c}) (instance:nvwatch_gpu_temperature_celsius:max)",
+        per_cluster(
+            "nvwatch_gpu_temperature_celsius:max",
+            "instance:nvwatch_gpu_temperature_celsius:max",
+            "max",
         ),
     )
     return RecordingGroup("nvwatch-cluster.rules", rules)
