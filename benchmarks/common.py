@@ -63,21 +63,8 @@ def scratch_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
-# The recommended server changes, applied only inside the benchmark's own agent process,
-# to measure what they would buy before anyone edits agent/server.py: TCP_NODELAY on
-# accepted connections, and a listen backlog of 128 instead of socketserver's 5.
-SERVER_BACKLOG = 128
-_NODELAY_BOOT = (
-    "import agent.server as s; s._Handler.disable_nagle_algorithm = True; "
-    f"s._Server.request_queue_size = {SERVER_BACKLOG}; "
-    "from agent.cli import main; main()"
-)
-
-
-def nvwatch_command(nodelay: bool = False) -> list[str]:
+def nvwatch_command() -> list[str]:
     """The agent as a separate process, from the same interpreter and checkout."""
-    if nodelay:
-        return [sys.executable, "-c", _NODELAY_BOOT]
     return [sys.executable, "-m", "agent.cli"]
 
 

@@ -35,7 +35,7 @@ from benchmarks.poll_cost import (
 )
 from benchmarks.poll_cost import count_series as count_series_of
 from benchmarks.real_nvml import RealNvmlUnavailable, measure_real_nvml
-from benchmarks.report import Machine, Results, render_markdown, server_fixed
+from benchmarks.report import Machine, Results, render_markdown
 from benchmarks.rss import measure_rss
 from benchmarks.scrape import (
     node_exporter_side_by_side,
@@ -61,7 +61,6 @@ class Settings:
     rss_polls: int = 10_000
     rss_warmup: int = 20
     rss_seconds: float = 150.0
-    nodelay_experiment: bool = True
     real_nvml: bool = False
 
     @staticmethod
@@ -116,24 +115,12 @@ def collect(settings: Settings) -> Results:
         results.scrape = scrape_simulated_agent(
             settings.scrape_profile, settings.connections, settings.wrk_seconds, logs
         )
-        # the experiment measures server changes the agent may already have; skip it then
-        experiment = settings.nodelay_experiment and not server_fixed()
-        if experiment:
-            log("wrk against the same agent with the server fixes (experiment)")
-            results.scrape_nodelay = scrape_simulated_agent(
-                settings.scrape_profile,
-                settings.connections,
-                settings.wrk_seconds,
-                logs,
-                nodelay=True,
-            )
         log("node_exporter side by side on one frozen simulated tree")
         results.side_by_side = node_exporter_side_by_side(
             settings.scrape_profile,
             settings.connections,
             settings.wrk_seconds,
             logs,
-            nodelay=experiment,
         )
     finally:
         shutil.rmtree(logs, ignore_errors=True)

@@ -56,18 +56,17 @@ def scrape_simulated_agent(
     duration: float,
     log_dir: Path,
     *,
-    nodelay: bool = False,
     gzip_modes: Sequence[bool] = (False, True),
 ) -> ScrapeResult:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     argv = [
-        *nvwatch_command(nodelay),
+        *nvwatch_command(),
         "serve",
         f"--simulate={profile}",
         f"--listen=127.0.0.1:{port}",
     ]
-    log = log_dir / f"nvwatch-serve-{profile}{'-nodelay' if nodelay else ''}.log"
+    log = log_dir / f"nvwatch-serve-{profile}.log"
     with running(argv, url, log=log):
         body = fetch(url)
         result = ScrapeResult(len(body), _gzip_size(url), count_samples(body), url)
@@ -174,7 +173,6 @@ class SideBySide:
     nvwatch: ScrapeResult
     node_exporter: ScrapeResult
     comparison: Comparison
-    nvwatch_nodelay: ScrapeResult | None = None
 
 
 def node_exporter_side_by_side(
@@ -182,13 +180,8 @@ def node_exporter_side_by_side(
     connections: Sequence[int],
     duration: float,
     log_dir: Path,
-    *,
-    nodelay: bool = False,
 ) -> SideBySide:
-    """nvwatch (infiniband only) and node_exporter (infiniband only) on one frozen tree.
-
-    With `nodelay`, a third server runs: nvwatch with TCP_NODELAY (see common.py), and
-    its runs are put in `SideBySide.nvwatch_nodelay`."""
+    """nvwatch (infiniband only) and node_exporter (infiniband only) on one frozen tree."""
     tree = scratch_dir(f"nvwatch-bench-ib-{profile}-")
     try:
         clock = ManualClock(1000.0)
@@ -211,47 +204,40 @@ def node_exporter_side_by_side(
         with running(ne_argv, ne_url, log=log_dir / "node-exporter.log"):
             ne_body = fetch(ne_url)
             ne = ScrapeResult(len(ne_body), _gzip_size(ne_url), count_samples(ne_body), ne_url)
-            nv, nv_text = _ib_only(tree, ne, connections, duration, log_dir, nodelay=False)
-            nv_fast = None
-            if nodelay:
-                nv_fast, _ = _ib_only(tree, None, connections, duration, log_dir, nodelay=True)
+            nv, nv_text = _ib_only(tree, ne, connections, duration, log_dir)
             comparison = compare_expositions(ne_body.decode(), nv_text)
-        return SideBySide(ports, nv, ne, comparison, nv_fast)
+        return SideBySide(ports, nv, ne, comparison)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
 
 
 def _ib_only(
     tree: Path,
-    node_exporter: ScrapeResult | None,
+    node_exporter: ScrapeResult,
     connections: Sequence[int],
     duration: float,
     log_dir: Path,
-    *,
-    nodelay: bool,
 ) -> tuple[ScrapeResult, str]:
     """nvwatch serving only the IB source from `tree`; returns its result and body.
 
-    When `node_exporter` is given, its wrk runs are taken in turn with nvwatch's, per
-    connection count, so drift in the machine's load (a small shared VM) hits both alike.
+    node_exporter's wrk runs are taken in turn with nvwatch's, per connection count, so
+    drift in the machine's load (a small shared VM) hits both alike.
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     argv = [
-        *nvwatch_command(nodelay),
+        *nvwatch_command(),
         "serve",
         "--sources=infiniband",
         f"--sysfs-root={tree}",
         f"--listen=127.0.0.1:{port}",
     ]
-    name = "nvwatch-serve-ib" + ("-nodelay" if nodelay else "")
-    with running(argv, url, log=log_dir / f"{name}.log"):
+    with running(argv, url, log=log_dir / "nvwatch-serve-ib.log"):
         body = fetch(url)
         result = ScrapeResult(len(body), _gzip_size(url), count_samples(body), url)
         for count in connections:
             result.runs.append(run_wrk(url, count, duration))
-            if node_exporter is not None:
-                node_exporter.runs.append(run_wrk(node_exporter.url, count, duration))
+            node_exporter.runs.append(run_wrk(node_exporter.url, count, duration))
     return result, body.decode()
 
 

@@ -97,7 +97,6 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         rss_polls=5,
         rss_warmup=1,
         rss_seconds=30.0,
-        nodelay_experiment=False,
     )
     results = collect(settings)
     text = render_markdown(results, MACHINE)
