@@ -8,23 +8,21 @@ code path as on a real DGX. Counters integrate the shared `Workload` (the same a
 bursts the simulated NVML shows as NVLink traffic) over an injectable clock.
 
 Files are replaced atomically (write a dot-file, then os.replace), and only when their
-text changes, so a reader polling concurrently never sees half a number.
+text changes, so a reader polling concurrently never sees half a number; the static
+structure and the file writing live in `agent.sim.fabric_tree`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import random
-import statistics
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from agent.sim.profiles import Nic, Profile, get_profile, gpu_pci_bus_id, pci_path
+from agent.sim.fabric_tree import TreeWriter, write_structure
+from agent.sim.profiles import Nic, Profile, get_profile, gpu_pci_bus_id
 from agent.sim.workload import Workload
 from agent.sources.infiniband_parse import NARROW_COUNTER_BITS, format_rate, parse_rate
 
@@ -55,9 +53,6 @@ MTU_BYTES = 4096
 MAD_BYTES = 256  # subnet management / SA traffic is 256-byte MADs
 SYMBOL_ERRORS_PER_SECOND = 5.0  # a marginal cable: 16-bit symbol_error fills in ~3.6 h
 LINK_RECOVERIES_PER_SECOND = 1 / 120
-
-PCI_VENDOR_NVIDIA = "0x10de"
-PCI_VENDOR_MELLANOX = "0x15b3"
 
 # Files of ports/N/counters on an mlx5 port (kernel 5.x+), in the kernel's names.
 _COUNTER_FILES = (
@@ -128,6 +123,30 @@ def _check_ib_scenario(name: str) -> None:
         raise ValueError(f"unknown InfiniBand scenario {name!r} (known: {', '.join(IB_SCENARIOS)})")
 
 
+def _port_scenarios(
+    profile: Profile, scenario: str | None, port_scenarios: Mapping[str, str]
+) -> dict[str, str]:
+    """Device -> IB scenario: the node's scenario on the first HCA, then per-port ones."""
+    devices = [nic.device for nic in profile.nics]
+    targets: dict[str, str] = {}
+    if scenario is not None and scenario.startswith("ib-"):
+        _check_ib_scenario(scenario)
+        if not devices:
+            raise ValueError(
+                f"scenario {scenario!r} needs an InfiniBand port; profile {profile.name!r} has none"
+            )
+        targets[devices[0]] = scenario
+    for device, name in port_scenarios.items():
+        _check_ib_scenario(name)
+        if device not in devices:
+            raise ValueError(
+                f"no device {device!r} in profile {profile.name!r} "
+                f"(devices: {', '.join(devices) or 'none'})"
+            )
+        targets[device] = name
+    return targets
+
+
 def degraded_rate(rate_text: str) -> str:
     """The rate a port trains down to: 4X -> 1X at the same speed (EDR 100 -> 25 Gb/s);
     a 1X port drops a speed grade instead (25 -> 10 Gb/s, as a RoCE port falling back)."""
@@ -193,6 +212,16 @@ class _Port:
         return (t - self.start) % FLAP_PERIOD_S < FLAP_PERIOD_S - FLAP_DOWN_S
 
     def integrate(self, t0: float, t1: float) -> None:
+        busy, up_time = self._activity(t0, t1)
+        self._add_traffic(busy, up_time)
+        self._add_faults(t0, t1)
+        for name, bits in NARROW_COUNTER_BITS.items():
+            # The hardware saturates these instead of wrapping.
+            self.counters[name] = min(self.counters[name], float((1 << bits) - 1))
+
+    def _activity(self, t0: float, t1: float) -> tuple[float, float]:
+        """(busy, up) seconds in [t0, t1): busy weighs up time by the workload's
+        communication intensity, so all-reduce bursts move data and idle time does not."""
         elapsed = t1 - t0
         # Sample 8x per second: the workload's all-reduce bursts last ~0.6 s.
         steps = min(4096, max(16, math.ceil(elapsed * 8)))
@@ -203,6 +232,9 @@ class _Port:
             if self.is_up(t):
                 up_time += dt
                 busy += self.workload.comm_intensity(t) * dt
+        return busy, up_time
+
+    def _add_traffic(self, busy: float, up_time: float) -> None:
         congested = self.scenario == "ib-congestion"
         throughput = self.rate_bytes * (CONGESTED_THROUGHPUT if congested else 1.0)
         background = self.background_bytes_per_second * up_time
@@ -223,19 +255,20 @@ class _Port:
             if "np_cnp_sent" in self.hw:
                 for name in ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"):
                     self.hw[name] += 2_000 * up_time
+
+    def _add_faults(self, t0: float, t1: float) -> None:
+        c = self.counters
         new_flaps = self._flaps_by(t1) - self._flaps_by(t0)
         if new_flaps > 0:
             c["link_downed"] += new_flaps
             c["symbol_error"] += 40 * new_flaps  # the retrain that follows a flap
             self.hw["local_ack_timeout_err"] += 3 * new_flaps
         if self.scenario == "ib-symbol-errors":
+            elapsed = t1 - t0
             c["symbol_error"] += SYMBOL_ERRORS_PER_SECOND * elapsed
             c["link_error_recovery"] += LINK_RECOVERIES_PER_SECOND * elapsed
             c["port_rcv_errors"] += SYMBOL_ERRORS_PER_SECOND / 10 * elapsed
             self.hw["packet_seq_err"] += SYMBOL_ERRORS_PER_SECOND / 10 * elapsed
-        for name, bits in NARROW_COUNTER_BITS.items():
-            # The hardware saturates these instead of wrapping.
-            c[name] = min(c[name], float((1 << bits) - 1))
 
     # --- sysfs text --------------------------------------------------------------------
 
@@ -261,14 +294,6 @@ class _Port:
         return 1 + int(self.nic.device.rsplit("_", 1)[-1])
 
 
-@dataclass(frozen=True)
-class BenchmarkResult:
-    ports: int
-    files_per_poll: int
-    median_seconds: float
-    p95_seconds: float
-
-
 class SimulatedFabric:
     """The sysfs side of a simulated node: HCAs, ports, counters and the PCI tree."""
 
@@ -292,30 +317,13 @@ class SimulatedFabric:
         self.workload = workload if workload is not None else Workload(seed=seed)
         self.seed = seed
         self._clock = clock
-        devices = [nic.device for nic in self.profile.nics]
-        targets: dict[str, str] = {}
-        if scenario is not None and scenario.startswith("ib-"):
-            _check_ib_scenario(scenario)
-            if not devices:
-                raise ValueError(
-                    f"scenario {scenario!r} needs an InfiniBand port; profile "
-                    f"{self.profile.name!r} has none"
-                )
-            targets[devices[0]] = scenario
-        for device, name in (port_scenarios or {}).items():
-            _check_ib_scenario(name)
-            if device not in devices:
-                raise ValueError(
-                    f"no device {device!r} in profile {self.profile.name!r} "
-                    f"(devices: {', '.join(devices) or 'none'})"
-                )
-            targets[device] = name
+        targets = _port_scenarios(self.profile, scenario, port_scenarios or {})
         self._now = clock()
         self._ports = {
             nic.device: _Port(nic, targets.get(nic.device), self.workload, seed, self._now)
             for nic in self.profile.nics
         }
-        self._written: dict[str, str] = {}
+        self._writer = TreeWriter(self.root)
         self._structure_done = False
 
     @property
@@ -343,123 +351,14 @@ class SimulatedFabric:
     def write(self) -> None:
         """Create the tree on first use, then replace the files whose text changed."""
         if not self._structure_done:
-            self._write_structure()
+            write_structure(self._writer, self.profile, self.seed)
             self._structure_done = True
         base = self.root / "class" / "infiniband"
         for device, port in self._ports.items():
             for relative, text in port.files(self._now).items():
-                self._put(base / device / "ports" / "1" / relative, text)
+                self._writer.put(base / device / "ports" / "1" / relative, text)
 
     def tick(self) -> None:
         """advance() then write(): what a driver loop calls before each poll."""
         self.advance()
         self.write()
-
-    # --- tree construction -------------------------------------------------------------
-
-    def _write_structure(self) -> None:
-        devices = self.root / "devices"
-        bus = self.root / "bus" / "pci" / "devices"
-        bus.mkdir(parents=True, exist_ok=True)
-        endpoints = [
-            (pci_path(self.profile, "gpu", i), PCI_VENDOR_NVIDIA, "0x030200")
-            for i in range(self.profile.gpu_count)
-        ] + [
-            (pci_path(self.profile, "nic", i), PCI_VENDOR_MELLANOX, "0x020700")
-            for i in range(len(self.profile.nics))
-        ]
-        for path, vendor, pci_class in endpoints:
-            numa = "0" if path[0] == "pci0000:00" else "1"
-            for depth in range(1, len(path) + 1):
-                node = devices.joinpath(*path[:depth])
-                node.mkdir(parents=True, exist_ok=True)
-                if depth == 1:
-                    continue  # the host bridge is not a PCI function
-                is_endpoint = depth == len(path)
-                self._put(node / "vendor", (vendor if is_endpoint else "0x8086") + "\n")
-                self._put(node / "class", (pci_class if is_endpoint else "0x060400") + "\n")
-                self._put(node / "numa_node", numa + "\n")
-                target = os.path.join("..", "..", "..", "devices", *path[:depth])
-                _symlink(target, bus / path[depth - 1])
-        ib = self.root / "class" / "infiniband"
-        for index, nic in enumerate(self.profile.nics):
-            device_dir = ib / nic.device
-            device_dir.mkdir(parents=True, exist_ok=True)
-            self._put(device_dir / "board_id", nic.board_id + "\n")
-            self._put(device_dir / "fw_ver", nic.firmware_version + "\n")
-            self._put(device_dir / "hca_type", nic.hca_type + "\n")
-            self._put(device_dir / "node_guid", self._node_guid(index) + "\n")
-            self._put(device_dir / "node_type", "1: CA\n")
-            path = pci_path(self.profile, "nic", index)
-            _symlink(os.path.join("..", "..", "..", "devices", *path), device_dir / "device")
-            for sub in ("counters", "hw_counters"):
-                (device_dir / "ports" / "1" / sub).mkdir(parents=True, exist_ok=True)
-
-    def _node_guid(self, index: int) -> str:
-        # Mellanox OUI 0c:42:a1, then a per-node, per-HCA serial, printed as the kernel
-        # does: four groups of four hex digits.
-        serial = (random.Random(f"guid:{self.seed}").getrandbits(32) << 8) | index
-        raw = f"0c42a103{serial & 0xFFFFFFFF:08x}"
-        return ":".join(raw[i : i + 4] for i in range(0, 16, 4))
-
-    def _put(self, path: Path, text: str) -> None:
-        key = str(path)
-        if self._written.get(key) == text:
-            return
-        # A dot-file in the same directory, so os.replace is an atomic rename on one
-        # filesystem and readers (which skip dot-files when listing) never see it.
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="ascii")
-        os.replace(tmp, path)
-        self._written[key] = text
-
-
-def _symlink(target: str, link: Path) -> None:
-    if link.is_symlink():
-        if os.readlink(link) == target:
-            return
-        link.unlink()
-    os.symlink(target, link)
-
-
-def benchmark_poll(
-    profile: str = "dgx-h100", polls: int = 200, root: Path | None = None
-) -> BenchmarkResult:
-    """Time InfinibandSource.collect() over a simulated tree (dgx-h100: 8 ports of
-    21 counters + 18 hw_counters). For the benchmark suite and `python -m agent.sim.fabric`.
-    """
-    from agent.sources.infiniband import InfinibandSource
-
-    if polls < 1:
-        raise ValueError("polls must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="nvwatch-ib-bench-") as tmp:
-        tree = Path(root) if root is not None else Path(tmp)
-        fabric = SimulatedFabric(profile, tree)
-        fabric.tick()
-        source = InfinibandSource(tree, gpu_bus_ids=fabric.gpu_bus_ids)
-        sample = source.collect()  # the first poll lists the tree; measure steady state
-        ports = sum(len(d.ports) for d in sample.devices)
-        files = sum(
-            4 + len(p.counters) + len(p.hw_counters) for d in sample.devices for p in d.ports
-        ) + 4 * len(sample.devices)
-        timings = []
-        for _ in range(polls):
-            started = time.perf_counter()
-            source.collect()
-            timings.append(time.perf_counter() - started)
-        source.close()
-    timings.sort()
-    return BenchmarkResult(
-        ports=ports,
-        files_per_poll=files,
-        median_seconds=statistics.median(timings),
-        p95_seconds=timings[min(len(timings) - 1, int(len(timings) * 0.95))],
-    )
-
-
-if __name__ == "__main__":
-    result = benchmark_poll()
-    print(
-        f"{result.ports} ports, {result.files_per_poll} files per poll: "
-        f"median {result.median_seconds * 1e3:.2f} ms, p95 {result.p95_seconds * 1e3:.2f} ms"
-    )

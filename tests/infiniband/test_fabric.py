@@ -15,7 +15,6 @@ from agent.sim.fabric import (
     IB_SCENARIOS,
     XMIT_WAIT_TICKS_PER_SECOND,
     SimulatedFabric,
-    benchmark_poll,
     degraded_rate,
     is_ib_scenario,
 )
@@ -261,10 +260,3 @@ def test_deterministic_per_seed(tmp_path: Path) -> None:
         )
     assert texts[0] == texts[1]
     assert texts[0] != texts[2]
-
-
-def test_benchmark_poll_reports_timings() -> None:
-    result = benchmark_poll(polls=5)
-    assert result.ports == 8
-    assert result.files_per_poll >= 8 * 30
-    assert 0 < result.median_seconds <= result.p95_seconds
