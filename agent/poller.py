@@ -5,6 +5,10 @@ waits at most the source's timeout; a source stuck inside a native call (an NVML
 on a wedged GPU, a hung sysfs read) keeps its worker busy, is reported down, and is not
 asked again until it returns, so one stuck source never stalls the loop or piles up
 threads. Health is recorded here, by the wrapper, never by the source itself.
+
+Building a Poller starts nothing. The per-source workers start on first use, by
+`poll_once()` or `start()`, so a test or `nvwatch dump` can poll without the background
+loop; `start()` starts the loop; `stop()` ends every thread either of them started.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from agent.sources import Source, SourceUnavailable
+from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +59,23 @@ def _identity(_name: str, sample: object) -> object:
 
 
 class _SourceWorker:
-    """One thread that runs one source's collect() on request."""
+    """One thread that runs one source's collect() on request, once `start()` is called."""
 
-    def __init__(self, source: Source, context: contextvars.Context) -> None:
+    def __init__(self, source: Source) -> None:
         self.source = source
         self._request: Future[object] | None = None
         self._wakeup = threading.Condition()
         self._stopping = False
         self._busy_since: float | None = None
-        self._thread = threading.Thread(
-            target=context.run,
-            args=(self._loop,),
-            name=f"nvwatch-source-{source.name}",
+        self._thread: threading.Thread | None = None
+
+    def start(self, context: contextvars.Context) -> None:
+        self._thread = start_thread(
+            f"nvwatch-source-{self.source.name}",
+            self._loop,
             daemon=True,  # a source stuck in C forever must not block process exit
+            context=context,
         )
-        self._thread.start()
 
     @property
     def busy_since(self) -> float | None:
@@ -107,7 +114,8 @@ class _SourceWorker:
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
 
 
 class Poller:
@@ -129,10 +137,13 @@ class Poller:
         self.timeout = timeout
         self._prepare = prepare
         self._on_snapshot = on_snapshot
-        # Threads run in a copy of the creator's context: a simulated fleet binds each
-        # node's simulated NVML through a context variable, and this carries it along.
+        # Threads run in a copy of the creator's context, captured here because they start
+        # later and elsewhere: a simulated fleet binds each node's simulated NVML through a
+        # context variable while it builds that node's agent, and this carries it along.
         self._context = contextvars.copy_context()
-        self._workers = [_SourceWorker(s, self._context.copy()) for s in sources]
+        self._workers = [_SourceWorker(s) for s in sources]
+        self._workers_started = False
+        self._start_lock = threading.Lock()
         self._errors = dict.fromkeys(names, 0)
         self._last_logged: dict[str, tuple[str | None, float]] = {}
         self._sequence = 0
@@ -147,6 +158,7 @@ class Poller:
 
     def poll_once(self) -> Snapshot:
         """Run every source once, concurrently, each bounded by the timeout."""
+        self._start_workers()
         started = time.monotonic()
         deadline = started + self.timeout
         submitted = {w.source.name: (w, w.submit()) for w in self._workers}
@@ -215,11 +227,20 @@ class Poller:
 
     # --- background loop ----------------------------------------------------------------
 
+    def _start_workers(self) -> None:
+        with self._start_lock:
+            if self._workers_started or self._stop.is_set():
+                return
+            self._workers_started = True
+            for worker in self._workers:
+                worker.start(self._context)
+
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._context.copy().run, args=(self._loop,), name="nvwatch-poller", daemon=True
+        """Poll every `interval` seconds on a background thread until `stop()`."""
+        self._start_workers()
+        self._thread = start_thread(
+            "nvwatch-poller", self._loop, daemon=True, context=self._context
         )
-        self._thread.start()
 
     def _loop(self) -> None:
         next_tick = time.monotonic()
@@ -257,13 +278,9 @@ class Poller:
         # close() of a source whose worker is stuck in a native call may block as well:
         # bound it, so SIGTERM still ends the agent promptly.
         # in the poller's context, so a fleet node's nvmlShutdown reaches its own library
-        closer = threading.Thread(
-            target=self._context.copy().run,
-            args=(self._close_sources,),
-            name="nvwatch-close",
-            daemon=True,
+        closer = start_thread(
+            "nvwatch-close", self._close_sources, daemon=True, context=self._context
         )
-        closer.start()
         closer.join(max(0.0, deadline - time.monotonic()))
 
     def _close_sources(self) -> None:
@@ -272,6 +289,3 @@ class Poller:
                 worker.source.close()
             except Exception:
                 log.exception("closing source %s failed", worker.source.name)
-
-    def error_counts(self) -> Mapping[str, int]:
-        return dict(self._errors)

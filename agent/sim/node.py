@@ -7,6 +7,7 @@ its InfiniBand/PCI tree is real files on disk that the unmodified InfiniBand sou
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -21,6 +22,7 @@ from agent.sim.nvml_lib import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
 from agent.sim.scenarios import GPU_SCENARIOS
 from agent.sim.workload import Workload
+from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +101,9 @@ class SimulatedNode:
 
     def start(self, interval: float = 1.0) -> None:
         """Keep the sysfs tree live in the background (NVML advances on every call)."""
-        self._thread = threading.Thread(
-            target=self._run, args=(interval,), name="nvwatch-sim", daemon=True
+        self._thread = start_thread(
+            "nvwatch-sim", functools.partial(self._run, interval), daemon=True
         )
-        self._thread.start()
 
     def _run(self, interval: float) -> None:
         while not self._stop.wait(interval):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -115,5 +116,55 @@ def test_duplicate_source_names_are_refused() -> None:
         _poller(CountingHostSource(), CountingHostSource())
 
 
-def test_source_unavailable_is_an_exception_sources_can_raise() -> None:
-    assert issubclass(SourceUnavailable, Exception)
+def test_source_unavailable_marks_only_that_source_down_with_its_message() -> None:
+    good = CountingHostSource()
+    poller = _poller(good, RaisingSource("nvml", SourceUnavailable("no NVIDIA driver loaded")))
+    try:
+        poller.poll_once()
+        snapshot = poller.poll_once()
+    finally:
+        poller.stop()
+    nvml = snapshot.sources["nvml"]
+    # the operator reads the source's own words, without an exception type in front
+    assert (nvml.up, nvml.error, nvml.errors_total, nvml.prepared) == (
+        False,
+        "no NVIDIA driver loaded",
+        2,
+        None,
+    )
+    host = snapshot.sources["host"]
+    assert host.up and host.error is None and host.errors_total == 0
+    text = build_exposition(snapshot).text.decode()
+    assert "nvwatch_host_load1 2.0" in text
+    assert 'nvwatch_agent_source_up{source="nvml"} 0.0' in text
+    assert 'nvwatch_agent_source_up{source="host"} 1.0' in text
+
+
+def test_any_other_exception_is_reported_with_its_type() -> None:
+    poller = _poller(RaisingSource("nvml", KeyError("gpu")))
+    try:
+        status = poller.poll_once().sources["nvml"]
+    finally:
+        poller.stop()
+    assert status.error == "KeyError: 'gpu'"
+
+
+def test_constructing_a_poller_starts_no_thread() -> None:
+    before = set(threading.enumerate())
+    poller = _poller(CountingHostSource(), HangingSource("nvml"))
+    assert set(threading.enumerate()) == before
+    assert not poller.alive()
+
+
+def test_stop_after_start_leaves_no_thread_running() -> None:
+    before = set(threading.enumerate())
+    good = CountingHostSource()
+    poller = _poller(good, RaisingSource("nvml", SourceUnavailable("absent")))
+    poller.start()
+    deadline = time.monotonic() + 5
+    while good.calls < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = {t.name for t in set(threading.enumerate()) - before}
+    assert started == {"nvwatch-poller", "nvwatch-source-host", "nvwatch-source-nvml"}
+    poller.stop(timeout=1.0)
+    assert set(threading.enumerate()) - before == set()

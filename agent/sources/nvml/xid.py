@@ -8,7 +8,6 @@ The kernel log (`dmesg | grep Xid`) shows the same codes.
 
 from __future__ import annotations
 
-import contextvars
 import ctypes
 import logging
 import threading
@@ -18,6 +17,7 @@ from typing import Any
 import pynvml
 
 from agent.sources.nvml.device import error_name
+from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,7 @@ class XidListener:
     def start(self) -> None:
         if self._thread is not None:
             return
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._run,), name="nvwatch-xid", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_thread("nvwatch-xid", self._run, daemon=True)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()

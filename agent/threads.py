@@ -1,0 +1,60 @@
+"""The one way the agent starts a thread, and the list of every thread it runs.
+
+Every thread starts through `start_thread`, which runs its target in a copy of a
+`contextvars` context: the caller's current one, or one its owner captured earlier. The
+simulated fleet runs many agents in one process and binds each node's simulated NVML
+through a context variable (`agent.sim` `bind()`); a thread that lost that context would
+poll another node's GPUs, or the real driver. On a real node the copy costs nothing and
+changes nothing.
+
+Threads the agent runs (name, who starts it, why it exists):
+
+- ``nvwatch-poller``: `Poller.start` (agent/poller.py). The fixed-rate poll loop, so
+  scrapes are served from a cache and never wait on hardware.
+- ``nvwatch-source-<name>``, one per source: `Poller`, on the first `poll_once()` or
+  `start()`. A source stuck in a native call (an NVML ioctl on a wedged GPU, a hung sysfs
+  read) keeps only its own worker busy; the loop reports it down and goes on.
+- ``nvwatch-close``: `Poller.stop`. Closes the sources, bounded by the shutdown deadline,
+  because close() of a source stuck in C may block as well.
+- ``nvwatch-xid``: `XidListener.start` (agent/sources/nvml/xid.py), on the NVML source's
+  first successful initialisation. NVML reports XID errors only as events, so one thread
+  blocks in nvmlEventSetWait and counts them.
+- ``nvwatch-http``: `MetricsServer.start` (agent/server.py). The accept loop.
+- ``nvwatch-http-conn``, one per open connection: the HTTP server, per accepted
+  connection, so one slow or stalled client cannot block the others.
+- ``nvwatch-sim``: `SimulatedNode.start` (agent/sim/node.py), only with `--simulate`.
+  Rewrites the simulated sysfs tree every second, as the kernel's counters would move.
+- ``nvwatch-fleet-tick``: `Fleet.start` (agent/sim/fleet.py), only in a simulated
+  fleet. Steps the fleet's shared simulated clock and ticks every node once per interval.
+- ``nvwatch-fleet-stop``: `Fleet.stop`, a few at shutdown of a simulated fleet, so 128
+  agents stop in about the time one does.
+
+All are daemon threads: each owner joins its threads on stop within a deadline, and a
+thread stuck in a native call must not keep the process alive after that.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+
+
+def start_thread(
+    name: str,
+    target: Callable[[], object],
+    *,
+    daemon: bool,
+    context: contextvars.Context | None = None,
+) -> threading.Thread:
+    """Start `target()` on a new thread called `name`; return the running thread.
+
+    The thread runs in a copy of `context`, or of the caller's current context when none
+    is given. Pass a context captured earlier when the thread is started later, from
+    elsewhere, than its owner was built (the poller is built inside a fleet node's context
+    and started outside it). A copy, because one context cannot be entered by two threads.
+    """
+    run_in = contextvars.copy_context() if context is None else context.copy()
+    thread = threading.Thread(target=run_in.run, args=(target,), name=name, daemon=daemon)
+    thread.start()
+    return thread
