@@ -8,18 +8,101 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import html
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from agent import __version__
 from agent.exposition.render import OPENMETRICS_TYPE, TEXT_CONTENT_TYPE, Exposition
+from agent.threads import start_thread
 from agent.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
+
+# --- content negotiation ------------------------------------------------------------------
+# prometheus_client's choose_encoder() and gzip_accepted() match names and ignore q-values
+# (they serve gzip for "gzip;q=0" and OpenMetrics for "application/openmetrics-text;q=0"),
+# so the agent weighs RFC 9110 q-values itself. One version of each format is served, so a
+# media range's version parameter does not change which format is chosen.
+
+_TEXT = "text/plain"
+_OPENMETRICS = "application/openmetrics-text"
+
+
+def _weighted(header: str) -> list[tuple[str, float]]:
+    """'a;v=1;q=0.5, B' -> [('a', 0.5), ('b', 1.0)]: lower-cased names and their q-values."""
+    items = []
+    for element in header.split(","):
+        name, *params = (part.strip() for part in element.split(";"))
+        if name:
+            items.append((name.lower(), _qvalue(params)))
+    return items
+
+
+def _qvalue(params: list[str]) -> float:
+    for param in params:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                q = float(value.strip())
+            except ValueError:
+                return 0.0  # an unreadable weight accepts nothing rather than everything
+            return min(1.0, max(0.0, q)) if math.isfinite(q) else 0.0
+    return 1.0
+
+
+def _media_preference(offer: str, ranges: list[tuple[str, float]]) -> tuple[float, int, int]:
+    """(q, specificity, -position) of the most specific range matching `offer`."""
+    best = (0.0, -1, 0)
+    for position, (media_range, q) in enumerate(ranges):
+        if media_range == offer:
+            specificity = 2
+        elif media_range == offer.split("/")[0] + "/*":
+            specificity = 1
+        elif media_range == "*/*":
+            specificity = 0
+        else:
+            continue
+        # the most specific range decides; of equally specific ones (two OpenMetrics
+        # versions, say) the highest weight counts
+        if specificity > best[1] or (specificity == best[1] and q > best[0]):
+            best = (q, specificity, -position)
+    return best
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Whether an Accept header prefers OpenMetrics over the Prometheus text format.
+
+    The higher q wins; on equal q the more specific match (a named type beats `*/*`), then
+    the one the client listed first. Text on a full tie (`*/*`, as curl sends), when
+    neither is acceptable, and without a header, as Prometheus' own exporters do.
+    """
+    if not accept or not accept.strip():
+        return False
+    ranges = _weighted(accept)
+    openmetrics = _media_preference(_OPENMETRICS, ranges)
+    return openmetrics[0] > 0 and openmetrics > _media_preference(_TEXT, ranges)
+
+
+def gzip_accepted(accept_encoding: str | None) -> bool:
+    """Whether to gzip a response, by an Accept-Encoding header's q-values.
+
+    gzip's weight is its own entry's (or `x-gzip`'s, its registered alias), else that of
+    `*`; the response is gzipped when that weight is above zero and not below identity's
+    (its own entry's, else `*`'s; a header that names neither leaves identity out).
+    """
+    codings: dict[str, float] = {}
+    for name, q in _weighted(accept_encoding or ""):
+        codings.setdefault("gzip" if name == "x-gzip" else name, q)
+    gzip_q = codings.get("gzip", codings.get("*", 0.0))
+    identity_q = codings.get("identity", codings.get("*"))
+    return gzip_q > 0 and (identity_q is None or gzip_q >= identity_q)
 
 
 @dataclass(frozen=True)
@@ -29,7 +112,7 @@ class Health:
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+    daemon_threads = True  # documents intent; process_request below starts the threads
     allow_reuse_address = True
     # socketserver's default backlog of 5 drops connections when a few dozen scrapers
     # (HA pairs, federation, ad-hoc curl) connect at once
@@ -38,6 +121,32 @@ class _Server(ThreadingHTTPServer):
     exposition: Callable[[], Exposition | None]
     health: Callable[[], Health]
     web_config: WebConfig | None
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        # before binding: a failed bind calls server_close(), which reads these
+        self._connections: list[threading.Thread] = []
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # socketserver's ThreadingMixIn starts this thread itself; here it goes through the
+        # agent's one thread helper, and server_close() still waits for open connections
+        # as ThreadingMixIn's does.
+        thread = start_thread(
+            "nvwatch-http-conn",
+            functools.partial(self.process_request_thread, request, client_address),
+            daemon=True,
+        )
+        with self._connections_lock:
+            self._connections = [t for t in self._connections if t.is_alive()]
+            self._connections.append(thread)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for thread in connections:
+            thread.join()
 
     def handle_error(self, request: object, client_address: object) -> None:
         # clients that hang up, speak HTTP to the TLS port or time out are routine for an
@@ -116,8 +225,8 @@ class _Handler(BaseHTTPRequestHandler):
         if exposition is None:
             self._send(503, b"no poll has completed yet\n", "text/plain; charset=utf-8", head)
             return
-        gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
-        if "application/openmetrics-text" in self.headers.get("Accept", ""):
+        gzipped = gzip_accepted(self._header("Accept-Encoding"))
+        if wants_openmetrics(self._header("Accept")):
             body, content_type = exposition.openmetrics(gzipped), OPENMETRICS_TYPE
         else:
             body = exposition.text_gzip if gzipped else exposition.text
@@ -125,6 +234,11 @@ class _Handler(BaseHTTPRequestHandler):
         extra = {"Content-Encoding": "gzip"} if gzipped else {}
         extra["Vary"] = "Accept, Accept-Encoding"
         self._send(200, body, content_type, head, extra=extra)
+
+    def _header(self, name: str) -> str | None:
+        # a header sent on several lines means the same as one comma-separated line
+        values = self.headers.get_all(name)
+        return ", ".join(values) if values else None
 
     def _landing(self) -> str:
         exposition = self.server.exposition()
@@ -173,7 +287,7 @@ class MetricsServer:
         web_config: WebConfig | None = None,
     ) -> None:
         # binding here, in the constructor, makes "address in use" a start-up error
-        self._server = _Server((host, port), _Handler)
+        self._server = _Server((host, port))
         self._server.exposition = exposition
         self._server.health = health
         self._server.web_config = web_config
@@ -190,13 +304,11 @@ class MetricsServer:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="nvwatch-http",
+        self._thread = start_thread(
+            "nvwatch-http",
+            functools.partial(self._server.serve_forever, poll_interval=0.1),
             daemon=True,
         )
-        self._thread.start()
 
     def stop(self) -> None:
         self._server.shutdown()

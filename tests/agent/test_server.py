@@ -3,9 +3,11 @@ from __future__ import annotations
 import base64
 import gzip
 import http.client
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -16,9 +18,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from agent.app import Agent, make_server
+from agent.app import Agent, make_server, serve
 from agent.config import AgentConfig
-from agent.server import MetricsServer
+from agent.server import Health, MetricsServer
 from tests.agent.fakes import CountingHostSource
 from tests.conftest import require_tool
 
@@ -67,6 +69,101 @@ def test_metrics_plain_gzip_and_openmetrics(running: Running) -> None:
     )
     assert headers["Content-Type"].startswith("application/openmetrics-text")
     assert om.endswith(b"# EOF\n")
+
+
+def _raw_get(port: int, headers: dict[str, str]) -> tuple[dict[str, str], bytes]:
+    """GET /metrics with exactly `headers`: http.client adds no Accept-Encoding of its own."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.putrequest("GET", "/metrics", skip_accept_encoding=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 200
+        return dict(response.headers), response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("accept_encoding", "gzipped"),
+    [
+        (None, False),
+        ("gzip;q=0", False),
+        ("x-gzip-not", False),
+        ("identity", False),
+        ("gzip;q=0.5, identity", False),
+        ("gzip", True),
+        ("deflate, gzip;q=0.5", True),
+        ("identity;q=0, gzip", True),
+        ("*", True),
+        ("x-gzip", True),
+        ("GZIP;Q=1.0", True),
+    ],
+)
+def test_gzip_is_negotiated_by_q_value(
+    running: Running, accept_encoding: str | None, gzipped: bool
+) -> None:
+    headers = {} if accept_encoding is None else {"Accept-Encoding": accept_encoding}
+    response_headers, body = _raw_get(running.server.port, headers)
+    assert response_headers.get("Content-Encoding") == ("gzip" if gzipped else None)
+    text = gzip.decompress(body) if gzipped else body
+    assert text.startswith(b"# HELP ")
+
+
+# Prometheus' own Accept headers. Before 2.49 it sent one fixed header; since then
+# scrape.acceptHeader() weighs the configured scrape_protocols in order, here 3.x's default
+# list and a job that puts the text format first.
+PROMETHEUS_2 = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+PROMETHEUS_3 = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+PROMETHEUS_TEXT_FIRST = (
+    "text/plain;version=0.0.4;q=0.6,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.4"
+)
+# the issue's example: every entry weighted, OpenMetrics highest
+PROMETHEUS_STYLE = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+@pytest.mark.parametrize(
+    ("accept", "openmetrics"),
+    [
+        (None, False),
+        ("*/*", False),
+        ("text/plain", False),
+        ("application/openmetrics-text;q=0, text/plain", False),
+        ("application/openmetrics-text;q=0", False),
+        ("application/openmetrics-text;q=0.2, text/plain;q=0.8", False),
+        (PROMETHEUS_TEXT_FIRST, False),
+        ("application/openmetrics-text; version=1.0.0", True),
+        (PROMETHEUS_STYLE, True),
+        (PROMETHEUS_2, True),
+        (PROMETHEUS_3, True),
+        ("application/openmetrics-text, text/plain", True),
+        ("text/plain;q=0.5, */*", True),
+    ],
+)
+def test_format_is_negotiated_by_q_value(
+    running: Running, accept: str | None, openmetrics: bool
+) -> None:
+    headers = {} if accept is None else {"Accept": accept}
+    response_headers, body = _raw_get(running.server.port, headers)
+    if openmetrics:
+        assert response_headers["Content-Type"].startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n")
+    else:
+        assert response_headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert not body.endswith(b"# EOF\n")
+    assert response_headers["Vary"] == "Accept, Accept-Encoding"
 
 
 def test_scrapes_between_polls_are_identical_and_do_no_source_io(running: Running) -> None:
@@ -168,3 +265,34 @@ def test_tls_and_basic_auth(tls_web_config: Path) -> None:
     finally:
         server.stop()
         agent.poller.stop()
+
+
+def test_stopping_the_server_leaves_none_of_its_threads() -> None:
+    before = set(threading.enumerate())
+    server = MetricsServer(
+        "127.0.0.1", 0, exposition=lambda: None, health=lambda: Health(True, "polling")
+    )
+    assert set(threading.enumerate()) == before, "binding must start no thread"
+    server.start()
+    try:
+        assert _get(f"http://127.0.0.1:{server.port}/healthz")[0] == 200
+        assert "nvwatch-http" in {t.name for t in threading.enumerate()}
+    finally:
+        server.stop()
+    assert set(threading.enumerate()) - before == set()
+
+
+def test_serve_leaves_process_wide_settings_alone() -> None:
+    """Signal handlers and the GIL switch interval belong to `nvwatch serve`, not serve()."""
+    config = AgentConfig(listen_host="127.0.0.1", listen_port=0, interval=0.2, sources=("host",))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    interval = sys.getswitchinterval()
+    seen: list[tuple[object, float]] = []
+    stop = threading.Event()
+
+    def ready(_server: MetricsServer) -> None:
+        seen.append(({s: signal.getsignal(s) for s in handlers}, sys.getswitchinterval()))
+        stop.set()
+
+    assert serve(config, [CountingHostSource()], ready=ready, stop=stop) == 0
+    assert seen == [(handlers, interval)]
