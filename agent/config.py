@@ -8,7 +8,7 @@ operator can act on.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ import yaml
 from agent.durations import DurationError
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
-NVLINK_DETAILS = ("link", "gpu")
 LOG_FORMATS = ("text", "json")
 
 
@@ -55,7 +54,6 @@ class AgentConfig:
     web_config: Path | None = None
     log_format: str = "text"
     nvlink_detail: str = "link"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def timeout(self) -> float:

@@ -16,7 +16,6 @@ import click
 
 from agent.config import (
     LOG_FORMATS,
-    NVLINK_DETAILS,
     AgentConfig,
     ConfigError,
     load_config_file,
@@ -25,6 +24,7 @@ from agent.config import (
     parse_sources,
 )
 from agent.durations import parse_duration
+from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,7 +88,7 @@ def source_options(func: F) -> F:
         option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
         option(
             "--nvlink-detail",
-            type=click.Choice(NVLINK_DETAILS),
+            type=click.Choice(NVLINK_DETAIL_CHOICES),
             default="link",
             show_default=True,
             help="NVLink series per link, or aggregated per GPU (fewer series).",
