@@ -19,32 +19,12 @@ Relations, nearest first (nvidia-smi's legend):
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent.sources.pci_address import sysfs_bus_id
+
 PciPath = tuple[str, ...]
-
-RELATIONS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
-
-_BUS_ID_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
-    r"\.(?P<fn>[0-7])$"
-)
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """NVML's "00000000:12:00.0" (8-hex-digit domain) -> sysfs's "0000:12:00.0".
-
-    Also accepts the 4-digit form and a bare "12:00.0"; raises ValueError otherwise.
-    """
-    match = _BUS_ID_RE.match(bus_id.strip())
-    if match is None:
-        raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    domain = int(match.group("domain") or "0", 16)
-    if domain > 0xFFFF:
-        raise ValueError(f"PCI domain out of range: {bus_id!r}")
-    return f"{domain:04x}:{match.group('bus')}:{match.group('dev')}.{match.group('fn')}".lower()
 
 
 def _common_depth(a: PciPath, b: PciPath) -> int:
@@ -132,12 +112,12 @@ class Resolver:
         return self._path_of(os.path.join(self._root, "class", "infiniband", device, "device"))
 
     def gpu_path(self, bus_id: str) -> PciPath | None:
-        """bus/pci/devices/<bus id> for an NVML- or sysfs-style bus id."""
+        """bus/pci/devices/<bus id> for an NVML- or sysfs-style bus id; None if malformed."""
         try:
-            short = normalize_bus_id(bus_id)
+            name = sysfs_bus_id(bus_id)
         except ValueError:
             return None
-        return self._path_of(os.path.join(self._root, "bus", "pci", "devices", short))
+        return self._path_of(os.path.join(self._root, "bus", "pci", "devices", name))
 
     def numa_node(self, path: PciPath) -> int | None:
         """The device's numa_node file; -1 (no NUMA information) and errors are None."""

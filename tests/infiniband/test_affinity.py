@@ -10,13 +10,8 @@ from agent.sim.clock import ManualClock
 from agent.sim.fabric import SimulatedFabric
 from agent.sim.profiles import PROFILES, get_profile, gpu_pci_bus_id, pci_path
 from agent.sources.infiniband import InfinibandSource
-from agent.sources.pci_affinity import (
-    PciPath,
-    Resolver,
-    nearest_gpus,
-    normalize_bus_id,
-    pcie_relation,
-)
+from agent.sources.pci_address import sysfs_bus_id
+from agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus, pcie_relation
 
 from .sysfs_tree import add_device, add_pci_device, healthy_port, link_hca
 
@@ -40,21 +35,45 @@ GPU_FAR = _under_switch(HB1, "0000:80:01.0", "0000:90:00.0", "0000:91:00.0", "00
 @pytest.mark.parametrize(
     ("bus_id", "expected"),
     [
-        ("00000000:12:00.0", "0000:12:00.0"),  # NVML's 8-digit domain
+        ("00000000:3B:00.0", "0000:3b:00.0"),  # nvmlPciInfo_t.busId: 8-digit domain
+        ("0000:3B:00.0", "0000:3b:00.0"),  # busIdLegacy: 4-digit domain
+        ("0000:3b:00.0", "0000:3b:00.0"),  # sysfs
+        ("00010000:3B:00.0", "10000:3b:00.0"),  # NVML, GPU behind a VMD controller
+        ("10000:3b:00.0", "10000:3b:00.0"),  # sysfs names it with %04x: all 5 digits
         ("00000001:AB:1F.3", "0001:ab:1f.3"),
-        ("0000:12:00.0", "0000:12:00.0"),
-        ("12:00.0", "0000:12:00.0"),
-        (" 0000:C1:00.0\n", "0000:c1:00.0"),
+        ("FFFFFFFF:ff:1f.7", "ffffffff:ff:1f.7"),  # the largest address there is
+        ("12:00.0", "0000:12:00.0"),  # no domain: domain 0
+        (" 0000:C1:00.0\n", "0000:c1:00.0"),  # as read from a file
     ],
 )
-def test_normalize_bus_id(bus_id: str, expected: str) -> None:
-    assert normalize_bus_id(bus_id) == expected
+def test_sysfs_bus_id(bus_id: str, expected: str) -> None:
+    assert sysfs_bus_id(bus_id) == expected
+    assert sysfs_bus_id(expected) == expected  # the sysfs form is a fixed point
 
 
-@pytest.mark.parametrize("bus_id", ["", "gpu0", "0000:12:00", "100000000:12:00.0", "0000:12:00.8"])
-def test_normalize_bus_id_rejects(bus_id: str) -> None:
-    with pytest.raises(ValueError):
-        normalize_bus_id(bus_id)
+@pytest.mark.parametrize(
+    "bus_id",
+    [
+        "",
+        "gpu0",
+        "N/A",
+        "0000:12:00",  # no function
+        "100000000:12:00.0",  # a 9-digit domain: more than NVML's 32 bits
+        "0000:12:00.8",  # functions are 0-7
+        "0000:12:20.0",  # devices are 5 bits: 00-1f
+        "0000:3g:00.0",
+        "0000:3b:0.0",
+        "0000:3b:00.0.0",
+        "0000:3b:00.0 trailing",
+        ":3b:00.0",
+    ],
+)
+def test_sysfs_bus_id_rejects(bus_id: str) -> None:
+    with pytest.raises(
+        ValueError, match=r"^not a PCI bus id \(domain:bus:device\.function\): "
+    ) as info:
+        sysfs_bus_id(bus_id)
+    assert "\n" not in str(info.value)
 
 
 def test_relations() -> None:
@@ -119,6 +138,21 @@ def test_resolver_on_a_real_tree(tmp_path: Path) -> None:
     assert resolver.numa_node(GPU0) == 0
     assert resolver.numa_node(HCA0) is None  # no numa_node file
     assert resolver.relation(GPU0, HCA0) == "PIX"
+
+
+def test_resolver_finds_a_gpu_behind_vmd(tmp_path: Path) -> None:
+    # Intel VMD puts its devices in PCI domain 0x10000 and up: NVML reports the GPU as
+    # 00010000:3B:00.0, sysfs names it 10000:3b:00.0 under the VMD controller's bridge
+    gpu = (HB0, "0000:00:0e.0", "pci10000:00", "10000:00:02.0", "10000:3b:00.0")
+    hca = (HB0, "0000:00:0e.0", "pci10000:00", "10000:00:02.0", "10000:3c:00.0")
+    add_pci_device(tmp_path, gpu, numa_node=0)
+    link_hca(tmp_path, "mlx5_0", hca)
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
+    assert Resolver(tmp_path).gpu_path("00010000:3B:00.0") == gpu
+    # and not the domain-0 device a 4-digit cut would name
+    assert Resolver(tmp_path).gpu_path("0000:3b:00.0") is None
+    sample = InfinibandSource(tmp_path, gpu_bus_ids=lambda: ["00010000:3B:00.0"]).collect()
+    assert sample.devices[0].ports[0].nearest_gpus == (0,)
 
 
 def test_source_labels_each_port_with_its_two_gpus(tmp_path: Path) -> None:
