@@ -11,17 +11,22 @@ from typing import Any
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from dashboards import fabric, fleet, node
+from dashboards.capacity_review import capacity_review
+from dashboards.cluster_overview import cluster_overview
 from dashboards.grafana import modernise
+from dashboards.infiniband import infiniband
+from dashboards.node import node
+from dashboards.nvlink import nvlink
+from dashboards.thermal_power import thermal_power
 from mixin.config import MixinConfig, load
 
 DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
-    "nvwatch-cluster-overview.json": fleet.cluster_overview,
-    "nvwatch-node.json": node.node,
-    "nvwatch-nvlink.json": fabric.nvlink,
-    "nvwatch-infiniband.json": fabric.infiniband,
-    "nvwatch-thermal-power.json": fleet.thermal_power,
-    "nvwatch-capacity-review.json": fleet.capacity_review,
+    "nvwatch-cluster-overview.json": cluster_overview,
+    "nvwatch-node.json": node,
+    "nvwatch-nvlink.json": nvlink,
+    "nvwatch-infiniband.json": infiniband,
+    "nvwatch-thermal-power.json": thermal_power,
+    "nvwatch-capacity-review.json": capacity_review,
 }
 
 

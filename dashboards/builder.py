@@ -9,15 +9,15 @@ from typing import Any
 
 from grafanalib import core as g
 
+from dashboards.thresholds import OK, Steps
 from mixin.config import MixinConfig
 
-Steps = Sequence[tuple[float | None, str]]
-
-# Threshold presets; None is the base step.
-OK: Steps = ((None, "green"),)
-HIGH_BAD: Steps = ((None, "green"), (0.8, "orange"), (0.95, "red"))
-LOW_BAD: Steps = ((None, "red"), (0.5, "orange"), (0.9, "green"))
-ANY_BAD: Steps = ((None, "green"), (1, "red"))
+# Info-style series (value always 1) shown as a table of their labels only.
+HIDE_TIME_AND_VALUE: list[dict[str, Any]] = [
+    {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}}
+]
+# Series of one panel stacked into a total, e.g. GPUs per throttle reason.
+STACKED: dict[str, Any] = {"drawStyle": "line", "fillOpacity": 20, "stacking": {"mode": "normal"}}
 
 
 @dataclass(frozen=True)
@@ -70,38 +70,18 @@ class Grid:
     ) -> None:
         if self.x + w > 24:
             self.newline()
-        targets = [
-            g.Target(
-                expr=q.expr,
-                legendFormat=q.legend,
-                refId=chr(ord("A") + i),
-                instant=q.instant,
-                format="table" if q.table else "time_series",
-            )
-            for i, q in enumerate(queries)
-        ]
-        defaults: dict[str, Any] = {
-            "unit": unit,
-            "thresholds": {
-                "mode": "absolute",
-                "steps": [{"color": c, "value": v} for v, c in steps],
-            },
-        }
-        if min_ is not None:
-            defaults["min"] = min_
-        if max_ is not None:
-            defaults["max"] = max_
-        if custom:
-            defaults["custom"] = custom
-        if mappings:
-            defaults["mappings"] = mappings
+        defaults: dict[str, Any] = {"unit": unit, "thresholds": _thresholds(steps)}
+        # unset (or empty) keys stay out so Grafana applies its own defaults
+        optional = {"min": min_, "max": max_, "custom": custom, "mappings": mappings}
+        optional = {k: v for k, v in optional.items() if v is not None and v != {} and v != []}
+        defaults.update(optional)
         extra: dict[str, Any] = {"fieldConfig": {"defaults": defaults}}
         if options:
             extra["options"] = options
         panel = _KINDS[kind](
             title=title,
             description=description,
-            targets=targets,
+            targets=_targets(queries),
             gridPos=g.GridPos(h=h, w=w, x=self.x, y=self.y),
             transformations=transformations or [],
             extraJson=extra,
@@ -114,6 +94,23 @@ class Grid:
         self.y += self.row_height
         self.x = 0
         self.row_height = 0
+
+
+def _targets(queries: Sequence[Q]) -> list[g.Target]:
+    return [
+        g.Target(
+            expr=q.expr,
+            legendFormat=q.legend,
+            refId=chr(ord("A") + i),
+            instant=q.instant,
+            format="table" if q.table else "time_series",
+        )
+        for i, q in enumerate(queries)
+    ]
+
+
+def _thresholds(steps: Steps) -> dict[str, Any]:
+    return {"mode": "absolute", "steps": [{"color": c, "value": v} for v, c in steps]}
 
 
 def variable(cfg: MixinConfig, name: str, label: str, *, multi: bool = True) -> g.Template:
@@ -158,3 +155,31 @@ def dashboard(
         panels=grid.panels,
         templating=g.Templating(list=list(variables)),
     )
+
+
+# --- PromQL and legend pieces every dashboard uses -----------------------------------
+
+
+def legend(label: str) -> str:
+    """Grafana legend template showing one label: `{{instance}}`."""
+    return "{{" + label + "}}"
+
+
+def rate(series: str) -> str:
+    """Per-second rate over Grafana's own window, which follows the scrape interval."""
+    return f"rate({series}[$__rate_interval])"
+
+
+def kwh_in_range(joules_per_second: str) -> str:
+    """Energy in kWh over the dashboard's time range, from a J/s recording rule."""
+    return f"avg_over_time({joules_per_second}[$__range]) * $__range_s / 3600000"
+
+
+def cluster_scope(cfg: MixinConfig) -> str:
+    """Selector of the fleet dashboards: recording rules of the chosen clusters."""
+    return f'{{{cfg.cluster_label}=~"$cluster"}}'
+
+
+def node_matchers(cfg: MixinConfig) -> tuple[str, str]:
+    """Matchers of the per-node dashboards: the chosen cluster and node(s)."""
+    return f'{cfg.cluster_label}=~"$cluster"', f'{cfg.instance_label}=~"$instance"'

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from grafanalib import core as g
 
-from dashboards.builder import ANY_BAD, HIGH_BAD, Grid, Q, dashboard, variable
+from dashboards import thresholds as t
+from dashboards.builder import Grid, Q, dashboard, node_matchers, rate, variable
 from mixin.config import MixinConfig
 
 _ACTIVE = [
@@ -18,24 +21,24 @@ _ACTIVE = [
 ]
 
 
-def node(cfg: MixinConfig) -> g.Dashboard:
-    sel = cfg.sel(
-        f'{cfg.cluster_label}=~"$cluster"', f'{cfg.instance_label}=~"$instance"', 'gpu=~"$gpu"'
-    )
-    host = cfg.sel(f'{cfg.cluster_label}=~"$cluster"', f'{cfg.instance_label}=~"$instance"')
+def _m(cfg: MixinConfig, name: str, *matchers: str) -> str:
+    """`name` on the chosen node's chosen GPUs, with extra matchers."""
+    return name + cfg.sel(*node_matchers(cfg), 'gpu=~"$gpu"', *matchers)
 
-    def m(name: str, *matchers: str) -> str:
-        return f"{name}{sel[:-1]}{''.join(', ' + x for x in matchers)}}}"
 
-    ecc = m("nvwatch_gpu_ecc_errors_total", 'scope="volatile"')
-    grid = Grid()
+def _host(cfg: MixinConfig, name: str) -> str:
+    """`name` of the chosen node as a whole (host and IB series have no gpu label)."""
+    return name + cfg.sel(*node_matchers(cfg))
+
+
+def _utilization_memory_power(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "timeseries",
         "GPU utilization",
         "Share of time a kernel ran, per GPU. One GPU lower than the rest in a multi-GPU "
         "job is waiting on the others or throttled.",
         "percentunit",
-        [Q(m("nvwatch_gpu_utilization_ratio"), "GPU {{gpu}}")],
+        [Q(_m(cfg, "nvwatch_gpu_utilization_ratio"), "GPU {{gpu}}")],
         min_=0,
         max_=1,
     )
@@ -46,8 +49,8 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "or fall back to smaller batches.",
         "bytes",
         [
-            Q(m("nvwatch_gpu_memory_used_bytes"), "GPU {{gpu}} used"),
-            Q(m("nvwatch_gpu_memory_total_bytes"), "GPU {{gpu}} total"),
+            Q(_m(cfg, "nvwatch_gpu_memory_used_bytes"), "GPU {{gpu}} used"),
+            Q(_m(cfg, "nvwatch_gpu_memory_total_bytes"), "GPU {{gpu}} total"),
         ],
         min_=0,
     )
@@ -58,12 +61,16 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "the limit is sw_power_cap throttling; a limit below TDP was set by someone.",
         "watt",
         [
-            Q(m("nvwatch_gpu_power_watts"), "GPU {{gpu}} power"),
-            Q(m("nvwatch_gpu_power_limit_watts"), "GPU {{gpu}} limit"),
-            Q(m("nvwatch_gpu_power_tdp_watts"), "GPU {{gpu}} TDP"),
+            Q(_m(cfg, "nvwatch_gpu_power_watts"), "GPU {{gpu}} power"),
+            Q(_m(cfg, "nvwatch_gpu_power_limit_watts"), "GPU {{gpu}} limit"),
+            Q(_m(cfg, "nvwatch_gpu_power_tdp_watts"), "GPU {{gpu}} TDP"),
         ],
         min_=0,
     )
+
+
+def _temperature_and_clocks(grid: Grid, cfg: MixinConfig) -> None:
+    thresholds = 'threshold=~"slowdown|memory_max"'
     grid.add(
         "timeseries",
         "GPU and HBM temperature vs thresholds",
@@ -72,13 +79,13 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "the clocks drop.",
         "celsius",
         [
-            Q(m("nvwatch_gpu_temperature_celsius"), "GPU {{gpu}} {{sensor}}"),
+            Q(_m(cfg, "nvwatch_gpu_temperature_celsius"), "GPU {{gpu}} {{sensor}}"),
             Q(
-                m("nvwatch_gpu_temperature_threshold_celsius", 'threshold=~"slowdown|memory_max"'),
+                _m(cfg, "nvwatch_gpu_temperature_threshold_celsius", thresholds),
                 "GPU {{gpu}} {{threshold}}",
             ),
         ],
-        steps=((None, "green"), (80, "orange"), (87, "red")),
+        steps=t.temperature(cfg),
     )
     grid.add(
         "timeseries",
@@ -86,8 +93,11 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "Current SM and memory clocks per GPU. SM clock far below its maximum under load "
         "means throttling: see the reasons below.",
         "hertz",
-        [Q(m("nvwatch_gpu_clock_hertz", 'clock=~"sm|memory"'), "GPU {{gpu}} {{clock}}")],
+        [Q(_m(cfg, "nvwatch_gpu_clock_hertz", 'clock=~"sm|memory"'), "GPU {{gpu}} {{clock}}")],
     )
+
+
+def _throttling(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "state-timeline",
         "Throttle reasons",
@@ -96,11 +106,11 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "none",
         [
             Q(
-                m("nvwatch_gpu_clock_event_active", 'reason!~"idle|display_clocks"'),
+                _m(cfg, "nvwatch_gpu_clock_event_active", 'reason!~"idle|display_clocks"'),
                 "GPU {{gpu}} {{reason}}",
             )
         ],
-        steps=((None, "transparent"), (1, "red")),
+        steps=t.FLAG_ACTIVE,
         mappings=_ACTIVE,
     )
     grid.add(
@@ -108,34 +118,27 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "Time throttled by policy",
         "Share of time each GPU's clocks were held down, by NVML violation policy.",
         "percentunit",
-        [
-            Q(
-                f"rate({m('nvwatch_gpu_throttle_seconds_total')}[$__rate_interval])",
-                "GPU {{gpu}} {{reason}}",
-            )
-        ],
-        steps=HIGH_BAD,
+        [Q(rate(_m(cfg, "nvwatch_gpu_throttle_seconds_total")), "GPU {{gpu}} {{reason}}")],
+        steps=t.load(cfg),
         min_=0,
     )
+
+
+def _pcie(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "timeseries",
         "PCIe throughput",
         "Host<->GPU PCIe traffic per direction (NVML samples a 20 ms window).",
         "Bps",
-        [
-            Q(
-                m("nvwatch_gpu_pcie_throughput_bytes_per_second"),
-                "GPU {{gpu}} {{direction}}",
-            )
-        ],
+        [Q(_m(cfg, "nvwatch_gpu_pcie_throughput_bytes_per_second"), "GPU {{gpu}} {{direction}}")],
     )
     grid.add(
         "timeseries",
         "PCIe replays",
         "PCIe link-level retransmissions per second; a healthy link stays at zero.",
         "cps",
-        [Q(f"rate({m('nvwatch_gpu_pcie_replays_total')}[$__rate_interval])", "GPU {{gpu}}")],
-        steps=((None, "green"), (cfg.pcie_replay_rate_per_second, "red")),
+        [Q(rate(_m(cfg, "nvwatch_gpu_pcie_replays_total")), "GPU {{gpu}}")],
+        steps=t.above(cfg.pcie_replay_rate_per_second),
     )
     grid.add(
         "table",
@@ -144,10 +147,14 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "power; under load current should equal max.",
         "none",
         [
-            Q(m("nvwatch_gpu_pcie_link_generation"), instant=True, table=True),
-            Q(m("nvwatch_gpu_pcie_link_width"), instant=True, table=True),
+            Q(_m(cfg, "nvwatch_gpu_pcie_link_generation"), instant=True, table=True),
+            Q(_m(cfg, "nvwatch_gpu_pcie_link_width"), instant=True, table=True),
         ],
     )
+
+
+def _memory_health(grid: Grid, cfg: MixinConfig) -> None:
+    xids = _m(cfg, "nvwatch_gpu_xid_errors_total")
     grid.add(
         "timeseries",
         "ECC errors",
@@ -156,11 +163,11 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "cps",
         [
             Q(
-                f"rate({ecc}[$__rate_interval])",
+                rate(_m(cfg, "nvwatch_gpu_ecc_errors_total", 'scope="volatile"')),
                 "GPU {{gpu}} {{type}}",
             )
         ],
-        steps=ANY_BAD,
+        steps=t.ANY_BAD,
     )
     grid.add(
         "table",
@@ -169,32 +176,28 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "rows need a reset or an RMA; see docs/alerts.md for the XID table.",
         "none",
         [
-            Q(m("nvwatch_gpu_retired_pages"), instant=True, table=True),
-            Q(m("nvwatch_gpu_remapped_rows"), instant=True, table=True),
+            Q(_m(cfg, "nvwatch_gpu_retired_pages"), instant=True, table=True),
+            Q(_m(cfg, "nvwatch_gpu_remapped_rows"), instant=True, table=True),
             Q(
                 # a counter is born at 1 with its first event, a step increase() cannot
                 # see: series that did not exist at the start of the range count as well
-                f"increase({m('nvwatch_gpu_xid_errors_total')}[$__range]) > 0"
-                f" or ({m('nvwatch_gpu_xid_errors_total')}"
-                f" unless {m('nvwatch_gpu_xid_errors_total')} offset $__range)",
+                f"increase({xids}[$__range]) > 0 or ({xids} unless {xids} offset $__range)",
                 instant=True,
                 table=True,
             ),
         ],
-        steps=ANY_BAD,
+        steps=t.ANY_BAD,
     )
+
+
+def _nvlink(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "timeseries",
         "NVLink throughput per link",
         "Bytes per second sent on each NVLink link of each GPU. Links of one GPU should "
         "carry similar traffic in collective operations.",
         "Bps",
-        [
-            Q(
-                f"rate({m('nvwatch_nvlink_transmit_bytes_total')}[$__rate_interval])",
-                "GPU {{gpu}} link {{link}}",
-            )
-        ],
+        [Q(rate(_m(cfg, "nvwatch_nvlink_transmit_bytes_total")), "GPU {{gpu}} link {{link}}")],
     )
     grid.add(
         "timeseries",
@@ -203,27 +206,24 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "cps",
         [
             Q(
-                f"rate({m('nvwatch_nvlink_errors_total')}[$__rate_interval]) > 0",
+                f"{rate(_m(cfg, 'nvwatch_nvlink_errors_total'))} > 0",
                 "GPU {{gpu}} link {{link}} {{type}}",
             ),
-            Q(f"{m('nvwatch_nvlink_up')} == 0", "GPU {{gpu}} link {{link}} down"),
+            Q(f"{_m(cfg, 'nvwatch_nvlink_up')} == 0", "GPU {{gpu}} link {{link}} down"),
         ],
-        steps=((None, "green"), (cfg.nvlink_error_rate_per_second, "red")),
+        steps=t.above(cfg.nvlink_error_rate_per_second),
     )
+
+
+def _infiniband_and_host(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "timeseries",
         "InfiniBand ports of the node",
         "Bytes per second sent and received by each IB port of the node.",
         "Bps",
         [
-            Q(
-                f"rate(nvwatch_ib_port_transmit_bytes_total{host}[$__rate_interval])",
-                "{{device}}/{{port}} tx",
-            ),
-            Q(
-                f"rate(nvwatch_ib_port_receive_bytes_total{host}[$__rate_interval])",
-                "{{device}}/{{port}} rx",
-            ),
+            Q(rate(_host(cfg, "nvwatch_ib_port_transmit_bytes_total")), "{{device}}/{{port}} tx"),
+            Q(rate(_host(cfg, "nvwatch_ib_port_receive_bytes_total")), "{{device}}/{{port}} rx"),
         ],
     )
     grid.add(
@@ -233,13 +233,31 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         "the input pipeline starves the GPUs (NvwatchGpuStarved).",
         "percentunit",
         [
-            Q(f"nvwatch_host_cpu_utilization_ratio{host}", "CPU"),
-            Q(f"nvwatch_host_cpu_iowait_ratio{host}", "iowait"),
+            Q(_host(cfg, "nvwatch_host_cpu_utilization_ratio"), "CPU"),
+            Q(_host(cfg, "nvwatch_host_cpu_iowait_ratio"), "iowait"),
         ],
-        steps=((None, "green"), (cfg.starvation_host_iowait, "orange")),
+        steps=t.above(cfg.starvation_host_iowait, "orange"),
         min_=0,
         max_=1,
     )
+
+
+# Top to bottom, as the grid lays them out.
+_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+    _utilization_memory_power,
+    _temperature_and_clocks,
+    _throttling,
+    _pcie,
+    _memory_health,
+    _nvlink,
+    _infiniband_and_host,
+)
+
+
+def node(cfg: MixinConfig) -> g.Dashboard:
+    grid = Grid()
+    for add_panels in _PANELS:
+        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-node",

@@ -168,6 +168,32 @@ class MixinConfig:
     # --- node classes ---------------------------------------------------------------
     node_classes: tuple[NodeClass, ...] = DEFAULT_NODE_CLASSES
 
+    # --- dashboard colours ----------------------------------------------------------
+    # Panels that show an alerting quantity colour at the alert's own setting above (PCIe
+    # replays, NVLink and IB error rates, transmit wait, host iowait, node power headroom,
+    # active NVLink links from node_classes); these are the colours of everything else.
+    # A die at or above this is red on the temperature panels: the lowest slowdown
+    # threshold among the supported boards (P100 85 °C; V100 87, A100/H100 89), so no GPU
+    # that has started slowing down shows anything but red. Orange starts
+    # gpu_temp_margin_celsius below it, where NvwatchGpuTemperatureNearSlowdown fires.
+    dashboard_temperature_critical_celsius: float = 85.0
+    # Ratios where high is bad (a link near its line rate, a rack near its summed TDP,
+    # time spent throttled): orange from the first, red from the second.
+    dashboard_load_warn_ratio: float = 0.8
+    dashboard_load_critical_ratio: float = 0.95
+    # GPU utilization: red below the first (half the fleet's GPU time wasted), green
+    # from the second, orange between.
+    dashboard_utilization_poor_ratio: float = 0.5
+    dashboard_utilization_good_ratio: float = 0.9
+    # Memory or power headroom left at peak: red below the first (the next larger job
+    # step does not fit), green from the second, orange between.
+    dashboard_headroom_low_ratio: float = 0.1
+    dashboard_headroom_ample_ratio: float = 0.3
+    # An IB port trained below this rate is orange on the rate panel: no DGX compute
+    # fabric port is healthy below EDR (100 Gb/s). Per-class expectations, which the
+    # alert uses, cannot colour one panel that shows every class at once.
+    dashboard_ib_rate_ok_gbps: float = 100.0
+
     # --- presentation ---------------------------------------------------------------
     # Default of the dashboards' datasource variable.
     grafana_datasource_name: str = "Prometheus"
@@ -205,6 +231,19 @@ class MixinConfig:
     def node_labels(self) -> str:
         """Labels that identify a node in aggregates."""
         return f"{self.cluster_label}, {self.instance_label}"
+
+    @property
+    def dashboard_ib_rate_ok_bytes_per_second(self) -> float:
+        """`dashboard_ib_rate_ok_gbps` in the unit of nvwatch_ib_port_rate_bytes_per_second."""
+        return _gbps(self.dashboard_ib_rate_ok_gbps)
+
+    @property
+    def fewest_nvlinks_per_gpu(self) -> int:
+        """The fewest active links any NVLink node class expects per GPU (1 if none has any).
+
+        One panel shows GPUs of every class; below this count no class is healthy.
+        """
+        return min((c.nvlinks_per_gpu for c in self.node_classes if c.nvlinks_per_gpu), default=1)
 
     def runbook_url(self, alert_name: str) -> str:
         return f"{self.runbook_base_url}#{alert_name.lower()}"

@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
+from dashboards import thresholds as t
+from dashboards.build import build_all
 from dashboards.grafana import DATASOURCE, MODERN_PANEL_TYPES, SCHEMA_VERSION, modernise
+from mixin.config import MixinConfig, NodeClass
 
 LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
 LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}
@@ -130,3 +133,63 @@ def test_modernise_rejects_overlaps_and_legacy_types() -> None:
         modernise(_legacy_dashboard([_panel("graph")]), "P")
     with pytest.raises(ValueError, match="outside the grid"):
         modernise(_legacy_dashboard([_panel("stat", x=20)]), "P")
+
+
+def _steps(dashboards: dict[str, dict[str, Any]]) -> dict[str, list[tuple[Any, str]]]:
+    return {
+        f"{name}: {panel['title']}": [
+            (s["value"], s["color"])
+            for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        ]
+        for name, dash in dashboards.items()
+        for panel in dash["panels"]
+    }
+
+
+def test_every_tunable_colour_threshold_follows_the_config(
+    cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
+) -> None:
+    """Move every threshold the dashboards read; only steps that encode a meaning stay."""
+    moved = cfg.with_overrides(
+        dashboard_temperature_critical_celsius=90.0,
+        gpu_temp_margin_celsius=3.0,
+        dashboard_load_warn_ratio=0.7,
+        dashboard_load_critical_ratio=0.9,
+        dashboard_utilization_poor_ratio=0.4,
+        dashboard_utilization_good_ratio=0.8,
+        dashboard_headroom_low_ratio=0.15,
+        dashboard_headroom_ample_ratio=0.4,
+        dashboard_ib_rate_ok_gbps=200.0,
+        node_power_budget_fraction=0.8,
+        pcie_replay_rate_per_second=0.2,
+        nvlink_error_rate_per_second=2.0,
+        ib_error_rate_per_second=0.2,
+        ib_transmit_wait_ratio=0.1,
+        starvation_host_iowait=0.3,
+        node_classes=(
+            NodeClass("x", gpus=8, nvlinks_per_gpu=6, ib_ports=8, ib_rate_bytes_per_second=None),
+        ),
+    )
+    structural = [
+        [(v, c) for v, c in steps]
+        for steps in (t.OK, t.ANY_BAD, t.ANY_WARN, t.FLAG_ACTIVE, t.IB_PORT_ACTIVE)
+    ]
+    before, after = _steps(dashboards), _steps(build_all(moved))
+    assert before.keys() == after.keys()
+    for panel, steps in before.items():
+        if steps == after[panel]:
+            assert steps in structural, f"{panel}: colour steps {steps} ignore the mixin config"
+
+
+def test_temperature_colours_warn_where_the_alert_fires(
+    cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
+) -> None:
+    critical = cfg.dashboard_temperature_critical_celsius
+    expected = [
+        (None, "green"),
+        (critical - cfg.gpu_temp_margin_celsius, "orange"),
+        (critical, "red"),
+    ]
+    steps = _steps(dashboards)
+    assert steps["nvwatch-node.json: GPU and HBM temperature vs thresholds"] == expected
+    assert steps["nvwatch-cluster-overview.json: Hottest nodes (hottest GPU of each)"] == expected

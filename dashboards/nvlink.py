@@ -1,0 +1,159 @@
+"""The NVLink fabric dashboard: traffic per link, links down, errors and peers of the
+selected nodes' GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from grafanalib import core as g
+
+from dashboards import thresholds as t
+from dashboards.builder import (
+    HIDE_TIME_AND_VALUE,
+    Grid,
+    Q,
+    dashboard,
+    legend,
+    node_matchers,
+    rate,
+    variable,
+)
+from mixin.config import MixinConfig
+
+
+def _sel(cfg: MixinConfig) -> str:
+    return cfg.sel(*node_matchers(cfg))
+
+
+def _link_legend(cfg: MixinConfig) -> str:
+    return legend(cfg.instance_label) + " GPU {{gpu}} link {{link}}"
+
+
+def _traffic(grid: Grid, cfg: MixinConfig) -> None:
+    sel = _sel(cfg)
+    grid.add(
+        "heatmap",
+        "Throughput per GPU x link",
+        "One row per GPU link, colour = bytes per second sent plus received. A dark row "
+        "among busy ones is a link that carries nothing: down, or routed around.",
+        "Bps",
+        [
+            Q(
+                f"sum by ({cfg.instance_label}, gpu, link) "
+                f"({rate('nvwatch_nvlink_transmit_bytes_total' + sel)}"
+                f" + {rate('nvwatch_nvlink_receive_bytes_total' + sel)})",
+                _link_legend(cfg),
+            )
+        ],
+        w=24,
+        h=10,
+    )
+
+
+def _link_counts(grid: Grid, cfg: MixinConfig) -> None:
+    sel = _sel(cfg)
+    inst = cfg.instance_label
+    grid.add(
+        "stat",
+        "Links down",
+        "NVLink links NVML reports inactive. Any is NvwatchNvlinkDown.",
+        "none",
+        [Q(f"count(nvwatch_nvlink_up{sel} == 0) or vector(0)", "down", instant=True)],
+        w=6,
+        h=8,
+        steps=t.ANY_BAD,
+    )
+    grid.add(
+        "bargauge",
+        "Active links per GPU",
+        "Active links of each GPU; compare with its node class (4 on DGX-1 P100, 6 on "
+        "V100/DGX-2, 12 on A100, 18 on H100).",
+        "none",
+        [
+            Q(
+                f"sum by ({inst}, gpu) (nvwatch_nvlink_up{sel})",
+                f"{{{{{inst}}}}} GPU {{{{gpu}}}}",
+                instant=True,
+            )
+        ],
+        w=18,
+        h=8,
+        steps=t.nvlinks_per_gpu(cfg),
+        min_=0,
+    )
+
+
+def _errors_and_load(grid: Grid, cfg: MixinConfig) -> None:
+    sel = _sel(cfg)
+    grid.add(
+        "timeseries",
+        "CRC / replay / recovery error rates",
+        "NVLink data-link errors per second per link and type (only links with errors). "
+        "CRC errors cause replays; recoveries retrain the link and stall traffic.",
+        "cps",
+        [
+            Q(
+                f"sum by ({cfg.instance_label}, gpu, link, type) "
+                f"({rate('nvwatch_nvlink_errors_total' + sel)}) > 0",
+                _link_legend(cfg) + " {{type}}",
+            )
+        ],
+        steps=t.above(cfg.nvlink_error_rate_per_second),
+    )
+    grid.add(
+        "timeseries",
+        "Link utilization vs line rate",
+        "Transmit bytes per second as a share of each link's line rate.",
+        "percentunit",
+        [
+            Q(
+                f"{rate('nvwatch_nvlink_transmit_bytes_total' + sel)}"
+                f" / nvwatch_nvlink_speed_bytes_per_second{sel}",
+                _link_legend(cfg),
+            )
+        ],
+        steps=t.load(cfg),
+        min_=0,
+        max_=1,
+    )
+
+
+def _peers(grid: Grid, cfg: MixinConfig) -> None:
+    grid.add(
+        "table",
+        "Peer map",
+        "What each link connects to: another GPU (remote_gpu), an NVSwitch or the CPU. "
+        "DGX-1 links form the hybrid cube-mesh; DGX-2/A100/H100 links go to NVSwitches.",
+        "none",
+        [Q(f"nvwatch_nvlink_remote_info{_sel(cfg)}", instant=True, table=True)],
+        w=24,
+        h=10,
+        transformations=HIDE_TIME_AND_VALUE,
+    )
+
+
+# Top to bottom, as the grid lays them out.
+_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+    _traffic,
+    _link_counts,
+    _errors_and_load,
+    _peers,
+)
+
+
+def nvlink(cfg: MixinConfig) -> g.Dashboard:
+    grid = Grid()
+    for add_panels in _PANELS:
+        add_panels(grid, cfg)
+    return dashboard(
+        cfg,
+        "nvwatch-nvlink",
+        "nvwatch / NVLink fabric",
+        "NVLink links of the selected nodes: traffic per link, links down, errors, peers.",
+        grid,
+        [
+            variable(cfg, cfg.cluster_label, "Cluster"),
+            variable(cfg, cfg.instance_label, "Node"),
+        ],
+        time_from="now-3h",
+    )

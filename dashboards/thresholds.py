@@ -1,0 +1,88 @@
+"""Colour steps of the dashboard panels, every tunable one read from the mixin config.
+
+A step list is `(value, colour)` pairs, ascending, the first with value None (Grafana's
+base colour). The constants here are not thresholds anyone tunes: they encode what a
+value means (a flag that is 1, a count of one or more, the IB spec's ACTIVE state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mixin.config import MixinConfig
+
+Steps = Sequence[tuple[float | None, str]]
+
+# No colour judgement: the panel shows a quantity, not a condition.
+OK: Steps = ((None, "green"),)
+# A count of broken things (links down, firing alerts, saturated counters) or an error
+# rate where one is already one too many.
+ANY_BAD: Steps = ((None, "green"), (1, "red"))
+# A count of GPUs with some clock-event reason active: worth a look, not an outage.
+ANY_WARN: Steps = ((None, "green"), (1, "orange"))
+# A 0/1 flag on a state timeline: nothing drawn while off, red while on.
+FLAG_ACTIVE: Steps = ((None, "transparent"), (1, "red"))
+# nvwatch_ib_port_state 4 is ACTIVE in the IBA spec (1 DOWN, 2 INIT, 3 ARMED).
+IB_PORT_ACTIVE: Steps = ((None, "red"), (4, "green"))
+
+
+def above(limit: float, colour: str = "red") -> Steps:
+    """Green up to an alert threshold from the config, `colour` from it on."""
+    return ((None, "green"), (limit, colour))
+
+
+def temperature(cfg: MixinConfig) -> Steps:
+    critical = cfg.dashboard_temperature_critical_celsius
+    return (
+        (None, "green"),
+        (critical - cfg.gpu_temp_margin_celsius, "orange"),
+        (critical, "red"),
+    )
+
+
+def load(cfg: MixinConfig) -> Steps:
+    """High is bad: share of a line rate, of a TDP, of time throttled."""
+    return (
+        (None, "green"),
+        (cfg.dashboard_load_warn_ratio, "orange"),
+        (cfg.dashboard_load_critical_ratio, "red"),
+    )
+
+
+def utilization(cfg: MixinConfig) -> Steps:
+    """Low is bad: GPU time nobody used."""
+    return (
+        (None, "red"),
+        (cfg.dashboard_utilization_poor_ratio, "orange"),
+        (cfg.dashboard_utilization_good_ratio, "green"),
+    )
+
+
+def headroom(cfg: MixinConfig, low: float | None = None) -> Steps:
+    """Low is bad: memory or power left at peak; `low` overrides where an alert sets it."""
+    return (
+        (None, "red"),
+        (cfg.dashboard_headroom_low_ratio if low is None else low, "orange"),
+        (cfg.dashboard_headroom_ample_ratio, "green"),
+    )
+
+
+def power_headroom(cfg: MixinConfig) -> Steps:
+    """Orange where NvwatchNodePowerNearBudget fires: less headroom than its budget leaves."""
+    return headroom(cfg, 1 - cfg.node_power_budget_fraction)
+
+
+def error_rates(cfg: MixinConfig) -> Steps:
+    """NVLink and IB error rates on one panel: orange from the lower alert rate, red from
+    the higher (sorted, so a config where IB tolerates more than NVLink still ascends)."""
+    lower, higher = sorted((cfg.ib_error_rate_per_second, cfg.nvlink_error_rate_per_second))
+    return ((None, "green"), (lower, "orange"), (higher, "red"))
+
+
+def nvlinks_per_gpu(cfg: MixinConfig) -> Steps:
+    """Red below the fewest links any node class expects per GPU."""
+    return ((None, "red"), (cfg.fewest_nvlinks_per_gpu, "green"))
+
+
+def ib_rate(cfg: MixinConfig) -> Steps:
+    return ((None, "orange"), (cfg.dashboard_ib_rate_ok_bytes_per_second, "green"))
