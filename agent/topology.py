@@ -23,7 +23,8 @@ from typing import Any
 import pynvml
 
 from agent.sources import SourceUnavailable
-from agent.sources.nvml.device import error_name, normalise_bus_id, text
+from agent.sources.nvml.device import error_name, text
+from agent.sources.pci_address import sysfs_bus_id as normalise_bus_id
 from agent.sources.pci_affinity import PciPath, Resolver
 
 # nvmlGpuTopologyLevel_t -> nvidia-smi's legend

@@ -7,8 +7,8 @@ import pytest
 
 from agent.sources.nvml.device import (
     DOWN_CODES,
+    bus_key,
     error_name,
-    normalise_bus_id,
     plain_int,
     plain_number,
     text,
@@ -35,10 +35,11 @@ def test_plain_int() -> None:
     assert plain_int(None) is None
 
 
-def test_bus_ids_normalise_to_sysfs_form() -> None:
-    assert normalise_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
-    assert normalise_bus_id("0000:3b:00.0") == "0000:3b:00.0"
-    assert normalise_bus_id("3b:00.0") == "0000:3b:00.0"
+def test_bus_key_is_the_sysfs_form_or_none() -> None:
+    # the parser itself is tested with the affinity tests (tests/infiniband)
+    assert bus_key("00010000:3B:00.0") == "10000:3b:00.0"
+    assert bus_key("00000000:3B:00.0") == bus_key("0000:3b:00.0") == "0000:3b:00.0"
+    assert bus_key("garbage from one call") is None
 
 
 def test_down_codes_and_names() -> None:

@@ -11,6 +11,7 @@ Modelled on nvitop's `nvmlQuery`: the rest of the source never sees an NVMLError
   source turns into `nvwatch_gpu_up 0` for that GPU only.
 - Any other error (NoPermission, Timeout, InvalidArgument, ...) -> None for this poll.
 - Bytes are decoded to str; NVML's "value not available" sentinels become None.
+- nvmlDeviceGetFieldValues, the batch of many readings, is in fields.py.
 
 Works unchanged on a real libnvidia-ml and on the simulated one (which sits below
 pynvml as `pynvml.nvmlLib`), since both go through pynvml's own wrappers.
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pynvml
+
+from agent.sources.pci_address import sysfs_bus_id
 
 log = logging.getLogger(__name__)
 
@@ -79,37 +81,12 @@ def plain_int(value: object) -> int | None:
     return int(number) if number is not None else None
 
 
-def normalise_bus_id(bus_id: str) -> str:
-    """Canonical sysfs form "0000:3b:00.0" of an NVML ("00000000:3B:00.0") or sysfs id."""
-    bus_id = bus_id.strip().lower()
-    parts = bus_id.split(":")
-    if len(parts) == 3:
-        domain = parts[0][-4:].rjust(4, "0")
-        return f"{domain}:{parts[1]}:{parts[2]}"
-    if len(parts) == 2:  # no domain: "3b:00.0"
-        return f"0000:{bus_id}"
-    return bus_id
-
-
-@dataclass(frozen=True)
-class FieldReading:
-    """One entry of an nvmlDeviceGetFieldValues answer."""
-
-    field_id: int
-    scope_id: int
-    status: int  # the entry's own nvmlReturn
-    value: float | None  # decoded according to valueType; None unless status is SUCCESS
-
-
-_VALUE_MEMBERS = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
+def bus_key(value: str) -> str | None:
+    """A bus id NVML reported, in the sysfs form used for lookups; None if malformed."""
+    try:
+        return sysfs_bus_id(value)
+    except ValueError:
+        return None
 
 
 class NvmlSession:
@@ -191,30 +168,6 @@ class Device:
         except pynvml.NVMLError as err:
             self.raise_if_down(err)
             raise
-
-    def field_values(self, ids: Sequence[tuple[int, int]]) -> list[FieldReading] | None:
-        """nvmlDeviceGetFieldValues: many readings in one driver round trip.
-
-        None when the call itself failed (see `is_unsupported("field_values")` for
-        whether that was NotSupported/FunctionNotFound rather than a transient error).
-        """
-        if not ids:
-            return []
-        raw = self.call("field_values", pynvml.nvmlDeviceGetFieldValues, list(ids))
-        if raw is None:
-            return None
-        readings = []
-        for entry, (field_id, scope_id) in zip(raw, ids, strict=False):
-            status = int(entry.nvmlReturn)
-            value: float | None = None
-            if status == pynvml.NVML_SUCCESS:
-                member = _VALUE_MEMBERS.get(int(entry.valueType))
-                if member is not None:
-                    value = plain_number(getattr(entry.value, member))
-            elif status in DOWN_CODES:
-                self.raise_if_down(pynvml.NVMLError(status))
-            readings.append(FieldReading(field_id, scope_id, status, value))
-        return readings
 
 
 def system_call(fn: Callable[..., T], *args: Any) -> T | None:

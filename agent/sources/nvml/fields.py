@@ -1,0 +1,135 @@
+"""Field batching: many readings of one GPU in one nvmlDeviceGetFieldValues call.
+
+The NVLink counters (data TX/RX, state, speed, error counters) and the memory
+temperature and energy readings go through one nvmlDeviceGetFieldValues call per GPU:
+one ioctl into the driver for ~50-80 values, where the per-call functions cost one ioctl
+each (an H100 with 18 links would need ~130 round trips per poll for NVLink alone).
+
+The readings are grouped in "families" (e.g. nvlink_tx: one field id per link). Each
+family is decided once per GPU from the first answer: "field" when the batch serves it,
+"call" when every entry said NotSupported, the batch call itself is missing, or the
+family has no field id (the reader then uses the per-call function). The decision
+sticks, so a counter never switches between two sources from one poll to the next (they
+need not agree, and a switch would look like a counter going backwards without a reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pynvml
+
+from agent.sources.nvml.device import DOWN_CODES, Device, plain_number
+
+FIELD_MODE = "field"
+CALL_MODE = "call"
+
+#: (field id, scope id) pairs of one family; the scope is the link for per-link fields.
+FieldIds = Sequence[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class FieldReading:
+    """One entry of an nvmlDeviceGetFieldValues answer."""
+
+    field_id: int
+    scope_id: int
+    status: int  # the entry's own nvmlReturn
+    value: float | None  # decoded according to valueType; None unless status is SUCCESS
+
+
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds the value
+_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+def get_field_values(dev: Device, ids: FieldIds) -> list[FieldReading] | None:
+    """nvmlDeviceGetFieldValues: many readings in one driver round trip.
+
+    None when the call itself failed (see `dev.is_unsupported("field_values")` for
+    whether that was NotSupported/FunctionNotFound rather than a transient error).
+    Raises GpuDown when an entry carries one of the codes that mean the GPU is gone.
+    """
+    if not ids:
+        return []
+    raw = dev.call("field_values", pynvml.nvmlDeviceGetFieldValues, list(ids))
+    if raw is None:
+        return None
+    readings = []
+    for entry, (field_id, scope_id) in zip(raw, ids, strict=False):
+        status = int(entry.nvmlReturn)
+        value: float | None = None
+        if status == pynvml.NVML_SUCCESS:
+            member = _VALUE_MEMBERS.get(int(entry.valueType))
+            if member is not None:
+                value = plain_number(getattr(entry.value, member))
+        elif status in DOWN_CODES:
+            dev.raise_if_down(pynvml.NVMLError(status))
+        readings.append(FieldReading(field_id, scope_id, status, value))
+    return readings
+
+
+@dataclass(frozen=True)
+class FieldAnswers:
+    """One poll's batch: the readings of each family the batch serves ("field" mode)."""
+
+    chunks: Mapping[str, Sequence[FieldReading]] = field(default_factory=dict)
+
+    def value(self, family: str, position: int = 0) -> float | None:
+        """The `position`-th reading of `family` (its link's, for per-link families)."""
+        chunk = self.chunks.get(family)
+        return chunk[position].value if chunk is not None and position < len(chunk) else None
+
+
+class FieldBatch:
+    """One GPU's field families and the sticky field/call decision for each."""
+
+    def __init__(self) -> None:
+        self._modes: dict[str, str] = {}  # family -> FIELD_MODE / CALL_MODE
+
+    def by_call(self, family: str) -> bool:
+        """True when the family's readers must use the per-call function instead."""
+        return self._modes.get(family) == CALL_MODE
+
+    def read(self, dev: Device, families: Mapping[str, FieldIds | None]) -> FieldAnswers:
+        """One nvmlDeviceGetFieldValues for every family not decided "call".
+
+        `families` maps a family to its field ids, or to None when it has no field form.
+        """
+        for family, ids in families.items():
+            if ids is None:
+                self._modes[family] = CALL_MODE
+        wanted = {f: ids for f, ids in families.items() if ids is not None and not self.by_call(f)}
+        readings = get_field_values(dev, [i for ids in wanted.values() for i in ids])
+        if readings is None:
+            if dev.is_unsupported("field_values"):
+                for family in wanted:
+                    self._modes.setdefault(family, CALL_MODE)
+            return FieldAnswers()
+        return FieldAnswers(self._decide(wanted, readings))
+
+    def _decide(
+        self, wanted: Mapping[str, FieldIds], readings: Sequence[FieldReading]
+    ) -> dict[str, Sequence[FieldReading]]:
+        """Split the answer by family, deciding the families seen for the first time."""
+        chunks: dict[str, Sequence[FieldReading]] = {}
+        position = 0
+        for family, ids in wanted.items():
+            chunk = readings[position : position + len(ids)]
+            position += len(ids)
+            if family not in self._modes:
+                if all(r.status == pynvml.NVML_ERROR_NOT_SUPPORTED for r in chunk):
+                    self._modes[family] = CALL_MODE
+                elif any(r.status == pynvml.NVML_SUCCESS for r in chunk):
+                    self._modes[family] = FIELD_MODE
+            if self._modes.get(family) == FIELD_MODE:
+                chunks[family] = chunk
+        return chunks

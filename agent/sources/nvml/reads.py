@@ -1,0 +1,332 @@
+"""Device reads: one GPU's readings for one poll, one small function per area.
+
+Each area returns its part of the GpuSample as a dict keyed by GpuSample field names
+(`GpuSample(**readings)` rejects a misspelt name on the very first poll), and names the
+NVML call or field id it reads and the `nvidia-smi --query-gpu` field it matches (or
+the nvidia-smi view that shows the value, where --query-gpu has no field for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import Any
+
+import psutil
+import pynvml
+
+from agent.sources.nvml.device import Device, plain_int, plain_number, text
+from agent.sources.nvml.fields import FieldAnswers, FieldBatch, FieldIds
+from agent.sources.nvml.samples import (
+    CLOCK_EVENT_REASONS,
+    THROTTLE_POLICIES,
+    GpuInfo,
+    ProcessSample,
+)
+from agent.sources.nvml.units import NS_PER_S, int_or_none, kib, mhz, milli, percent
+
+#: GpuSample field name -> value, for one area of one GPU.
+Readings = dict[str, Any]
+
+MAX_PROCESSES = 8
+
+#: The GPU-wide readings of the field batch (NVLink adds its per-link families).
+GPU_FIELDS: dict[str, FieldIds] = {
+    "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
+    "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
+}
+
+
+class Kept:
+    """Readings fixed while the driver is loaded (limits, thresholds, maxima): read until
+    answered, then kept, so they cost no NVML call after the first answer."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, float] = {}
+
+    def get(self, key: str, read: Callable[[], float | None]) -> float | None:
+        if key not in self._values:
+            value = read()
+            if value is None:
+                return None
+            self._values[key] = value
+        return self._values[key]
+
+
+def identity(dev: Device, info: GpuInfo, driver_version: str, cuda_version: str) -> GpuInfo:
+    """name, uuid, pci.bus_id, serial, vbios_version: nvmlDeviceGetName, ...GetUUID,
+    ...GetPciInfo_v3, ...GetSerial, ...GetVbiosVersion; only those still unknown."""
+    if info.name and info.uuid and info.pci_bus_id and info.vbios:
+        return info  # serial is left out: boards without one would be re-read forever
+    pci = dev.call("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
+    return GpuInfo(
+        name=info.name or text(dev.call("name", pynvml.nvmlDeviceGetName)),
+        uuid=info.uuid or text(dev.call("uuid", pynvml.nvmlDeviceGetUUID)),
+        pci_bus_id=info.pci_bus_id or (text(pci.busId) if pci is not None else ""),
+        serial=info.serial or text(dev.call("serial", pynvml.nvmlDeviceGetSerial)),
+        vbios=info.vbios or text(dev.call("vbios", pynvml.nvmlDeviceGetVbiosVersion)),
+        driver_version=driver_version,
+        cuda_version=cuda_version,
+    )
+
+
+def utilization(dev: Device) -> Readings:
+    """utilization.gpu, utilization.memory: nvmlDeviceGetUtilizationRates (percent)."""
+    util = dev.call("utilization", pynvml.nvmlDeviceGetUtilizationRates)
+    return {
+        "utilization_ratio": percent(util.gpu) if util is not None else None,
+        "memory_utilization_ratio": percent(util.memory) if util is not None else None,
+    }
+
+
+def memory(dev: Device) -> Readings:
+    """memory.total, memory.used, memory.free: nvmlDeviceGetMemoryInfo (bytes).
+
+    Version 2 first, whose `used` leaves out the driver-reserved part (memory.reserved),
+    as nvidia-smi does; version 1 on drivers that do not know v2.
+    """
+    info = dev.call("memory_v2", pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+    if info is None and dev.is_unsupported("memory_v2"):
+        info = dev.call("memory_v1", pynvml.nvmlDeviceGetMemoryInfo)
+    return {
+        "memory_total_bytes": plain_int(info.total) if info is not None else None,
+        "memory_used_bytes": plain_int(info.used) if info is not None else None,
+        "memory_free_bytes": plain_int(info.free) if info is not None else None,
+    }
+
+
+def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit (...GetEnforcedPowerLimit),
+    power.default_limit (...GetPowerManagementDefaultLimit), all mW; and the energy
+    counter in mJ (not paired with nvidia-smi; DCGM's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION):
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, or nvmlDeviceGetTotalEnergyConsumption when the
+    batch lacks it."""
+    h = pynvml
+    if batch.by_call("energy"):
+        energy = plain_number(dev.call("energy", h.nvmlDeviceGetTotalEnergyConsumption))
+    else:
+        energy = answers.value("energy")
+    tdp = kept.get(
+        "tdp", lambda: milli(dev.call("tdp", h.nvmlDeviceGetPowerManagementDefaultLimit))
+    )
+    return {
+        "power_watts": milli(dev.call("power", h.nvmlDeviceGetPowerUsage)),
+        "power_limit_watts": milli(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+        "power_tdp_watts": tdp,
+        "energy_joules": milli(energy),
+    }
+
+
+def thermal(dev: Device, kept: Kept, answers: FieldAnswers) -> Readings:
+    """temperature.gpu, temperature.memory (NVML_FI_DEV_MEMORY_TEMP), fan.speed
+    (nvmlDeviceGetFanSpeed, percent), and the thresholds of nvidia-smi -q -d TEMPERATURE
+    (nvmlDeviceGetTemperatureThreshold: slowdown, shutdown, GPU and memory max)."""
+
+    def threshold(key: str, which: int) -> float | None:
+        return kept.get(
+            key,
+            lambda: plain_number(
+                dev.call(f"threshold:{which}", pynvml.nvmlDeviceGetTemperatureThreshold, which)
+            ),
+        )
+
+    return {
+        "temperature_gpu_celsius": _gpu_temperature(dev),
+        "temperature_memory_celsius": answers.value("memory_temp"),
+        "threshold_slowdown_celsius": threshold(
+            "t_slowdown", pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        ),
+        "threshold_shutdown_celsius": threshold(
+            "t_shutdown", pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+        ),
+        "threshold_gpu_max_celsius": threshold(
+            "t_gpu_max", pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX
+        ),
+        "threshold_memory_max_celsius": threshold(
+            "t_memory_max", pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX
+        ),
+        "fan_speed_ratio": percent(dev.call("fan", pynvml.nvmlDeviceGetFanSpeed)),
+    }
+
+
+def _gpu_temperature(dev: Device) -> float | None:
+    """temperature.gpu: nvmlDeviceGetTemperatureV, or the deprecated call on old drivers."""
+    sensor = pynvml.NVML_TEMPERATURE_GPU
+    value = dev.call("temperature_v", pynvml.nvmlDeviceGetTemperatureV, sensor)
+    if value is None and dev.is_unsupported("temperature_v"):
+        value = dev.call("temperature", pynvml.nvmlDeviceGetTemperature, sensor)
+    return plain_number(value)
+
+
+def clocks(dev: Device, kept: Kept) -> Readings:
+    """clocks.sm, clocks.mem, clocks.gr (nvmlDeviceGetClockInfo) and clocks.max.sm,
+    clocks.max.memory, clocks.max.graphics (nvmlDeviceGetMaxClockInfo), all MHz; the
+    clock-event reasons and the violation (throttle) time."""
+    h = pynvml
+
+    def current(key: str, clock: int) -> float | None:
+        return mhz(dev.call(f"clock:{key}", h.nvmlDeviceGetClockInfo, clock))
+
+    def maximum(key: str, clock: int) -> float | None:
+        return kept.get(
+            f"max_{key}",
+            lambda: mhz(dev.call(f"max_clock:{key}", h.nvmlDeviceGetMaxClockInfo, clock)),
+        )
+
+    return {
+        "clock_sm_hertz": current("sm", h.NVML_CLOCK_SM),
+        "clock_memory_hertz": current("mem", h.NVML_CLOCK_MEM),
+        "clock_graphics_hertz": current("gr", h.NVML_CLOCK_GRAPHICS),
+        "clock_sm_max_hertz": maximum("sm", h.NVML_CLOCK_SM),
+        "clock_memory_max_hertz": maximum("mem", h.NVML_CLOCK_MEM),
+        "clock_graphics_max_hertz": maximum("gr", h.NVML_CLOCK_GRAPHICS),
+        "clock_events": _clock_events(dev),
+        "throttle_seconds": _throttle(dev),
+    }
+
+
+def _clock_events(dev: Device) -> MappingProxyType[str, bool]:
+    """clocks_event_reasons.supported / .active: nvmlDeviceGet{Supported,Current}Clocks
+    EventReasons (driver 535+), or the older ...ClocksThrottleReasons of the same bits."""
+    h = pynvml
+    supported = dev.call("events_supported", h.nvmlDeviceGetSupportedClocksEventReasons)
+    if supported is None and dev.is_unsupported("events_supported"):
+        supported = dev.call("throttle_supported", h.nvmlDeviceGetSupportedClocksThrottleReasons)
+    current = dev.call("events_current", h.nvmlDeviceGetCurrentClocksEventReasons)
+    if current is None and dev.is_unsupported("events_current"):
+        current = dev.call("throttle_current", h.nvmlDeviceGetCurrentClocksThrottleReasons)
+    mask = plain_int(supported)
+    active = plain_int(current)
+    if active is None:
+        return MappingProxyType({})
+    if mask is None:
+        # without the mask, report only what is known to be on: absent beats a false 0
+        return MappingProxyType({n: True for n, bit in CLOCK_EVENT_REASONS if active & bit})
+    return MappingProxyType(
+        {name: bool(active & bit) for name, bit in CLOCK_EVENT_REASONS if mask & bit}
+    )
+
+
+def _throttle(dev: Device) -> MappingProxyType[str, float]:
+    """Violation time per policy: nvmlDeviceGetViolationStatus, ns (nvidia-smi -q -d
+    PERFORMANCE)."""
+    result = {}
+    for name, policy in THROTTLE_POLICIES:
+        status = dev.call(f"violation:{policy}", pynvml.nvmlDeviceGetViolationStatus, policy)
+        ns = plain_number(status.violationTime) if status is not None else None
+        if ns is not None:
+            result[name] = ns / NS_PER_S
+    return MappingProxyType(result)
+
+
+def pcie(dev: Device, kept: Kept) -> Readings:
+    """PCIe throughput (nvmlDeviceGetPcieThroughput, KiB/s; no --query-gpu field,
+    nvidia-smi dmon -s t), replays (nvmlDeviceGetPcieReplayCounter), and
+    pcie.link.gen.current/.max, pcie.link.width.current/.max
+    (nvmlDeviceGet{Curr,Max}PcieLink{Generation,Width})."""
+    h = pynvml
+    gen_max = kept.get(
+        "pcie_gen_max",
+        lambda: plain_number(dev.call("pcie_gen_max", h.nvmlDeviceGetMaxPcieLinkGeneration)),
+    )
+    width_max = kept.get(
+        "pcie_width_max",
+        lambda: plain_number(dev.call("pcie_width_max", h.nvmlDeviceGetMaxPcieLinkWidth)),
+    )
+    return {
+        "pcie_tx_bytes_per_second": kib(
+            dev.call("pcie_tx", h.nvmlDeviceGetPcieThroughput, h.NVML_PCIE_UTIL_TX_BYTES)
+        ),
+        "pcie_rx_bytes_per_second": kib(
+            dev.call("pcie_rx", h.nvmlDeviceGetPcieThroughput, h.NVML_PCIE_UTIL_RX_BYTES)
+        ),
+        "pcie_replays": plain_int(dev.call("pcie_replay", h.nvmlDeviceGetPcieReplayCounter)),
+        "pcie_link_generation_current": plain_int(
+            dev.call("pcie_gen", h.nvmlDeviceGetCurrPcieLinkGeneration)
+        ),
+        "pcie_link_generation_max": int_or_none(gen_max),
+        "pcie_link_width_current": plain_int(
+            dev.call("pcie_width", h.nvmlDeviceGetCurrPcieLinkWidth)
+        ),
+        "pcie_link_width_max": int_or_none(width_max),
+    }
+
+
+def ecc(dev: Device) -> Readings:
+    """ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total:
+    nvmlDeviceGetTotalEccErrors(error type, counter type)."""
+    h = pynvml
+    corrected = h.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    uncorrected = h.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+
+    def count(kind: int, scope: int) -> int | None:
+        return plain_int(
+            dev.call(f"ecc:{kind}:{scope}", h.nvmlDeviceGetTotalEccErrors, kind, scope)
+        )
+
+    return {
+        "ecc_corrected_volatile": count(corrected, h.NVML_VOLATILE_ECC),
+        "ecc_corrected_aggregate": count(corrected, h.NVML_AGGREGATE_ECC),
+        "ecc_uncorrected_volatile": count(uncorrected, h.NVML_VOLATILE_ECC),
+        "ecc_uncorrected_aggregate": count(uncorrected, h.NVML_AGGREGATE_ECC),
+    }
+
+
+def retirement(dev: Device) -> Readings:
+    """retired_pages.sbe, retired_pages.dbe (nvmlDeviceGetRetiredPages: the list's
+    length), retired_pages.pending (...GetRetiredPagesPendingStatus), and
+    --query-remapped-rows=remapped_rows.correctable,.uncorrectable,.pending,.failure
+    (nvmlDeviceGetRemappedRows)."""
+    h = pynvml
+
+    def retired(cause: int) -> int | None:
+        pages = dev.call(f"retired:{cause}", h.nvmlDeviceGetRetiredPages, cause)
+        return len(pages) if pages is not None else None
+
+    pending = dev.call("retired_pending", h.nvmlDeviceGetRetiredPagesPendingStatus)
+    remapped = dev.call("remapped_rows", h.nvmlDeviceGetRemappedRows)
+    if remapped is not None and len(remapped) != 4:
+        remapped = None
+    return {
+        "retired_pages_sbe": retired(h.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        "retired_pages_dbe": retired(h.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+        "retired_pages_pending": bool(pending) if plain_int(pending) is not None else None,
+        "remapped_rows_correctable": plain_int(remapped[0]) if remapped else None,
+        "remapped_rows_uncorrectable": plain_int(remapped[1]) if remapped else None,
+        "remapped_rows_pending": bool(remapped[2]) if remapped else None,
+        "remapped_rows_failure": bool(remapped[3]) if remapped else None,
+    }
+
+
+def processes(dev: Device) -> tuple[ProcessSample, ...]:
+    """--query-compute-apps=pid,used_memory: nvmlDeviceGetComputeRunningProcesses_v3,
+    the MAX_PROCESSES holding the most memory."""
+    procs = dev.call("processes", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
+    if not procs:
+        return ()
+    rows = []
+    for proc in procs:
+        pid = plain_int(getattr(proc, "pid", None))
+        if pid is None:
+            continue
+        rows.append((pid, plain_int(getattr(proc, "usedGpuMemory", None))))
+    rows.sort(key=lambda row: (-(row[1] or 0), row[0]))
+    return tuple(
+        ProcessSample(pid=pid, memory_bytes=memory, **_process_owner(pid))
+        for pid, memory in rows[:MAX_PROCESSES]
+    )
+
+
+def _process_owner(pid: int) -> dict[str, str]:
+    """Process name and user from psutil; "" when the process is gone or not ours to read."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            name = proc.name()
+            try:
+                user = proc.username()
+            except (KeyError, psutil.Error):
+                user = ""
+        return {"name": name, "user": user}
+    except (psutil.Error, OSError, ValueError):
+        return {"name": "", "user": ""}
