@@ -17,10 +17,10 @@ from agent.cli.sim_commands import simulate_group
 from agent.config import LOG_FORMATS, ConfigError
 from agent.durations import parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
-from agent.sim.fleet import (
+from agent.sim.fleet import Fleet
+from agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
-    Fleet,
     FleetError,
     expand_profiles,
     parse_node_scenario,
@@ -103,12 +103,51 @@ def simulate_fleet(
     host's CPU and memory figures (the host source reads this machine).
     """
     logs.configure(log_format)
+    fleet = _build_fleet(
+        nodes,
+        profile,
+        scenario,
+        interval,
+        base_port=base_port,
+        seed=seed,
+        time_scale=time_scale,
+        listen_host=listen_host,
+        cluster=cluster,
+        nodes_per_rack=nodes_per_rack,
+    )
+    limit = parse_duration(duration, "duration") if duration else None
+    stop = _stop_on_signals()
+    started = time.monotonic(), time.process_time()
+    _start(fleet)
+    try:
+        if file_sd:
+            fleet.write_file_sd(Path(file_sd))
+        _announce(fleet, started)
+        _wait(fleet, stop, limit, stats_every)
+    finally:
+        fleet.stop()
+
+
+def _build_fleet(
+    nodes: int | None,
+    profile: str,
+    scenario: tuple[str, ...],
+    interval: str,
+    *,
+    base_port: int,
+    seed: int,
+    time_scale: float,
+    listen_host: str,
+    cluster: str,
+    nodes_per_rack: int,
+) -> Fleet:
+    """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
         raise ConfigError("--nodes must be at least 1")
     if time_scale <= 0:
         raise ConfigError("--time-scale must be greater than zero")
     try:
-        fleet = Fleet(
+        return Fleet(
             expand_profiles(profile, nodes),
             base_port=base_port,
             interval=parse_duration(interval, "interval"),
@@ -121,7 +160,10 @@ def simulate_fleet(
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
-    limit = parse_duration(duration, "duration") if duration else None
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set: the command stops the fleet in order."""
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -129,31 +171,30 @@ def simulate_fleet(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    started_cpu = time.process_time()
-    started = time.monotonic()
+    return stop
+
+
+def _start(fleet: Fleet) -> None:
     try:
         fleet.start()
     except OSError as exc:
         fleet.stop()
         raise ConfigError(f"cannot start the fleet: {exc}") from exc
-    try:
-        if file_sd:
-            fleet.write_file_sd(Path(file_sd))
-        for node in fleet.nodes:
-            faults = " ".join(
-                f"{s.name}@{s.target}" if s.target else s.name for s in node.spec.scenarios
-            )
-            click.echo(
-                f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}"
-            )
-        click.echo(
-            f"fleet: {len(fleet.nodes)} nodes up in {time.monotonic() - started:.1f}s "
-            f"({time.process_time() - started_cpu:.1f}s CPU); Ctrl-C stops",
-            err=True,
+
+
+def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
+    """One line per node on stdout, then how long starting took on stderr."""
+    for node in fleet.nodes:
+        faults = " ".join(
+            f"{s.name}@{s.target}" if s.target else s.name for s in node.spec.scenarios
         )
-        _wait(fleet, stop, limit, stats_every)
-    finally:
-        fleet.stop()
+        click.echo(f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}")
+    wall, cpu = started
+    click.echo(
+        f"fleet: {len(fleet.nodes)} nodes up in {time.monotonic() - wall:.1f}s "
+        f"({time.process_time() - cpu:.1f}s CPU); Ctrl-C stops",
+        err=True,
+    )
 
 
 def _wait(fleet: Fleet, stop: threading.Event, limit: float | None, stats_every: int) -> None:

@@ -16,233 +16,46 @@ cluster. What makes 128 nodes fit on two cores:
   that takes minutes on real hardware crosses slowdown within seconds of a test.
 
 The host source reads the real machine: every simulated node reports the same host.
+Planning (profiles, scenarios, names, ports, racks) is in `agent.sim.fleet_plan`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.app import Agent
-from agent.config import AgentConfig, ScenarioSpec, parse_scenario
+from agent.config import AgentConfig, ScenarioSpec
 from agent.exposition.render import Exposition
 from agent.server import Health, MetricsServer
 from agent.sim import nvml_lib
-from agent.sim.fabric import IB_SCENARIOS
-from agent.sim.node import SimulatedNode, known_scenarios
-from agent.sim.profiles import UnknownProfile, get_profile
+from agent.sim.fleet_plan import (
+    DEFAULT_CLUSTER,
+    DEFAULT_NODES_PER_RACK,
+    FleetError,
+    NodeSpec,
+    file_sd_groups,
+    plan_fleet,
+)
+from agent.sim.node import SimulatedNode
 from agent.sources.registry import build_sources
+from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 
 FLEET_SOURCES = ("nvml", "infiniband", "host")
-DEFAULT_CLUSTER = "sim"
-DEFAULT_NODES_PER_RACK = 4  # four DGX-1 (3.2 kW each) per ~13 kW rack
-NAME_PREFIX = "dgx"
-_MAX_PORT = 65535
-
-
-class FleetError(ValueError):
-    """Bad fleet input: a profile spec, a scenario, a port range."""
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """What one simulated node is, before it runs."""
-
-    index: int
-    name: str  # the `instance` label, e.g. dgx-007
-    profile: str  # also the `node_class` label
-    port: int  # 0: any free port, chosen when the node starts
-    seed: int
-    cluster: str
-    rack: str
-    scenarios: tuple[ScenarioSpec, ...] = ()
-
-
-# --- parsing -------------------------------------------------------------------------------
-
-
-def expand_profiles(text: str, nodes: int | None = None) -> list[str]:
-    """'dgx1-v100:100,dgx-a100:24' -> 124 profile names in order; 'dgx-h100' needs `nodes`.
-
-    With counts, `nodes` may be given but must equal their sum.
-    """
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise FleetError("no profile given: use PROFILE or PROFILE:COUNT[,PROFILE:COUNT...]")
-    counted: list[tuple[str, int]] = []
-    for item in items:
-        name, sep, count_text = item.partition(":")
-        name = name.strip()
-        _check_profile(name)
-        if not sep:
-            if len(items) > 1:
-                raise FleetError(
-                    f"profile {name!r} has no count: in a mixed fleet write PROFILE:COUNT"
-                )
-            if nodes is None:
-                raise FleetError(f"profile {name!r} without a count needs --nodes")
-            counted.append((name, nodes))
-            continue
-        if not count_text.strip().isdigit() or int(count_text) < 1:
-            raise FleetError(
-                f"invalid node count {count_text!r} for {name}: use a whole number ≥ 1"
-            )
-        counted.append((name, int(count_text)))
-    total = sum(count for _, count in counted)
-    if nodes is not None and total != nodes:
-        raise FleetError(f"--nodes {nodes} does not match the {total} nodes of {text!r}")
-    if total < 1:
-        raise FleetError("a fleet needs at least one node")
-    return [name for name, count in counted for _ in range(count)]
-
-
-def _check_profile(name: str) -> None:
-    try:
-        get_profile(name)
-    except UnknownProfile as exc:
-        raise FleetError(str(exc)) from exc
-
-
-_NODE_SCENARIO = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
-
-
-def parse_node_scenario(text: str) -> tuple[int, ScenarioSpec]:
-    """'3:thermal-runaway@2' -> (3, thermal-runaway on GPU 2); '5:ib-congestion@mlx5_1'."""
-    match = _NODE_SCENARIO.match(text)
-    if not match:
-        raise FleetError(
-            f"invalid fleet scenario {text!r}: use NODE:NAME[@TARGET], e.g. 3:gpu-lost"
-        )
-    spec = parse_scenario(match.group(2))
-    if spec.name not in known_scenarios():
-        raise FleetError(
-            f"unknown scenario {spec.name!r} in {text!r} (known: {', '.join(known_scenarios())})"
-        )
-    return int(match.group(1)), spec
-
-
-def _check_target(spec: NodeSpec, scenario: ScenarioSpec) -> None:
-    """Fail before anything starts when a scenario aims at a GPU or port the node lacks."""
-    profile = get_profile(spec.profile)
-    where = f"node {spec.index} ({spec.name}, {spec.profile})"
-    if scenario.name in IB_SCENARIOS:
-        devices = [nic.device for nic in profile.nics]
-        if not devices:
-            raise FleetError(f"{where} has no InfiniBand port for {scenario.name}")
-        if scenario.target is not None and scenario.target not in devices:
-            raise FleetError(
-                f"{where} has no device {scenario.target!r} (devices: {', '.join(devices)})"
-            )
-    elif scenario.target is not None:
-        gpu = scenario.gpu
-        if gpu is None or not 0 <= gpu < profile.gpu_count:
-            raise FleetError(
-                f"{where}: {scenario.name}@{scenario.target} needs a GPU index "
-                f"0..{profile.gpu_count - 1}"
-            )
-    if scenario.name == "nvlink-degraded" and not any(profile.nvlinks):
-        raise FleetError(f"{where} has no NVLink for nvlink-degraded")
-
-
-def node_name(index: int, prefix: str = NAME_PREFIX) -> str:
-    return f"{prefix}-{index:03d}"
-
-
-def rack_name(index: int, nodes_per_rack: int = DEFAULT_NODES_PER_RACK) -> str:
-    return f"rack-{index // nodes_per_rack:02d}"
-
-
-def assign_ports(count: int, base_port: int) -> list[int]:
-    """Node i listens on base_port + i; base_port 0 lets the OS pick a free port per node."""
-    if count < 1:
-        raise FleetError("a fleet needs at least one node")
-    if base_port == 0:
-        return [0] * count
-    if not 1 <= base_port <= _MAX_PORT:
-        raise FleetError(f"invalid base port {base_port}: use 1..{_MAX_PORT}, or 0 for any")
-    last = base_port + count - 1
-    if last > _MAX_PORT:
-        raise FleetError(
-            f"{count} nodes from port {base_port} would need port {last} > {_MAX_PORT}"
-        )
-    return [base_port + i for i in range(count)]
-
-
-def plan_fleet(
-    profiles: Sequence[str],
-    *,
-    base_port: int,
-    seed: int = 0,
-    scenarios: Sequence[tuple[int, ScenarioSpec]] = (),
-    cluster: str | Sequence[str] = DEFAULT_CLUSTER,
-    nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
-) -> list[NodeSpec]:
-    """Node specs: names, ports, per-node seeds (seed + i) and scenarios, all checked."""
-    if nodes_per_rack < 1:
-        raise FleetError("nodes per rack must be at least 1")
-    for name in profiles:
-        _check_profile(name)
-    ports = assign_ports(len(profiles), base_port)
-    clusters = [cluster] * len(profiles) if isinstance(cluster, str) else list(cluster)
-    if len(clusters) != len(profiles):
-        raise FleetError(f"{len(clusters)} cluster names for {len(profiles)} nodes")
-    per_node: dict[int, list[ScenarioSpec]] = {}
-    for index, scenario in scenarios:
-        if not 0 <= index < len(profiles):
-            raise FleetError(
-                f"scenario {scenario.name} for node {index}: the fleet has nodes "
-                f"0..{len(profiles) - 1}"
-            )
-        per_node.setdefault(index, []).append(scenario)
-    specs = [
-        NodeSpec(
-            index=i,
-            name=node_name(i),
-            profile=profile,
-            port=ports[i],
-            seed=seed + i,
-            cluster=clusters[i],
-            rack=rack_name(i, nodes_per_rack),
-            scenarios=tuple(per_node.get(i, ())),
-        )
-        for i, profile in enumerate(profiles)
-    ]
-    for spec in specs:
-        for scenario in spec.scenarios:
-            _check_target(spec, scenario)
-    return specs
-
-
-def file_sd_groups(
-    targets: Sequence[tuple[NodeSpec, str]],
-) -> list[dict[str, Any]]:
-    """Prometheus file_sd target groups: one per node, so each carries its own labels."""
-    return [
-        {
-            "targets": [address],
-            "labels": {
-                "cluster": spec.cluster,
-                "rack": spec.rack,
-                "node_class": spec.profile,
-                "instance": spec.name,
-            },
-        }
-        for spec, address in targets
-    ]
+# at most this many threads stop the nodes' agents in parallel at shutdown
+_STOPPERS = 32
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -251,9 +64,6 @@ def write_json_atomic(path: Path, data: object) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-# --- running -------------------------------------------------------------------------------
 
 
 class SteppedClock:
@@ -418,10 +228,7 @@ class Fleet:
         except BaseException:
             self.stop()
             raise
-        self._ticker = threading.Thread(
-            target=self._tick_loop, name="nvwatch-fleet-tick", daemon=True
-        )
-        self._ticker.start()
+        self._ticker = start_thread("nvwatch-fleet-tick", self._tick_loop, daemon=True)
         log.info(
             "simulated fleet: %d nodes on %s, every %gs, time x%g",
             len(self.nodes),
@@ -458,11 +265,8 @@ class Fleet:
             return Agent(config, build_sources(config))
 
         agent = contextvars.Context().run(build)
-        try:
-            node = FleetNode(spec, sim, agent)
-        except FleetError:
-            agent.poller.stop(timeout=0.5)
-            raise
+        # building the agent started nothing, so a port in use leaves nothing to stop
+        node = FleetNode(spec, sim, agent)
         node.start()
         return node
 
@@ -511,11 +315,18 @@ class Fleet:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(5.0)
-        if self.nodes:
-            # each agent's shutdown waits on its threads; in parallel, 128 nodes stop in
-            # about the time one does
-            with ThreadPoolExecutor(max_workers=min(32, len(self.nodes))) as pool:
-                list(pool.map(_stop_node_quietly, self.nodes))
+        # each agent's shutdown waits on its threads; in parallel, 128 nodes stop in
+        # about the time one does
+        stoppers = [
+            start_thread(
+                "nvwatch-fleet-stop",
+                functools.partial(_stop_nodes_quietly, self.nodes[first::_STOPPERS]),
+                daemon=True,
+            )
+            for first in range(min(_STOPPERS, len(self.nodes)))
+        ]
+        for stopper in stoppers:
+            stopper.join()
         for node in self.nodes:
             node.sim.close()
         if self._root is not None:
@@ -531,8 +342,9 @@ class Fleet:
         self.stop()
 
 
-def _stop_node_quietly(node: FleetNode) -> None:
-    try:
-        node.stop()
-    except Exception:
-        log.exception("stopping %s failed", node.name)
+def _stop_nodes_quietly(nodes: Sequence[FleetNode]) -> None:
+    for node in nodes:
+        try:
+            node.stop()
+        except Exception:
+            log.exception("stopping %s failed", node.name)

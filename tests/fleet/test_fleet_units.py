@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from agent.cli import cli
 from agent.config import ConfigError, ScenarioSpec
 from agent.inventory import load_inventory, write_file_sd
-from agent.sim.fleet import (
+from agent.sim.fleet import SteppedClock
+from agent.sim.fleet_plan import (
     FleetError,
-    SteppedClock,
     assign_ports,
     expand_profiles,
     file_sd_groups,
