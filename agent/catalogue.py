@@ -1,8 +1,15 @@
-"""The metric catalogue: every family nvwatch exports, defined once.
+"""The metric catalogue: every family nvwatch exports, defined once, and where it comes from.
 
-Names, types and label sets here are a contract with dashboards, alerts and users
-(see DESIGN.md). Exposition refuses to emit a family that is not listed here, the
-mixin checks its PromQL against it, and docs/metrics.md is generated from it.
+Names, types and label sets here are a contract with dashboards, alerts and users (see
+DESIGN.md). Each entry is also the map of its value: `origin` names the NVML call or field
+id, the sysfs file or the psutil call; each `Series` names the sample attribute that holds
+the value (on the scope's sample class: `GpuSample`, `NvLinkSample`, `InfinibandPort`, ...)
+and, where one exists, the `nvidia-smi --query-gpu` field it must agree with; `when` says
+under which condition a family is absent. The exposition renders by looping over this table
+(agent/exposition/), `python -m agent.nvsmi_compare` takes its pairs from it, and
+docs/metrics.md is generated from it.
+
+This module is data: it imports nothing of the agent, so a reader sees the contract alone.
 """
 
 from __future__ import annotations
@@ -15,6 +22,43 @@ class MetricType(str, Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
 
+
+class Scope(str, Enum):
+    """What one series of a family describes, and so which sample object fills it."""
+
+    GPU = "gpu"  # GpuSample, one per GPU (agent.sources.nvml.samples)
+    PROCESS = "process"  # ProcessSample, per process on a GPU that is up
+    NVLINK = "nvlink"  # NvLinkSample per link, or the per-GPU total with link="all"
+    IB_DEVICE = "ib_device"  # InfinibandDevice (agent.sources.infiniband)
+    IB_PORT = "ib_port"  # InfinibandPort
+    HOST = "host"  # HostSample (agent.sources.host)
+    SOURCE = "source"  # SourceStatus of each source (agent.poller)
+    AGENT = "agent"  # the poller's Snapshot
+
+
+#: Labels every series of a scope carries, filled by the exposition from the object itself.
+IDENTITY: dict[Scope, tuple[str, ...]] = {
+    Scope.GPU: ("gpu", "uuid"),
+    Scope.PROCESS: ("gpu", "uuid"),
+    Scope.NVLINK: ("gpu", "uuid", "link"),
+    Scope.IB_DEVICE: (),
+    Scope.IB_PORT: ("device", "port"),
+    Scope.HOST: (),
+    Scope.SOURCE: ("source",),
+    Scope.AGENT: (),
+}
+
+#: The poller source whose sample holds each scope ("agent": the poller itself).
+SOURCE_OF: dict[Scope, str] = {
+    Scope.GPU: "nvml",
+    Scope.PROCESS: "nvml",
+    Scope.NVLINK: "nvml",
+    Scope.IB_DEVICE: "infiniband",
+    Scope.IB_PORT: "infiniband",
+    Scope.HOST: "host",
+    Scope.SOURCE: "agent",
+    Scope.AGENT: "agent",
+}
 
 # Base units recognised from a name's suffix (before `_total` on counters).
 _UNIT_SUFFIXES = (
@@ -30,12 +74,79 @@ _UNIT_SUFFIXES = (
 
 
 @dataclass(frozen=True)
+class Field:
+    """An attribute of the scope's sample object (dotted for nested: `info.name`).
+
+    With `key`, the attribute is a mapping and the value is its entry `key` (absent when
+    the mapping has no such entry).
+    """
+
+    path: str
+    key: str | None = None
+
+    def __str__(self) -> str:
+        return self.path if self.key is None else f"{self.path}[{self.key!r}]"
+
+
+@dataclass(frozen=True)
+class NvidiaSmi:
+    """The `nvidia-smi --query-gpu` field a series must agree with on a real GPU.
+
+    nvidia-smi value x `scale` = nvwatch value; allowed difference is `tolerance` (nvwatch
+    units) or `relative` of the value, whichever is larger: instantaneous readings are taken
+    at slightly different moments, static ones must match exactly.
+    """
+
+    query: str
+    scale: float = 1.0
+    tolerance: float = 0.0
+    relative: float = 0.0
+
+
+@dataclass(frozen=True)
+class Series:
+    """How one series (per scope object) of a family is filled.
+
+    `value` is a Field of the object or a constant (1 for `_info` families). `labels` are the
+    values of the family's own labels (after the scope's identity), each a literal or a Field.
+    With `each`, `value` is a mapping and one series is emitted per entry: the entry's key
+    fills the family's last label (in the mapping's order, or sorted with `sort`).
+    `present_if` names a Field that must not be None for the series to exist.
+    """
+
+    value: Field | float
+    labels: tuple[str | Field, ...] = ()
+    each: bool = False
+    sort: bool = False
+    present_if: Field | None = None
+    nvidia_smi: NvidiaSmi | None = None
+
+
+@dataclass(frozen=True)
 class MetricSpec:
     name: str
     type: MetricType
     help: str
-    labels: tuple[str, ...]
-    source: str
+    scope: Scope
+    # where the value comes from on the node: NVML call or field id, sysfs file, psutil
+    origin: str
+    series: tuple[Series, ...]
+    # the family's own labels, after the scope's identity labels
+    own_labels: tuple[str, ...] = ()
+    # when the family has no series although its source is up ("" = on all hardware)
+    when: str = ""
+    # GPU scope: still emitted for a GPU that stopped answering (identity and up only)
+    even_when_down: bool = False
+    # HELP/TYPE written even when no series exists, for rules that must find the family
+    always_declared: bool = False
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return (*IDENTITY[self.scope], *self.own_labels)
+
+    @property
+    def source(self) -> str:
+        return SOURCE_OF[self.scope]
 
     @property
     def unit(self) -> str:
@@ -47,429 +158,701 @@ class MetricSpec:
         return ""
 
 
-GPU = ("gpu", "uuid")
-LINK = (*GPU, "link")
-PORT = ("device", "port")
-
 _G = MetricType.GAUGE
 _C = MetricType.COUNTER
+_F = Field
 
 
-def _spec(
-    name: str, type_: MetricType, labels: tuple[str, ...], source: str, help_: str
-) -> MetricSpec:
-    return MetricSpec(name=name, type=type_, help=help_, labels=labels, source=source)
+def _one(path: str, smi: NvidiaSmi | None = None) -> tuple[Series, ...]:
+    """The common case: one series per object, its value in attribute `path`."""
+    return (Series(Field(path), nvidia_smi=smi),)
 
 
-CATALOGUE: tuple[MetricSpec, ...] = (
-    # --- GPU (source: nvml) -------------------------------------------------------------
-    _spec(
+def _by(*pairs: tuple[str, str], smi: dict[str, NvidiaSmi] | None = None) -> tuple[Series, ...]:
+    """One series per (label value, attribute) pair, e.g. sensor="gpu" <- temperature_gpu."""
+    smi = smi or {}
+    return tuple(Series(Field(path), (label,), nvidia_smi=smi.get(label)) for label, path in pairs)
+
+
+def _each(path: str, *, sort: bool = False) -> tuple[Series, ...]:
+    return (Series(Field(path), each=True, sort=sort),)
+
+
+_HOPPER = "GPUs before Hopper (GPM needs nvmlGpmQueryDeviceSupport), or on the first poll"
+
+GPU_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
         "nvwatch_gpu_info",
         _G,
-        (
-            *GPU,
-            "name",
-            "pci_bus_id",
-            "serial",
-            "driver_version",
-            "cuda_version",
-            "vbios",
-        ),
-        "nvml",
         "Descriptive fields of a GPU; value is always 1.",
+        Scope.GPU,
+        "nvmlDeviceGetName, GetPciInfo_v3, GetSerial, GetVbiosVersion, "
+        "nvmlSystemGetDriverVersion, nvmlSystemGetCudaDriverVersion",
+        (
+            Series(
+                1.0,
+                (
+                    _F("info.name"),
+                    _F("info.pci_bus_id"),
+                    _F("info.serial"),
+                    _F("info.driver_version"),
+                    _F("info.cuda_version"),
+                    _F("info.vbios"),
+                ),
+            ),
+        ),
+        own_labels=("name", "pci_bus_id", "serial", "driver_version", "cuda_version", "vbios"),
+        even_when_down=True,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_up",
         _G,
-        GPU,
-        "nvml",
         "1 if the GPU answered NVML this poll, 0 if it is lost or failing.",
+        Scope.GPU,
+        "every NVML call of the poll: GpuIsLost, Unknown, ... make it 0",
+        _one("up"),
+        even_when_down=True,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_utilization_ratio",
         _G,
-        GPU,
-        "nvml",
         "Fraction of the last sample period a kernel was running (nvidia-smi utilization.gpu).",
+        Scope.GPU,
+        "nvmlDeviceGetUtilizationRates .gpu (percent / 100)",
+        _one("utilization_ratio", NvidiaSmi("utilization.gpu", 0.01, 0.15)),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_memory_utilization_ratio",
         _G,
-        GPU,
-        "nvml",
         "Fraction of the last sample period device memory was read or written "
         "(nvidia-smi utilization.memory).",
+        Scope.GPU,
+        "nvmlDeviceGetUtilizationRates .memory (percent / 100)",
+        _one("memory_utilization_ratio"),
     ),
-    _spec("nvwatch_gpu_memory_total_bytes", _G, GPU, "nvml", "Total device (HBM) memory."),
-    _spec("nvwatch_gpu_memory_used_bytes", _G, GPU, "nvml", "Device memory in use."),
-    _spec("nvwatch_gpu_memory_free_bytes", _G, GPU, "nvml", "Device memory free."),
-    _spec("nvwatch_gpu_power_watts", _G, GPU, "nvml", "Current board power draw."),
-    _spec(
+    MetricSpec(
+        "nvwatch_gpu_memory_total_bytes",
+        _G,
+        "Total device (HBM) memory.",
+        Scope.GPU,
+        "nvmlDeviceGetMemoryInfo (v2 where the driver has it, else v1)",
+        _one("memory_total_bytes", NvidiaSmi("memory.total", 2**20, 2**20)),
+    ),
+    MetricSpec(
+        "nvwatch_gpu_memory_used_bytes",
+        _G,
+        "Device memory in use.",
+        Scope.GPU,
+        "nvmlDeviceGetMemoryInfo .used",
+        _one("memory_used_bytes", NvidiaSmi("memory.used", 2**20, 64 * 2**20, 0.02)),
+    ),
+    MetricSpec(
+        "nvwatch_gpu_memory_free_bytes",
+        _G,
+        "Device memory free.",
+        Scope.GPU,
+        "nvmlDeviceGetMemoryInfo .free",
+        _one("memory_free_bytes"),
+    ),
+    MetricSpec(
+        "nvwatch_gpu_power_watts",
+        _G,
+        "Current board power draw.",
+        Scope.GPU,
+        "nvmlDeviceGetPowerUsage (mW / 1000)",
+        _one("power_watts", NvidiaSmi("power.draw", 1.0, 15.0, 0.1)),
+    ),
+    MetricSpec(
         "nvwatch_gpu_power_limit_watts",
         _G,
-        GPU,
-        "nvml",
         "Power limit the driver enforces now (nvidia-smi enforced.power.limit).",
+        Scope.GPU,
+        "nvmlDeviceGetEnforcedPowerLimit (mW / 1000)",
+        _one("power_limit_watts", NvidiaSmi("enforced.power.limit", 1.0, 0.5)),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_power_tdp_watts",
         _G,
-        GPU,
-        "nvml",
         "Default power limit of the board, its TDP (nvidia-smi power.default_limit).",
+        Scope.GPU,
+        "nvmlDeviceGetPowerManagementDefaultLimit (mW / 1000), read once",
+        _one("power_tdp_watts", NvidiaSmi("power.default_limit", 1.0, 0.5)),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_energy_joules_total",
         _C,
-        GPU,
-        "nvml",
         "Energy consumed by the GPU since the driver was loaded.",
+        Scope.GPU,
+        "field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION (83), else "
+        "nvmlDeviceGetTotalEnergyConsumption (mJ / 1000)",
+        _one("energy_joules"),
+        when="GPUs before Volta",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_temperature_celsius",
         _G,
-        (*GPU, "sensor"),
-        "nvml",
         "Temperature by sensor: gpu (die) or memory (HBM).",
+        Scope.GPU,
+        "gpu: nvmlDeviceGetTemperatureV (nvmlDeviceGetTemperature on old drivers); "
+        "memory: field NVML_FI_DEV_MEMORY_TEMP (82)",
+        _by(
+            ("gpu", "temperature_gpu_celsius"),
+            ("memory", "temperature_memory_celsius"),
+            smi={
+                "gpu": NvidiaSmi("temperature.gpu", 1.0, 2.0),
+                "memory": NvidiaSmi("temperature.memory", 1.0, 2.0),
+            },
+        ),
+        own_labels=("sensor",),
+        when="memory: boards without an HBM sensor (GDDR: GeForce, T4)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_temperature_threshold_celsius",
         _G,
-        (*GPU, "threshold"),
-        "nvml",
         "Temperature thresholds: slowdown, shutdown, gpu_max, memory_max.",
+        Scope.GPU,
+        "nvmlDeviceGetTemperatureThreshold (SLOWDOWN, SHUTDOWN, GPU_MAX, MEM_MAX), read once",
+        _by(
+            ("slowdown", "threshold_slowdown_celsius"),
+            ("shutdown", "threshold_shutdown_celsius"),
+            ("gpu_max", "threshold_gpu_max_celsius"),
+            ("memory_max", "threshold_memory_max_celsius"),
+        ),
+        own_labels=("threshold",),
+        when="gpu_max/memory_max: boards that do not report them",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_clock_hertz",
         _G,
-        (*GPU, "clock"),
-        "nvml",
         "Current clock frequency by domain: sm, memory, graphics.",
+        Scope.GPU,
+        "nvmlDeviceGetClockInfo (SM, MEM, GRAPHICS; MHz x 1e6)",
+        _by(
+            ("sm", "clock_sm_hertz"),
+            ("memory", "clock_memory_hertz"),
+            ("graphics", "clock_graphics_hertz"),
+            smi={
+                "sm": NvidiaSmi("clocks.sm", 1e6, 60e6, 0.05),
+                "memory": NvidiaSmi("clocks.mem", 1e6, 1e6),
+            },
+        ),
+        own_labels=("clock",),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_clock_max_hertz",
         _G,
-        (*GPU, "clock"),
-        "nvml",
         "Maximum clock frequency by domain: sm, memory, graphics.",
+        Scope.GPU,
+        "nvmlDeviceGetMaxClockInfo (SM, MEM, GRAPHICS; MHz x 1e6), read once",
+        _by(
+            ("sm", "clock_sm_max_hertz"),
+            ("memory", "clock_memory_max_hertz"),
+            ("graphics", "clock_graphics_max_hertz"),
+            smi={"sm": NvidiaSmi("clocks.max.sm", 1e6, 1e6)},
+        ),
+        own_labels=("clock",),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_clock_event_active",
         _G,
-        (*GPU, "reason"),
-        "nvml",
         "1 while a clock-event (throttle) reason is active: idle, applications_clocks, "
         "sw_power_cap, hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, "
         "hw_power_brake, display_clocks.",
+        Scope.GPU,
+        "nvmlDeviceGetCurrentClocksEventReasons bits, for the bits in "
+        "nvmlDeviceGetSupportedClocksEventReasons (the *Throttle* calls on old drivers)",
+        _each("clock_events"),
+        own_labels=("reason",),
+        when="a reason the GPU does not list as supported",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_throttle_seconds_total",
         _C,
-        (*GPU, "reason"),
-        "nvml",
         "Time clocks were held below target, by NVML violation policy: power, thermal, "
         "sync_boost, board_limit, low_utilization, reliability.",
+        Scope.GPU,
+        "nvmlDeviceGetViolationStatus per NVML_PERF_POLICY_* (.violationTime ns / 1e9)",
+        _each("throttle_seconds"),
+        own_labels=("reason",),
+        when="policies the GPU answers NotSupported (GeForce: all)",
     ),
-    _spec("nvwatch_gpu_fan_speed_ratio", _G, GPU, "nvml", "Fan speed as a fraction of maximum."),
-    _spec(
+    MetricSpec(
+        "nvwatch_gpu_fan_speed_ratio",
+        _G,
+        "Fan speed as a fraction of maximum.",
+        Scope.GPU,
+        "nvmlDeviceGetFanSpeed (percent / 100)",
+        _one("fan_speed_ratio"),
+        when="boards without a fan of their own (passively cooled data-centre GPUs)",
+    ),
+    MetricSpec(
         "nvwatch_gpu_pcie_throughput_bytes_per_second",
         _G,
-        (*GPU, "direction"),
-        "nvml",
         "PCIe throughput over NVML's last 20 ms window, by direction tx/rx.",
+        Scope.GPU,
+        "nvmlDeviceGetPcieThroughput (TX_BYTES, RX_BYTES), in KiB/s x 1024 (see "
+        "agent/sources/nvml: the unit is settled there); not in --query-gpu, "
+        "nvidia-smi dmon -s t shows it",
+        _by(("tx", "pcie_tx_bytes_per_second"), ("rx", "pcie_rx_bytes_per_second")),
+        own_labels=("direction",),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_pcie_replays_total",
         _C,
-        GPU,
-        "nvml",
         "PCIe replay counter (link-level retransmissions).",
+        Scope.GPU,
+        "nvmlDeviceGetPcieReplayCounter",
+        _one("pcie_replays"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_pcie_link_generation",
         _G,
-        (*GPU, "kind"),
-        "nvml",
         "PCIe link generation, kind current or max.",
+        Scope.GPU,
+        "nvmlDeviceGetCurrPcieLinkGeneration, nvmlDeviceGetMaxPcieLinkGeneration (read once)",
+        _by(
+            ("current", "pcie_link_generation_current"),
+            ("max", "pcie_link_generation_max"),
+            smi={"max": NvidiaSmi("pcie.link.gen.max")},
+        ),
+        own_labels=("kind",),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_pcie_link_width",
         _G,
-        (*GPU, "kind"),
-        "nvml",
         "PCIe link width in lanes, kind current or max.",
+        Scope.GPU,
+        "nvmlDeviceGetCurrPcieLinkWidth, nvmlDeviceGetMaxPcieLinkWidth (read once)",
+        _by(
+            ("current", "pcie_link_width_current"),
+            ("max", "pcie_link_width_max"),
+            smi={"max": NvidiaSmi("pcie.link.width.max")},
+        ),
+        own_labels=("kind",),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_ecc_errors_total",
         _C,
-        (*GPU, "type", "scope"),
-        "nvml",
         "ECC errors by type (corrected/uncorrected) and scope (volatile since driver load, "
         "aggregate over the board's life).",
+        Scope.GPU,
+        "nvmlDeviceGetTotalEccErrors (CORRECTED/UNCORRECTED x VOLATILE/AGGREGATE)",
+        (
+            Series(_F("ecc_corrected_volatile"), ("corrected", "volatile")),
+            Series(_F("ecc_corrected_aggregate"), ("corrected", "aggregate")),
+            Series(
+                _F("ecc_uncorrected_volatile"),
+                ("uncorrected", "volatile"),
+                nvidia_smi=NvidiaSmi("ecc.errors.uncorrected.volatile.total"),
+            ),
+            Series(_F("ecc_uncorrected_aggregate"), ("uncorrected", "aggregate")),
+        ),
+        own_labels=("type", "scope"),
+        when="boards without ECC (GeForce) or with ECC disabled",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_retired_pages",
         _G,
-        (*GPU, "cause"),
-        "nvml",
         "Memory pages retired, by cause: sbe (multiple single-bit) or dbe (double-bit).",
+        Scope.GPU,
+        "nvmlDeviceGetRetiredPages (MULTIPLE_SINGLE_BIT_ECC_ERRORS, DOUBLE_BIT_ECC_ERROR), "
+        "the count of pages",
+        _by(("sbe", "retired_pages_sbe"), ("dbe", "retired_pages_dbe")),
+        own_labels=("cause",),
+        when="boards without page retirement (GeForce; Ampere and later remap rows instead)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_retired_pages_pending",
         _G,
-        GPU,
-        "nvml",
         "1 if a page retirement is pending until the next driver reload.",
+        Scope.GPU,
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        _one("retired_pages_pending"),
+        when="boards without page retirement",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_remapped_rows",
         _G,
-        (*GPU, "kind"),
-        "nvml",
         "HBM row remapping (Ampere+): correctable, uncorrectable, pending (1/0), failure (1/0).",
+        Scope.GPU,
+        "nvmlDeviceGetRemappedRows (corrRows, uncRows, isPending, failureOccurred)",
+        _by(
+            ("correctable", "remapped_rows_correctable"),
+            ("uncorrectable", "remapped_rows_uncorrectable"),
+            ("pending", "remapped_rows_pending"),
+            ("failure", "remapped_rows_failure"),
+        ),
+        own_labels=("kind",),
+        when="GPUs before Ampere",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_xid_errors_total",
         _C,
-        (*GPU, "xid"),
-        "nvml",
         "XID critical error events seen by the agent since it started, by XID code.",
+        Scope.GPU,
+        "nvmlEventSetWait on NVML_EVENT_TYPE_XID_CRITICAL_ERROR, counted by the agent "
+        "(agent/sources/nvml/xid.py)",
+        _each("xid_counts", sort=True),
+        own_labels=("xid",),
+        when="until the first XID event on that GPU since the agent started",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_sm_active_ratio",
         _G,
-        GPU,
-        "nvml",
         "GPM: fraction of time SMs had at least one warp resident (Hopper+).",
+        Scope.GPU,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_SM_UTIL (percent / 100)",
+        _one("sm_active_ratio"),
+        when=_HOPPER,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_sm_occupancy_ratio",
         _G,
-        GPU,
-        "nvml",
         "GPM: resident warps as a fraction of the maximum (Hopper+).",
+        Scope.GPU,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_SM_OCCUPANCY (percent / 100)",
+        _one("sm_occupancy_ratio"),
+        when=_HOPPER,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_tensor_active_ratio",
         _G,
-        GPU,
-        "nvml",
         "GPM: fraction of time any tensor pipe was active (Hopper+).",
+        Scope.GPU,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_ANY_TENSOR_UTIL (percent / 100)",
+        _one("tensor_active_ratio"),
+        when=_HOPPER,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_dram_active_ratio",
         _G,
-        GPU,
-        "nvml",
         "GPM: fraction of peak DRAM bandwidth used (Hopper+).",
+        Scope.GPU,
+        "nvmlGpmMetricsGet NVML_GPM_METRIC_DRAM_BW_UTIL (percent / 100)",
+        _one("dram_active_ratio"),
+        when=_HOPPER,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_gpu_process_memory_bytes",
         _G,
-        (*GPU, "pid", "process", "user", "job"),
-        "nvml",
         "Device memory held by a compute process (the largest processes, capped per GPU).",
+        Scope.PROCESS,
+        "nvmlDeviceGetComputeRunningProcesses_v3 .usedGpuMemory; process and user from "
+        "psutil on the pid; job is empty until job attribution fills it",
+        (Series(_F("memory_bytes"), (_F("pid"), _F("name"), _F("user"), "")),),
+        own_labels=("pid", "process", "user", "job"),
+        when="no compute process on the GPU",
     ),
-    _spec(
-        "nvwatch_gpu_allocation_info",
+)
+
+NVLINK_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "nvwatch_nvlink_up",
         _G,
-        (*GPU, "job", "user", "pod", "namespace"),
-        "nvml",
-        "Job, user or Kubernetes pod the GPU is allocated to; value is always 1.",
+        "1 if the NVLink link is active, else 0.",
+        Scope.NVLINK,
+        "field NVML_FI_DEV_NVLINK_GET_STATE per link, else nvmlDeviceGetNvLinkState; with "
+        "--nvlink-detail gpu the number of links up",
+        _one("up"),
+        when="GPUs without NVLink (PCIe boards)",
     ),
-    # --- NVLink (source: nvml) ----------------------------------------------------------
-    _spec("nvwatch_nvlink_up", _G, LINK, "nvml", "1 if the NVLink link is active, else 0."),
-    _spec(
+    MetricSpec(
         "nvwatch_nvlink_transmit_bytes_total",
         _C,
-        LINK,
-        "nvml",
         "Data bytes transmitted on the NVLink link.",
+        Scope.NVLINK,
+        "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (138), cumulative KiB x 1024",
+        _one("transmit_bytes"),
+        when="GPUs without NVLink, or without NVLink throughput fields (before Volta)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_nvlink_receive_bytes_total",
         _C,
-        LINK,
-        "nvml",
         "Data bytes received on the NVLink link.",
+        Scope.NVLINK,
+        "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (139), cumulative KiB x 1024",
+        _one("receive_bytes"),
+        when="GPUs without NVLink, or without NVLink throughput fields (before Volta)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_nvlink_errors_total",
         _C,
-        (*LINK, "type"),
-        "nvml",
         "NVLink data-link error counters by type: crc_flit, crc_data, replay, recovery, ecc.",
+        Scope.NVLINK,
+        "fields NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY,ECC}_ERROR_COUNT_L<n> "
+        "(links 0-11), else nvmlDeviceGetNvLinkErrorCounter",
+        _each("errors"),
+        own_labels=("type",),
+        when="GPUs without NVLink; ecc before Ampere",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_nvlink_speed_bytes_per_second",
         _G,
-        LINK,
-        "nvml",
         "NVLink line rate per direction.",
+        Scope.NVLINK,
+        "field NVML_FI_DEV_NVLINK_GET_SPEED (MB/s x 1e6), else the nominal rate of "
+        "nvmlDeviceGetNvLinkVersion",
+        _one("speed_bytes_per_second"),
+        when="GPUs without NVLink",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_nvlink_remote_info",
         _G,
-        (*LINK, "remote_type", "remote_gpu", "remote_pci_bus_id"),
-        "nvml",
         "What the far end of the link is (gpu, switch or cpu); value is always 1.",
+        Scope.NVLINK,
+        "nvmlDeviceGetNvLinkRemoteDeviceType, nvmlDeviceGetNvLinkRemotePciInfo_v2",
+        (
+            Series(
+                1.0,
+                (_F("remote_type"), _F("remote_gpu"), _F("remote_pci_bus_id")),
+                present_if=_F("remote_type"),
+            ),
+        ),
+        own_labels=("remote_type", "remote_gpu", "remote_pci_bus_id"),
+        when="GPUs without NVLink, and with --nvlink-detail gpu",
     ),
-    # --- InfiniBand (source: infiniband) ------------------------------------------------
-    _spec(
+)
+
+_SYSFS_PORT = "/sys/class/infiniband/<device>/ports/<port>"
+_NO_PMA = "ports whose counters read N/A (no PMA), e.g. some RoCE functions"
+
+INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
         "nvwatch_ib_info",
         _G,
-        ("device", "board_id", "firmware_version", "hca_type", "node_guid"),
-        "infiniband",
         "Descriptive fields of an InfiniBand/RoCE HCA; value is always 1.",
+        Scope.IB_DEVICE,
+        "/sys/class/infiniband/<device>/{board_id,fw_ver,hca_type,node_guid}",
+        (
+            Series(
+                1.0,
+                (
+                    _F("name"),
+                    _F("board_id"),
+                    _F("firmware_version"),
+                    _F("hca_type"),
+                    _F("node_guid"),
+                ),
+            ),
+        ),
+        own_labels=("device", "board_id", "firmware_version", "hca_type", "node_guid"),
+        when="nodes without /sys/class/infiniband (no HCA)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_info",
         _G,
-        (*PORT, "link_layer", "nearest_gpus"),
-        "infiniband",
         "Port link layer and the GPUs closest to it on PCIe; value is always 1.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/link_layer; nearest_gpus from the PCIe tree of "
+        "/sys/class/infiniband/<device>/device and the GPUs' NVML bus ids",
+        (Series(1.0, (_F("link_layer"), _F("nearest_gpus"))),),
+        own_labels=("link_layer", "nearest_gpus"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_state",
         _G,
-        PORT,
-        "infiniband",
         "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/state (the number before ':')",
+        _one("state"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_physical_state",
         _G,
-        PORT,
-        "infiniband",
         "Physical port state: 1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, "
         "5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/phys_state (the number before ':')",
+        _one("physical_state"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_rate_bytes_per_second",
         _G,
-        PORT,
-        "infiniband",
         "Nominal link rate of the port (sysfs rate, Gb/s x 125,000,000).",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/rate",
+        _one("rate_bytes_per_second"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_transmit_bytes_total",
         _C,
-        PORT,
-        "infiniband",
         "Data bytes transmitted (port_xmit_data x 4).",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/port_xmit_data (counters_ext/port_xmit_data_64 where "
+        "present), 4-octet words x 4",
+        _one("transmit_bytes"),
+        when=_NO_PMA,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_receive_bytes_total",
         _C,
-        PORT,
-        "infiniband",
         "Data bytes received (port_rcv_data x 4).",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/port_rcv_data (or counters_ext/port_rcv_data_64), x 4",
+        _one("receive_bytes"),
+        when=_NO_PMA,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_transmit_packets_total",
         _C,
-        PORT,
-        "infiniband",
         "Packets transmitted.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/port_xmit_packets (or counters_ext/port_xmit_packets_64)",
+        (Series(Field("counters", key="port_xmit_packets")),),
+        when=_NO_PMA,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_receive_packets_total",
         _C,
-        PORT,
-        "infiniband",
         "Packets received.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/port_rcv_packets (or counters_ext/port_rcv_packets_64)",
+        (Series(Field("counters", key="port_rcv_packets")),),
+        when=_NO_PMA,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_transmit_wait_total",
         _C,
-        PORT,
-        "infiniband",
         "Ticks the port had data to send but no credits (congestion), port_xmit_wait.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/port_xmit_wait",
+        (Series(Field("counters", key="port_xmit_wait")),),
+        when=_NO_PMA,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_errors_total",
         _C,
-        (*PORT, "type"),
-        "infiniband",
         "Port error counters by type: symbol, link_error_recovery, link_downed, receive, "
         "receive_remote_physical, receive_switch_relay, transmit_discards, "
         "transmit_constraint, receive_constraint, local_link_integrity, "
         "excessive_buffer_overrun, vl15_dropped.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/<file> (symbol_error, link_error_recovery, link_downed, "
+        "port_rcv_errors, ...; the map is ERROR_COUNTER_TYPES in "
+        "agent/sources/infiniband_parse.py)",
+        _each("errors"),
+        own_labels=("type",),
+        when=_NO_PMA,
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_hw_events_total",
         _C,
-        (*PORT, "counter"),
-        "infiniband",
         "mlx5 hw_counters of the port, by file name.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/hw_counters/<file>",
+        _each("hw_counters", sort=True),
+        own_labels=("counter",),
+        when="HCAs without hw_counters (not mlx5)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_ib_port_reading_saturated",
         _G,
-        (*PORT, "counter"),
-        "infiniband",
         "1 if a narrow IB counter is pinned at its maximum and has stopped counting.",
+        Scope.IB_PORT,
+        f"{_SYSFS_PORT}/counters/<file> of the 16- and 32-bit PMA counters, compared with "
+        "their maximum (NARROW_COUNTER_BITS in agent/sources/infiniband_parse.py)",
+        _each("saturated"),
+        own_labels=("counter",),
+        when=_NO_PMA,
+        always_declared=True,
     ),
-    # --- Host (source: host) ------------------------------------------------------------
-    _spec(
+)
+
+HOST_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
         "nvwatch_host_cpu_utilization_ratio",
         _G,
-        (),
-        "host",
         "Fraction of CPU time not idle since the previous poll, all cores.",
+        Scope.HOST,
+        "psutil.cpu_times(), difference of two polls",
+        _one("cpu_utilization_ratio"),
+        when="the first poll (no interval to measure yet)",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_host_cpu_iowait_ratio",
         _G,
-        (),
-        "host",
         "Fraction of CPU time waiting on I/O since the previous poll, all cores.",
+        Scope.HOST,
+        "psutil.cpu_times().iowait, difference of two polls",
+        _one("cpu_iowait_ratio"),
+        when="the first poll; operating systems without iowait",
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_host_memory_used_bytes",
         _G,
-        (),
-        "host",
         "Host memory in use (total - available).",
+        Scope.HOST,
+        "psutil.virtual_memory() total - available",
+        _one("memory_used_bytes"),
     ),
-    _spec("nvwatch_host_memory_total_bytes", _G, (), "host", "Host memory installed."),
-    _spec("nvwatch_host_load1", _G, (), "host", "One-minute load average."),
-    # --- Agent (the poller reports on every source) -------------------------------------
-    _spec(
+    MetricSpec(
+        "nvwatch_host_memory_total_bytes",
+        _G,
+        "Host memory installed.",
+        Scope.HOST,
+        "psutil.virtual_memory().total",
+        _one("memory_total_bytes"),
+    ),
+    MetricSpec(
+        "nvwatch_host_load1",
+        _G,
+        "One-minute load average.",
+        Scope.HOST,
+        "psutil.getloadavg()[0]",
+        _one("load1"),
+    ),
+)
+
+AGENT_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
         "nvwatch_agent_build_info",
         _G,
-        ("version",),
-        "agent",
         "nvwatch build; value is always 1.",
+        Scope.AGENT,
+        "agent.__version__",
+        (Series(1.0, (_F("version"),)),),
+        own_labels=("version",),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_agent_source_up",
         _G,
-        ("source",),
-        "agent",
         "1 if the source's last poll succeeded, 0 if it failed, timed out or is unavailable.",
+        Scope.SOURCE,
+        "the poller's record of the source's last poll (agent/poller.py)",
+        _one("up"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_agent_poll_duration_seconds",
         _G,
-        ("source",),
-        "agent",
         "Wall time of the source's last poll.",
+        Scope.SOURCE,
+        "the poller's clock around the source's collect()",
+        _one("duration_seconds"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_agent_source_errors_total",
         _C,
-        ("source",),
-        "agent",
         "Failed polls of the source since the agent started.",
+        Scope.SOURCE,
+        "the poller's count of failed or timed-out polls",
+        _one("errors_total"),
     ),
-    _spec(
+    MetricSpec(
         "nvwatch_agent_last_poll_timestamp_seconds",
         _G,
-        (),
-        "agent",
         "Unix time the last poll cycle completed; the age of the data served.",
+        Scope.AGENT,
+        "time.time() when the poll cycle completed",
+        _one("completed_at"),
     ),
+)
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    *GPU_METRICS,
+    *NVLINK_METRICS,
+    *INFINIBAND_METRICS,
+    *HOST_METRICS,
+    *AGENT_METRICS,
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
@@ -478,3 +861,8 @@ BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
 def spec(name: str) -> MetricSpec:
     """The catalogue entry for `name`; KeyError for a family the contract does not know."""
     return BY_NAME[name]
+
+
+def of_scope(*scopes: Scope) -> tuple[MetricSpec, ...]:
+    """Catalogue entries of these scopes, in catalogue order (the exposition's order)."""
+    return tuple(s for s in CATALOGUE if s.scope in scopes)

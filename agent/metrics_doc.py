@@ -5,7 +5,7 @@ python -m agent.metrics_doc > docs/metrics.md
 
 from __future__ import annotations
 
-from agent.catalogue import CATALOGUE
+from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
@@ -14,6 +14,18 @@ _SECTIONS = (
     ("nvwatch_host_", "Host"),
     ("nvwatch_agent_", "Agent"),
 )
+
+# The class whose attribute a Series names, per scope (as a reader looks it up).
+_SAMPLE_CLASS = {
+    Scope.GPU: "GpuSample",
+    Scope.PROCESS: "ProcessSample",
+    Scope.NVLINK: "NvLinkSample",
+    Scope.IB_DEVICE: "InfinibandDevice",
+    Scope.IB_PORT: "InfinibandPort",
+    Scope.HOST: "HostSample",
+    Scope.SOURCE: "SourceStatus",
+    Scope.AGENT: "AgentState",
+}
 
 _HEADER = """# Metrics reference
 
@@ -24,6 +36,13 @@ Conventions: base units (bytes, seconds, watts, joules, celsius, hertz, ratios 0
 counters end in `_total`; every per-GPU series carries `gpu` (NVML index) and `uuid`;
 a value the hardware does not support is absent, never 0; a GPU that stops answering
 keeps `nvwatch_gpu_up 0` and loses its other series.
+
+Under each metric, a list says where its value comes from: the NVML call or field
+id, the sysfs file or the psutil call (*origin*); the sample attribute that carries it
+through the agent (*sample*, on the class named: `agent/sources/nvml/samples.py`,
+`agent/sources/infiniband.py`, `agent/sources/host.py`, `agent/poller.py`); the
+`nvidia-smi --query-gpu` field it must agree with (checked by `python -m
+agent.nvsmi_compare` on a real GPU); and when it is absent.
 """
 
 
@@ -31,16 +50,50 @@ def render() -> str:
     lines = [_HEADER]
     for prefix, title in _SECTIONS:
         lines.append(f"\n## {title}\n")
-        lines.append("| metric | type | unit | labels | meaning |")
-        lines.append("|---|---|---|---|---|")
         for spec in CATALOGUE:
-            if not spec.name.startswith(prefix):
-                continue
-            labels = ", ".join(f"`{label}`" for label in spec.labels) or "–"
-            meaning = spec.help.replace("|", "\\|")
-            unit = spec.unit or "–"
-            lines.append(f"| `{spec.name}` | {spec.type.value} | {unit} | {labels} | {meaning} |")
+            if spec.name.startswith(prefix):
+                lines.extend(_entry(spec))
     return "\n".join(lines) + "\n"
+
+
+def _entry(spec: MetricSpec) -> list[str]:
+    labels = ", ".join(f"`{label}`" for label in spec.labels) or "–"
+    rows = [
+        f"### `{spec.name}`\n",
+        f"{_cell(spec.help)}\n",
+        "| type | unit | labels |",
+        "|---|---|---|",
+        f"| {spec.type.value} | {spec.unit or '–'} | {labels} |\n",
+        f"- origin: {_cell(spec.origin)}",
+        f"- sample: {_samples(spec)}",
+    ]
+    smi = [s.nvidia_smi.query for s in spec.series if s.nvidia_smi is not None]
+    if smi:
+        rows.append("- nvidia-smi: " + ", ".join(f"`{q}`" for q in smi))
+    if spec.when:
+        rows.append(f"- absent: {_cell(spec.when)}")
+    rows.append("")
+    return rows
+
+
+def _samples(spec: MetricSpec) -> str:
+    owner = _SAMPLE_CLASS[spec.scope]
+    return "; ".join(_series_text(spec, owner, s) for s in spec.series)
+
+
+def _series_text(spec: MetricSpec, owner: str, series: Series) -> str:
+    value = f"`{owner}.{series.value}`" if isinstance(series.value, Field) else "1"
+    labels = [
+        f"{name} from `{owner}.{v}`" if isinstance(v, Field) else f'{name}="{v}"'
+        for name, v in zip(spec.own_labels, series.labels, strict=False)
+    ]
+    if series.each:
+        labels.append(f"{spec.own_labels[-1]} from each key")
+    return value + (f" ({', '.join(labels)})" if labels else "")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 if __name__ == "__main__":

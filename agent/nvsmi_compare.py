@@ -5,7 +5,8 @@
 Each row pairs one catalogue series with the nvidia-smi field it must agree with, the
 unit conversion between them, and a tolerance: instantaneous readings (power, clocks,
 utilization) are sampled at slightly different moments, so they get a sampling margin;
-static values (memory total, limits, link width) must match exactly.
+static values (memory total, limits, link width) must match exactly. The pairs are the
+`NvidiaSmi` entries of agent/catalogue.py: one table for the metric and its check.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-MIB = 1024 * 1024
+from agent.catalogue import CATALOGUE
 
 
 @dataclass(frozen=True)
@@ -33,30 +34,24 @@ class Pairing:
     relative: float = 0.0  # or this fraction of the value, whichever is larger
 
 
-PAIRINGS = (
-    Pairing("memory.total", "nvwatch_gpu_memory_total_bytes", {}, MIB, MIB),
-    Pairing("memory.used", "nvwatch_gpu_memory_used_bytes", {}, MIB, 64 * MIB, 0.02),
-    Pairing("power.draw", "nvwatch_gpu_power_watts", {}, 1.0, 15.0, 0.1),
-    Pairing("enforced.power.limit", "nvwatch_gpu_power_limit_watts", {}, 1.0, 0.5),
-    Pairing("power.default_limit", "nvwatch_gpu_power_tdp_watts", {}, 1.0, 0.5),
-    Pairing("temperature.gpu", "nvwatch_gpu_temperature_celsius", {"sensor": "gpu"}, 1.0, 2.0),
-    Pairing(
-        "temperature.memory", "nvwatch_gpu_temperature_celsius", {"sensor": "memory"}, 1.0, 2.0
-    ),
-    Pairing("clocks.sm", "nvwatch_gpu_clock_hertz", {"clock": "sm"}, 1e6, 60e6, 0.05),
-    Pairing("clocks.mem", "nvwatch_gpu_clock_hertz", {"clock": "memory"}, 1e6, 1e6),
-    Pairing("clocks.max.sm", "nvwatch_gpu_clock_max_hertz", {"clock": "sm"}, 1e6, 1e6),
-    Pairing("utilization.gpu", "nvwatch_gpu_utilization_ratio", {}, 0.01, 0.15),
-    Pairing("pcie.link.gen.max", "nvwatch_gpu_pcie_link_generation", {"kind": "max"}, 1, 0),
-    Pairing("pcie.link.width.max", "nvwatch_gpu_pcie_link_width", {"kind": "max"}, 1, 0),
-    Pairing(
-        "ecc.errors.uncorrected.volatile.total",
-        "nvwatch_gpu_ecc_errors_total",
-        {"type": "uncorrected", "scope": "volatile"},
-        1,
-        0,
-    ),
-)
+def pairings() -> tuple[Pairing, ...]:
+    """Every catalogue series that names an nvidia-smi field, in catalogue order."""
+    found: list[Pairing] = []
+    for metric in CATALOGUE:
+        for series in metric.series:
+            smi = series.nvidia_smi
+            if smi is None:
+                continue
+            # the series' own literal labels select it (sensor="gpu", clock="sm", ...)
+            own = dict(zip(metric.own_labels, series.labels, strict=True))
+            labels = {k: v for k, v in own.items() if isinstance(v, str)}
+            found.append(
+                Pairing(smi.query, metric.name, labels, smi.scale, smi.tolerance, smi.relative)
+            )
+    return tuple(found)
+
+
+PAIRINGS = pairings()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ from prometheus_client.openmetrics.exposition import (
 )
 
 from agent import __version__
+from agent.catalogue import Scope, of_scope
 from agent.exposition.families import FamilySet
+from agent.exposition.series import emit_all
 from agent.poller import Snapshot
 
 # Explicit, not prometheus_client's CONTENT_TYPE_LATEST (1.0.0 in recent releases), so
@@ -34,23 +36,22 @@ OPENMETRICS_TYPE = OPENMETRICS_CONTENT_TYPE
 
 Renderer = Callable[[object, FamilySet], None]
 
-# source -> (module of its sample type, sample type, module of its renderer). Resolved on
-# first use per source, so a broken import in one source's code only fails that source.
+# source -> (module of its sample type, sample type, module of its renderer). Imported on
+# use, so a broken import in one source's code only fails that source; import_module is a
+# sys.modules lookup after the first time, so no cache of our own is needed.
 _RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
     "host": ("agent.sources.host", "HostSample", "agent.exposition.host"),
     "nvml": ("agent.sources.nvml.samples", "NvmlSample", "agent.exposition.gpu"),
     "infiniband": ("agent.sources.infiniband", "InfinibandSample", "agent.exposition.infiniband"),
 }
-_resolved: dict[str, tuple[type, Renderer]] = {}
+_AGENT_SPECS = of_scope(Scope.AGENT, Scope.SOURCE)
 
 
 def _renderer(source: str) -> tuple[type, Renderer]:
-    if source not in _resolved:
-        sample_module, sample_name, render_module = _RENDERER_TABLE[source]
-        sample_type = getattr(importlib.import_module(sample_module), sample_name)
-        render = importlib.import_module(render_module).render
-        _resolved[source] = (sample_type, render)
-    return _resolved[source]
+    sample_module, sample_name, render_module = _RENDERER_TABLE[source]
+    sample_type = getattr(importlib.import_module(sample_module), sample_name)
+    render: Renderer = importlib.import_module(render_module).render
+    return sample_type, render
 
 
 def prepare(source: str, sample: object) -> FamilySet:
@@ -67,15 +68,20 @@ def prepare(source: str, sample: object) -> FamilySet:
     return out
 
 
+@dataclass(frozen=True)
+class AgentState:
+    """What the agent-scope families read: the build and the end of the poll cycle."""
+
+    version: str
+    completed_at: float
+
+
 def agent_families(snapshot: Snapshot) -> FamilySet:
     out = FamilySet()
-    out.add("nvwatch_agent_build_info", {"version": __version__}, 1)
-    for name, status in snapshot.sources.items():
-        labels = {"source": name}
-        out.add("nvwatch_agent_source_up", labels, 1 if status.up else 0)
-        out.add("nvwatch_agent_poll_duration_seconds", labels, status.duration_seconds)
-        out.add("nvwatch_agent_source_errors_total", labels, status.errors_total)
-    out.add("nvwatch_agent_last_poll_timestamp_seconds", {}, snapshot.completed_at)
+    agent = [((), AgentState(__version__, snapshot.completed_at))]
+    sources = [((name,), status) for name, status in snapshot.sources.items()]
+    for spec in _AGENT_SPECS:
+        emit_all((spec,), agent if spec.scope is Scope.AGENT else sources, out)
     return out
 
 

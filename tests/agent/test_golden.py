@@ -21,6 +21,8 @@ from agent.sim import nvml_lib
 from agent.sim.clock import ManualClock
 from agent.sim.node import SimulatedNode
 from agent.sim.profiles import PROFILES
+from agent.sources import Source
+from agent.sources.host import HostSource
 from agent.sources.infiniband import InfinibandSource
 from agent.sources.nvml.source import NvmlSource
 from tests.conftest import require_tool
@@ -43,14 +45,17 @@ def _metric_name(line: str) -> str:
     return line.split("{")[0].split(" ")[0]
 
 
-def _exposition(profile: str, tmp_path: Path) -> str:
+def render_profile(profile: str, tmp_path: Path, *, with_host: bool = False) -> str:
+    """The whole exposition of a simulated `profile` after two polls a minute apart."""
     clock = ManualClock(0.0)
     node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=tmp_path)
     nvml_lib.install(node.nvml)
     # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
     # and real time between two quick polls would make that a coin toss
     nvml = NvmlSource(clock=clock)
-    sources = [nvml, InfinibandSource(tmp_path, gpu_bus_ids=nvml.gpu_bus_ids)]
+    sources: list[Source] = [nvml, InfinibandSource(tmp_path, gpu_bus_ids=nvml.gpu_bus_ids)]
+    if with_host:  # the real host's readings: not golden, but they are part of the contract
+        sources.append(HostSource())
     poller = Poller(sources, interval=60, timeout=30, prepare=prepare)
     try:
         poller.poll_once()
@@ -61,7 +66,11 @@ def _exposition(profile: str, tmp_path: Path) -> str:
         poller.stop(timeout=2)
         node.close()
         nvml_lib.uninstall()
-    text = build_exposition(snapshot).text.decode()
+    return build_exposition(snapshot).text.decode()
+
+
+def _exposition(profile: str, tmp_path: Path) -> str:
+    text = render_profile(profile, tmp_path)
     return "".join(
         line + "\n" for line in text.splitlines() if not _metric_name(line).startswith(_VOLATILE)
     )

@@ -17,4 +17,5 @@ def test_metrics_doc_is_generated_from_the_catalogue() -> None:
 def test_every_metric_is_documented_once() -> None:
     text = render()
     for spec in CATALOGUE:
-        assert text.count(f"| `{spec.name}` |") == 1, spec.name
+        assert text.count(f"### `{spec.name}`\n") == 1, spec.name
+        assert spec.origin in text, spec.name
