@@ -74,25 +74,6 @@ EXTENDED_COUNTERS: dict[str, str] = {
 # cache lifetime in milliseconds and is writable.
 HW_COUNTER_NOT_COUNTERS = frozenset({"lifespan"})
 
-# Names the kernel prints (ib_port_state_to_str / phys_state_to_str in sysfs.c).
-PORT_STATES: dict[int, str] = {
-    0: "NOP",
-    1: "DOWN",
-    2: "INIT",
-    3: "ARMED",
-    4: "ACTIVE",
-    5: "ACTIVE_DEFER",
-}
-PHYS_STATES: dict[int, str] = {
-    1: "Sleep",
-    2: "Polling",
-    3: "Disabled",
-    4: "PortConfigurationTraining",
-    5: "LinkUp",
-    6: "LinkErrorRecovery",
-    7: "Phy Test",
-}
-
 
 class NotAValue(ValueError):
     """The text is not a value; `reason` is a short stable phrase for the once-only log."""
@@ -132,8 +113,10 @@ _STATE_RE = re.compile(r"^\s*(\d+)\s*:(.*)$", re.DOTALL)
 def parse_state(text: str) -> tuple[int, str]:
     """ports/N/state or phys_state: "4: ACTIVE", "5: LinkUp" -> (4, "ACTIVE").
 
-    The number is the contract (the kernel prints "<unknown>" names for codes it has no
-    string for); the name is kept for humans.
+    The number is the contract: the names come from the kernel's own tables
+    (ib_port_state_to_str / phys_state_to_str in drivers/infiniband/core/sysfs.c), some
+    contain spaces ("7: Phy Test"), and codes it has no name for print as "<unknown>".
+    So the name is kept for humans and never looked up.
     """
     match = _STATE_RE.match(text)
     if match is None:

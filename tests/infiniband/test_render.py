@@ -2,48 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-
 from agent.catalogue import CATALOGUE
-from agent.exposition.families import FamilySet
-from agent.exposition.infiniband import render
 from agent.sim.clock import ManualClock
 from agent.sim.fabric import SimulatedFabric
 from agent.sources.infiniband import InfinibandSample, InfinibandSource
 
+from .exposition import scrape, value
 from .sysfs_tree import add_device, add_pci_device, healthy_port, link_hca
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-class _Collector:
-    def __init__(self, families: FamilySet) -> None:
-        self._families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
-
-
-def _scrape(sample: InfinibandSample) -> tuple[str, Samples]:
-    families = FamilySet()
-    render(sample, families)
-    registry = CollectorRegistry()
-    registry.register(_Collector(families))
-    text = generate_latest(registry).decode()
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return text, samples
-
-
-def _get(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
 
 
 def test_render_exact_values(tmp_path: Path) -> None:
@@ -72,10 +39,10 @@ def test_render_exact_values(tmp_path: Path) -> None:
         },
     )
     bus_ids = ["0000" + g[-1] for g in gpus]
-    text, samples = _scrape(InfinibandSource(tmp_path, gpu_bus_ids=lambda: bus_ids).collect())
+    text, samples = scrape(InfinibandSource(tmp_path, gpu_bus_ids=lambda: bus_ids).collect())
     port = {"device": "mlx5_0", "port": "1"}
     assert (
-        _get(
+        value(
             samples,
             "nvwatch_ib_info",
             device="mlx5_0",
@@ -87,40 +54,40 @@ def test_render_exact_values(tmp_path: Path) -> None:
         == 1
     )
     assert (
-        _get(samples, "nvwatch_ib_port_info", **port, link_layer="InfiniBand", nearest_gpus="0,1")
+        value(samples, "nvwatch_ib_port_info", **port, link_layer="InfiniBand", nearest_gpus="0,1")
         == 1
     )
-    assert _get(samples, "nvwatch_ib_port_state", **port) == 4
-    assert _get(samples, "nvwatch_ib_port_physical_state", **port) == 5
-    assert _get(samples, "nvwatch_ib_port_rate_bytes_per_second", **port) == 12_500_000_000
+    assert value(samples, "nvwatch_ib_port_state", **port) == 4
+    assert value(samples, "nvwatch_ib_port_physical_state", **port) == 5
+    assert value(samples, "nvwatch_ib_port_rate_bytes_per_second", **port) == 12_500_000_000
     # 4 x (2^40 + 1) = 2^42 + 4 is exact in float64
-    assert _get(samples, "nvwatch_ib_port_transmit_bytes_total", **port) == 4 * big
-    assert _get(samples, "nvwatch_ib_port_receive_bytes_total", **port) is None  # no PMA
+    assert value(samples, "nvwatch_ib_port_transmit_bytes_total", **port) == 4 * big
+    assert value(samples, "nvwatch_ib_port_receive_bytes_total", **port) is None  # no PMA
     assert "nvwatch_ib_port_receive_bytes_total" not in text
-    assert _get(samples, "nvwatch_ib_port_transmit_packets_total", **port) == 30
-    assert _get(samples, "nvwatch_ib_port_receive_packets_total", **port) == 40
-    assert _get(samples, "nvwatch_ib_port_transmit_wait_total", **port) == 4294967294
-    assert _get(samples, "nvwatch_ib_port_errors_total", **port, type="symbol") == 65535
-    assert _get(samples, "nvwatch_ib_port_errors_total", **port, type="link_downed") == 2
-    assert _get(samples, "nvwatch_ib_port_errors_total", **port, type="vl15_dropped") is None
-    assert _get(samples, "nvwatch_ib_port_hw_events_total", **port, counter="out_of_buffer") == 5
-    assert _get(samples, "nvwatch_ib_port_hw_events_total", **port, counter="lifespan") is None
+    assert value(samples, "nvwatch_ib_port_transmit_packets_total", **port) == 30
+    assert value(samples, "nvwatch_ib_port_receive_packets_total", **port) == 40
+    assert value(samples, "nvwatch_ib_port_transmit_wait_total", **port) == 4294967294
+    assert value(samples, "nvwatch_ib_port_errors_total", **port, type="symbol") == 65535
+    assert value(samples, "nvwatch_ib_port_errors_total", **port, type="link_downed") == 2
+    assert value(samples, "nvwatch_ib_port_errors_total", **port, type="vl15_dropped") is None
+    assert value(samples, "nvwatch_ib_port_hw_events_total", **port, counter="out_of_buffer") == 5
+    assert value(samples, "nvwatch_ib_port_hw_events_total", **port, counter="lifespan") is None
     saturated = "nvwatch_ib_port_reading_saturated"
-    assert _get(samples, saturated, **port, counter="symbol_error") == 1
-    assert _get(samples, saturated, **port, counter="port_xmit_wait") == 0
-    assert _get(samples, saturated, **port, counter="link_downed") == 0
-    assert _get(samples, saturated, **port, counter="VL15_dropped") is None  # unreadable
+    assert value(samples, saturated, **port, counter="symbol_error") == 1
+    assert value(samples, saturated, **port, counter="port_xmit_wait") == 0
+    assert value(samples, saturated, **port, counter="link_downed") == 0
+    assert value(samples, saturated, **port, counter="VL15_dropped") is None  # unreadable
 
 
 def test_render_without_gpu_ids_has_empty_nearest_label(tmp_path: Path) -> None:
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
-    _, samples = _scrape(InfinibandSource(tmp_path).collect())
+    _, samples = scrape(InfinibandSource(tmp_path).collect())
     labels = {"device": "mlx5_0", "port": "1", "link_layer": "InfiniBand", "nearest_gpus": ""}
-    assert _get(samples, "nvwatch_ib_port_info", **labels) == 1
+    assert value(samples, "nvwatch_ib_port_info", **labels) == 1
 
 
 def test_render_empty_sample_declares_saturation_family() -> None:
-    text, samples = _scrape(InfinibandSample(devices=()))
+    text, samples = scrape(InfinibandSample(devices=()))
     assert samples == {}
     assert "# TYPE nvwatch_ib_port_reading_saturated gauge" in text
 
@@ -128,7 +95,7 @@ def test_render_empty_sample_declares_saturation_family() -> None:
 def test_simulated_node_renders_every_ib_family(tmp_path: Path) -> None:
     fabric = SimulatedFabric("dgx-a100", tmp_path, clock=ManualClock())
     fabric.tick()
-    text, samples = _scrape(InfinibandSource(tmp_path, gpu_bus_ids=fabric.gpu_bus_ids).collect())
+    text, samples = scrape(InfinibandSource(tmp_path, gpu_bus_ids=fabric.gpu_bus_ids).collect())
     rendered = {name for name, _ in samples}
     for spec in CATALOGUE:
         if spec.source != "infiniband":

@@ -1,0 +1,44 @@
+"""Render an InfinibandSample the way the agent does and parse the text back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.exposition.families import FamilySet
+from agent.exposition.infiniband import render
+from agent.sources.infiniband import InfinibandSample
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+class _Collector:
+    # the same wrapper as agent.exposition.render's private _Families; kept here until
+    # that module offers one publicly
+    def __init__(self, families: FamilySet) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def scrape(sample: InfinibandSample) -> tuple[str, Samples]:
+    """The text exposition of `sample`, and its samples by (name, labels)."""
+    families = FamilySet()
+    render(sample, families)
+    registry = CollectorRegistry()
+    registry.register(_Collector(families))
+    text = generate_latest(registry).decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return text, samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    """The sample's value, or None when the exposition has no such series."""
+    return samples.get((name, frozenset(labels.items())))
