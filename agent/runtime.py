@@ -21,7 +21,7 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
             raise ConfigError("--scenario needs --simulate PROFILE")
         yield config
         return
-    from agent.sim import nvml_lib
+    from agent.sim import nvml as sim_nvml
     from agent.sim.node import SimulatedNode
     from agent.sim.profiles import UnknownProfile
 
@@ -29,10 +29,10 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
         node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed)
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
-    nvml_lib.install(node.nvml)
+    sim_nvml.install(node.nvml)
     node.start(interval=min(1.0, config.interval))
     try:
         yield dataclasses.replace(config, sysfs_root=node.sysfs_root)
     finally:
         node.close()
-        nvml_lib.uninstall()
+        sim_nvml.uninstall()

@@ -61,14 +61,14 @@ class Harness:
     """One simulated node and an agent polling it; use as `with simulated_agent(...)`."""
 
     def __init__(self, profile: str, nvlink_detail: str, sources: tuple[str, ...]) -> None:
-        from agent.sim import nvml_lib
+        from agent.sim import nvml as sim_nvml
         from agent.sim.node import SimulatedNode
 
         self.profile = profile
         self.clock = ManualClock(1000.0)
         self._root = scratch_dir(f"nvwatch-bench-{profile}-")
         self.node = SimulatedNode(profile, clock=self.clock, sysfs_root=self._root)
-        nvml_lib.install(self.node.nvml)
+        sim_nvml.install(self.node.nvml)
         self.config = AgentConfig(
             sources=sources, sysfs_root=self.node.sysfs_root, nvlink_detail=nvlink_detail
         )
@@ -136,13 +136,13 @@ class Harness:
         return count_samples(self.exposition.text)
 
     def close(self) -> None:
-        from agent.sim import nvml_lib
+        from agent.sim import nvml as sim_nvml
 
         try:
             self.poller.stop(timeout=2.0)
         finally:
             self.node.close()
-            nvml_lib.uninstall()
+            sim_nvml.uninstall()
             shutil.rmtree(self._root, ignore_errors=True)
 
 

@@ -41,7 +41,7 @@ def simulate_exec(profile: str, scenario: str | None, command: tuple[str, ...]) 
     Any pynvml-based tool or script in COMMAND sees the simulated GPUs, e.g.
     `nvwatch simulate exec --profile dgx-h100 -- python my_script.py`.
     """
-    from agent.sim.nvml_lib import exec_environment
+    from agent.sim.nvml import exec_environment
 
     try:
         get_profile(profile)

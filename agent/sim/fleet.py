@@ -38,7 +38,7 @@ from agent.app import Agent
 from agent.config import AgentConfig, ScenarioSpec
 from agent.exposition.render import Exposition
 from agent.server import Health, MetricsServer
-from agent.sim import nvml_lib
+from agent.sim import nvml as sim_nvml
 from agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
@@ -220,7 +220,7 @@ class Fleet:
         self._started = True
         # one library for the whole process; each node's threads find their own through
         # the context they were created in
-        nvml_lib.install(nvml_lib.DispatchingNvml())
+        sim_nvml.install(sim_nvml.DispatchingNvml())
         self._root = Path(tempfile.mkdtemp(prefix="nvwatch-fleet-"))
         try:
             for spec in self.specs:
@@ -261,7 +261,7 @@ class Fleet:
         def build() -> Agent:
             # everything created in here (the poller's threads, the XID listener they
             # start) inherits this binding
-            nvml_lib.bind(sim.nvml)
+            sim_nvml.bind(sim.nvml)
             return Agent(config, build_sources(config))
 
         agent = contextvars.Context().run(build)
@@ -332,7 +332,7 @@ class Fleet:
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
-        nvml_lib.uninstall()
+        sim_nvml.uninstall()
 
     def __enter__(self) -> Fleet:
         self.start()

@@ -1,7 +1,8 @@
 """Physical state and dynamics of one simulated GPU.
 
-The simulated NVML library (`agent.sim.nvml_lib`) reads everything it reports from a
-`SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. State moves
+The simulated NVML library (`agent.sim.nvml`) reads everything it reports from a
+`SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. The records
+it integrates (links, ECC, events, activity) are in `agent.sim.gpu_state`. State moves
 only in `step()`, which integrates up to a given time in bounded sub-steps, so a clock
 jump of an hour costs a few hundred cheap iterations and stays stable.
 
@@ -25,8 +26,18 @@ import hashlib
 import math
 import uuid as uuid_module
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from agent.sim.gpu_state import (
+    EVENT_XID,
+    REASON_GPU_IDLE,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    Activity,
+    EccState,
+    GpuEvent,
+    LinkState,
+)
 from agent.sim.profiles import GIB, MIB, GpuModel, LinkEnd
 from agent.sim.workload import Workload
 
@@ -41,84 +52,9 @@ THERMAL_GAIN_PER_C = 0.10
 MIN_CLOCK_FACTOR = 0.25  # the driver does not go below ~ a quarter of the boost clock
 HBM_OFFSET_C = 4.0  # ~ HBM stacks read a few degrees above the GPU die under load
 
-# Clock-event / throttle reason bits (NVML header, nvmlClocksEventReason*).
-REASON_GPU_IDLE = 0x1
-REASON_APPLICATIONS_CLOCKS = 0x2
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SYNC_BOOST = 0x10
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
-REASON_DISPLAY_CLOCKS = 0x100
-
 # PCIe per-lane payload rate in bytes/s after line coding (PCI-SIG: 8 GT/s 128b/130b for
 # Gen3, doubling each generation).
 PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6}
-
-NVLINK_ERROR_KINDS = ("replay", "recovery", "crc_flit", "crc_data", "ecc")
-
-
-@dataclass
-class LinkState:
-    """One NVLink link of this GPU."""
-
-    end: LinkEnd
-    up: bool = True
-    tx_bytes: float = 0.0
-    rx_bytes: float = 0.0
-    # expected error counts (floats; NVML reports the integer part)
-    errors: dict[str, float] = field(default_factory=lambda: dict.fromkeys(NVLINK_ERROR_KINDS, 0.0))
-    error_rates: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(NVLINK_ERROR_KINDS, 0.0)
-    )
-
-
-@dataclass
-class EccState:
-    corrected_volatile: int = 0
-    uncorrected_volatile: int = 0
-    corrected_aggregate: int = 0
-    uncorrected_aggregate: int = 0
-    corrected_rate_per_s: float = 0.0  # single-bit errors trickling in
-    _corrected_carry: float = 0.0
-    retired_sbe: list[tuple[int, float]] = field(default_factory=list)  # (address, time)
-    retired_dbe: list[tuple[int, float]] = field(default_factory=list)
-    retired_pending: bool = False
-    remapped_correctable: int = 0
-    remapped_uncorrectable: int = 0
-    remap_pending: bool = False
-    remap_failure: bool = False
-
-
-EVENT_DOUBLE_BIT_ECC = 0x2  # nvmlEventTypeDoubleBitEccError
-EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
-
-
-@dataclass(frozen=True)
-class GpuEvent:
-    """Something NVML delivers through nvmlEventSetWait: type bit and its data (the XID)."""
-
-    gpu: int
-    event_type: int
-    data: int
-    time: float
-
-
-@dataclass(frozen=True)
-class Activity:
-    """Cumulative activity integrals (fraction x seconds), for GPM sample deltas."""
-
-    time: float
-    sm_active: float
-    sm_occupancy: float
-    tensor_active: float
-    dram_active: float
-    graphics_active: float
-    pcie_tx_bytes: float
-    pcie_rx_bytes: float
-    nvlink_tx_bytes: float
-    nvlink_rx_bytes: float
 
 
 def _stable_digest(*parts: object) -> bytes:
@@ -345,16 +281,25 @@ class SimulatedGpu:
         # so everything scheduled up to the clock has happened when a call returns
         for hook in self.scenario_hooks:
             hook(self, t1 - self.start_time)
-        model = self.model
-        workload = self.workload
         if self.lost:
             intensity = util = comm = 0.0
         else:
             # only inference load differs per GPU; training GPUs share one computation
-            key = self.index if workload.kind == "inference" else -1
-            intensity, util, comm = _workload_means(workload, key, t0, t1)
-        demand = intensity * (model.tdp_watts - model.idle_watts)
+            key = self.index if self.workload.kind == "inference" else -1
+            intensity, util, comm = _workload_means(self.workload, key, t0, t1)
+        self._integrate_power(dt, intensity, util)
+        self.time = t1
+        # activity integrals for GPM (~ shares of busy time, typical of LLM training)
+        busy = intensity * self.clock_factor
+        for i, share in enumerate((0.92, 0.45, 0.70, 0.55, 1.0)):
+            self._activity[i] += (util if i == 4 else busy * share) * dt
+        self._integrate_traffic(dt, util, comm)
+        self.ecc.trickle(dt)
 
+    def _integrate_power(self, dt: float, intensity: float, util: float) -> None:
+        """Temperature, power, clocks, energy, reasons and violation times over `dt`."""
+        model = self.model
+        demand = intensity * (model.tdp_watts - model.idle_watts)
         # temperature: exact relaxation towards the closed-loop steady state
         target = self._steady_temperature(demand)
         alpha = 1.0 - math.exp(-dt / model.thermal_time_constant_s)
@@ -363,7 +308,6 @@ class SimulatedGpu:
         self.power_w = power
         self.clock_factor = factor if demand > 0 else 1.0
         self.energy_mj += power * dt * 1000.0
-        self.time = t1
         self._update_reasons(util, capped=capped)
         ns = dt * 1e9
         if capped:
@@ -373,11 +317,9 @@ class SimulatedGpu:
         if util < 0.01:
             self.low_util_violation_ns += ns
 
-        # activity integrals for GPM (~ shares of busy time, typical of LLM training)
-        busy = intensity * self.clock_factor
-        for i, share in enumerate((0.92, 0.45, 0.70, 0.55, 1.0)):
-            self._activity[i] += (util if i == 4 else busy * share) * dt
-
+    def _integrate_traffic(self, dt: float, util: float, comm: float) -> None:
+        """PCIe and NVLink byte counters, PCIe replays and NVLink errors over `dt`."""
+        model = self.model
         # PCIe: input pipeline traffic ~ 5% of the link in, 1% out while computing
         lanes = PCIE_LANE_BYTES_PER_S[model.pcie_generation] * model.pcie_width
         self.pcie_rx_rate = 0.05 * util * lanes
@@ -385,7 +327,6 @@ class SimulatedGpu:
         self.pcie_rx_bytes += self.pcie_rx_rate * dt
         self.pcie_tx_bytes += self.pcie_tx_rate * dt
         self.pcie_replays += self.pcie_replay_rate_per_s * dt
-
         # NVLink: all-reduce traffic is symmetric, each live link carries its share
         for link in self.links:
             if link.up:
@@ -396,21 +337,10 @@ class SimulatedGpu:
                 if rate:
                     link.errors[kind] += rate * dt
 
-        if self.ecc.corrected_rate_per_s:
-            self.ecc._corrected_carry += self.ecc.corrected_rate_per_s * dt
-            whole = int(self.ecc._corrected_carry)
-            if whole:
-                self.ecc._corrected_carry -= whole
-                self.add_ecc_errors(corrected=whole)
-
     # --- ECC helpers used by scenarios ---------------------------------------------
 
     def add_ecc_errors(self, *, corrected: int = 0, uncorrected: int = 0) -> None:
-        ecc = self.ecc
-        ecc.corrected_volatile += corrected
-        ecc.corrected_aggregate += corrected
-        ecc.uncorrected_volatile += uncorrected
-        ecc.uncorrected_aggregate += uncorrected
+        self.ecc.add_errors(corrected=corrected, uncorrected=uncorrected)
 
     def retire_page(self, *, double_bit: bool) -> None:
         """Record a bad DRAM location: page retirement before Ampere, row remap after."""

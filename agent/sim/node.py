@@ -18,7 +18,7 @@ from pathlib import Path
 
 from agent.config import ScenarioSpec
 from agent.sim.fabric import IB_SCENARIOS, SimulatedFabric
-from agent.sim.nvml_lib import SimulatedNvml
+from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
 from agent.sim.scenarios import GPU_SCENARIOS
 from agent.sim.workload import Workload

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.sim.gpu_model import AMBIENT_C, EVENT_DOUBLE_BIT_ECC, SimulatedGpu
+from agent.sim.gpu_model import AMBIENT_C, SimulatedGpu
+from agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
 
 GPU_SCENARIOS: tuple[str, ...] = (
     "healthy-training",

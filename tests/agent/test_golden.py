@@ -17,7 +17,7 @@ import pytest
 
 from agent.exposition.render import build_exposition, prepare
 from agent.poller import Poller
-from agent.sim import nvml_lib
+from agent.sim import nvml as sim_nvml
 from agent.sim.clock import ManualClock
 from agent.sim.node import SimulatedNode
 from agent.sim.profiles import PROFILES
@@ -49,7 +49,7 @@ def render_profile(profile: str, tmp_path: Path, *, with_host: bool = False) -> 
     """The whole exposition of a simulated `profile` after two polls a minute apart."""
     clock = ManualClock(0.0)
     node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=tmp_path)
-    nvml_lib.install(node.nvml)
+    sim_nvml.install(node.nvml)
     # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
     # and real time between two quick polls would make that a coin toss
     nvml = NvmlSource(clock=clock)
@@ -65,7 +65,7 @@ def render_profile(profile: str, tmp_path: Path, *, with_host: bool = False) -> 
     finally:
         poller.stop(timeout=2)
         node.close()
-        nvml_lib.uninstall()
+        sim_nvml.uninstall()
     return build_exposition(snapshot).text.decode()
 
 

@@ -149,14 +149,14 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
 
 
 def test_real_nvml_code_path_on_the_simulated_library() -> None:
-    from agent.sim import nvml_lib
-    from agent.sim.nvml_lib import SimulatedNvml
+    from agent.sim import nvml as sim_nvml
+    from agent.sim.nvml import SimulatedNvml
 
-    nvml_lib.install(SimulatedNvml("dgx1-v100"))
+    sim_nvml.install(SimulatedNvml("dgx1-v100"))
     try:
         real = measure_real_nvml(polls=2, time_limit=20.0)
     finally:
-        nvml_lib.uninstall()
+        sim_nvml.uninstall()
     assert len(real.gpus) == 8
     assert all(links > 0 for links in real.links_per_gpu)
     for timing in (real.source_poll, real.batched, real.per_field, real.per_call):

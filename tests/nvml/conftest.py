@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from agent.sim import nvml_lib
+from agent.sim import nvml as sim_nvml
 from agent.sim.clock import ManualClock
 from agent.sources.nvml import NvmlSource
 
@@ -16,7 +16,7 @@ START = 1000.0
 class Node:
     """One simulated node: its library, the clock it shares with the source, the source."""
 
-    def __init__(self, lib: nvml_lib.SimulatedNvml, clock: ManualClock) -> None:
+    def __init__(self, lib: sim_nvml.SimulatedNvml, clock: ManualClock) -> None:
         self.lib = lib
         self.clock = clock
         self.sources: list[NvmlSource] = []
@@ -39,14 +39,14 @@ def node() -> Iterator[NodeFactory]:
         profile: str,
         scenario: str | None = None,
         gpu_scenarios: Mapping[int, str] | None = None,
-        wrap: Callable[[nvml_lib.SimulatedNvml], object] | None = None,
+        wrap: Callable[[sim_nvml.SimulatedNvml], object] | None = None,
         seed: int = 0,
     ) -> Node:
         clock = ManualClock(START)
-        lib = nvml_lib.SimulatedNvml(
+        lib = sim_nvml.SimulatedNvml(
             profile, scenario=scenario, gpu_scenarios=gpu_scenarios, seed=seed, clock=clock
         )
-        nvml_lib.install(wrap(lib) if wrap is not None else lib)
+        sim_nvml.install(wrap(lib) if wrap is not None else lib)
         made.append(Node(lib, clock))
         return made[-1]
 
@@ -56,4 +56,4 @@ def node() -> Iterator[NodeFactory]:
         for n in made:
             for source in n.sources:
                 source.close()
-        nvml_lib.uninstall()
+        sim_nvml.uninstall()

@@ -10,7 +10,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.sim import nvml_lib
+from agent.sim import nvml as sim_nvml
 from agent.sim.clock import ManualClock
 from agent.sources import SourceUnavailable
 from agent.sources.nvml import NvmlSource
@@ -21,7 +21,7 @@ from tests.nvml.helpers import CountingNvml, exposition, names_for_gpu, poll
 def test_no_library_is_unavailable_with_a_reason_and_backs_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    nvml_lib.uninstall()  # this machine has no libnvidia-ml: a plain nvmlInit fails
+    sim_nvml.uninstall()  # this machine has no libnvidia-ml: a plain nvmlInit fails
     attempts = []
     real_init = pynvml.nvmlInit
 
@@ -46,20 +46,20 @@ def test_no_library_is_unavailable_with_a_reason_and_backs_off(
 
 
 def test_recovers_once_the_library_appears() -> None:
-    nvml_lib.uninstall()
+    sim_nvml.uninstall()
     clock = ManualClock(0.0)
     source = NvmlSource(clock=clock)
     try:
         with pytest.raises(SourceUnavailable):
             source.collect()
-        nvml_lib.install(nvml_lib.SimulatedNvml("inference-t4", clock=clock))
+        sim_nvml.install(sim_nvml.SimulatedNvml("inference-t4", clock=clock))
         with pytest.raises(SourceUnavailable):
             source.collect()  # still inside the back-off: NVML not asked again
         clock.advance(1.0)
         assert [g.up for g in source.collect().gpus] == [True] * 4
     finally:
         source.close()
-        nvml_lib.uninstall()
+        sim_nvml.uninstall()
 
 
 def test_random_faults_never_escape_collect(node: NodeFactory) -> None:
@@ -76,11 +76,11 @@ def test_random_faults_never_escape_collect(node: NodeFactory) -> None:
         pynvml.NVML_ERROR_NO_DATA,
         12345,  # a code this pynvml does not know
     )
-    faults: list[nvml_lib.FaultInjectingNvml] = []
+    faults: list[sim_nvml.FaultInjectingNvml] = []
     for seed in range(4):
 
         def wrap(lib: object, seed: int = seed) -> object:
-            faults.append(nvml_lib.FaultInjectingNvml(lib, rate=0.1, seed=seed, codes=codes))
+            faults.append(sim_nvml.FaultInjectingNvml(lib, rate=0.1, seed=seed, codes=codes))
             return faults[-1]
 
         n = node("dgx1-v100", wrap=wrap, seed=seed)
@@ -102,7 +102,7 @@ def test_random_faults_never_escape_collect(node: NodeFactory) -> None:
 class _FaultsOnOneGpu:
     """Fails a fraction of the calls made with one GPU's handle; the others untouched."""
 
-    def __init__(self, inner: nvml_lib.SimulatedNvml, victim: int, rate: float, seed: int) -> None:
+    def __init__(self, inner: sim_nvml.SimulatedNvml, victim: int, rate: float, seed: int) -> None:
         self.inner = inner
         self.victim = inner.handle_address(victim)
         self.rate = rate
@@ -153,7 +153,7 @@ def test_faults_on_one_gpu_leave_the_others_fully_served(node: NodeFactory) -> N
 def test_lost_gpu_comes_back_with_all_series(node: NodeFactory) -> None:
     wrapper: list[_FaultsOnOneGpu] = []
 
-    def wrap(lib: nvml_lib.SimulatedNvml) -> object:
+    def wrap(lib: sim_nvml.SimulatedNvml) -> object:
         wrapper.append(_FaultsOnOneGpu(lib, victim=1, rate=1.0, seed=0))
         wrapper[-1].codes = (pynvml.NVML_ERROR_GPU_IS_LOST,)
         wrapper[-1].rate = 0.0
@@ -192,7 +192,7 @@ def test_not_supported_is_asked_once_per_reprobe_interval(node: NodeFactory) -> 
 def test_counters_never_go_down(node: NodeFactory) -> None:
     n = node(
         "dgx1-v100",
-        wrap=lambda lib: nvml_lib.FaultInjectingNvml(lib, rate=0.03, seed=7),
+        wrap=lambda lib: sim_nvml.FaultInjectingNvml(lib, rate=0.03, seed=7),
         gpu_scenarios={1: "nvlink-degraded", 2: "ecc-dbe", 3: "thermal-runaway"},
     )
     source = n.source()

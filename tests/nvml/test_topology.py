@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sim import nvml_lib
+from agent.sim import nvml as sim_nvml
 from agent.sim.fabric import SimulatedFabric
 from agent.sim.profiles import get_profile, pci_path
 from agent.sources import SourceUnavailable
@@ -65,6 +65,6 @@ def test_pcie_only_system_and_nvml_fallback(node: NodeFactory, tmp_path: Path) -
 
 
 def test_without_nvml_topology_is_unavailable(tmp_path: Path) -> None:
-    nvml_lib.uninstall()
+    sim_nvml.uninstall()
     with pytest.raises(SourceUnavailable, match="NVML"):
         build_topology(tmp_path)

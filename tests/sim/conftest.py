@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from agent.sim.clock import ManualClock
-from agent.sim.nvml_lib import SimulatedNvml, install, uninstall
+from agent.sim.nvml import SimulatedNvml, install, uninstall
 
 
 @pytest.fixture(autouse=True)

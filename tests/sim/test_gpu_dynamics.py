@@ -11,7 +11,7 @@ import pytest
 
 from agent.sim.clock import ManualClock
 from agent.sim.gpu_model import AMBIENT_C
-from agent.sim.nvml_lib import SimulatedNvml, install, uninstall
+from agent.sim.nvml import SimulatedNvml, install, uninstall
 from agent.sim.profiles import H100_SXM5_80
 from agent.sim.workload import Workload
 

@@ -13,7 +13,7 @@ import pynvml
 import pytest
 
 from agent.sim.clock import ManualClock
-from agent.sim.nvml_lib import (
+from agent.sim.nvml import (
     DispatchingNvml,
     FaultInjectingNvml,
     SimulatedNvml,

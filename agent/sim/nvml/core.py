@@ -1,0 +1,209 @@
+"""What every simulated NVML call shares: the node's GPUs, its clock, handles, the lock.
+
+`NvmlCore` holds the state; the area modules (system, identity, memory, ...) are mixins
+that subclass it and add the C functions of their area, and `agent.sim.nvml.library`
+composes them into `SimulatedNvml`. `lib_call` and `device_call` turn a method into a
+C entry point: they take the lock, refuse calls before nvmlInit, integrate the GPUs up to
+the clock (lazily, so state depends on time and not on who polls), and for device calls
+turn the handle into its `SimulatedGpu`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from agent.sim import scenarios
+from agent.sim.gpu_model import SimulatedGpu
+from agent.sim.gpu_state import Activity, GpuEvent
+from agent.sim.nvml.abi import (
+    ERROR_GPU_IS_LOST,
+    ERROR_INVALID_ARGUMENT,
+    ERROR_UNINITIALIZED,
+    address_of,
+)
+from agent.sim.profiles import Profile, get_profile
+from agent.sim.workload import Workload
+
+P = ParamSpec("P")
+L = TypeVar("L", bound="NvmlCore")
+
+# Each library gets its own 4 GiB of handle space, so a handle of one simulated node is
+# an invalid argument to another (as handles of two processes would be).
+_handle_spaces = itertools.count(1)
+
+
+@dataclasses.dataclass
+class EventSet:
+    registered: dict[int, int] = dataclasses.field(default_factory=dict)  # gpu -> mask
+    # bounded like the driver's queue: a storm must not grow memory without limit
+    queue: deque[GpuEvent] = dataclasses.field(default_factory=lambda: deque(maxlen=1024))
+
+
+class NvmlCore:
+    """The state of one simulated node's library; attributes named nvml* live in mixins."""
+
+    def __init__(
+        self,
+        profile: Profile | str,
+        *,
+        scenario: str | None = None,
+        gpu_scenarios: Mapping[int, str] | None = None,
+        workload: Workload | None = None,
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.profile = get_profile(profile) if isinstance(profile, str) else profile
+        self.scenario = scenarios.validate(scenario) if scenario is not None else None
+        per_gpu = self._checked_gpu_scenarios(gpu_scenarios or {})
+        self.workload = workload or Workload(
+            kind=scenarios.workload_kind(self.scenario or "healthy-training"), seed=seed
+        )
+        self.seed = seed
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._events_changed = threading.Condition(self._lock)
+        self._init_count = 0
+        self._time = clock()
+        # Timestamps NVML reports are CPU epoch microseconds. On the real clock, use the
+        # real epoch; on an injected clock a fixed epoch keeps runs reproducible.
+        if clock is time.monotonic:
+            self._epoch_offset = time.time() - time.monotonic()
+        else:
+            self._epoch_offset = 1_700_000_000.0
+        space = next(_handle_spaces) << 32
+        self._handle_base = space + 0x1000
+        self._next_object = itertools.count(space + 0x8000_0000, 0x10)
+        self._event_sets: dict[int, EventSet] = {}
+        self._gpm_samples: dict[int, tuple[int, Activity] | None] = {}
+        self.gpus: list[SimulatedGpu] = self._make_gpus(per_gpu)
+
+    def _checked_gpu_scenarios(self, gpu_scenarios: Mapping[int, str]) -> dict[int, str]:
+        per_gpu = dict(gpu_scenarios)
+        for index, name in per_gpu.items():
+            scenarios.validate(name)
+            if not 0 <= index < self.profile.gpu_count:
+                raise ValueError(
+                    f"gpu_scenarios: no GPU {index} in {self.profile.name} "
+                    f"({self.profile.gpu_count} GPUs)"
+                )
+        return per_gpu
+
+    def _make_gpus(self, per_gpu: Mapping[int, str]) -> list[SimulatedGpu]:
+        """One SimulatedGpu per board, with the node scenario and per-GPU ones applied."""
+        gpus: list[SimulatedGpu] = []
+        for index, model in enumerate(self.profile.gpus):
+            gpu_workload = self.workload
+            own = per_gpu.get(index)
+            if own is not None and own in ("idle", "healthy-training"):
+                gpu_workload = dataclasses.replace(self.workload, kind=scenarios.workload_kind(own))
+            gpus.append(
+                SimulatedGpu(
+                    index,
+                    model,
+                    self.profile.nvlinks[index],
+                    gpu_workload,
+                    seed=self.seed,
+                    start_time=self._time,
+                    node_name=self.profile.name,
+                )
+            )
+        if self.scenario in scenarios.FAULT_SCENARIOS:
+            victim = scenarios.default_victim(
+                self.scenario, [len(links) for links in self.profile.nvlinks]
+            )
+            scenarios.apply(self.scenario, gpus[victim])
+        for index, name in per_gpu.items():
+            scenarios.apply(name, gpus[index])
+        return gpus
+
+    # --- time ------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Integrate every GPU up to clock(); every C call does this lazily too."""
+        with self._lock:
+            self._advance_locked()
+
+    def _advance_locked(self) -> None:
+        now = self.clock()
+        if now <= self._time:
+            return
+        self._time = now
+        delivered = False
+        for gpu in self.gpus:
+            gpu.step(now)
+            for event in gpu.drain_events():
+                for event_set in self._event_sets.values():
+                    if event_set.registered.get(event.gpu, 0) & event.event_type:
+                        event_set.queue.append(event)
+                        delivered = True
+        if delivered:
+            self._events_changed.notify_all()
+
+    def _epoch_us(self, t: float) -> int:
+        """Simulation time `t` as the CPU epoch microseconds NVML timestamps are in."""
+        return int((t + self._epoch_offset) * 1e6)
+
+    def _timestamp_us(self) -> int:
+        return self._epoch_us(self._time)
+
+    # --- handles ---------------------------------------------------------------------
+
+    def handle_address(self, index: int) -> int:
+        """The opaque device-handle value of GPU `index` (distinct across libraries)."""
+        return self._handle_base + 0x100 * index
+
+    def _gpu_of(self, handle: Any) -> SimulatedGpu | None:
+        address = address_of(handle)
+        if address is None:
+            return None
+        offset = address - self._handle_base
+        if offset < 0 or offset % 0x100:
+            return None
+        index = offset // 0x100
+        return self.gpus[index] if index < len(self.gpus) else None
+
+
+# --- call wrappers: init check, lazy integration, handle -> GPU -------------------------
+
+
+def lib_call(fn: Callable[Concatenate[L, P], int]) -> Callable[Concatenate[L, P], int]:
+    """A library-wide C function: fails before nvmlInit, integrates up to the clock."""
+
+    def call(self: L, /, *args: P.args, **kwargs: P.kwargs) -> int:
+        with self._lock:
+            if not self._init_count:
+                return ERROR_UNINITIALIZED
+            self._advance_locked()
+            return fn(self, *args, **kwargs)
+
+    call.__name__ = fn.__name__
+    call.__doc__ = fn.__doc__
+    return call
+
+
+def device_call(
+    fn: Callable[Concatenate[L, SimulatedGpu, P], int],
+) -> Callable[Concatenate[L, Any, P], int]:
+    """A per-device C function: the handle becomes its GPU, and a lost GPU says so."""
+
+    def call(self: L, handle: Any, /, *args: P.args, **kwargs: P.kwargs) -> int:
+        with self._lock:
+            if not self._init_count:
+                return ERROR_UNINITIALIZED
+            gpu = self._gpu_of(handle)
+            if gpu is None:
+                return ERROR_INVALID_ARGUMENT
+            self._advance_locked()
+            if gpu.lost:
+                return ERROR_GPU_IS_LOST
+            return fn(self, gpu, *args, **kwargs)
+
+    call.__name__ = fn.__name__
+    call.__doc__ = fn.__doc__
+    return call

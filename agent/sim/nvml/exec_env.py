@@ -1,0 +1,59 @@
+"""`nvwatch simulate exec`: child Python processes get the simulated library.
+
+`exec_environment()` puts `agent/sim/pynvml_shim` first on the child's PYTHONPATH; its
+sitecustomize calls `install_from_environment()` before the child's own code runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pynvml
+
+from agent.sim import scenarios
+from agent.sim.nvml.installation import install
+from agent.sim.nvml.library import SimulatedNvml
+from agent.sim.profiles import get_profile
+
+SHIM_DIR = Path(__file__).resolve().parents[1] / "pynvml_shim"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def exec_environment(
+    profile: str, scenario: str | None = None, *, seed: int | None = None
+) -> dict[str, str]:
+    """Environment additions so a child `python` importing pynvml sees simulated GPUs."""
+    get_profile(profile)  # fail here, not silently in the child
+    if scenario is not None:
+        scenarios.validate(scenario)
+    path = [str(SHIM_DIR), str(REPO_ROOT)]
+    existing = os.environ.get("PYTHONPATH")
+    if existing:
+        path.append(existing)
+    env = {
+        "PYTHONPATH": os.pathsep.join(path),
+        "NVWATCH_SIMULATE": profile,
+        # where this interpreter's pynvml lives, for a child interpreter without one
+        "NVWATCH_PYNVML_DIR": str(Path(pynvml.__file__).resolve().parent),
+    }
+    if scenario is not None:
+        env["NVWATCH_SIMULATE_SCENARIO"] = scenario
+    if seed is not None:
+        env["NVWATCH_SIMULATE_SEED"] = str(seed)
+    return env
+
+
+def install_from_environment(environ: Mapping[str, str] = os.environ) -> SimulatedNvml | None:
+    """Install a SimulatedNvml described by NVWATCH_SIMULATE* (used by the exec shim)."""
+    profile = environ.get("NVWATCH_SIMULATE")
+    if not profile:
+        return None
+    lib = SimulatedNvml(
+        profile,
+        scenario=environ.get("NVWATCH_SIMULATE_SCENARIO") or None,
+        seed=int(environ.get("NVWATCH_SIMULATE_SEED", "0")),
+    )
+    install(lib)
+    return lib

@@ -1,0 +1,262 @@
+"""nvmlDeviceGetFieldValues: one small reader per field id, looked up in a table.
+
+A reader answers (nvmlReturn, valueType, value) for one GPU and the entry's scopeId
+(the link, for per-link NVLink fields). Each entry carries its own return code, as in
+the real library: an id the board lacks, or one not in the table, is NotSupported for
+that entry while the call itself succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pynvml
+
+from agent.sim.gpu_model import SimulatedGpu
+from agent.sim.gpu_state import LinkState
+from agent.sim.nvml.abi import (
+    ERROR_INVALID_ARGUMENT,
+    ERROR_NOT_SUPPORTED,
+    KIB,
+    SUCCESS,
+    as_int,
+    deref,
+)
+from agent.sim.nvml.core import NvmlCore, device_call
+from agent.sim.nvml.ecc import page_retirement_supported
+from agent.sim.nvml.nvlink import NVLINK_VERSION_ENUM, has_nvlink, has_nvlink_ecc
+
+FieldValue = tuple[int, int, float]  # (nvmlReturn, valueType, value)
+FieldReader = Callable[[SimulatedGpu, int], FieldValue]  # (gpu, scopeId) -> value
+
+_UI = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+_ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+_UNKNOWN_FIELD: FieldValue = (ERROR_NOT_SUPPORTED, _UI, 0)
+
+# raw = data + ~ 6% flit header/CRC overhead (NVLink 128b data in 136b flits)
+_NVLINK_RAW_OVERHEAD = 1.0625
+
+# --- reader builders ---------------------------------------------------------------------
+
+
+def _always(gpu: SimulatedGpu) -> bool:
+    return True
+
+
+def _has_ecc(gpu: SimulatedGpu) -> bool:
+    return gpu.model.ecc
+
+
+def _has_row_remapping(gpu: SimulatedGpu) -> bool:
+    return gpu.model.row_remapping
+
+
+def _device_field(
+    supported: Callable[[SimulatedGpu], bool],
+    value_type: int,
+    read: Callable[[SimulatedGpu], float],
+) -> FieldReader:
+    """A field of the whole device (scopeId ignored), NotSupported unless `supported`."""
+
+    def reader(gpu: SimulatedGpu, scope: int) -> FieldValue:
+        if not supported(gpu):
+            return ERROR_NOT_SUPPORTED, value_type, 0
+        return SUCCESS, value_type, read(gpu)
+
+    return reader
+
+
+def _link_field(value_type: int, read: Callable[[SimulatedGpu, LinkState], float]) -> FieldReader:
+    """An NVLink field whose scopeId names the link."""
+
+    def reader(gpu: SimulatedGpu, scope: int) -> FieldValue:
+        if not has_nvlink(gpu):
+            return ERROR_NOT_SUPPORTED, _UI, 0
+        if scope >= len(gpu.links):
+            return ERROR_INVALID_ARGUMENT, _UI, 0
+        return SUCCESS, value_type, read(gpu, gpu.links[scope])
+
+    return reader
+
+
+def _link_errors(kind: str, link: int | None) -> FieldReader:
+    """An NVLink error counter: one link's (the link is in the field id), or the total."""
+
+    def reader(gpu: SimulatedGpu, scope: int) -> FieldValue:
+        if not has_nvlink(gpu) or (kind == "ecc" and not has_nvlink_ecc(gpu)):
+            return ERROR_NOT_SUPPORTED, _ULL, 0
+        if link is None:
+            links = range(len(gpu.links))
+            return SUCCESS, _ULL, sum(gpu.nvlink_error_count(i, kind) for i in links)
+        if link >= len(gpu.links):
+            return ERROR_NOT_SUPPORTED, _ULL, 0
+        return SUCCESS, _ULL, gpu.nvlink_error_count(link, kind)
+
+    return reader
+
+
+# --- the table, by area ----------------------------------------------------------------
+
+
+def _nvlink_error_fields() -> dict[int, FieldReader]:
+    fields: dict[int, FieldReader] = {}
+    # (kind, first id for links 0-5, total id, first id for links 6-11) from nvml.h
+    for kind, low, total, high in (
+        ("crc_flit", 32, 38, 96),
+        ("crc_data", 39, 45, 102),
+        ("replay", 46, 52, 108),
+        ("recovery", 53, 59, 114),
+    ):
+        for link in range(6):
+            fields[low + link] = _link_errors(kind, link)
+            fields[high + link] = _link_errors(kind, link + 6)
+        fields[total] = _link_errors(kind, None)
+    for link in range(12):
+        fields[148 + link] = _link_errors(
+            "ecc", link
+        )  # NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0..
+    fields[160] = _link_errors("ecc", None)
+    return fields
+
+
+def _nvlink_link_fields() -> dict[int, FieldReader]:
+    # throughput counters are cumulative KiB (nvml.h says KiB for these fields)
+    return {
+        pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: _device_field(
+            has_nvlink, _UI, lambda gpu: len(gpu.links)
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: _link_field(
+            _ULL, lambda gpu, link: int(link.tx_bytes) // KIB
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: _link_field(
+            _ULL, lambda gpu, link: int(link.rx_bytes) // KIB
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX: _link_field(
+            _ULL, lambda gpu, link: int(link.tx_bytes * _NVLINK_RAW_OVERHEAD) // KIB
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: _link_field(
+            _ULL, lambda gpu, link: int(link.rx_bytes * _NVLINK_RAW_OVERHEAD) // KIB
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_GET_SPEED: _link_field(  # MB/s per direction
+            _UI, lambda gpu, link: int(gpu.model.nvlink_bytes_per_second / 1e6)
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_GET_STATE: _link_field(_UI, lambda gpu, link: int(link.up)),
+        pynvml.NVML_FI_DEV_NVLINK_GET_VERSION: _link_field(
+            _UI, lambda gpu, link: NVLINK_VERSION_ENUM[gpu.model.nvlink_version]
+        ),
+    }
+
+
+def _device_fields() -> dict[int, FieldReader]:
+    return {
+        pynvml.NVML_FI_DEV_MEMORY_TEMP: _device_field(
+            lambda gpu: gpu.model.memory_temperature,
+            _UI,
+            lambda gpu: round(gpu.memory_temperature_c),
+        ),
+        pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: _device_field(
+            lambda gpu: gpu.model.energy_counter, _ULL, lambda gpu: int(gpu.energy_mj)
+        ),
+        pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _device_field(
+            _always, _UI, lambda gpu: int(gpu.pcie_replays)
+        ),
+        pynvml.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER: _device_field(_always, _UI, lambda gpu: 0),
+        # cumulative bytes (nvml.h: "PCIe transmit bytes"), a plain byte count unlike the
+        # KiB/s of nvmlDeviceGetPcieThroughput; the simulator keeps bytes, so no scaling
+        pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: _device_field(
+            _always, _ULL, lambda gpu: int(gpu.pcie_tx_bytes)
+        ),
+        pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: _device_field(
+            _always, _ULL, lambda gpu: int(gpu.pcie_rx_bytes)
+        ),
+    }
+
+
+def _memory_error_fields() -> dict[int, FieldReader]:
+    ecc_fields: dict[int, Callable[[SimulatedGpu], float]] = {
+        pynvml.NVML_FI_DEV_ECC_CURRENT: lambda gpu: 1,
+        pynvml.NVML_FI_DEV_ECC_PENDING: lambda gpu: 1,
+        pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: lambda gpu: gpu.ecc.corrected_volatile,
+        pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: lambda gpu: gpu.ecc.uncorrected_volatile,
+        pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: lambda gpu: gpu.ecc.corrected_aggregate,
+        pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: lambda gpu: gpu.ecc.uncorrected_aggregate,
+    }
+    # pre-Ampere page retirement; NotSupported where row remapping replaced it
+    retired_fields: dict[int, Callable[[SimulatedGpu], float]] = {
+        pynvml.NVML_FI_DEV_RETIRED_SBE: lambda gpu: len(gpu.ecc.retired_sbe),
+        pynvml.NVML_FI_DEV_RETIRED_DBE: lambda gpu: len(gpu.ecc.retired_dbe),
+        pynvml.NVML_FI_DEV_RETIRED_PENDING: lambda gpu: int(gpu.ecc.retired_pending),
+        pynvml.NVML_FI_DEV_RETIRED_PENDING_SBE: lambda gpu: int(
+            gpu.ecc.retired_pending and bool(gpu.ecc.retired_sbe)
+        ),
+        pynvml.NVML_FI_DEV_RETIRED_PENDING_DBE: lambda gpu: int(
+            gpu.ecc.retired_pending and bool(gpu.ecc.retired_dbe)
+        ),
+    }
+    remap_fields: dict[int, Callable[[SimulatedGpu], float]] = {
+        pynvml.NVML_FI_DEV_REMAPPED_COR: lambda gpu: gpu.ecc.remapped_correctable,
+        pynvml.NVML_FI_DEV_REMAPPED_UNC: lambda gpu: gpu.ecc.remapped_uncorrectable,
+        pynvml.NVML_FI_DEV_REMAPPED_PENDING: lambda gpu: int(gpu.ecc.remap_pending),
+        pynvml.NVML_FI_DEV_REMAPPED_FAILURE: lambda gpu: int(gpu.ecc.remap_failure),
+    }
+    return {
+        **{i: _device_field(_has_ecc, _ULL, read) for i, read in ecc_fields.items()},
+        **{
+            i: _device_field(page_retirement_supported, _ULL, read)
+            for i, read in retired_fields.items()
+        },
+        **{i: _device_field(_has_row_remapping, _UI, read) for i, read in remap_fields.items()},
+    }
+
+
+def _merge(*groups: Mapping[int, FieldReader]) -> dict[int, FieldReader]:
+    """One table; an id claimed by two areas is a mistake in this module."""
+    table: dict[int, FieldReader] = {}
+    for group in groups:
+        twice = table.keys() & group.keys()
+        if twice:
+            raise ValueError(f"field ids answered twice: {sorted(twice)}")
+        table.update(group)
+    return table
+
+
+FIELDS: dict[int, FieldReader] = _merge(
+    _nvlink_error_fields(), _nvlink_link_fields(), _device_fields(), _memory_error_fields()
+)
+
+
+def field_value(gpu: SimulatedGpu, field_id: int, scope: int) -> FieldValue:
+    """(nvmlReturn, valueType, value) for one field of one GPU."""
+    reader = FIELDS.get(field_id)
+    return reader(gpu, scope) if reader is not None else _UNKNOWN_FIELD
+
+
+def _write_entry(entry: Any, result: FieldValue, timestamp: int) -> None:
+    """Fill one nvmlFieldValue_t; the value union only when the entry succeeded."""
+    ret, value_type, value = result
+    entry.timestamp = timestamp
+    entry.latencyUsec = 0
+    entry.nvmlReturn = ret
+    if ret != SUCCESS:
+        return
+    entry.valueType = value_type
+    if value_type == _UI:
+        entry.value.uiVal = int(value)
+    elif value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        entry.value.dVal = float(value)
+    else:
+        entry.value.ullVal = int(value)
+
+
+class FieldValueQueries(NvmlCore):
+    @device_call
+    def nvmlDeviceGetFieldValues(self, gpu: SimulatedGpu, count: Any, values: Any) -> int:
+        n = as_int(count)
+        array = deref(values)
+        timestamp = self._timestamp_us()
+        for i in range(n):
+            entry = array[i]
+            result = field_value(gpu, int(entry.fieldId), int(entry.scopeId))
+            _write_entry(entry, result, timestamp)
+        return SUCCESS

@@ -1,0 +1,41 @@
+"""`SimulatedNvml`: the simulated C library of one node, composed from its areas.
+
+pynvml finds every C function with `getattr(pynvml.nvmlLib, name)`. `SimulatedNvml` is an
+object whose attributes behave like those C functions: they take the ctypes arguments
+pynvml passes (byref() out-parameters, c_uint, string buffers, struct pointers), write
+results through them and return an `nvmlReturn_t` integer. A function it does not have
+is a missing attribute, which pynvml turns into `NVMLError_FunctionNotFound`. So the
+structs, units, exceptions and version fallbacks are pynvml's own, and anything written
+against pynvml (the agent, gpustat, nvitop) runs on it unchanged.
+
+Each base class below holds the C functions of one area, in the module of that name;
+`NvmlCore` (core.py) holds the state they share.
+"""
+
+from __future__ import annotations
+
+from agent.sim.nvml.ecc import EccQueries
+from agent.sim.nvml.events import EventQueries
+from agent.sim.nvml.fields import FieldValueQueries
+from agent.sim.nvml.gpm import GpmQueries
+from agent.sim.nvml.identity import IdentityQueries
+from agent.sim.nvml.memory import MemoryQueries
+from agent.sim.nvml.nvlink import NvLinkQueries
+from agent.sim.nvml.power_thermal import ClockQueries, PowerQueries, ThermalQueries
+from agent.sim.nvml.system import SystemCalls
+
+
+class SimulatedNvml(
+    SystemCalls,
+    IdentityQueries,
+    MemoryQueries,
+    PowerQueries,
+    ThermalQueries,
+    ClockQueries,
+    EccQueries,
+    NvLinkQueries,
+    FieldValueQueries,
+    EventQueries,
+    GpmQueries,
+):
+    """The simulated C library of one node. Attributes named nvml* are the C functions."""

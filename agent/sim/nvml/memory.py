@@ -1,0 +1,112 @@
+"""Utilization, memory (framebuffer and BAR1) and the processes that hold it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+
+from agent.sim.gpu_model import SimulatedGpu, bar1_total_bytes
+from agent.sim.nvml.abi import (
+    ERROR_ARGUMENT_VERSION_MISMATCH,
+    ERROR_INSUFFICIENT_SIZE,
+    NO_INSTANCE,
+    SUCCESS,
+    as_int,
+    deref,
+    set_out,
+)
+from agent.sim.nvml.core import NvmlCore, device_call
+
+_TRAINING_PID_BASE = 20000
+
+
+class MemoryQueries(NvmlCore):
+    @device_call
+    def nvmlDeviceGetUtilizationRates(self, gpu: SimulatedGpu, utilization: Any) -> int:
+        util = deref(utilization)
+        util.gpu = round(100 * gpu.utilization)
+        util.memory = round(100 * gpu.memory_utilization)
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetEncoderUtilization(
+        self, gpu: SimulatedGpu, utilization: Any, period_us: Any
+    ) -> int:
+        set_out(utilization, 0)  # training jobs do not encode video
+        set_out(period_us, 167000)  # ~ the driver's encoder sampling period
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetDecoderUtilization(
+        self, gpu: SimulatedGpu, utilization: Any, period_us: Any
+    ) -> int:
+        set_out(utilization, 0)
+        set_out(period_us, 167000)
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetMemoryInfo(self, gpu: SimulatedGpu, memory: Any) -> int:
+        info = deref(memory)
+        total = gpu.model.memory_bytes
+        used = gpu.memory_used_bytes + gpu.memory_reserved_bytes  # v1 counts reserved as used
+        info.total = total
+        info.used = used
+        info.free = total - used
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetMemoryInfo_v2(self, gpu: SimulatedGpu, memory: Any) -> int:
+        info = deref(memory)
+        if info.version != pynvml.nvmlMemory_v2:
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+        total = gpu.model.memory_bytes
+        info.total = total
+        info.reserved = gpu.memory_reserved_bytes
+        info.used = gpu.memory_used_bytes
+        info.free = total - gpu.memory_reserved_bytes - gpu.memory_used_bytes
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetBAR1MemoryInfo(self, gpu: SimulatedGpu, memory: Any) -> int:
+        info = deref(memory)
+        total = bar1_total_bytes(gpu.model)
+        used = 5 * 1024 * 1024 if gpu.memory_used_bytes else 2 * 1024 * 1024  # ~ nvidia-smi
+        info.bar1Total = total
+        info.bar1Used = used
+        info.bar1Free = total - used
+        return SUCCESS
+
+    # --- processes -------------------------------------------------------------------
+
+    def _processes(self, gpu: SimulatedGpu) -> list[tuple[int, int]]:
+        """(pid, bytes) of the compute processes: one job worker per GPU."""
+        held = gpu.process_memory_bytes
+        if not held:
+            return []
+        return [(_TRAINING_PID_BASE + 1000 * (self.seed % 40) + gpu.index, held)]
+
+    def _write_processes(self, procs: list[tuple[int, int]], count: Any, infos: Any) -> int:
+        available = as_int(deref(count))
+        set_out(count, len(procs))
+        if infos is None or available < len(procs):
+            return ERROR_INSUFFICIENT_SIZE if procs else SUCCESS
+        array = deref(infos)
+        for i, (pid, used) in enumerate(procs):
+            array[i].pid = pid
+            array[i].usedGpuMemory = used
+            array[i].gpuInstanceId = NO_INSTANCE
+            array[i].computeInstanceId = NO_INSTANCE
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetComputeRunningProcesses_v3(
+        self, gpu: SimulatedGpu, count: Any, infos: Any
+    ) -> int:
+        return self._write_processes(self._processes(gpu), count, infos)
+
+    @device_call
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(
+        self, gpu: SimulatedGpu, count: Any, infos: Any
+    ) -> int:
+        return self._write_processes([], count, infos)
