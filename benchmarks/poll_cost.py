@@ -10,12 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 
 from agent.exposition.families import FamilySet
-from agent.exposition.render import build_exposition, prepare
+from agent.exposition.render import build_exposition, prepare, registry_of
 from agent.poller import Snapshot, SourceStatus
 from benchmarks.common import percentile
 from benchmarks.harness import Harness, PollTimes, simulated_agent
@@ -181,8 +179,7 @@ def measure_render_split(profile: str, repeats: int) -> RenderSplit:
         exposition = harness.exposition
         assert exposition is not None
         # exposition.families already holds the agent's own families and every source's
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Static(exposition.families))
+        registry = registry_of(exposition.families)
         text_times, gzip_times = [], []
         text = b""
         for _ in range(repeats):
@@ -209,14 +206,6 @@ def measure_render_split(profile: str, repeats: int) -> RenderSplit:
             prototype=Quantiles.of(prototype_times) if prototype_times else None,
             prototype_identical=identical,
         )
-
-
-class _Static:
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> list[Metric]:
-        return self._families
 
 
 # --- cardinality -------------------------------------------------------------------------

@@ -95,7 +95,8 @@ class _Families:
         return iter(self._families)
 
 
-def _registry(families: Iterable[Metric]) -> CollectorRegistry:
+def registry_of(families: Iterable[Metric]) -> CollectorRegistry:
+    """A private registry over already-built families, for prometheus_client's renderers."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return registry
@@ -117,7 +118,7 @@ class Exposition:
         # render on first request and keep it with this poll's bytes.
         with self._lock:
             if gzipped not in self._openmetrics:
-                body = generate_openmetrics(_registry(self.families))  # type: ignore[no-untyped-call]
+                body = generate_openmetrics(registry_of(self.families))  # type: ignore[no-untyped-call]
                 self._openmetrics[False] = body
                 self._openmetrics[True] = gzip.compress(body, compresslevel=6)
             return self._openmetrics[gzipped]
@@ -128,7 +129,7 @@ def build_exposition(snapshot: Snapshot) -> Exposition:
     for status in snapshot.sources.values():
         if isinstance(status.prepared, FamilySet):
             families.extend(status.prepared)
-    text = generate_latest(_registry(families))
+    text = generate_latest(registry_of(families))
     return Exposition(
         snapshot=snapshot,
         families=families,

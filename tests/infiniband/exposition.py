@@ -2,36 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.exposition.families import FamilySet
 from agent.exposition.infiniband import render
+from agent.exposition.render import registry_of
 from agent.sources.infiniband import InfinibandSample
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-class _Collector:
-    # the same wrapper as agent.exposition.render's private _Families; kept here until
-    # that module offers one publicly
-    def __init__(self, families: FamilySet) -> None:
-        self._families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
 
 
 def scrape(sample: InfinibandSample) -> tuple[str, Samples]:
     """The text exposition of `sample`, and its samples by (name, labels)."""
     families = FamilySet()
     render(sample, families)
-    registry = CollectorRegistry()
-    registry.register(_Collector(families))
-    text = generate_latest(registry).decode()
+    text = generate_latest(registry_of(families)).decode()
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
