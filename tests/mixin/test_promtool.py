@@ -35,7 +35,7 @@ def test_promtool_unit_tests(promtool: str, path: Path) -> None:
 
 
 def _cases() -> list[dict[str, Any]]:
-    cases = []
+    cases: list[dict[str, Any]] = []
     for path in PROMTOOL_TESTS:
         for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
             cases.extend(test.get("alert_rule_test") or [])
