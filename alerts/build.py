@@ -1,20 +1,32 @@
-"""Write the generated rule files: `python -m alerts.build --out alerts/generated`."""
+"""Write the generated rule files and docs/alerts.md.
+
+`nvwatch alerts build --out alerts/generated` is the command; `python -m alerts.build`
+runs that same command (same options, same `build`), so the two cannot drift apart.
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from alerts.docs import render_docs
 from alerts.render import dump_yaml, grafana_alerts, prometheus_alerts, prometheus_recording
-from mixin.config import MixinConfig, load
+from mixin.config import MixinConfig
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"
 GRAFANA_ALERTS_YAML = "grafana-alerts.yaml"
 GRAFANA_ALERTS_JSON = "grafana-alerts.json"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "alerts.md"
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_docs() -> Path | None:
+    """docs/alerts.md of the source checkout nvwatch runs from.
+
+    None when nvwatch is installed without one (a wheel puts `alerts/` in site-packages,
+    where there is no docs/ to keep up to date).
+    """
+    return _ROOT / "docs" / "alerts.md" if (_ROOT / "pyproject.toml").is_file() else None
 
 
 def build_all(config: MixinConfig) -> dict[str, str]:
@@ -29,6 +41,7 @@ def build_all(config: MixinConfig) -> dict[str, str]:
 
 
 def write(out_dir: Path, config: MixinConfig) -> list[Path]:
+    """The rule files only, e.g. for a Prometheus that a test or a local stack starts."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in build_all(config).items():
@@ -43,19 +56,20 @@ def write_docs(path: Path, config: MixinConfig) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True, help="directory for the rule files")
-    parser.add_argument("--config", type=Path, default=None, help="mixin config YAML")
-    parser.add_argument(
-        "--docs", type=Path, default=DOCS, help="where to write alerts.md (default: docs/)"
-    )
-    args = parser.parse_args(argv)
-    config = load(args.config)
-    for path in [*write(args.out, config), write_docs(args.docs, config)]:
-        print(path)
-    return 0
+def build(out_dir: Path, config: MixinConfig, docs: Path | None) -> list[Path]:
+    """What `nvwatch alerts build` writes: the rule files, and the runbooks unless `docs`
+    is None."""
+    written = write(out_dir, config)
+    if docs is not None:
+        written.append(write_docs(docs, config))
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    from mixin.commands import alerts_build
+
+    alerts_build.main(args=argv, prog_name="python -m alerts.build")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

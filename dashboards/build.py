@@ -1,8 +1,11 @@
-"""Build the Grafana dashboards: `python -m dashboards.build --out dashboards/generated`."""
+"""Build the Grafana dashboards.
+
+`nvwatch dashboards build --out dashboards/generated` is the command; `python -m
+dashboards.build` runs that same command (same options, same `write`).
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +21,7 @@ from dashboards.infiniband import infiniband
 from dashboards.node import node
 from dashboards.nvlink import nvlink
 from dashboards.thermal_power import thermal_power
-from mixin.config import MixinConfig, load
+from mixin.config import MixinConfig
 
 DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
     "nvwatch-cluster-overview.json": cluster_overview,
@@ -58,15 +61,11 @@ def write(out_dir: Path, config: MixinConfig) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, required=True, help="directory for the JSON files")
-    parser.add_argument("--config", type=Path, default=None, help="mixin config YAML")
-    args = parser.parse_args(argv)
-    for path in write(args.out, load(args.config)):
-        print(path)
-    return 0
+def main(argv: list[str] | None = None) -> None:
+    from mixin.commands import dashboards_build
+
+    dashboards_build.main(args=argv, prog_name="python -m dashboards.build")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

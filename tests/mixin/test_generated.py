@@ -1,47 +1,98 @@
-"""Committed generated files match the code: run the build commands to refresh them."""
+"""Committed generated files match what the one build path writes.
+
+Each file is compared with the output of the command that owns it (mixin/commands.py),
+and a stale file names that command.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
 from alerts import build as alerts_build
 from alerts.docs import render_docs
+from alerts.rules import all_alerts
 from dashboards import build as dashboards_build
+from mixin import commands
 from mixin.config import MixinConfig
 from tests.mixin.conftest import REPO
 
-REFRESH = (
-    "out of date: run `python -m alerts.build --out alerts/generated` and "
-    "`python -m dashboards.build --out dashboards/generated`"
-)
+DOCS = REPO / "docs" / "alerts.md"
+REFRESH_ALERTS = commands.REFRESH_ALERTS
+REFRESH_DASHBOARDS = commands.REFRESH_DASHBOARDS
 
 
-def _compare(built: dict[str, Path], committed_dir: Path) -> None:
+def _invoke(command: click.Command, *args: str) -> list[Path]:
+    result = CliRunner().invoke(command, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [Path(line) for line in result.output.splitlines()]
+
+
+def _assert_same(built: Path, committed: Path, refresh: str) -> None:
+    stale = f"{committed.relative_to(REPO)} is out of date: run `{refresh}`"
+    assert committed.is_file(), stale
+    assert committed.read_text(encoding="utf-8") == built.read_text(encoding="utf-8"), stale
+
+
+def _assert_same_dir(built: list[Path], committed_dir: Path, refresh: str) -> None:
     committed = {p.name for p in committed_dir.iterdir() if p.is_file()}
-    assert committed == set(built), REFRESH
-    for name, path in built.items():
-        assert (committed_dir / name).read_text(encoding="utf-8") == path.read_text(
-            encoding="utf-8"
-        ), f"{name} {REFRESH}"
+    extra = sorted(committed - {p.name for p in built})
+    assert not extra, f"{committed_dir.relative_to(REPO)} has files no build writes: {extra}"
+    for path in built:
+        _assert_same(path, committed_dir / path.name, refresh)
 
 
-@pytest.mark.parametrize("kind", ["alerts", "dashboards"])
-def test_generated_files_up_to_date(cfg: MixinConfig, tmp_path: Path, kind: str) -> None:
-    module = alerts_build if kind == "alerts" else dashboards_build
-    written = module.write(tmp_path, cfg)
-    _compare({p.name: p for p in written}, REPO / kind / "generated")
+def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path) -> None:
+    docs = tmp_path / "alerts.md"
+    written = _invoke(commands.alerts_build, "--out", str(tmp_path / "r"), "--docs", str(docs))
+    assert written[-1] == docs and len(written) == 5
+    _assert_same_dir(written[:-1], REPO / "alerts" / "generated", REFRESH_ALERTS)
+    _assert_same(docs, DOCS, REFRESH_ALERTS)
+
+
+def test_the_dashboard_build_writes_the_committed_dashboards(tmp_path: Path) -> None:
+    written = _invoke(commands.dashboards_build, "--out", str(tmp_path))
+    assert len(written) == 6
+    _assert_same_dir(written, REPO / "dashboards" / "generated", REFRESH_DASHBOARDS)
+
+
+def test_the_named_command_refreshes_the_runbooks_too() -> None:
+    """REFRESH_ALERTS names no --docs: its default must be this checkout's docs/alerts.md."""
+    assert alerts_build.default_docs() == DOCS
 
 
 def test_docs_up_to_date(cfg: MixinConfig) -> None:
-    text = (REPO / "docs" / "alerts.md").read_text(encoding="utf-8")
-    assert text == render_docs(cfg), f"docs/alerts.md {REFRESH}"
+    stale = f"docs/alerts.md is out of date: run `{REFRESH_ALERTS}`"
+    assert DOCS.read_text(encoding="utf-8") == render_docs(cfg), stale
+
+
+def test_no_docs_writes_the_rules_only(tmp_path: Path) -> None:
+    written = _invoke(commands.alerts_build, "--out", str(tmp_path), "--no-docs")
+    assert sorted(p.name for p in written) == sorted(alerts_build.build_all(MixinConfig()))
+
+
+def test_python_m_runs_the_same_commands(tmp_path: Path) -> None:
+    for main, args in (
+        (alerts_build.main, ["--out", str(tmp_path), "--docs", str(tmp_path / "a.md")]),
+        (dashboards_build.main, ["--out", str(tmp_path)]),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(args)
+        assert exit_.value.code == 0
+    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 4 + 1 + 6
+
+
+def test_nvwatch_has_the_same_commands() -> None:
+    from agent.cli import cli
+
+    assert cli.commands["alerts"] is commands.alerts_group
+    assert cli.commands["dashboards"] is commands.dashboards_group
 
 
 def test_docs_have_a_runbook_per_alert_and_the_xid_table(cfg: MixinConfig) -> None:
-    from alerts.rules import all_alerts
-
     text = render_docs(cfg)
     for alert in all_alerts(cfg):
         section = text.split(f"### {alert.name}\n", 1)[1].split("###", 1)[0]

@@ -1,0 +1,93 @@
+"""`nvwatch dashboards build` and `nvwatch alerts build`: the one build path of the mixin.
+
+`agent/cli` registers these groups on `nvwatch`; `python -m dashboards.build` and
+`python -m alerts.build` run the same commands, and tests/mixin/test_generated.py
+compares the committed files with what they write. They live here rather than in
+agent/cli so that building the mixin needs the mixin only, not the whole agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from mixin.config import MixinConfig, load
+
+# The command for each committed generated file, named by the staleness test.
+REFRESH_ALERTS = "nvwatch alerts build --out alerts/generated"
+REFRESH_DASHBOARDS = "nvwatch dashboards build --out dashboards/generated"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _option(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """click.option with the `NVWATCH_<FLAG>` environment variable every nvwatch flag has."""
+    long_name = next(d for d in decls if d.startswith("--"))[2:]
+    attrs.setdefault("envvar", "NVWATCH_" + long_name.upper().replace("-", "_"))
+    attrs.setdefault("show_envvar", True)
+    return click.option(*decls, **attrs)
+
+
+def _mixin_config(path: str | None) -> MixinConfig:
+    try:
+        return load(Path(path) if path else None)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--config") from exc
+
+
+_config_option = _option(
+    "--config",
+    "mixin_config",
+    type=click.Path(dir_okay=False),
+    envvar="NVWATCH_MIXIN_CONFIG",
+    help="Mixin YAML overriding selectors and thresholds (see mixin/config.py).",
+)
+_out_option = _option(
+    "--out", required=True, type=click.Path(file_okay=False), help="Directory to write into."
+)
+
+
+@click.group("dashboards")
+def dashboards_group() -> None:
+    """Grafana dashboards generated from the mixin config."""
+
+
+@dashboards_group.command("build")
+@_out_option
+@_config_option
+def dashboards_build(out: str, mixin_config: str | None) -> None:
+    """Write the dashboards as Grafana JSON into OUT."""
+    from dashboards.build import write
+
+    for path in write(Path(out), _mixin_config(mixin_config)):
+        click.echo(str(path))
+
+
+@click.group("alerts")
+def alerts_group() -> None:
+    """Prometheus alert/recording rules and Grafana alert rules from the mixin config."""
+
+
+@alerts_group.command("build")
+@_out_option
+@_config_option
+@_option(
+    "--docs",
+    type=click.Path(dir_okay=False),
+    help="Where to write the alert runbooks [default: docs/alerts.md of the source "
+    "checkout nvwatch runs from; none when installed without one].",
+)
+@_option("--no-docs", is_flag=True, help="Write the rule files only, no runbooks.")
+def alerts_build(out: str, mixin_config: str | None, docs: str | None, no_docs: bool) -> None:
+    """Write Prometheus rule files and Grafana alert provisioning into OUT, and the
+    runbooks (docs/alerts.md) their runbook_url points at."""
+    from alerts.build import build, default_docs
+
+    if no_docs and docs:
+        raise click.UsageError("--docs and --no-docs contradict each other")
+    target = None if no_docs else Path(docs) if docs else default_docs()
+    for path in build(Path(out), _mixin_config(mixin_config), target):
+        click.echo(str(path))
