@@ -10,6 +10,7 @@ from agent.sim.gpu_model import SimulatedGpu
 from agent.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
+    KIB,
     SUCCESS,
     as_int,
     deref,
@@ -41,7 +42,13 @@ _PCI_DEVICE_IDS = {
 }
 NVIDIA_VENDOR = 0x10DE
 
-PCIE_THROUGHPUT_UNIT_BYTES = 1000  # KB/s
+# NVML documents nvmlDeviceGetPcieThroughput in "KB/s" without saying which KB. nvwatch
+# reads it as KiB/s, as nvitop does and as the same header counts NVLink data (in KiB):
+# the agent multiplies by 1024 (`KIB` in agent/sources/nvml/units.py), so the simulator
+# answers in units of 1024 bytes, or exported values would sit 2.4% above the
+# simulator's own state. A measurement on a real GPU has the final word
+# (docs/hardware-notes.md, "Assumptions to confirm").
+PCIE_THROUGHPUT_UNIT_BYTES = KIB
 
 
 def pci_device_id(name: str) -> int:
