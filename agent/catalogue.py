@@ -391,7 +391,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "PCIe throughput over NVML's last 20 ms window, by direction tx/rx.",
         Scope.GPU,
         "nvmlDeviceGetPcieThroughput (TX_BYTES, RX_BYTES), in KiB/s x 1024 (see "
-        "agent/sources/nvml: the unit is settled there); not in --query-gpu, "
+        "agent/sources/nvml/units.py: the unit is settled there); not in --query-gpu, "
         "nvidia-smi dmon -s t shows it",
         _by(("tx", "pcie_tx_bytes_per_second"), ("rx", "pcie_rx_bytes_per_second")),
         own_labels=("direction",),

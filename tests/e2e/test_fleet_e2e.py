@@ -37,7 +37,7 @@ EMPTY_WHEN_HEALTHY = {
     ("NVLink errors and links down", "nvlink_up"): "links down (== 0) only",
     ("CRC / replay / recovery error rates", "nvlink_errors"): "links with errors (> 0) only",
     ("Errors by type", "ib_port_errors"): "IB ports with errors (> 0) only",
-    ("Saturated counters", "counter_saturated"): "ports with a counter at its maximum only",
+    ("Saturated counters", "reading_saturated"): "ports with a counter at its maximum only",
 }
 # ... and those for which even the faults cluster has nothing in this short run: none
 # (the congested port's 32-bit port_xmit_wait saturates within the run)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
 
 from agent.exposition.families import FamilySet
 from agent.exposition.gpu import render
+from agent.exposition.render import registry_of
 from agent.sim.clock import ManualClock
 from agent.sources.nvml import NvmlSample, NvmlSource
 
@@ -27,21 +27,11 @@ class Series:
     value: float
 
 
-class _Families(Collector):
-    def __init__(self, out: FamilySet) -> None:
-        self._out = out
-
-    def collect(self) -> Iterator[Any]:
-        return iter(self._out)
-
-
 def exposition(sample: NvmlSample) -> list[Series]:
     """Render through FamilySet and prometheus_client, then parse the text back."""
     out = FamilySet()
     render(sample, out)
-    registry = CollectorRegistry()
-    registry.register(_Families(out))
-    text = generate_latest(registry).decode()
+    text = generate_latest(registry_of(out)).decode()
     return [
         Series(s.name, dict(s.labels), s.value)
         for family in text_string_to_metric_families(text)
