@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.catalogue import BY_NAME
 from agent.sources import Source, SourceUnavailable
 from agent.sources.infiniband import (
     InfinibandPort,
@@ -79,25 +80,40 @@ def test_healthy_port_exact_values(tmp_path: Path) -> None:
     assert port.nearest_gpus == ()
 
 
+# The kernel's error counter files under ports/<n>/counters/ (drivers/infiniband/core/sysfs.c).
+_KERNEL_ERROR_FILES = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+
+
+def _expected_type(file_name: str) -> str:
+    """The naming rule of the `type` label: spelled-out words, no port_ prefix or _errors."""
+    words = file_name.lower().removeprefix("port_").removesuffix("_errors")
+    words = words.removesuffix("_error").replace("rcv", "receive").replace("xmit", "transmit")
+    return words
+
+
 def test_every_error_counter_maps_to_its_type(tmp_path: Path) -> None:
-    names = {
-        "symbol_error": "symbol",
-        "link_error_recovery": "link_error_recovery",
-        "link_downed": "link_downed",
-        "port_rcv_errors": "receive",
-        "port_rcv_remote_physical_errors": "receive_remote_physical",
-        "port_rcv_switch_relay_errors": "receive_switch_relay",
-        "port_xmit_discards": "transmit_discards",
-        "port_xmit_constraint_errors": "transmit_constraint",
-        "port_rcv_constraint_errors": "receive_constraint",
-        "local_link_integrity_errors": "local_link_integrity",
-        "excessive_buffer_overrun_errors": "excessive_buffer_overrun",
-        "VL15_dropped": "vl15_dropped",
-    }
-    files = {f"counters/{name}": f"{i + 1}\n" for i, name in enumerate(names)}
+    # distinct values, so a label pointing at the wrong file is caught, not only a missing one
+    files = {f"counters/{name}": f"{i + 1}\n" for i, name in enumerate(_KERNEL_ERROR_FILES)}
     add_device(tmp_path, "mlx5_0", ports={"1": files})
     port = _port(InfinibandSource(tmp_path).collect(), "mlx5_0")
-    assert port.errors == {label: i + 1 for i, label in enumerate(names.values())}
+    expected = {_expected_type(name): i + 1 for i, name in enumerate(_KERNEL_ERROR_FILES)}
+    assert port.errors == expected
+    # and the label values are the ones the catalogue documents for the family
+    documented = BY_NAME["nvwatch_ib_port_errors_total"].help.split(":", 1)[1]
+    assert {t.strip(" .") for t in documented.split(",")} == set(expected)
 
 
 def test_counters_ext_64_bit_values_win(tmp_path: Path) -> None:
