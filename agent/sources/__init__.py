@@ -1,10 +1,19 @@
 """Sources: each reads one subsystem and returns plain dataclass samples.
 
 A source knows nothing of Prometheus. The poller calls `collect()` on its own worker
-thread, with a timeout, and records the source's health itself; a source signals failure
-by raising `SourceUnavailable` (expected: no driver, no such subsystem) or any other
-exception (a bug or a broken device). Partial failures inside a source (one GPU lost,
-one port unreadable) are part of the sample, not exceptions.
+thread, with a timeout, and records the source's health itself. A source ends a poll
+without a sample in one of two ways, which mean different things to an operator:
+
+- `SourceAbsent`: this node has no such hardware (no NVIDIA PCI function, no HCA). The
+  source works and found nothing: no error is counted and nothing pages.
+- `SourceUnavailable` (expected, with a reason for operators: driver not loaded, HCAs on
+  PCI but no RDMA devices, devices gone) or any other exception (a bug, a broken
+  device): the source is down, its errors are counted, and it pages.
+
+When a source cannot tell (the PCI tree it would look at is unreadable), it is down:
+silence about a broken GPU costs more than a question about a missing one. Partial
+failures inside a source (one GPU lost, one port unreadable) are part of the sample,
+not exceptions.
 """
 
 from __future__ import annotations
@@ -13,7 +22,18 @@ from typing import Protocol, runtime_checkable
 
 
 class SourceUnavailable(Exception):
-    """The subsystem is absent or cannot be reached; the message says why, for operators."""
+    """The hardware is (or may be) there and cannot be read: the source is down and pages.
+
+    The message says why, in one line, for operators.
+    """
+
+
+class SourceAbsent(Exception):
+    """This node has no such hardware: not a failure, the source has nothing to read.
+
+    Deliberately not a SourceUnavailable: the two lead to opposite outcomes (no page,
+    page), so each is caught by name. The message says how the absence was established.
+    """
 
 
 @runtime_checkable
