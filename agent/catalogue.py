@@ -816,10 +816,21 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_agent_source_up",
         _G,
-        "1 if the source's last poll succeeded, 0 if it failed, timed out or is unavailable.",
+        "1 if the source's last poll succeeded, also when it found its hardware absent "
+        "(see nvwatch_agent_source_absent); 0 if it failed or timed out.",
         Scope.SOURCE,
         "the poller's record of the source's last poll (agent/poller.py)",
         _one("up"),
+    ),
+    MetricSpec(
+        "nvwatch_agent_source_absent",
+        _G,
+        "1 if the source's hardware does not exist on this node (no NVIDIA GPU, no HCA "
+        "on PCI), else 0. An absent source is up and counts no errors.",
+        Scope.SOURCE,
+        "the poller's record of the source's last poll: the source found no such "
+        "hardware among the PCI functions in /sys/bus/pci/devices (agent/sources/presence.py)",
+        _one("absent"),
     ),
     MetricSpec(
         "nvwatch_agent_poll_duration_seconds",

@@ -23,7 +23,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from agent.sources import Source, SourceUnavailable
+from agent.sources import Source, SourceAbsent, SourceUnavailable
 from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -35,12 +35,25 @@ _REPEAT_LOG_SECONDS = 300.0
 
 @dataclass(frozen=True)
 class SourceStatus:
+    """One source after one poll: up (with a sample), absent, or down (with the reason).
+
+    Absent (this node has no such hardware) is up: the source worked and found nothing,
+    so `up` is True, `error` None and no error is counted; `absent_reason` says why.
+    """
+
     name: str
     up: bool
     duration_seconds: float
     errors_total: int
     error: str | None  # why the source is down, for operators; None when up
     prepared: object | None  # the source's sample after `prepare` (rendered families)
+    absent: bool = False  # the source's hardware does not exist on this node
+    absent_reason: str | None = None  # how the absence was established, for operators
+
+    @property
+    def state(self) -> str:
+        """One word for the landing page and `nvwatch doctor`: up, absent or down."""
+        return "down" if not self.up else "absent" if self.absent else "up"
 
 
 @dataclass(frozen=True)
@@ -145,7 +158,7 @@ class Poller:
         self._workers_started = False
         self._start_lock = threading.Lock()
         self._errors = dict.fromkeys(names, 0)
-        self._last_logged: dict[str, tuple[str | None, float]] = {}
+        self._last_logged: dict[str, tuple[tuple[str, str | None], float]] = {}
         self._sequence = 0
         self._latest: Snapshot | None = None
         self._stop = threading.Event()
@@ -186,6 +199,7 @@ class Poller:
         deadline: float,
     ) -> SourceStatus:
         error: str | None = None
+        absent: str | None = None
         prepared: object | None = None
         if future is None:
             since = worker.busy_since
@@ -197,6 +211,8 @@ class Poller:
                 prepared = self._prepare(name, sample)
             except FutureTimeout:
                 error = f"timed out after {self.timeout:g}s"
+            except SourceAbsent as exc:
+                absent = str(exc) or "no such hardware on this node"
             except SourceUnavailable as exc:
                 error = str(exc)
             except Exception as exc:
@@ -204,7 +220,7 @@ class Poller:
         duration = time.monotonic() - started
         if error is not None:
             self._errors[name] += 1
-        self._log_change(name, error)
+        self._log_change(name, error, absent)
         return SourceStatus(
             name=name,
             up=error is None,
@@ -212,18 +228,33 @@ class Poller:
             errors_total=self._errors[name],
             error=error,
             prepared=prepared,
+            absent=absent is not None,
+            absent_reason=absent,
         )
 
-    def _log_change(self, name: str, error: str | None) -> None:
+    def _log_change(self, name: str, error: str | None, absent: str | None) -> None:
+        """Log a change of state; a down source is also reminded of every few minutes.
+
+        Absent is logged once, at info: nothing is wrong, and a reminder every five
+        minutes for hardware a node will never have would only train people to ignore
+        the log.
+        """
         now = time.monotonic()
-        last_error, last_time = self._last_logged.get(name, (None, -_REPEAT_LOG_SECONDS))
-        if error == last_error and (error is None or now - last_time < _REPEAT_LOG_SECONDS):
-            return
-        self._last_logged[name] = (error, now)
-        if error is None:
-            log.info("source %s is up", name)
+        if error is not None:
+            state: tuple[str, str | None] = ("down", error)
         else:
+            state = ("absent", absent) if absent is not None else ("up", None)
+        # a source starts as "up" here, so a healthy start logs nothing per source
+        last_state, last_time = self._last_logged.get(name, (("up", None), -_REPEAT_LOG_SECONDS))
+        if state == last_state and (error is None or now - last_time < _REPEAT_LOG_SECONDS):
+            return
+        self._last_logged[name] = (state, now)
+        if error is not None:
             log.warning("source %s is down: %s", name, error)
+        elif absent is not None:
+            log.info("source %s is absent: %s", name, absent)
+        else:
+            log.info("source %s is up", name)
 
     # --- background loop ----------------------------------------------------------------
 

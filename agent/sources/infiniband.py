@@ -3,8 +3,11 @@
 The node_exporter way: parsing lives in `infiniband_parse`, this module only walks the
 tree, and every odd file (missing, "N/A (no PMA)", unreadable, empty, garbage, a device
 unplugged mid-read) costs only that one value, logged once per file and reason, never the
-rest of the port or the other devices. No /sys/class/infiniband at all is "no data":
-`SourceUnavailable`, which the poller reports quietly.
+rest of the port or the other devices.
+
+No device in /sys/class/infiniband: `SourceAbsent` when the PCI bus has no HCA either
+(see presence.rdma_verdict); down (`SourceUnavailable`) when it has, or when devices this
+agent saw earlier are gone (driver unloaded, HCAs lost).
 
 Counter values are Python ints, exact to 64 bits. Exposition hands them to
 prometheus_client as float64, like every Prometheus sample, so values above 2^53 lose
@@ -38,6 +41,7 @@ from agent.sources.infiniband_parse import (
     parse_state,
 )
 from agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus
+from agent.sources.presence import PciScan, rdma_verdict, scan_pci
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +181,9 @@ class InfinibandSource:
         self._polls_since_list = 0
         self._stale = False
         self._logged: set[tuple[str, str]] = set()
+        self._seen: set[str] = set()  # devices listed in this agent's life
+        self._pci: PciScan | None = None  # cached while there are no devices
+        self._polls_since_pci_scan = 0
 
     # --- the Source protocol -----------------------------------------------------------
 
@@ -185,9 +192,9 @@ class InfinibandSource:
             names = tuple(_visible_files_strict(self._class_dir))
             mtime = os.stat(self._class_dir).st_mtime_ns
         except FileNotFoundError:
-            raise SourceUnavailable(
-                f"no InfiniBand devices: {self._class_dir} does not exist"
-            ) from None
+            raise self._no_devices(class_dir_exists=False) from None
+        if not names:
+            raise self._no_devices(class_dir_exists=True)
         bus_ids = self._current_gpu_bus_ids()
         key = (names, mtime, bus_ids)
         self._polls_since_list += 1
@@ -197,6 +204,7 @@ class InfinibandSource:
             or key != self._listing_key
             or self._polls_since_list >= self._relist_every
         ):
+            self._note_seen(names)
             self._listing = self._list(names, bus_ids)
             self._listing_key = key
             self._polls_since_list = 0
@@ -210,6 +218,35 @@ class InfinibandSource:
 
     def close(self) -> None:
         self._listing = None
+
+    # --- no devices: absent or down ----------------------------------------------------
+
+    def _no_devices(self, *, class_dir_exists: bool) -> Exception:
+        """Why there is nothing to read: this node has no HCA, or its HCAs are unreadable."""
+        if self._seen:
+            return SourceUnavailable(
+                f"InfiniBand devices gone: {', '.join(sorted(self._seen))} were in "
+                f"{self._class_dir} earlier and are not now (driver unloaded or HCAs lost?)"
+            )
+        where = "is empty" if class_dir_exists else "does not exist"
+        return rdma_verdict(self._pci_scan(), f"{self._class_dir} {where}")
+
+    def _pci_scan(self) -> PciScan:
+        # PCI functions rarely come and go, and RDMA devices appearing is seen on the very
+        # next poll anyway: rescanning the whole bus every poll would only cost time.
+        if self._pci is None or self._polls_since_pci_scan >= self._relist_every:
+            self._pci = scan_pci(self._root)
+            self._polls_since_pci_scan = 0
+        self._polls_since_pci_scan += 1
+        return self._pci
+
+    def _note_seen(self, names: Sequence[str]) -> None:
+        # One device gone while others stay is logged, not paged: the others are still
+        # served, and a device renamed into a bond looks the same.
+        gone = self._seen.difference(names)
+        if gone:
+            self._log_once(self._class_dir, f"gone: {', '.join(sorted(gone))}", logging.WARNING)
+        self._seen.update(names)
 
     # --- listing (cached) --------------------------------------------------------------
 

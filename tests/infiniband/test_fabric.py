@@ -20,7 +20,7 @@ from agent.sim.fabric import (
 )
 from agent.sim.profiles import get_profile
 from agent.sim.workload import Workload
-from agent.sources import SourceUnavailable
+from agent.sources import SourceAbsent
 from agent.sources.infiniband import InfinibandPort, InfinibandSource
 from agent.sources.infiniband_parse import parse_counter
 
@@ -86,7 +86,7 @@ def test_profiles_without_infiniband(tmp_path: Path, profile: str) -> None:
     fabric.tick()
     assert fabric.devices == ()
     assert not (tmp_path / "class" / "infiniband").exists()
-    with pytest.raises(SourceUnavailable):
+    with pytest.raises(SourceAbsent):  # no HCA on the simulated PCI bus either
         InfinibandSource(tmp_path).collect()
     # the GPUs' PCI tree is there for the topology command
     for bus_id in fabric.gpu_bus_ids():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.catalogue import BY_NAME
-from agent.sources import Source, SourceUnavailable
+from agent.sources import Source, SourceAbsent, SourceUnavailable
 from agent.sources.infiniband import (
     InfinibandPort,
     InfinibandSample,
@@ -39,9 +39,18 @@ def test_no_infiniband_class_is_unavailable(tmp_path: Path) -> None:
         InfinibandSource(tmp_path).collect()
 
 
-def test_empty_class_dir_is_an_empty_sample(tmp_path: Path) -> None:
+def test_empty_class_dir_without_hcas_on_pci_is_absent(tmp_path: Path) -> None:
     (tmp_path / "class" / "infiniband").mkdir(parents=True)
-    assert InfinibandSource(tmp_path).collect() == InfinibandSample(devices=())
+    (tmp_path / "bus" / "pci" / "devices").mkdir(parents=True)
+    with pytest.raises(SourceAbsent, match="no InfiniBand or RoCE HCA on this node"):
+        InfinibandSource(tmp_path).collect()
+
+
+def test_empty_class_dir_without_a_pci_tree_is_down(tmp_path: Path) -> None:
+    # presence unknown: down, since silence about a broken HCA costs more
+    (tmp_path / "class" / "infiniband").mkdir(parents=True)
+    with pytest.raises(SourceUnavailable, match=r"is empty, and .* cannot be listed"):
+        InfinibandSource(tmp_path).collect()
 
 
 def test_healthy_port_exact_values(tmp_path: Path) -> None:
