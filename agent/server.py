@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import html
 import logging
 import math
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +113,11 @@ class Health:
     detail: str
 
 
+# A connection thread whose socket was shut down ends within a moment; a bound keeps a
+# handler stuck elsewhere (writing to a client that stopped reading) from holding shutdown.
+_CONNECTION_JOIN_S = 1.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # documents intent; process_request below starts the threads
     allow_reuse_address = True
@@ -124,29 +131,34 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int]) -> None:
         # before binding: a failed bind calls server_close(), which reads these
-        self._connections: list[threading.Thread] = []
+        self._connections: list[tuple[threading.Thread, socket.socket]] = []
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # socketserver's ThreadingMixIn starts this thread itself; here it goes through the
-        # agent's one thread helper, and server_close() still waits for open connections
-        # as ThreadingMixIn's does.
+        # agent's one thread helper, and the socket is kept so server_close() can end it.
         thread = start_thread(
             "nvwatch-http-conn",
             functools.partial(self.process_request_thread, request, client_address),
             daemon=True,
         )
         with self._connections_lock:
-            self._connections = [t for t in self._connections if t.is_alive()]
-            self._connections.append(thread)
+            self._connections = [(t, r) for t, r in self._connections if t.is_alive()]
+            self._connections.append((thread, request))
 
     def server_close(self) -> None:
         super().server_close()
         with self._connections_lock:
             connections, self._connections = self._connections, []
-        for thread in connections:
-            thread.join()
+        # A scraper's keep-alive connection would hold its thread in recv() for as long as
+        # the scraper keeps asking: a stopped server must fail open connections, not wait
+        # for them (a stopped agent looks dead to Prometheus at once, as a killed one does).
+        for _, request in connections:
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+        for thread, _ in connections:
+            thread.join(timeout=_CONNECTION_JOIN_S)
 
     def handle_error(self, request: object, client_address: object) -> None:
         # clients that hang up, speak HTTP to the TLS port or time out are routine for an
