@@ -18,7 +18,8 @@ Threads the agent runs (name, who starts it, why it exists):
   because close() of a source stuck in C may block as well.
 - ``nvwatch-xid``: `XidListener.start` (agent/sources/nvml/xid.py), on the NVML source's
   first successful initialisation. NVML reports XID errors only as events, so one thread
-  blocks in nvmlEventSetWait and counts them.
+  blocks in nvmlEventSetWait and counts them, and re-reads the kernel log's Xid lines
+  after each wait (agent/sources/nvml/kmsg.py).
 - ``nvwatch-http``: `MetricsServer.start` (agent/server.py). The accept loop.
 - ``nvwatch-http-conn``, one per open connection: the HTTP server, per accepted
   connection, so one slow or stalled client cannot block the others.
