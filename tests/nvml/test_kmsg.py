@@ -306,11 +306,11 @@ def test_device_records_eagain_and_epipe(monkeypatch: pytest.MonkeyPatch) -> Non
 
     reader = KmsgReader(Path("/dev/null"))  # a character device, as /dev/kmsg is
     monkeypatch.setattr(os, "read", scripted)
-    first = reader.read()
+    first = list(reader.read())
     assert [parse_record(r).xid for r in first] == [13, 31]  # type: ignore[union-attr]
     assert reader.overwritten == 1 and reader.last_seq == 14
     reader.open()
-    assert [parse_record(r).xid for r in reader.read()] == [43]  # type: ignore[union-attr]
+    assert [parse_record(r).xid for r in list(reader.read())] == [43]  # type: ignore[union-attr]
     reader.close()
 
 
@@ -320,7 +320,7 @@ def test_real_dev_kmsg_when_readable() -> None:
         pytest.skip("/dev/kmsg is not readable here")
     reader = KmsgReader(kmsg.DEFAULT_PATH)
     try:
-        records = reader.read()
+        records = list(reader.read())
         assert records and reader.last_seq >= 0
         seqs = [int(r.split(",", 2)[1]) for r in records]
         assert seqs == sorted(seqs)
@@ -335,3 +335,15 @@ def test_reader_reports_permission_in_words(tmp_path: Path) -> None:
     assert "CAP_SYSLOG" in reason and "dmesg_restrict" in reason
     with pytest.raises(KmsgUnreadable, match="does not exist"):
         KmsgReader(tmp_path / "absent").open()
+
+
+def test_a_log_larger_than_one_read_counts_lines_across_reads(
+    tmp_path: Path, listeners: list[XidListener]
+) -> None:
+    """Lines that straddle the reader's 16 KiB reads are neither lost nor counted twice."""
+    log = tmp_path / "kern.log"
+    filler = "Mar  5 22:42:15 dgx01 kernel: mlx5_core 0000:0c:00.0: Port module event: x"
+    xid = "Mar  5 22:42:16 dgx01 kernel: NVRM: Xid (PCI:0000:07:00): 13, pid=1, name=a, x"
+    _write(log, [xid if i % 37 == 0 else filler for i in range(5000)])
+    assert log.stat().st_size > 20 * 16384
+    assert _listener(listeners, log).counts(0) == {13: len(range(0, 5000, 37))}

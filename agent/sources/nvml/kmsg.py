@@ -146,16 +146,20 @@ class KmsgReader:
             os.close(self._fd)
             self._fd = None
 
-    def read(self) -> list[str]:
-        """Every complete record not read yet; KmsgUnreadable if the log went away."""
+    def read(self) -> Iterator[str]:
+        """Each complete record not read yet, as read (a log file of hundreds of MB is
+        never held whole); KmsgUnreadable from the iteration if the log went away."""
         if self._fd is None:
             self.open()
+        raw = self._device_records() if self._device else self._file_lines()
         try:
-            raw = list(self._device_records() if self._device else self._file_lines())
+            for record in raw:
+                text = record.decode("utf-8", "replace")
+                if self._new(text):
+                    yield text
         except OSError as err:
             self.close()
             raise KmsgUnreadable(_reason(self.path, err)) from err
-        return [text for text in (r.decode("utf-8", "replace") for r in raw) if self._new(text)]
 
     def _new(self, text: str) -> bool:
         header = _RECORD.match(text)
@@ -185,12 +189,12 @@ class KmsgReader:
     def _file_lines(self) -> Iterator[bytes]:
         assert self._fd is not None
         self._follow_rotation()
-        chunks = [self._partial]
         while chunk := os.pread(self._fd, _READ_SIZE, self._offset):
-            chunks.append(chunk)
             self._offset += len(chunk)
-        *lines, self._partial = b"".join(chunks).split(b"\n")
-        yield from (line for line in lines if line.strip())
+            *lines, self._partial = (self._partial + chunk).split(b"\n")
+            if len(self._partial) > _READ_SIZE:
+                self._partial = b""  # no newline in 16 KiB: garbage, not a record
+            yield from (line for line in lines if line.strip())
 
     def _follow_rotation(self) -> None:
         """Start the file over if it was replaced or truncated (log rotation)."""
@@ -223,16 +227,16 @@ class KernelXidLog:
         if self.unreadable is not None:
             return False
         try:
-            texts = self._reader.read()
+            for text in self._reader.read():
+                record = parse_record(text)
+                if record is not None:
+                    key = (record.pci, record.xid)
+                    self._counts[key] = self._counts.get(key, 0) + 1
+                    self.records += 1
         except KmsgUnreadable as err:
+            # lines counted before the failure stay counted: they were read once
             self.unreadable = str(err)
             return False
-        for text in texts:
-            record = parse_record(text)
-            if record is not None:
-                key = (record.pci, record.xid)
-                self._counts[key] = self._counts.get(key, 0) + 1
-                self.records += 1
         return True
 
     def counts(self) -> dict[tuple[str, int], int]:
@@ -247,7 +251,7 @@ def probe(path: Path) -> str | None:
     """None if the kernel log at `path` can be read, else why not (for `nvwatch doctor`)."""
     reader = KmsgReader(path)
     try:
-        reader.read()
+        next(reader.read(), None)  # one record proves it; the rest is the agent's to read
     except KmsgUnreadable as err:
         return str(err)
     finally:
