@@ -257,7 +257,8 @@ class _Handler(BaseHTTPRequestHandler):
         rows = ""
         if exposition is not None:
             for status in exposition.snapshot.sources.values():
-                state = "up" if status.up else f"down: {status.error}"
+                why = status.error if not status.up else status.absent_reason
+                state = f"{status.state}: {why}" if why else status.state
                 rows += f"<tr><td>{html.escape(status.name)}</td><td>{html.escape(state)}</td></tr>"
         health = self.server.health()
         return (

@@ -142,21 +142,24 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 @cli.command("doctor")
 @source_options
 def doctor_command(**params: Any) -> None:
-    """Say what is present, readable and missing on this node, one line per source."""
+    """One line per source: up (what it serves), absent (why) or down (why)."""
     config = build_config(params)
     logs.configure(config.log_format)
     with runtime(config) as effective:
         exposition = poll_and_render(effective, build_sources(effective), settle=0)
     working = 0
     for status in exposition.snapshot.sources.values():
-        if status.up and isinstance(status.prepared, FamilySet):
+        # up: what it serves; absent: how we know the hardware is not there (nothing
+        # to fix); down: why it cannot be read (something to fix)
+        if status.absent:
+            detail = status.absent_reason
+        elif status.up and isinstance(status.prepared, FamilySet):
             series = sum(len(f.samples) for f in status.prepared)
-            click.echo(
-                f"{status.name:<11} ok       {series} series in {status.duration_seconds:.3f}s"
-            )
+            detail = f"{series} series in {status.duration_seconds:.3f}s"
             working += 1
         else:
-            click.echo(f"{status.name:<11} MISSING  {status.error}")
+            detail = status.error
+        click.echo(f"{status.name:<11} {status.state:<8} {detail}")
     if effective.simulate:
         click.echo(f"{'simulation':<11} on       profile {effective.simulate} (not real hardware)")
     if working == 0:

@@ -14,7 +14,8 @@ def build_sources(config: AgentConfig) -> list[Source]:
     if "nvml" in config.sources:
         from agent.sources.nvml.source import NvmlSource
 
-        nvml = NvmlSource(nvlink_detail=config.nvlink_detail)
+        # the sysfs root lets NVML tell a node without GPUs from a broken driver
+        nvml = NvmlSource(nvlink_detail=config.nvlink_detail, sysfs_root=config.sysfs_root)
         sources.append(nvml)
     if "infiniband" in config.sources:
         from agent.sources.infiniband import InfinibandSource

@@ -193,8 +193,9 @@ def test_serve_shuts_down_within_a_second(signum: int, sources: list[str]) -> No
             process.wait()
 
 
-def test_serve_without_a_gpu_reports_nvml_down_and_serves_the_rest() -> None:
-    """This machine has no libnvidia-ml: NVML must be down with the reason, never faked."""
+def test_serve_without_a_gpu_reports_nvml_absent_and_serves_the_rest() -> None:
+    """This machine has neither libnvidia-ml nor an NVIDIA PCI function: NVML is absent
+    (up, no error counted, no page) with the reason, and no GPU is ever faked."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}
     process = subprocess.Popen(
@@ -204,11 +205,14 @@ def test_serve_without_a_gpu_reports_nvml_down_and_serves_the_rest() -> None:
     )  # fmt: skip
     try:
         body = _wait_http(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 20).decode()
-        assert 'nvwatch_agent_source_up{source="nvml"} 0.0' in body
+        assert 'nvwatch_agent_source_up{source="nvml"} 1.0' in body
+        assert 'nvwatch_agent_source_absent{source="nvml"} 1.0' in body
+        assert 'nvwatch_agent_source_errors_total{source="nvml"} 0.0' in body
         assert 'nvwatch_agent_source_up{source="host"} 1.0' in body
+        assert 'nvwatch_agent_source_absent{source="host"} 0.0' in body
         assert "nvwatch_gpu_" not in body
         landing = _wait_http(f"http://127.0.0.1:{port}/", time.monotonic() + 5).decode()
-        assert "NVML" in landing and "not found" in landing.lower()
+        assert "absent: no NVIDIA GPU on this node" in landing
     finally:
         process.terminate()
         process.wait(timeout=5)

@@ -28,8 +28,10 @@ def test_without_simulate_nothing_is_faked() -> None:
     with runtime(config) as effective:
         exposition = poll_and_render(effective, build_sources(effective), settle=0)
     status = exposition.snapshot.sources["nvml"]
-    assert not status.up
-    assert "NVML library not found" in (status.error or "")
+    # this machine has no NVIDIA PCI function: absent, read from the real /sys, and no
+    # GPU sample of any kind
+    assert status.absent and status.prepared is None
+    assert "no NVIDIA GPU on this node" in (status.absent_reason or "")
 
 
 def test_unknown_scenario_is_bad_input() -> None:

@@ -21,11 +21,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
+from typing import NoReturn
 
 import pynvml
 
-from agent.sources import SourceUnavailable
+from agent.sources import SourceAbsent, SourceUnavailable
 from agent.sources.nvml import reads
 from agent.sources.nvml.device import (
     Device,
@@ -41,6 +43,7 @@ from agent.sources.nvml.gpm import GpmSampler
 from agent.sources.nvml.nvlink import GpuLinks
 from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES, GpuInfo, GpuSample, NvmlSample
 from agent.sources.nvml.xid import XidListener
+from agent.sources.presence import PCI_VENDOR_NVIDIA, plural, scan_pci
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,10 @@ class NvmlSource:
     number of links up, the speed summed over links that are up, and no remote_info
     (the per-link wiring is what "gpu" leaves out). A sum is left out for a poll in
     which any link failed to answer, so an aggregate counter never dips.
+
+    `sysfs_root`: where to count the node's NVIDIA PCI functions, to tell a node without
+    GPUs (absent) from GPUs NVML cannot read (down). None: not counted, and every NVML
+    failure is down.
     """
 
     name = "nvml"
@@ -77,6 +84,7 @@ class NvmlSource:
         self,
         *,
         nvlink_detail: str = "link",
+        sysfs_root: Path | None = None,
         reprobe_interval: float = 300.0,
         init_retry_max: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
@@ -87,6 +95,7 @@ class NvmlSource:
                 f"not {nvlink_detail!r}"
             )
         self.nvlink_detail = nvlink_detail
+        self._sysfs_root = sysfs_root
         self._reprobe_interval = reprobe_interval
         self._init_retry_max = init_retry_max
         self._clock = clock
@@ -98,7 +107,8 @@ class NvmlSource:
         self._xid: XidListener | None = None
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
-        self._init_failure = ""
+        # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
+        self._init_failure: tuple[type[Exception], str] = (SourceUnavailable, "")
 
     # --- Source protocol ---------------------------------------------------------------
 
@@ -131,24 +141,59 @@ class NvmlSource:
             return
         now = self._clock()
         if now < self._next_init_at:
-            raise SourceUnavailable(self._init_failure)
+            kind, message = self._init_failure
+            raise kind(message)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
-            self._init_failed(_init_reason(err))
+            self._init_failed(self._classify(None, _init_reason(err)))
         try:
             self._enumerate()
         except pynvml.NVMLError as err:
             system_call(pynvml.nvmlShutdown)
-            self._init_failed(f"NVML could not list the GPUs: {error_name(err)}")
+            reason = f"NVML could not list the GPUs: {error_name(err)}"
+            self._init_failed(self._classify(None, reason))
+        failure = self._classify(len(self._gpus), "")
+        if failure is not None:
+            # fewer GPUs than the PCI bus has: drop the session, so that a retry after
+            # the back-off enumerates afresh (a GPU that failed to initialise may return
+            # after a driver reload)
+            self.close()
+            self._init_failed(failure)
         self._init_backoff = _INIT_BACKOFF_START_S
         self._start_xid_listener()
 
-    def _init_failed(self, reason: str) -> None:
-        self._init_failure = reason
+    def _classify(self, nvml_count: int | None, reason: str) -> Exception | None:
+        """Absent, down or fine, from NVML's answer and the NVIDIA functions on PCI.
+
+        `nvml_count` None: NVML failed, for `reason`. Without a sysfs root or a readable
+        PCI tree presence is unknown and NVML's answer stands (failure is down).
+        """
+        scan = scan_pci(self._sysfs_root) if self._sysfs_root is not None else None
+        if scan is None or not scan.listed:
+            return SourceUnavailable(reason) if nvml_count is None else None
+        on_pci = len(scan.nvidia_gpus())
+        if on_pci == 0 and not nvml_count:
+            return SourceAbsent(
+                f"no NVIDIA GPU on this node (no PCI function with vendor "
+                f"0x{PCI_VENDOR_NVIDIA:04x} in {scan.directory})"
+            )
+        gpus = plural(on_pci, "NVIDIA GPU")
+        if nvml_count is None:
+            return SourceUnavailable(f"{gpus} on PCI but NVML failed: {reason}")
+        if nvml_count < on_pci:
+            return SourceUnavailable(
+                f"{gpus} on PCI but NVML sees only {nvml_count}: a GPU failed to "
+                "initialise or fell off the bus (see `nvidia-smi`, the kernel log for NVRM)"
+            )
+        return None
+
+    def _init_failed(self, failure: Exception | None) -> NoReturn:
+        assert failure is not None  # NVML failed: _classify always has a verdict then
+        self._init_failure = (type(failure), str(failure))
         self._next_init_at = self._clock() + self._init_backoff
         self._init_backoff = min(self._init_backoff * 2, self._init_retry_max)
-        raise SourceUnavailable(reason)
+        raise failure
 
     def _enumerate(self) -> None:
         session = NvmlSession(clock=self._clock, reprobe_interval=self._reprobe_interval)
