@@ -25,7 +25,7 @@ import functools
 import hashlib
 import math
 import uuid as uuid_module
-from collections.abc import Callable
+from typing import Protocol
 
 from agent.sim.gpu_state import (
     EVENT_XID,
@@ -61,6 +61,21 @@ def _stable_digest(*parts: object) -> bytes:
     return hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
 
 
+class ScenarioHook(Protocol):
+    """A fault on one GPU (`agent.sim.scenarios`): called at every sub-step with the
+    seconds since the simulation started; `end()` stops it and repairs what it broke."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None: ...
+
+    def end(self, gpu: SimulatedGpu) -> None: ...
+
+
 class SimulatedGpu:
     """One GPU: identity, fault knobs and physical state, integrated by `step()`."""
 
@@ -90,7 +105,7 @@ class SimulatedGpu:
         self.power_limit_w = model.tdp_watts
         self.lost = False
         self.pcie_replay_rate_per_s = 0.0
-        self.scenario_hooks: list[Callable[[SimulatedGpu, float], None]] = []
+        self.scenario_hooks: list[ScenarioHook] = []
 
         # physical state
         self.time = start_time
@@ -219,6 +234,24 @@ class SimulatedGpu:
 
     def nvlink_error_count(self, link: int, kind: str) -> int:
         return int(self.links[link].errors[kind])
+
+    def reset(self) -> None:
+        """A GPU reset (`nvidia-smi -r` after a drain): what it clears, and what it keeps.
+
+        Volatile ECC counts restart at 0; aggregate ones live in the InfoROM and stay. A
+        pending page retirement or row remap takes effect: the pages stay retired, nothing
+        is pending. A lost GPU answers again. The power limit returns to its default (a
+        limit set with `nvidia-smi -pl` does not survive a reset), and with it the clocks
+        and throttle reasons; the temperature does not jump, it relaxes from here.
+        """
+        self.ecc.corrected_volatile = 0
+        self.ecc.uncorrected_volatile = 0
+        self.ecc.retired_pending = False
+        self.ecc.remap_pending = False
+        self.lost = False
+        self.power_limit_w = self.model.tdp_watts
+        self.clock_factor = 1.0
+        self._update_reasons(self.utilization, capped=False)
 
     # --- dynamics -------------------------------------------------------------------
 

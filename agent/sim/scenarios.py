@@ -4,14 +4,22 @@ A scenario is a timeline applied to one victim GPU through hooks that `Simulated
 calls at every sub-step with the seconds elapsed since the simulation started. Faults
 begin at `FAULT_ONSET_S`, so the first scrapes of a simulated agent show a healthy
 baseline that the fault then departs from (what alerts with `for:` clauses need).
+
+Every fault ends: at its `until_s`, or when `end()` is called (a test, an operator's
+repair request). Ending runs the fault's own repair, what an operator would do about it:
+a GPU reset for an uncorrectable ECC error or a lost GPU, a fixed fan for a thermal
+runaway, the default power limit back, a replaced NVLink cable, a stopped faulting job.
+Counters the fault drove keep their counts; conditions (volatile ECC, a down link, a
+lost GPU, a pending retirement) clear.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from agent.sim.gpu_model import AMBIENT_C, SimulatedGpu
+from agent.sim.gpu_model import AMBIENT_C, ScenarioHook, SimulatedGpu
 from agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
 
 GPU_SCENARIOS: tuple[str, ...] = (
@@ -25,6 +33,10 @@ GPU_SCENARIOS: tuple[str, ...] = (
     "xid-storm",
 )
 FAULT_SCENARIOS = GPU_SCENARIOS[2:]
+WORKLOAD_SCENARIOS = GPU_SCENARIOS[:2]  # they set what the GPUs run; nothing to repair
+# node-wide: the kernel module is missing, the GPUs' PCI functions are still there
+DRIVER_SCENARIOS: tuple[str, ...] = ("nvml-driver-broken",)
+NVML_SCENARIOS = GPU_SCENARIOS + DRIVER_SCENARIOS
 
 FAULT_ONSET_S = 30.0  # a few 5 s polls of healthy baseline before the fault
 THERMAL_RAMP_S = 120.0  # cooling degrades over minutes (a failing fan / clogged filter)
@@ -38,8 +50,8 @@ XID_STORM_SPACING_S = 0.2
 
 
 def validate(name: str) -> str:
-    if name not in GPU_SCENARIOS:
-        raise ValueError(f"unknown scenario {name!r} (known: {', '.join(GPU_SCENARIOS)})")
+    if name not in NVML_SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r} (known: {', '.join(NVML_SCENARIOS)})")
     return name
 
 
@@ -71,20 +83,53 @@ def _mean_power_w(gpu: SimulatedGpu) -> float:
 
 
 @dataclass
-class ThermalRunaway:
+class GpuFault:
+    """One fault on one GPU: `progress` from `onset_s`, `repair` once when it ends.
+
+    `until_s` (seconds since the simulation started) ends it on schedule; `end()` ends it
+    now. A fault ended before its onset never begins, and its repair finds nothing broken.
+    """
+
+    name: ClassVar[str] = ""
+    onset_s: float = FAULT_ONSET_S
+    until_s: float | None = None
+    ended: bool = field(default=False, init=False)
+
+    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        if self.ended:
+            return
+        if self.until_s is not None and elapsed >= self.until_s:
+            self.end(gpu)
+        elif elapsed >= self.onset_s:
+            self.progress(gpu, elapsed)
+
+    def end(self, gpu: SimulatedGpu) -> None:
+        if not self.ended:
+            self.ended = True
+            self.repair(gpu)
+
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        raise NotImplementedError
+
+    def repair(self, gpu: SimulatedGpu) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class ThermalRunaway(GpuFault):
     """Cooling fails: thermal resistance ramps up until the GPU would sit 20 C over slowdown.
 
     The target is per board, so every profile crosses slowdown ~2-3 minutes after onset
     (ramp to the crossing resistance ~70 s, plus the thermal time constant's lag).
+    Repair: the fan is fixed, the resistance is the board's again, and the temperature
+    relaxes with the thermal time constant (clocks recover as it falls under slowdown).
     """
 
-    onset_s: float = FAULT_ONSET_S
-    _base: float | None = None
-    _final: float = 0.0
+    name: ClassVar[str] = "thermal-runaway"
+    _base: float | None = field(default=None, init=False)
+    _final: float = field(default=0.0, init=False)
 
-    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
-        if elapsed < self.onset_s:
-            return
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
         if self._base is None:
             self._base = gpu.thermal_resistance_c_per_w
             target_c = gpu.model.temp_slowdown_c + THERMAL_OVERSHOOT_C
@@ -92,34 +137,42 @@ class ThermalRunaway:
         fraction = min(1.0, (elapsed - self.onset_s) / THERMAL_RAMP_S)
         gpu.thermal_resistance_c_per_w = self._base + fraction * (self._final - self._base)
 
-
-@dataclass
-class PowerCapped:
-    onset_s: float = FAULT_ONSET_S
-
-    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
-        if elapsed >= self.onset_s:
-            model = gpu.model
-            # NVML will not enforce below the board's minimum limit (T4: 60 W > 0.6 x 70 W)
-            gpu.power_limit_w = max(
-                POWER_CAP_FRACTION * model.tdp_watts, model.min_power_limit_watts
-            )
+    def repair(self, gpu: SimulatedGpu) -> None:
+        if self._base is not None:
+            gpu.thermal_resistance_c_per_w = self._base
 
 
 @dataclass
-class NvlinkDegraded:
+class PowerCapped(GpuFault):
+    """The enforced limit drops to 60 % of TDP; repair: the brake is released, the
+    default limit (TDP) applies again."""
+
+    name: ClassVar[str] = "power-capped"
+
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        model = gpu.model
+        # NVML will not enforce below the board's minimum limit (T4: 60 W > 0.6 x 70 W)
+        gpu.power_limit_w = max(POWER_CAP_FRACTION * model.tdp_watts, model.min_power_limit_watts)
+
+    def repair(self, gpu: SimulatedGpu) -> None:
+        gpu.power_limit_w = gpu.model.tdp_watts
+
+
+@dataclass
+class NvlinkDegraded(GpuFault):
     """One link flaps with heavy CRC/replay/recovery errors, then goes down (XID 74).
 
     The GPU's other links keep logging errors at a lower rate: a bad NVSwitch port or
-    cable tray usually shows on neighbours too.
+    cable tray usually shows on neighbours too. Repair: the part is replaced and the link
+    retrained: up again, no link logs new errors, the counts so far stay.
     """
 
+    name: ClassVar[str] = "nvlink-degraded"
     link: int = 0
-    onset_s: float = FAULT_ONSET_S
-    _stage: int = 0
+    _stage: int = field(default=0, init=False)
 
-    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
-        if not gpu.links or elapsed < self.onset_s:
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        if not gpu.links:
             return
         ecc = gpu.model.nvlink_version >= 3  # NVLink data ECC counters exist from NVLink3
         if self._stage == 0:
@@ -140,16 +193,27 @@ class NvlinkDegraded:
             victim.error_rates = dict.fromkeys(victim.error_rates, 0.0)  # counters freeze
             gpu.emit_xid(74)
 
+    def repair(self, gpu: SimulatedGpu) -> None:
+        if self._stage == 0:
+            return
+        for link in gpu.links:
+            link.error_rates = dict.fromkeys(link.error_rates, 0.0)
+        gpu.links[self.link].up = True
+
 
 @dataclass
-class EccDoubleBit:
-    """An uncorrectable DRAM error: XID 48, the page retired / row remapped, XID 63."""
+class EccDoubleBit(GpuFault):
+    """An uncorrectable DRAM error: XID 48, the page retired / row remapped, XID 63.
 
-    onset_s: float = FAULT_ONSET_S
-    _stage: int = 0
+    Repair: the GPU is drained and reset. The volatile counts restart at 0, the pending
+    retirement or remap takes effect, and the weak cell, now out of use, stops flipping.
+    """
 
-    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
-        if self._stage == 0 and elapsed >= self.onset_s:
+    name: ClassVar[str] = "ecc-dbe"
+    _stage: int = field(default=0, init=False)
+
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        if self._stage == 0:
             self._stage = 1
             gpu.add_ecc_errors(corrected=3, uncorrected=1)
             gpu.ecc.corrected_rate_per_s = 0.05  # the weak cell keeps flipping single bits
@@ -160,48 +224,90 @@ class EccDoubleBit:
             gpu.retire_page(double_bit=True)
             gpu.emit_xid(63)
 
+    def repair(self, gpu: SimulatedGpu) -> None:
+        if self._stage:
+            gpu.reset()
+            gpu.ecc.corrected_rate_per_s = 0.0
+
 
 @dataclass
-class GpuLost:
-    onset_s: float = FAULT_ONSET_S
-    _stage: int = 0
+class GpuLost(GpuFault):
+    """XID 79, then the GPU stops answering (GPU_IS_LOST); repair: a reset brings it back."""
 
-    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
-        if self._stage == 0 and elapsed >= self.onset_s:
+    name: ClassVar[str] = "gpu-lost"
+    _stage: int = field(default=0, init=False)
+
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        if self._stage == 0:
             self._stage = 1
             gpu.emit_xid(79)
         if self._stage == 1 and elapsed >= self.onset_s + GPU_LOST_AFTER_XID_S:
             self._stage = 2
             gpu.lost = True
 
+    def repair(self, gpu: SimulatedGpu) -> None:
+        if self._stage:
+            gpu.reset()
+
 
 @dataclass
-class XidStorm:
-    onset_s: float = FAULT_ONSET_S
-    _next: int = 0
+class XidStorm(GpuFault):
+    """A job hitting application XIDs in bursts; repair: the job is stopped, no more XIDs."""
+
+    name: ClassVar[str] = "xid-storm"
+    _next: int = field(default=0, init=False)
 
     def _time_of(self, n: int) -> float:
         burst, position = divmod(n, len(XID_STORM_BURST))
         return self.onset_s + burst * XID_STORM_PERIOD_S + position * XID_STORM_SPACING_S
 
-    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
         while self._time_of(self._next) <= elapsed:
             gpu.emit_xid(XID_STORM_BURST[self._next % len(XID_STORM_BURST)])
             self._next += 1
 
+    def repair(self, gpu: SimulatedGpu) -> None:
+        pass  # nothing stays broken: the XIDs logged so far are history
 
-def apply(name: str, gpu: SimulatedGpu, *, onset_s: float = FAULT_ONSET_S) -> None:
-    """Attach scenario `name` to `gpu` (healthy-training and idle only set the workload)."""
-    validate(name)
-    if name == "thermal-runaway":
-        gpu.scenario_hooks.append(ThermalRunaway(onset_s))
-    elif name == "power-capped":
-        gpu.scenario_hooks.append(PowerCapped(onset_s))
-    elif name == "nvlink-degraded":
-        gpu.scenario_hooks.append(NvlinkDegraded(onset_s=onset_s))
-    elif name == "ecc-dbe":
-        gpu.scenario_hooks.append(EccDoubleBit(onset_s))
-    elif name == "gpu-lost":
-        gpu.scenario_hooks.append(GpuLost(onset_s))
-    elif name == "xid-storm":
-        gpu.scenario_hooks.append(XidStorm(onset_s))
+
+_FAULTS: dict[str, type[GpuFault]] = {
+    fault.name: fault
+    for fault in (ThermalRunaway, PowerCapped, NvlinkDegraded, EccDoubleBit, GpuLost, XidStorm)
+}
+
+
+@dataclass
+class DriverBroken:
+    """The NVIDIA kernel module is not loaded (a kernel update it was not built for, an
+    unload): the PCI functions stay, every NVML call fails with DRIVER_NOT_LOADED.
+    Repair: the module is loaded again and NVML answers."""
+
+    name: ClassVar[str] = DRIVER_SCENARIOS[0]
+    onset_s: float = FAULT_ONSET_S
+    until_s: float | None = None
+    ended: bool = False
+
+    def broken(self, elapsed: float) -> bool:
+        if self.ended or elapsed < self.onset_s:
+            return False
+        return self.until_s is None or elapsed < self.until_s
+
+    def end(self) -> None:
+        self.ended = True
+
+
+def apply(
+    name: str,
+    gpu: SimulatedGpu,
+    *,
+    onset_s: float | None = None,
+    until_s: float | None = None,
+) -> ScenarioHook | None:
+    """Attach fault `name` to `gpu` (healthy-training and idle only set the workload)."""
+    if validate(name) in WORKLOAD_SCENARIOS:
+        return None
+    if name not in _FAULTS:
+        raise ValueError(f"{name} is node-wide: it takes no GPU")
+    hook = _FAULTS[name](FAULT_ONSET_S if onset_s is None else onset_s, until_s)
+    gpu.scenario_hooks.append(hook)
+    return hook
