@@ -19,7 +19,7 @@ import yaml
 from agent.durations import parse_duration, prometheus_duration
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
-_WINDOWS = ("rate_window", "evaluation_interval")
+_WINDOWS = ("rate_window", "evaluation_interval", "counter_gap_lookback", "pcie_degraded_window")
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,10 @@ class MixinConfig:
     # GPUs idle below this utilization legitimately train PCIe down to save power, so a
     # degraded PCIe link only alerts on a busier GPU.
     pcie_busy_utilization: float = 0.2
+    # ... judged over this window: the GPU was busy at some point in it and the link
+    # never reached its maximum in it. An idle spell shorter than this (between jobs)
+    # does not resolve the alert only for it to fire again with the next job.
+    pcie_degraded_window: str = "30m"
 
     # --- starvation -----------------------------------------------------------------
     # A GPU is "starved" below this utilization ...
@@ -162,6 +166,11 @@ class MixinConfig:
     for_slow: str = "15m"
     # Window of every rate()/increase()/deriv() in the rules.
     rate_window: str = "5m"
+    # How far back the event alerts (XIDs, IB link_downed) look for a counter's last
+    # value before a gap in its scrapes (agent restarted, Prometheus down): events
+    # counted during a shorter gap page once afterwards, and a count carried over a
+    # restart is no new event. Longer gaps are treated as a first scrape.
+    counter_gap_lookback: str = "1d"
     # Rule group evaluation interval (Prometheus and Grafana).
     evaluation_interval: str = "1m"
 

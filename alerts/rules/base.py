@@ -18,11 +18,28 @@ class Severity(str, Enum):
     INFO = "info"  # capacity/efficiency signal for dashboards and reviews
 
 
+class Kind(str, Enum):
+    """What an alert watches, which decides how it must be written and tested.
+
+    A condition lasts until someone repairs it, so the alert reads its level: it fires
+    from the first sample Prometheus ever sees (a fault older than the scrape, a
+    restarted agent or Prometheus) and stays firing until the level is healthy again.
+    An event happens and is over; the alert reads its increase or rate, which survive
+    counter resets, and resolves a while after the last one.
+    """
+
+    CONDITION = "condition"
+    EVENT = "event"
+
+
 @dataclass(frozen=True)
 class Runbook:
     meaning: str
     confirm: str
     action: str
+    # condition: what "repaired" means and what the alert then reads; event: how long
+    # it keeps firing after the last event
+    clears: str
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,7 @@ class Alert:
     summary: str
     description: str
     runbook: Runbook
+    kind: Kind
 
 
 @dataclass(frozen=True)
@@ -75,3 +93,48 @@ def where_link(cfg: MixinConfig) -> str:
 def node_labels_with_class(cfg: MixinConfig) -> str:
     """Labels of a per-node count that is compared with its node class's expectation."""
     return f"{cfg.cluster_label}, {cfg.instance_label}, {cfg.node_class_label}"
+
+
+def count_or_zero(by: str, counted: str, scraped: str) -> str:
+    """`counted` (an aggregate `by` some labels), or 0 for each `scraped` group without one.
+
+    `count by (node) (series)` has no result at all for a node that has none of the
+    series, so "fewer than expected" cannot fire exactly when everything is gone (NVML
+    fails, the HCAs vanished). `scraped` (a filter that is 1 where the thing is known
+    to be there to count, e.g. `up == 1`) supplies the 0; a node that is not scraped
+    has its own alert and no 0.
+    """
+    return f"(\n    {counted}\n  or max by ({by}) ({scraped}) * 0\n)"
+
+
+def new_events(
+    cfg: MixinConfig, counter: str, *, read_when: str | None = None, own_labels: str = ""
+) -> str:
+    """Events `counter` counted within `rate_window`, as a filter that keeps only > 0.
+
+    Three ways to see them, each for a case the others miss, in the order that makes
+    `$value` the exact number of new events wherever it can be:
+    - the count now minus the last count before the window, however old that one is
+      (up to `counter_gap_lookback`): events during a scrape gap (agent restart,
+      Prometheus down) page once after the gap, and a count merely carried over a
+      restart is no new event (the old idiom `x unless x offset <window>` paged a window
+      after every restart: the staleness markers of the gap hide `offset`'s sample);
+    - with `read_when` (a series that is 1 in each scrape in which the counter's source
+      was read, e.g. `nvwatch_gpu_up`; `own_labels` are the counter's labels it lacks):
+      a counter series that exists only from its first event on is born at that value,
+      which no difference can show. It is new when it was missing from a scrape in the
+      window in which its source was read; a source outage or an agent restart cannot
+      fake a birth, and a counter that is already there at the first scrape Prometheus
+      ever makes (events older than the monitoring) does not page;
+    - `increase()`, for a counter that reset inside the window (an agent that counts
+      since its own start, restarted) and counted again without leaving a scrape.
+    """
+    w = cfg.rate_window
+    branches = [f"{counter} - last_over_time({counter}[{cfg.counter_gap_lookback}] offset {w}) > 0"]
+    if read_when is not None:
+        branches.append(
+            f"{counter}\n  and count_over_time({counter}[{w}])\n"
+            f"    < ignoring ({own_labels}) group_left () sum_over_time({read_when}[{w}])"
+        )
+    branches.append(f"increase({counter}[{w}]) > 0")
+    return "\nor ".join(branches)

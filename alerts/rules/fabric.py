@@ -8,8 +8,11 @@ from alerts.recording import EXPECTED_IB_PORTS, EXPECTED_IB_RATE, EXPECTED_NVLIN
 from alerts.rules.base import (
     Alert,
     AlertGroup,
+    Kind,
     Runbook,
     Severity,
+    count_or_zero,
+    new_events,
     node_labels_with_class,
     q,
     where_gpu,
@@ -40,29 +43,41 @@ def nvlink_down(cfg: MixinConfig) -> Alert:
             "Drain the node and reset the GPUs (`nvidia-smi -r`) or reboot; a link "
             "that stays down after a reset needs a hardware ticket "
             "(baseboard/NVSwitch).",
+            "Repaired means NVML reports the link active again (after the reset or "
+            "reboot): `nvwatch_nvlink_up` 1, and the alert resolves at the next "
+            "evaluation. It holds across agent and Prometheus restarts, since the agent "
+            "reports a down link as 0 from its first poll.",
         ),
+        Kind.CONDITION,
     )
 
 
 def nvlink_links_missing(cfg: MixinConfig) -> Alert:
     nc = cfg.node_class_label
+    by = f"{node_labels_with_class(cfg)}, gpu, uuid"
+    active = count_or_zero(
+        by, f"sum by ({by}) (nvwatch_nvlink_up{cfg.sel()})", f"nvwatch_gpu_up{cfg.sel()} == 1"
+    )
     return Alert(
         "NvwatchNvlinkLinksMissing",
-        f"sum by ({node_labels_with_class(cfg)}, gpu, uuid) (nvwatch_nvlink_up{cfg.sel()})\n"
-        f"  < on ({nc}) group_left () {EXPECTED_NVLINKS}",
+        f"{active}\n< on ({nc}) group_left () {EXPECTED_NVLINKS}",
         cfg.for_fast,
         Severity.WARNING,
         "GPU has fewer active NVLink links than its node class expects.",
         f"{where_gpu(cfg)} has {{{{ $value }}}} active NVLink links, fewer than a "
         f"{{{{ $labels.{nc} }}}} GPU should have.",
         Runbook(
-            "The count of active links of the GPU is below the expectation of its "
-            "node class (mixin config `node_classes`). Covers links that vanished "
-            "from NVML entirely, which NvwatchNvlinkDown cannot see.",
+            "The count of active links of a working GPU is below the expectation of "
+            "its node class (mixin config `node_classes`). Covers links that vanished "
+            "from NVML, down to all of them, which NvwatchNvlinkDown cannot see.",
             "NVLink fabric dashboard, *Active links per GPU*; `nvidia-smi nvlink "
             "-s` on the node; check the node's `node_class` target label is right.",
             "As for NvwatchNvlinkDown: drain, reset, then hardware ticket.",
+            "Repaired means the GPU again has as many active links as its class "
+            "expects; the alert resolves at the next evaluation. A GPU that stops "
+            "answering NVML leaves this alert to NvwatchGpuDown.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -83,7 +98,12 @@ def nvlink_errors(cfg: MixinConfig) -> Alert:
             "connector) or all links of a GPU (the GPU) or of a switch?",
             "Note the GPU/link in the hardware log; if the rate keeps rising or "
             "XID 74 appears, drain the node for an NVLink/baseboard check.",
+            f"An error rate: it resolves once the rate over the last {cfg.rate_window} "
+            "falls below the threshold, at most that long after the errors stop. "
+            "`rate()` reads a counter reset (driver reload) as a restart from 0, and a "
+            "count already high at the first scrape is no error rate.",
         ),
+        Kind.EVENT,
     )
 
 
@@ -111,29 +131,44 @@ def ib_port_down(cfg: MixinConfig) -> Alert:
             "Physical state not LinkUp: reseat or replace the cable/transceiver, "
             "check the switch port. LinkUp but not ACTIVE: check the subnet "
             "manager (`sminfo`). Uncabled ports belong in `ib_port_selector`.",
+            "Repaired means the port is ACTIVE and LinkUp again (`ibstat`); the alert "
+            "resolves at the next evaluation. A port that is down at the first scrape, "
+            "or after an agent restart, fires the same way.",
         ),
+        Kind.CONDITION,
     )
 
 
 def ib_ports_missing(cfg: MixinConfig) -> Alert:
     nc = cfg.node_class_label
+    by = node_labels_with_class(cfg)
+    ports = count_or_zero(
+        by, f"count by ({by}) (nvwatch_ib_port_state{cfg.ib_sel()})", f"up{cfg.sel()} == 1"
+    )
     return Alert(
         "NvwatchIbPortsMissing",
-        f"count by ({node_labels_with_class(cfg)}) (nvwatch_ib_port_state{cfg.ib_sel()})\n"
-        f"  < on ({nc}) group_left () {EXPECTED_IB_PORTS}",
+        f"{ports}\n< on ({nc}) group_left () {EXPECTED_IB_PORTS}",
         cfg.for_fast,
-        Severity.WARNING,
+        # as critical as a port that is down: a missing port removes its rail too
+        Severity.CRITICAL,
         "Node has fewer InfiniBand ports than its node class expects.",
         f"{where_node(cfg)} shows {{{{ $value }}}} RDMA ports, fewer than a "
         f"{{{{ $labels.{nc} }}}} node should have.",
         Runbook(
             "Fewer ports appear under /sys/class/infiniband than the node class "
-            "expects: an HCA is not enumerated (PCIe, firmware) or its driver did "
-            "not load.",
+            "expects: an HCA is not enumerated (PCIe, firmware), its driver did not "
+            "load, or the HCAs vanished (0 ports; NvwatchAgentSourceDown for "
+            "`infiniband` then says why). A node without HCAs belongs in a class "
+            "with `ib_ports: 0`, where nothing is expected and nothing fires.",
             "`ibv_devinfo -l` and `lspci | grep Mellanox` on the node; `dmesg` "
-            "for mlx5_core errors.",
+            "for mlx5_core errors; `nvwatch doctor`.",
             "Reload mlx5_core or reboot; an HCA missing from lspci needs a hardware ticket.",
+            "Repaired means the node again shows as many ports as its class expects; "
+            "the alert resolves at the next evaluation. It holds across agent "
+            "restarts (a restarted agent that finds no HCA reports the source absent, "
+            "and the class still expects the ports).",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -156,7 +191,10 @@ def ib_port_rate_degraded(cfg: MixinConfig) -> Alert:
             "InfiniBand fabric dashboard, *Rate per port*; `ibstat` shows Rate; "
             "`iblinkinfo` shows the peer switch port's width and speed.",
             "Reseat/replace the cable or transceiver; check the switch port's configuration.",
+            "Repaired means the port trained back to at least its class's rate "
+            "(`ibstat` Rate); the alert resolves at the next evaluation.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -179,20 +217,26 @@ def ib_port_errors(cfg: MixinConfig) -> Alert:
             "port; compare with the switch side (`ibqueryerrors`).",
             "Physical error types: clean/replace the cable. Discards: look at "
             "congestion (NvwatchIbPortCongested) and the subnet's routing.",
+            f"An error rate: it resolves once the rate over the last {cfg.rate_window} "
+            "falls below the threshold, at most that long after the errors stop. The "
+            "counters are the HCA's own: an agent restart does not reset them, a "
+            "`perfquery -R` reset reads as a restart from 0.",
         ),
+        Kind.EVENT,
     )
 
 
 def ib_link_downed(cfg: MixinConfig) -> Alert:
     w = cfg.rate_window
-    downed = cfg.ib_sel("type=" + q("link_downed"))
+    downed = f"nvwatch_ib_port_errors_total{cfg.ib_sel('type=' + q('link_downed'))}"
     return Alert(
         "NvwatchIbLinkDowned",
-        f"increase(nvwatch_ib_port_errors_total{downed}[{w}]) > 0",
+        new_events(cfg, downed),
         "0s",
         Severity.WARNING,
         "InfiniBand link went down and came back.",
-        f"{where_port(cfg)} lost its link {{{{ $value | humanize }}}} times in the last {w}.",
+        f"{where_port(cfg)} lost its link {{{{ $value | humanize }}}} times in the last {w} "
+        "or since the agent was last scraped.",
         Runbook(
             "link_downed counts how often the port failed its link recovery and "
             "went down. Each event kills in-flight RDMA traffic; jobs using it may "
@@ -200,7 +244,14 @@ def ib_link_downed(cfg: MixinConfig) -> Alert:
             "InfiniBand fabric dashboard, *Errors by type* (link_downed) and "
             "*Link state*; the switch log for the same port.",
             "A single flap: note it. Repeated flaps: replace the cable or transceiver.",
+            f"An event: it fires for {w} after the last flap, then resolves by itself; a "
+            "port that stays down is NvwatchIbPortDown. The counter is the HCA's own, so "
+            "an agent restart changes nothing; flaps while the agent or Prometheus was "
+            f"down (up to {cfg.counter_gap_lookback}) fire once when scraping resumes; a "
+            "count already above 0 at the first scrape of a node is history and does not "
+            "fire.",
         ),
+        Kind.EVENT,
     )
 
 
@@ -231,7 +282,10 @@ def ib_port_congested(cfg: MixinConfig) -> Alert:
             "hot spot)?",
             "Congestion is a capacity or routing problem: check the job placement "
             "and the fat-tree's adaptive routing; no hardware action.",
+            f"A rate: it resolves once the waiting over the last {cfg.rate_window} falls "
+            "below the threshold, or when the counter saturates (see above).",
         ),
+        Kind.EVENT,
     )
 
 
@@ -257,44 +311,57 @@ def ib_counter_saturated(cfg: MixinConfig) -> Alert:
             "Read the counters, then reset them (`perfquery -x -R -C <device> "
             "-P <port>`) so errors are measured again; if they climb back "
             "quickly, treat it like NvwatchIbPortErrors.",
+            "Repaired means the counter was reset (or the HCA's driver reloaded) and "
+            "reads below its maximum; the alert resolves at the next evaluation.",
         ),
+        Kind.CONDITION,
     )
 
 
 # --- PCIe and the host ------------------------------------------------------------
 
 
-def _below_max(cfg: MixinConfig, metric: str) -> str:
-    """1 where the link's current generation or width is below its maximum, else 0."""
+def _never_at_max(cfg: MixinConfig, metric: str) -> str:
+    """1 where the link stayed below its maximum for the whole window, else 0."""
     return (
-        f"({metric}{cfg.sel('kind=' + q('current'))}"
+        f"(max_over_time({metric}{cfg.sel('kind=' + q('current'))}[{cfg.pcie_degraded_window}])"
         f" < bool ignoring (kind) {metric}{cfg.sel('kind=' + q('max'))})"
     )
 
 
 def pcie_link_degraded(cfg: MixinConfig) -> Alert:
+    window = cfg.pcie_degraded_window
     return Alert(
         "NvwatchGpuPcieLinkDegraded",
+        # judged over a window, not per sample: a healthy link reaches its maximum
+        # whenever the GPU is busy, and an idle spell between jobs (when the link
+        # trains down by design) must not resolve the alert only to re-fire later
         "(\n"
-        f"    {_below_max(cfg, 'nvwatch_gpu_pcie_link_generation')}\n"
-        f"  + {_below_max(cfg, 'nvwatch_gpu_pcie_link_width')}\n"
+        f"    {_never_at_max(cfg, 'nvwatch_gpu_pcie_link_generation')}\n"
+        f"  + {_never_at_max(cfg, 'nvwatch_gpu_pcie_link_width')}\n"
         ") > 0\n"
-        f"and ignoring (kind) nvwatch_gpu_utilization_ratio{cfg.sel()}"
-        f" > {cfg.pcie_busy_utilization:g}",
+        f"and ignoring (kind) max_over_time(nvwatch_gpu_utilization_ratio{cfg.sel()}"
+        f"[{window}]) > {cfg.pcie_busy_utilization:g}",
         cfg.for_default,
         Severity.WARNING,
         "Busy GPU runs its PCIe link below maximum generation or width.",
-        f"{where_gpu(cfg)} is busy but its PCIe link runs below its maximum "
-        "({{ $value }} of generation and width degraded).",
+        f"{where_gpu(cfg)} was busy in the last {window} but its PCIe link never reached its "
+        "maximum ({{ $value }} of generation and width degraded).",
         Runbook(
-            "Idle GPUs train PCIe down to save power; a busy GPU whose link stays "
-            "below its maximum generation or width has a bad slot, riser or "
-            "retimer and host<->GPU copies are slower.",
+            "Idle GPUs train PCIe down to save power; a GPU whose link stayed below "
+            f"its maximum generation or width for {window} although the GPU was busy "
+            "in that time has a bad slot, riser or retimer and host<->GPU copies are "
+            "slower.",
             "Node dashboard, *PCIe throughput and replays*; `nvidia-smi -q -d "
             "PCIE` (Link Gen/Width current vs max) or `lspci -vv` LnkSta vs LnkCap "
             "while the GPU is loaded.",
             "Reboot to retrain; persistent: hardware ticket for the slot/riser.",
+            "Repaired means the link reaches its maximum generation and width again "
+            "(after a reboot or reseat): the alert resolves with the first sample at "
+            f"the maximum. It also resolves after {window} without a busy sample, since "
+            "an idle link cannot be judged; it does not resolve in shorter idle spells.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -314,7 +381,11 @@ def pcie_replays(cfg: MixinConfig) -> Alert:
             "PCIE` (Replays); AER messages in `dmesg`.",
             "Reseat the GPU/riser at the next maintenance; with XID 79 (fallen "
             "off the bus) drain now.",
+            f"An error rate: it resolves once the rate over the last {cfg.rate_window} "
+            "falls below the threshold, at most that long after the replays stop; a "
+            "counter reset (driver reload) reads as a restart from 0.",
         ),
+        Kind.EVENT,
     )
 
 
@@ -344,7 +415,10 @@ def gpu_starved(cfg: MixinConfig) -> Alert:
             "`nvwatch_gpu_process_memory_bytes` names the process and user.",
             "Tell the job's owner (more data-loader workers, local cache, "
             "faster storage); nothing is broken on the node.",
+            "Nothing to repair: the alert resolves when the GPU is busy again, the "
+            "host is no longer waiting, or the job ends and frees the GPU's memory.",
         ),
+        Kind.CONDITION,
     )
 
 

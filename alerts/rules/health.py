@@ -8,8 +8,11 @@ from alerts.recording import EXPECTED_GPUS
 from alerts.rules.base import (
     Alert,
     AlertGroup,
+    Kind,
     Runbook,
     Severity,
+    count_or_zero,
+    new_events,
     node_labels_with_class,
     q,
     where_gpu,
@@ -18,21 +21,44 @@ from alerts.rules.base import (
 from mixin.config import MixinConfig
 
 
+def _xid_clears(cfg: MixinConfig) -> str:
+    w = cfg.rate_window
+    lookback = cfg.counter_gap_lookback
+    return (
+        f"An event: it fires for {w} after the last new XID, then resolves by itself "
+        "whatever the GPU's state (the state pages as a condition: "
+        "NvwatchGpuEccUncorrectable, NvwatchGpuMemoryRepairPending, NvwatchGpuDown, "
+        "NvwatchGpuMissing). New XIDs are seen three ways: the count grew since the last "
+        f"scrape before the window, also across a gap of up to {lookback} (XIDs logged "
+        "while the agent or Prometheus was down page once when scraping resumes); the "
+        "counter reset and counted again inside the window; or the GPU's counter for "
+        "that code appeared while the GPU answered NVML (the agent exports it from the "
+        "first XID on). The agent counts the kernel log's Xid lines since boot, so a "
+        "restarted agent serves the same counts and nothing pages again; where the "
+        "kernel log is unreadable (`nvwatch doctor` says so) the counts start with the "
+        "agent, and the first XID after a restart still pages. **A counter first seen "
+        "above 0** at the first scrape of a node Prometheus has never seen (a new node, "
+        f"a new Prometheus, a gap longer than {lookback}) does not page: those XIDs are "
+        "older than the monitoring and of unknown age; the node dashboard shows them, "
+        "and what they left broken pages as a condition. For the same reason an XID "
+        f"logged during a reboot longer than {w}, which brings the count back to where "
+        "it stood before the reboot, is not seen here."
+    )
+
+
 def xid_critical(cfg: MixinConfig) -> Alert:
     w = cfg.rate_window
-    xids = cfg.sel("xid=~" + q("|".join(cfg.critical_xids)))
+    xids = f"nvwatch_gpu_xid_errors_total{cfg.sel('xid=~' + q('|'.join(cfg.critical_xids)))}"
     return Alert(
         "NvwatchGpuXidCritical",
-        f"increase(nvwatch_gpu_xid_errors_total{xids}[{w}]) > 0\n"
-        # the counter is born at 1 with the first event; increase() cannot see
-        # that step, so a series that did not exist one window ago counts too
-        f"or (nvwatch_gpu_xid_errors_total{xids}"
-        f" unless nvwatch_gpu_xid_errors_total{xids} offset {w})",
+        # the counter exists only from a GPU's first XID of a code on, so a series
+        # that appears is an event too (new_events explains the three branches)
+        new_events(cfg, xids, read_when=f"nvwatch_gpu_up{cfg.sel()}", own_labels="xid"),
         "0s",
         Severity.CRITICAL,
         "GPU reported a critical XID error.",
         f"{where_gpu(cfg)} reported XID {{{{ $labels.xid }}}} ({{{{ $value | humanize }}}} "
-        f"events in {w}).",
+        f"new in the last {w} or since the agent was last scraped).",
         Runbook(
             "The driver logged an XID that means a hardware or driver fault (see "
             "the table below): ECC, NVLink, the GPU falling off the bus, GSP. The "
@@ -41,27 +67,38 @@ def xid_critical(cfg: MixinConfig) -> Alert:
             "node dashboard, *XID events*.",
             "Drain the node; follow the XID table: reset the GPU for 48/63/94, "
             "reboot for 79/119/120, hardware ticket if it repeats or for 64/95.",
+            _xid_clears(cfg),
         ),
+        Kind.EVENT,
     )
 
 
 def ecc_uncorrectable(cfg: MixinConfig) -> Alert:
-    w = cfg.rate_window
+    volatile = cfg.sel("type=" + q("uncorrected"), "scope=" + q("volatile"))
     return Alert(
         "NvwatchGpuEccUncorrectable",
-        f"increase(nvwatch_gpu_ecc_errors_total"
-        f"{cfg.sel('type=' + q('uncorrected'), 'scope=' + q('volatile'))}[{w}]) > 0",
+        # volatile counts since the last driver load or GPU reset: above 0 is a GPU
+        # that still needs its reset, however long ago the error happened
+        f"nvwatch_gpu_ecc_errors_total{volatile} > 0",
         "0s",
         Severity.CRITICAL,
-        "GPU had uncorrectable ECC errors.",
-        f"{where_gpu(cfg)} had {{{{ $value | humanize }}}} uncorrectable ECC errors in {w}.",
+        "GPU has uncorrectable ECC errors and needs a reset.",
+        f"{where_gpu(cfg)} has {{{{ $value | humanize }}}} uncorrectable ECC errors since its "
+        "last reset; it must be drained and reset.",
         Runbook(
             "A double-bit (uncorrectable) ECC error corrupted data in GPU memory; "
-            "the job on the GPU received an error or wrong data.",
+            "the job on the GPU received an error or wrong data. The volatile count "
+            "stays above 0 until the GPU is reset, and so does the alert: it pages "
+            "for an error older than the first scrape too.",
             "`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`; node dashboard, *ECC errors*.",
             "Drain the node and reset the GPU so the bad page is retired or the "
             "row remapped; RMA if it recurs or remapping fails.",
+            "Repaired means reset: the volatile count returns to 0 after `nvidia-smi -r` "
+            "(with the GPU drained), a driver reload or a reboot, and the alert "
+            "resolves at the next evaluation. Restarting the agent or Prometheus does "
+            "not clear it. The aggregate (lifetime) count keeps the history.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -82,7 +119,10 @@ def memory_repair_pending(cfg: MixinConfig) -> Alert:
             "then the bad memory can still be used.",
             "`nvidia-smi -q -d PAGE_RETIREMENT,ROW_REMAPPER` shows Pending: Yes.",
             "Drain the node and reset the GPU (`nvidia-smi -r`) or reboot.",
+            "Repaired means the GPU was reset: the retirement or remap is applied, NVML "
+            "reports nothing pending (0) and the alert resolves at the next evaluation.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -100,7 +140,11 @@ def row_remap_failure(cfg: MixinConfig) -> Alert:
             "`nvidia-smi -q -d ROW_REMAPPER` shows Remapping Failure Occurred: "
             "Yes; XID 64 in `dmesg`.",
             "Take the GPU out of service and open an RMA.",
+            "A reset does not repair it: NVIDIA treats a remapping failure as an RMA "
+            "condition. The alert resolves when NVML no longer reports the failure, "
+            "normally when the board is replaced (its series leave with its UUID).",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -117,16 +161,22 @@ def gpu_down(cfg: MixinConfig) -> Alert:
             "is lost, fallen off the bus). Its other series are gone.",
             "`nvidia-smi` on the node; `dmesg` for XID 79 or PCIe AER errors.",
             "Drain the node and reboot; a GPU that stays lost needs a hardware ticket.",
+            "Repaired means NVML answers for the GPU again (after a reset or reboot): "
+            "`nvwatch_gpu_up` returns to 1. If a restarted agent no longer finds the GPU "
+            "at all, its series ends and this alert resolves, but "
+            "NvwatchGpuMissing keeps paging for the node.",
         ),
+        Kind.CONDITION,
     )
 
 
 def gpu_missing(cfg: MixinConfig) -> Alert:
     nc = cfg.node_class_label
+    by = node_labels_with_class(cfg)
+    gpus_up = count_or_zero(by, f"sum by ({by}) (nvwatch_gpu_up{cfg.sel()})", f"up{cfg.sel()} == 1")
     return Alert(
         "NvwatchGpuMissing",
-        f"sum by ({node_labels_with_class(cfg)}) (nvwatch_gpu_up{cfg.sel()})\n"
-        f"  < on ({nc}) group_left () {EXPECTED_GPUS}",
+        f"{gpus_up}\n< on ({nc}) group_left () {EXPECTED_GPUS}",
         cfg.for_fast,
         Severity.CRITICAL,
         "Node has fewer working GPUs than its node class expects.",
@@ -135,12 +185,20 @@ def gpu_missing(cfg: MixinConfig) -> Alert:
         Runbook(
             "The node's count of GPUs answering NVML is below its node class "
             "(mixin config `node_classes`). A GPU that was never enumerated after "
-            "a reboot is only visible this way.",
-            "`nvidia-smi -L` and `lspci | grep -i nvidia` on the node; cluster "
-            "overview, *GPUs up / expected*.",
+            "a reboot is only visible this way, and so is a node whose NVML fails "
+            "altogether (0 working GPUs; NvwatchAgentSourceDown for `nvml` says why) "
+            "or whose GPUs left the PCI bus.",
+            "`nvidia-smi -L` and `lspci | grep -i nvidia` on the node; `nvwatch doctor`; "
+            "cluster overview, *GPUs up / expected*.",
             "Drain the node and reboot; a GPU missing from lspci needs a hardware "
             "ticket. Check the node's `node_class` label if the count is right.",
+            "Repaired means the node again has as many GPUs answering NVML as its class "
+            "expects; the alert resolves at the next evaluation after that. It holds "
+            "across agent restarts (a lost GPU that a new agent no longer enumerates "
+            "still counts as missing) and does not fire while the agent itself cannot be "
+            "scraped (NvwatchAgentDown).",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -159,7 +217,9 @@ def agent_down(cfg: MixinConfig) -> Alert:
             "Prometheus' *Targets* page shows the scrape error; `systemctl status "
             "nvwatch` and `curl -s localhost:9477/healthz` on the node.",
             "Restart the agent; if the node is down, handle it as a node outage.",
+            "Resolves at the first successful scrape (`up` 1).",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -179,26 +239,52 @@ def agent_stale(cfg: MixinConfig) -> Alert:
             "`curl -s localhost:9477/healthz`; `nvidia-smi` hanging on the node "
             "confirms a stuck driver.",
             "Restart the agent; if NVML itself hangs, drain and reboot the node.",
+            "Resolves as soon as the agent completes a poll again (its timestamp is "
+            f"younger than {cfg.agent_stale_seconds:g} s).",
         ),
+        Kind.CONDITION,
     )
 
 
 def agent_source_down(cfg: MixinConfig) -> Alert:
+    source = f"{cfg.node_labels}, source"
     return Alert(
         "NvwatchAgentSourceDown",
-        f"nvwatch_agent_source_up{cfg.sel()} == 0",
+        f"nvwatch_agent_source_up{cfg.sel()} == 0\n"
+        # the agent reports an absent source as up; this keeps it quiet even if a
+        # source ever reported both
+        f"unless on ({source}) nvwatch_agent_source_absent{cfg.sel()} == 1",
         cfg.for_default,
-        Severity.WARNING,
-        "An nvwatch source is failing.",
-        f"Source {{{{ $labels.source }}}} of the agent on {where_node(cfg)} fails its polls.",
+        Severity.CRITICAL,
+        "An nvwatch source cannot read hardware that is on the node.",
+        f"Source {{{{ $labels.source }}}} of the agent on {where_node(cfg)} is down: its "
+        "hardware is there but cannot be read. `nvwatch doctor` on the node, or the "
+        "agent's landing page, gives the agent's reason.",
         Runbook(
-            "One of the agent's sources (nvml, infiniband, host) fails or times "
-            "out; its metrics are missing while the others still arrive.",
-            "`nvwatch doctor` on the node says what is missing and why; "
-            "`nvwatch_agent_source_errors_total` counts the failures.",
-            "nvml: driver/library mismatch after an upgrade (reboot). infiniband: "
-            "sysfs not readable (permissions, container mounts). host: psutil.",
+            "One of the agent's sources (nvml, infiniband, host) fails or times out "
+            "although its hardware exists; its metrics are missing while the others "
+            "still arrive. nvml down with NVIDIA GPUs on the PCI bus: the driver is not "
+            "loaded or broken (often a driver/library mismatch after an upgrade), or a "
+            "GPU failed to initialise or fell off the bus. infiniband down: the node "
+            "had HCAs and they are gone (driver unloaded, HCA lost), HCAs are on PCI "
+            "but no RDMA device exists, or sysfs is not readable (permissions, "
+            "container mounts). Hardware that does not exist on the node is absent "
+            "(`nvwatch_agent_source_absent` 1, the source up), not down, and never "
+            "fires this alert.",
+            "`nvwatch doctor` on the node (or the agent's landing page) says up, absent "
+            "or down and why, e.g. `8 NVIDIA GPUs on PCI but NVML failed: …` or "
+            "`InfiniBand devices gone: mlx5_0, … (driver unloaded or HCAs lost?)`; "
+            "`nvwatch_agent_source_errors_total` counts the failed polls.",
+            "nvml: `nvidia-smi`, `dmesg | grep NVRM`; reload the driver or reboot. "
+            "infiniband: `lspci | grep Mellanox`, `dmesg | grep mlx5`; reload mlx5_core "
+            "or reboot; fix the mounts/permissions of /sys in a container. host: psutil.",
+            "Repaired means the source's polls succeed again (`nvwatch_agent_source_up` "
+            "1); the alert resolves at the next evaluation. Restarting the agent on a "
+            "node whose hardware is really gone makes the source absent and resolves "
+            "this alert, but NvwatchGpuMissing or NvwatchIbPortsMissing keeps paging "
+            "while the node class expects that hardware.",
         ),
+        Kind.CONDITION,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from alerts.rules.base import Alert, AlertGroup, Runbook, Severity, q, where_gpu, where_node
+from alerts.rules.base import Alert, AlertGroup, Kind, Runbook, Severity, q, where_gpu, where_node
 from mixin.config import MixinConfig
 
 
@@ -33,7 +33,11 @@ def temperature_near_slowdown(cfg: MixinConfig) -> Alert:
             "Check the inlet temperature and chassis fans (IPMI/BMC) of the node; "
             "for one hot GPU among cool neighbours, drain the node and have the "
             "tray inspected. For a whole rack, call facilities.",
+            f"Repaired means the die is cooler than {margin:g} °C below slowdown again "
+            "(airflow, inlet or fan fixed, or the load dropped); the alert resolves at "
+            "the next evaluation.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -60,7 +64,10 @@ def memory_temperature_near_max(cfg: MixinConfig) -> Alert:
             "Same as for the die: inlet temperature and airflow first; a "
             "memory-bound job can drive HBM hot while the die stays cool, so "
             "check the workload before draining.",
+            f"Repaired means the HBM is cooler than {margin:g} °C below memory_max "
+            "again; the alert resolves at the next evaluation.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -85,7 +92,16 @@ def thermal_slowdown(cfg: MixinConfig) -> Alert:
             "Treat as a cooling fault: check inlet air, fans/CDU, then the GPU's "
             "neighbours. A GPU that slows down alone while its neighbours are "
             "cool needs a hardware ticket.",
+            "Repaired means the driver no longer reports the slowdown reason, i.e. the "
+            "GPU cooled below its slowdown threshold (cooling fixed: a fan, the "
+            "airflow, the CDU); the alert resolves at the next evaluation. A slowdown "
+            "that is already active at the first scrape fires after the same "
+            f"{cfg.thermal_slowdown_for}. A failed fan shows here and in "
+            "NvwatchGpuTemperatureNearSlowdown rather than in an alert of its own: a "
+            "fan at 0 % is also how many boards idle, and data-centre boards report no "
+            "fan (`nvwatch_gpu_fan_speed_ratio` shows what NVML reports).",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -117,7 +133,11 @@ def temperature_rising_fast(cfg: MixinConfig) -> Alert:
             "together (facility) or only this one (local airflow)?",
             "Watch for NvwatchGpuTemperatureNearSlowdown next; if several nodes "
             "rise at once, alert facilities before they reach slowdown.",
+            f"A rate of change: it resolves once the rise over the last {w} falls "
+            "below the threshold or the GPU is far enough from slowdown; a GPU that "
+            "stays hot is NvwatchGpuTemperatureNearSlowdown's.",
         ),
+        Kind.EVENT,
     )
 
 
@@ -140,7 +160,10 @@ def power_capped(cfg: MixinConfig) -> Alert:
             "If the limit is below TDP and that was not planned, restore it "
             "(`nvidia-smi -pl`). At TDP, it is a capacity signal for the review, "
             "not a fault.",
+            "Resolves when the driver stops reporting the power cap reason: the limit "
+            "was raised back, or the load fell below it.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -161,7 +184,12 @@ def hw_power_brake(cfg: MixinConfig) -> Alert:
             "Check PSU status in the BMC (`ipmitool sdr type 'Power Supply'`).",
             "Drain the node and replace the failed PSU; a brake on a single GPU "
             "with healthy PSUs is a hardware ticket for the board.",
+            "Repaired means the brake signal is released (the PSU replaced, the "
+            "chassis' power restored) and the driver no longer reports hw_power_brake; "
+            "the alert resolves at the next evaluation, and a brake that is already "
+            f"on at the first scrape fires after the same {cfg.hw_power_brake_for}.",
         ),
+        Kind.CONDITION,
     )
 
 
@@ -189,7 +217,10 @@ def node_power_near_budget(cfg: MixinConfig) -> Alert:
             "is the rack near its PDU limit?",
             "Nothing is broken; if several nodes of a rack are here, tell the "
             "capacity owner before the PDU trips, or lower power limits.",
+            f"Resolves when the {w} average falls below the fraction again: less "
+            "load, or lower power limits.",
         ),
+        Kind.CONDITION,
     )
 
 
