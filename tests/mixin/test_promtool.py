@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import yaml
 
 from alerts.recording import recorded_names
 from alerts.rules import all_alerts
+from alerts.rules.base import Kind
 from mixin.config import MixinConfig
 from tests.mixin.conftest import PROMTOOL_TESTS, REPO
 
@@ -34,12 +37,57 @@ def test_promtool_unit_tests(promtool: str, path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _cases() -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = []
+def _tests() -> Iterator[dict[str, Any]]:
     for path in PROMTOOL_TESTS:
-        for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
-            cases.extend(test.get("alert_rule_test") or [])
-    return cases
+        yield from yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]
+
+
+def _cases() -> list[dict[str, Any]]:
+    return [case for test in _tests() for case in test.get("alert_rule_test") or []]
+
+
+def _seconds(eval_time: str) -> int:
+    """promtool's eval_time (`0m`, `1h30m`, `45s`) in seconds."""
+    parts = re.findall(r"(\d+)([hms])", eval_time)
+    assert parts and "".join(n + u for n, u in parts) == eval_time, eval_time
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def _timelines(alertname: str) -> Iterator[list[tuple[int, bool]]]:
+    """Per promtool test, the alert's evaluations in time order: (seconds, firing)."""
+    for test in _tests():
+        evals = [
+            (_seconds(case["eval_time"]), bool(case.get("exp_alerts")))
+            for case in test.get("alert_rule_test") or []
+            if case["alertname"] == alertname
+        ]
+        if evals:
+            yield sorted(evals)
+
+
+def _holds_then_resolves(timeline: list[tuple[int, bool]], hold_s: int) -> bool:
+    """Firing, still firing at least `hold_s` later, and silent after that."""
+    for i, (first, firing) in enumerate(timeline):
+        if not firing:
+            continue
+        held = [t for t, f in timeline[i:] if f and t - first >= hold_s]
+        if held and any(t > held[0] and not f for t, f in timeline[i:]):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_every_alert_is_tested_for_how_it_clears(cfg: MixinConfig, kind: Kind) -> None:
+    """A condition holds its level (still firing 5 minutes on, where an increase() over a
+    window would have let go) and resolves after the repair; an event fires and later
+    resolves by itself. conditions.yaml and events.yaml hold these tests."""
+    hold_s = 300 if kind is Kind.CONDITION else 0
+    untested = [
+        a.name
+        for a in all_alerts(cfg)
+        if a.kind is kind and not any(_holds_then_resolves(t, hold_s) for t in _timelines(a.name))
+    ]
+    assert not untested, f"{kind.value} alerts without a fire-hold-resolve test: {untested}"
 
 
 def test_every_alert_has_a_firing_and_a_silent_case(cfg: MixinConfig) -> None:
