@@ -490,11 +490,16 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         _C,
         "XID critical error events seen by the agent since it started, by XID code.",
         Scope.GPU,
-        "nvmlEventSetWait on NVML_EVENT_TYPE_XID_CRITICAL_ERROR, counted by the agent "
-        "(agent/sources/nvml/xid.py)",
+        "the driver's NVRM Xid lines in the kernel log (/dev/kmsg, --kmsg-path), read "
+        "since boot and then as they come, each PCI address matched to its GPU "
+        "(agent/sources/nvml/kmsg.py); nvmlEventSetWait on NVML_EVENT_TYPE_XID_CRITICAL_ERROR "
+        "only brings the next read forward. Per code the count is max(log lines, events), "
+        "so one XID counts once. Kernel log unreadable (`nvwatch doctor` says why): the "
+        "events alone, counted since the agent started (agent/sources/nvml/xid.py)",
         _each("xid_counts", sort=True),
         own_labels=("xid",),
-        when="until the first XID event on that GPU since the agent started",
+        when="until that GPU's first XID: in this boot's kernel log, or without a readable "
+        "kernel log, since the agent started",
     ),
     MetricSpec(
         "nvwatch_gpu_sm_active_ratio",

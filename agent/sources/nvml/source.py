@@ -9,7 +9,7 @@ Where each reading comes from:
   fields.py  the nvmlDeviceGetFieldValues batch per GPU and its field/call decisions
   nvlink.py  link discovery, far-end info and per-link readings
   gpm.py     GPU Performance Monitoring ratios (Hopper+)
-  xid.py     the XID event listener thread
+  xid.py     the XID listener thread: NVML events and the kernel log (kmsg.py)
   units.py   NVML's units and the conversions to base units
 This module keeps the GPUs between polls: init with back-off, re-attach, close.
 """
@@ -88,6 +88,7 @@ class NvmlSource:
         reprobe_interval: float = 300.0,
         init_retry_max: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        kmsg_path: Path | None = None,
     ) -> None:
         if nvlink_detail not in NVLINK_DETAIL_CHOICES:
             raise ValueError(
@@ -105,6 +106,7 @@ class NvmlSource:
         self._driver_version = ""
         self._cuda_version = ""
         self._xid: XidListener | None = None
+        self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -240,7 +242,8 @@ class NvmlSource:
     def _start_xid_listener(self) -> None:
         handles = [(s.index, s.device.handle) for s in self._gpus if s.device is not None]
         if handles:
-            self._xid = XidListener(handles)
+            # bus ids map the kernel log's PCI addresses to GPUs
+            self._xid = XidListener(handles, kmsg_path=self._kmsg_path, bus_ids=self.gpu_bus_ids)
             self._xid.start()
 
     def _refresh_info(self, state: _GpuState) -> None:
