@@ -110,8 +110,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         seed=7,
         time_scale=TIME_SCALE,
         cluster=["healthy"] * len(HEALTHY) + ["faults"] * len(FAULTS),
-        # faults must begin under a scraping Prometheus: an error counter that is already
-        # 1 at the first scrape never shows an increase
+        # faults must begin under a scraping Prometheus: event alerts (IB link flaps,
+        # XIDs) treat a count already above 0 at a node's first scrape as history, not a
+        # new event (docs/alerts.md); condition alerts would fire either way
         hold_time=True,
     )
     receiver = Receiver()
