@@ -112,7 +112,7 @@ def new_events(
 ) -> str:
     """Events `counter` counted within `rate_window`, as a filter that keeps only > 0.
 
-    Three ways to see them, each for a case the others miss, in the order that makes
+    Two ways to see them, each for a case the other misses, in the order that makes
     `$value` the exact number of new events wherever it can be:
     - the count now minus the last count before the window, however old that one is
       (up to `counter_gap_lookback`): events during a scrape gap (agent restart,
@@ -126,8 +126,12 @@ def new_events(
       window in which its source was read; a source outage or an agent restart cannot
       fake a birth, and a counter that is already there at the first scrape Prometheus
       ever makes (events older than the monitoring) does not page;
-    - `increase()`, for a counter that reset inside the window (an agent that counts
-      since its own start, restarted) and counted again without leaving a scrape.
+    - without `read_when`, `increase()`, for a counter that is reset inside the window
+      and counts again without leaving a scrape (IB counters cleared with `perfquery
+      -R`, then a flap). A counter born with its first event goes without it: after a
+      real reset it is absent until its next event, which the birth branch sees, and a
+      count that only drops (a restarted agent finds fewer Xid lines because the
+      kernel's ring buffer overwrote old ones) must not read as new events.
     """
     w = cfg.rate_window
     branches = [f"{counter} - last_over_time({counter}[{cfg.counter_gap_lookback}] offset {w}) > 0"]
@@ -136,5 +140,6 @@ def new_events(
             f"{counter}\n  and count_over_time({counter}[{w}])\n"
             f"    < ignoring ({own_labels}) group_left () sum_over_time({read_when}[{w}])"
         )
-    branches.append(f"increase({counter}[{w}]) > 0")
+    else:
+        branches.append(f"increase({counter}[{w}]) > 0")
     return "\nor ".join(branches)

@@ -28,15 +28,16 @@ def _xid_clears(cfg: MixinConfig) -> str:
         f"An event: it fires for {w} after the last new XID, then resolves by itself "
         "whatever the GPU's state (the state pages as a condition: "
         "NvwatchGpuEccUncorrectable, NvwatchGpuMemoryRepairPending, NvwatchGpuDown, "
-        "NvwatchGpuMissing). New XIDs are seen three ways: the count grew since the last "
+        "NvwatchGpuMissing). New XIDs are seen two ways: the count grew since the last "
         f"scrape before the window, also across a gap of up to {lookback} (XIDs logged "
-        "while the agent or Prometheus was down page once when scraping resumes); the "
-        "counter reset and counted again inside the window; or the GPU's counter for "
-        "that code appeared while the GPU answered NVML (the agent exports it from the "
-        "first XID on). The agent counts the kernel log's Xid lines since boot, so a "
-        "restarted agent serves the same counts and nothing pages again; where the "
-        "kernel log is unreadable (`nvwatch doctor` says so) the counts start with the "
-        "agent, and the first XID after a restart still pages. **A counter first seen "
+        "while the agent or Prometheus was down page once when scraping resumes); or "
+        "the GPU's counter for that code appeared while the GPU answered NVML (the agent "
+        "exports it from the first XID on, so this is also how the first XID after a "
+        "counter reset shows). The agent counts the kernel log's Xid lines since boot, "
+        "so a restarted agent serves the same counts and nothing pages again; a count "
+        "that drops (the kernel's ring buffer overwrote old lines) pages nothing either. "
+        "Where the kernel log is unreadable (`nvwatch doctor` says so) the counts start "
+        "with the agent, and the first XID after a restart still pages. **A counter first seen "
         "above 0** at the first scrape of a node Prometheus has never seen (a new node, "
         f"a new Prometheus, a gap longer than {lookback}) does not page: those XIDs are "
         "older than the monitoring and of unknown age; the node dashboard shows them, "
@@ -52,7 +53,7 @@ def xid_critical(cfg: MixinConfig) -> Alert:
     return Alert(
         "NvwatchGpuXidCritical",
         # the counter exists only from a GPU's first XID of a code on, so a series
-        # that appears is an event too (new_events explains the three branches)
+        # that appears is an event too (new_events explains the branches)
         new_events(cfg, xids, read_when=f"nvwatch_gpu_up{cfg.sel()}", own_labels="xid"),
         "0s",
         Severity.CRITICAL,
