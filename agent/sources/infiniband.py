@@ -14,9 +14,13 @@ prometheus_client as float64, like every Prometheus sample, so values above 2^53
 their low bits there (a byte counter reaches 2^53 after ~8 PB).
 
 Reads are cheap on purpose: the directory listing (devices, ports, counter files) and the
-GPU affinity are cached and rebuilt only when the device list or its mtime changes
-(hot-plug), when a cached file has vanished, or every `relist_every` polls; a poll is
-then one listdir plus one open/read per counter file.
+GPU affinity are cached (agent/sources/infiniband_listing.py); a poll is then one listdir
+plus one open/read per counter file. Every open is non-blocking and refuses anything that
+is not a regular file (agent/sources/sysfs_read.py): a FIFO left where a counter was costs
+that counter, not the source.
+
+A value that is not a value (garbage, a number wider than its counter) is dropped and
+counted in `parse_errors_total`, exported as nvwatch_agent_parse_errors_total.
 """
 
 from __future__ import annotations
@@ -25,23 +29,30 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from agent.sources import SourceUnavailable
+from agent.sources.infiniband_listing import (
+    DeviceListing,
+    ListingCache,
+    PortListing,
+    visible_files_strict,
+)
 from agent.sources.infiniband_parse import (
     ERROR_COUNTER_TYPES,
-    EXTENDED_COUNTERS,
-    HW_COUNTER_NOT_COUNTERS,
     NARROW_COUNTER_BITS,
     NotAValue,
+    counter_bits,
     is_saturated,
     parse_counter,
     parse_rate,
     parse_state,
 )
-from agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus
+from agent.sources.pci_affinity import PciPath, Resolver
 from agent.sources.presence import PciScan, rdma_verdict, scan_pci
+from agent.sources.sysfs_read import NotARegularFile, read_attribute
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +65,8 @@ _MAX_LOGGED = 4096
 
 
 def read_sysfs_text(path: str) -> str:
-    """One sysfs attribute. A page is the most sysfs ever returns for one attribute."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.read(fd, 4096).decode("ascii", errors="replace")
-    finally:
-        os.close(fd)
+    """One sysfs attribute, without blocking; NotARegularFile for a FIFO, device, dir."""
+    return read_attribute(path).decode("ascii", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -125,32 +132,6 @@ class InfinibandSample:
     devices: tuple[InfinibandDevice, ...]
 
 
-@dataclass(frozen=True)
-class _PortListing:
-    name: str
-    path: str
-    counter_files: tuple[tuple[str, str], ...]  # (counter name, file path), ext applied
-    hw_counter_files: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class _DeviceListing:
-    name: str
-    path: str
-    pci_path: PciPath | None
-    nearest_gpus: Mapping[str, tuple[int, ...]]  # by port: GPUs nearest the device
-    ports: tuple[_PortListing, ...]
-
-
-def _visible_files(directory: str) -> list[str]:
-    """File names in a directory, sorted; dotfiles (a writer's temp files) skipped."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return sorted(n for n in names if not n.startswith("."))
-
-
 class InfinibandSource:
     """Reads every HCA and port under `<sysfs_root>/class/infiniband`."""
 
@@ -175,11 +156,9 @@ class InfinibandSource:
         self._gpu_bus_ids = gpu_bus_ids
         self._read = reader
         self._relist_every = relist_every
-        self._resolver = Resolver(sysfs_root)
-        self._listing: tuple[_DeviceListing, ...] | None = None
-        self._listing_key: tuple[object, ...] | None = None
-        self._polls_since_list = 0
-        self._stale = False
+        self._listing = ListingCache(self._class_dir, Resolver(sysfs_root), relist_every)
+        # values dropped as not-a-value since start (self-metric, read by the poller)
+        self.parse_errors_total = 0
         self._logged: set[tuple[str, str]] = set()
         self._seen: set[str] = set()  # devices listed in this agent's life
         self._pci: PciScan | None = None  # cached while there are no devices
@@ -189,35 +168,24 @@ class InfinibandSource:
 
     def collect(self) -> InfinibandSample:
         try:
-            names = tuple(_visible_files_strict(self._class_dir))
+            names = tuple(visible_files_strict(self._class_dir))
             mtime = os.stat(self._class_dir).st_mtime_ns
         except FileNotFoundError:
             raise self._no_devices(class_dir_exists=False) from None
         if not names:
             raise self._no_devices(class_dir_exists=True)
-        bus_ids = self._current_gpu_bus_ids()
-        key = (names, mtime, bus_ids)
-        self._polls_since_list += 1
-        if (
-            self._listing is None
-            or self._stale
-            or key != self._listing_key
-            or self._polls_since_list >= self._relist_every
-        ):
+        listings, relisted = self._listing.devices(names, mtime, self._current_gpu_bus_ids())
+        if relisted:
             self._note_seen(names)
-            self._listing = self._list(names, bus_ids)
-            self._listing_key = key
-            self._polls_since_list = 0
-            self._stale = False
         devices = []
-        for listing in self._listing:
+        for listing in listings:
             device = self._read_device(listing)
             if device is not None:
                 devices.append(device)
         return InfinibandSample(devices=tuple(devices))
 
     def close(self) -> None:
-        self._listing = None
+        self._listing.clear()
 
     # --- no devices: absent or down ----------------------------------------------------
 
@@ -259,58 +227,11 @@ class InfinibandSource:
             self._log_once("gpu_bus_ids", type(exc).__name__, logging.WARNING)
             return ()
 
-    def _list(self, names: Sequence[str], bus_ids: Sequence[str]) -> tuple[_DeviceListing, ...]:
-        gpu_paths = [self._resolver.gpu_path(bus_id) for bus_id in bus_ids]
-        listings = []
-        for name in names:
-            device_dir = os.path.join(self._class_dir, name)
-            pci_path = self._resolver.hca_path(name)
-            near = tuple(nearest_gpus(pci_path, gpu_paths)) if pci_path is not None else ()
-            ports_dir = os.path.join(device_dir, "ports")
-            ports = tuple(
-                self._list_port(port, os.path.join(ports_dir, port))
-                for port in sorted(_visible_files(ports_dir), key=_port_sort_key)
-            )
-            listings.append(
-                _DeviceListing(
-                    name=name,
-                    path=device_dir,
-                    pci_path=pci_path,
-                    nearest_gpus={port.name: near for port in ports},
-                    ports=ports,
-                )
-            )
-        return tuple(listings)
-
-    @staticmethod
-    def _list_port(port: str, port_dir: str) -> _PortListing:
-        files: dict[str, str] = {}
-        counters_dir = os.path.join(port_dir, "counters")
-        for name in _visible_files(counters_dir):
-            files[name] = os.path.join(counters_dir, name)
-        ext_dir = os.path.join(port_dir, "counters_ext")
-        for name in _visible_files(ext_dir):
-            if name in EXTENDED_COUNTERS:
-                files[EXTENDED_COUNTERS[name]] = os.path.join(ext_dir, name)
-        hw_dir = os.path.join(port_dir, "hw_counters")
-        hw_files = tuple(
-            (name, os.path.join(hw_dir, name))
-            for name in _visible_files(hw_dir)
-            if name not in HW_COUNTER_NOT_COUNTERS
-        )
-        return _PortListing(
-            name=port,
-            path=port_dir,
-            counter_files=tuple(sorted(files.items())),
-            hw_counter_files=hw_files,
-        )
-
     # --- reading -----------------------------------------------------------------------
 
-    def _read_device(self, listing: _DeviceListing) -> InfinibandDevice | None:
+    def _read_device(self, listing: DeviceListing) -> InfinibandDevice | None:
         ports = tuple(
-            self._read_port(listing.name, port, listing.nearest_gpus.get(port.name, ()))
-            for port in listing.ports
+            self._read_port(listing.name, port, listing.nearest_gpus) for port in listing.ports
         )
         device = InfinibandDevice(
             name=listing.name,
@@ -324,12 +245,12 @@ class InfinibandSource:
         if not os.path.isdir(listing.path):
             # Unplugged while we read it: whatever we got is a mix of before and after.
             self._log_once(listing.path, "device vanished", logging.INFO)
-            self._stale = True
+            self._listing.invalidate()
             return None
         return device
 
     def _read_port(
-        self, device: str, listing: _PortListing, near: tuple[int, ...]
+        self, device: str, listing: PortListing, near: tuple[int, ...]
     ) -> InfinibandPort:
         state = self._parsed(os.path.join(listing.path, "state"), parse_state)
         phys = self._parsed(os.path.join(listing.path, "phys_state"), parse_state)
@@ -337,7 +258,7 @@ class InfinibandSource:
         rate = self._parsed_text(os.path.join(listing.path, "rate"), rate_text, parse_rate)
         counters = {}
         for name, path in listing.counter_files:
-            value = self._parsed(path, parse_counter)
+            value = self._parsed(path, partial(parse_counter, bits=counter_bits(name)))
             if value is not None:
                 counters[name] = value
         hw_counters = {}
@@ -366,7 +287,10 @@ class InfinibandSource:
         except FileNotFoundError:
             # Listed a moment ago: hot-unplug, or a driver that dropped the attribute.
             self._log_once(path, "missing", logging.DEBUG)
-            self._stale = True
+            if not self._listing.known_absent(path):
+                self._listing.invalidate()
+        except NotARegularFile as exc:
+            self._log_once(path, exc.kind, logging.WARNING)
         except PermissionError:
             self._log_once(path, "permission denied", logging.WARNING)
         except OSError as exc:
@@ -388,8 +312,12 @@ class InfinibandSource:
         try:
             return parse(raw)
         except NotAValue as exc:
-            level = logging.INFO if exc.reason == "not available" else logging.WARNING
-            self._log_once(path, exc.reason, level)
+            # "N/A (no PMA)" is the kernel saying there is no value, not a value gone bad
+            if exc.reason == "not available":
+                self._log_once(path, exc.reason, logging.INFO)
+            else:
+                self.parse_errors_total += 1
+                self._log_once(path, exc.reason, logging.WARNING)
             return None
 
     def _parsed(self, path: str, parse: Callable[[str], _T]) -> _T | None:
@@ -401,12 +329,3 @@ class InfinibandSource:
             return
         self._logged.add(key)
         log.log(level, "infiniband: %s: %s (further occurrences not logged)", path, reason)
-
-
-def _visible_files_strict(directory: str) -> list[str]:
-    """Like _visible_files, but a missing directory is an error the caller reports."""
-    return sorted(n for n in os.listdir(directory) if not n.startswith("."))
-
-
-def _port_sort_key(name: str) -> tuple[int, str]:
-    return (int(name), name) if name.isdigit() else (1 << 30, name)

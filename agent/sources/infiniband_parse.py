@@ -83,11 +83,24 @@ class NotAValue(ValueError):
         self.reason = reason
 
 
-def parse_counter(text: str) -> int:
-    """A counter file: an unsigned decimal integer and a newline.
+# Counters with no entry in NARROW_COUNTER_BITS: the 64-bit PortCountersExtended fields
+# and mlx5's hw_counters (u64 in struct rdma_hw_stats). No sysfs counter is wider.
+COUNTER_BITS = 64
+
+
+def counter_bits(name: str) -> int:
+    """The defined width of the counters/ file `name`: the most bits its value can have."""
+    return NARROW_COUNTER_BITS.get(name, COUNTER_BITS)
+
+
+def parse_counter(text: str, bits: int = COUNTER_BITS) -> int:
+    """A counter file: an unsigned decimal integer of at most `bits` bits and a newline.
 
     Raises NotAValue for "N/A (no PMA)" (no performance-management agent on the port),
-    an empty read, or anything that is not a non-negative integer.
+    an empty read, anything that is not a non-negative integer, and a number wider than
+    the counter: the kernel prints each field with its own width (show_pma_counter in
+    drivers/infiniband/core/sysfs.c), so 2^64 + 1 in a 64-bit counter, or 70000 in a
+    16-bit one, is not a reading but a broken file, and a rate computed from it is junk.
     """
     value = text.strip()
     if not value:
@@ -96,6 +109,9 @@ def parse_counter(text: str) -> int:
         raise NotAValue("not available")
     if not value.isascii() or not value.isdigit():
         raise NotAValue("not an integer")
+    # the length test first: int() of thousands of digits is slow, and refused past 4300
+    if len(value.lstrip("0")) > len(str(1 << bits)) or int(value) >= 1 << bits:
+        raise NotAValue(f"wider than {bits} bits")
     return int(value)
 
 

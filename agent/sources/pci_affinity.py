@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.sources.pci_address import sysfs_bus_id
+from agent.sources.sysfs_read import read_attribute
 
 PciPath = tuple[str, ...]
 
@@ -122,8 +123,9 @@ class Resolver:
     def numa_node(self, path: PciPath) -> int | None:
         """The device's numa_node file; -1 (no NUMA information) and errors are None."""
         try:
-            with open(os.path.join(self._devices, *path, "numa_node"), "rb") as f:
-                node = int(f.read(32).strip() or b"-1")
+            # non-blocking, regular files only: a FIFO here must not hang the caller
+            raw = read_attribute(os.path.join(self._devices, *path, "numa_node"), 32)
+            node = int(raw.strip() or b"-1")
         except (OSError, ValueError):
             return None
         return node if node >= 0 else None

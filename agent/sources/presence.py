@@ -6,10 +6,11 @@ A source that cannot read its subsystem must tell "this node has no such hardwar
 kernel's PCI core can: it lists every function under `<root>/bus/pci/devices/<address>`
 with its `vendor` and `class`, whether a driver is bound to it or not.
 
-Pure functions over a root path. A file that is missing, unreadable or garbage makes
-only that function unknown (it is not counted as a device), never an exception. A PCI
-tree that cannot be listed at all leaves presence unknown, which is reported as down:
-silence about a broken device costs more than a question about a missing one.
+Pure functions over a root path. A file that is missing, unreadable, garbage or not a
+regular file (a FIFO, which would block a plain open) makes only that function unknown
+(it is not counted as a device), never an exception. A PCI tree that cannot be listed at
+all leaves presence unknown, which is reported as down: silence about a broken device
+costs more than a question about a missing one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.sources import SourceAbsent, SourceUnavailable
+from agent.sources.sysfs_read import read_attribute
 
 PCI_VENDOR_NVIDIA = 0x10DE
 PCI_VENDOR_MELLANOX = 0x15B3  # NVIDIA networking (ConnectX, BlueField) keeps this id
@@ -115,8 +117,8 @@ def read_function(path: str) -> PciFunction | None:
 
 def _read_hex(path: str, *, bits: int) -> int | None:
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_ATTRIBUTE)
+        # non-blocking, regular files only: a FIFO here must not hang the source
+        raw = read_attribute(path, _MAX_ATTRIBUTE)
         value = int(raw.decode("ascii").strip(), 16)
     except (OSError, UnicodeDecodeError, ValueError):
         return None

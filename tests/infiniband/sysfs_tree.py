@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def write_files(base: Path, files: Mapping[str, str]) -> None:
@@ -75,3 +80,37 @@ def link_hca(root: Path, device: str, path: tuple[str, ...]) -> None:
     device_dir = root / "class" / "infiniband" / device
     device_dir.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.join("..", "..", "..", "devices", *path), device_dir / "device")
+
+
+@contextlib.contextmanager
+def fifo_in_place(path: Path) -> Iterator[Path]:
+    """A FIFO in place of the file at `path`, removed on the way out, after releasing any
+    reader stuck on it (a writer opening it lets a blocked open return): nothing leaks."""
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        path.unlink()
+
+
+def returns_within(seconds: float, call: Callable[[], T]) -> T:
+    """`call()` on a thread; fails (instead of hanging) when it has not returned in time."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"blocked for more than {seconds}s"
+    if errors:
+        raise errors[0]
+    return result[0]
