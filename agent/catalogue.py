@@ -854,6 +854,18 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         _one("errors_total"),
     ),
     MetricSpec(
+        "nvwatch_agent_parse_errors_total",
+        _C,
+        "Values the source read and dropped as invalid since the agent started: garbage, "
+        "or a number wider than its counter's defined width. Counted once per poll that "
+        "drops it; a counter the kernel reports as N/A (no PMA) is not an error.",
+        Scope.SOURCE,
+        "the source's count of sysfs values that failed to parse (NotAValue in "
+        "agent/sources/infiniband_parse.py), read by the poller (agent/poller.py)",
+        _one("parse_errors_total"),
+        when="sources that parse no text files (nvml, host)",
+    ),
+    MetricSpec(
         "nvwatch_agent_last_poll_timestamp_seconds",
         _G,
         "Unix time the last poll cycle completed; the age of the data served.",

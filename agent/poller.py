@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Protocol, runtime_checkable
 
 from agent.sources import Source, SourceAbsent, SourceUnavailable
 from agent.threads import start_thread
@@ -49,6 +50,8 @@ class SourceStatus:
     prepared: object | None  # the source's sample after `prepare` (rendered families)
     absent: bool = False  # the source's hardware does not exist on this node
     absent_reason: str | None = None  # how the absence was established, for operators
+    # values the source dropped as unparsable since start; None: it parses nothing
+    parse_errors_total: int | None = None
 
     @property
     def state(self) -> str:
@@ -67,8 +70,23 @@ class Snapshot:
 Prepare = Callable[[str, object], object]
 
 
+@runtime_checkable
+class CountsParseErrors(Protocol):
+    """A source that drops values it cannot parse keeps a running count of them.
+
+    Read by the poller, not carried in the sample: the count is the source's own, so it
+    is still there (and still monotonic) on a poll that fails or times out.
+    """
+
+    parse_errors_total: int
+
+
 def _identity(_name: str, sample: object) -> object:
     return sample
+
+
+def _parse_errors(source: Source) -> int | None:
+    return source.parse_errors_total if isinstance(source, CountsParseErrors) else None
 
 
 class _SourceWorker:
@@ -230,6 +248,7 @@ class Poller:
             prepared=prepared,
             absent=absent is not None,
             absent_reason=absent,
+            parse_errors_total=_parse_errors(worker.source),
         )
 
     def _log_change(self, name: str, error: str | None, absent: str | None) -> None:

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from agent.exposition.render import build_exposition, prepare
 from agent.poller import Poller
 from agent.sources.infiniband import InfinibandPort, InfinibandSample, InfinibandSource
 from agent.sources.pci_affinity import Resolver
@@ -228,3 +230,24 @@ def test_no_pma_is_not_a_parse_error_and_garbage_is(tmp_path: Path) -> None:
     source = InfinibandSource(tmp_path)
     source.collect()
     assert source.parse_errors_total == 2
+
+
+def test_parse_errors_are_exported_and_the_wide_value_is_not(tmp_path: Path) -> None:
+    # the case: 2^64+1 in port_xmit_data was exported as 1.8e19 bytes
+    wide = {"counters/port_xmit_data": f"{2**64 + 1}\n"}
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**wide)})
+    poller = Poller([InfinibandSource(tmp_path)], interval=60, timeout=5, prepare=prepare)
+    try:
+        poller.poll_once()
+        text = build_exposition(poller.poll_once()).text.decode()
+    finally:
+        poller.stop()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("nvwatch_agent_parse_errors_total", (("source", "infiniband"),))] == 2
+    port = (("device", "mlx5_0"), ("port", "1"))
+    assert ("nvwatch_ib_port_transmit_bytes_total", port) not in samples
+    assert samples[("nvwatch_ib_port_receive_bytes_total", port)] == 8000
