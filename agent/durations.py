@@ -6,11 +6,17 @@ Units: ms, s, m, h, d, w, y (a Prometheus year is 365 days). The mixin writes du
 into PromQL and rule files, which take only whole numbers per unit, so
 `prometheus_duration()` renders any parsed value in that canonical form (`2.5s` ->
 `2s500ms`, `90m` -> `1h30m`).
+
+A flag also has bounds (`DurationBounds`), stated in its --help and enforced by
+`parse_duration(..., bounds=...)`: a poll interval of 1ms busy-loops a core, and one of
+99999999999h overflows the timer it is waited on; both are typos to refuse at start.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 UNIT_SECONDS: dict[str, float] = {
     "y": 365 * 86400.0,
@@ -31,13 +37,33 @@ class DurationError(ValueError):
     """A duration that does not follow the grammar; the message is one line for a user."""
 
 
-def parse_duration(text: str | float | int, what: str = "duration") -> float:
-    """Seconds in `text`; DurationError unless it follows the grammar and is positive."""
-    if isinstance(text, bool):
+@dataclass(frozen=True)
+class DurationBounds:
+    """The range a duration option accepts, both ends included."""
+
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        """For --help and errors: "100ms to 1h"."""
+        return f"{prometheus_duration(self.low)} to {prometheus_duration(self.high)}"
+
+
+def parse_duration(
+    text: str | float | int, what: str = "duration", bounds: DurationBounds | None = None
+) -> float:
+    """Seconds in `text`; DurationError unless it follows the grammar, is positive and
+    finite, and lies within `bounds` when given."""
+    # bool is an int, and YAML hands over lists and mappings: none of them is a duration
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise DurationError(f"invalid {what} {text!r}: use a number with a unit, e.g. 5s or 1h30m")
     seconds = float(text) if isinstance(text, (int, float)) else _parse_text(text.strip(), what)
+    if not math.isfinite(seconds):
+        raise DurationError(f"invalid {what} {text!r}: must be a finite duration")
     if not seconds > 0:
         raise DurationError(f"invalid {what} {text!r}: must be greater than zero")
+    if bounds is not None and not bounds.low <= seconds <= bounds.high:
+        raise DurationError(f"invalid {what} {text!r}: must be from {bounds}")
     return seconds
 
 
@@ -61,7 +87,10 @@ def _parse_text(text: str, what: str) -> float:
 
 def prometheus_duration(seconds: float) -> str:
     """`seconds` as Prometheus writes a duration: whole units, largest first ("1h30m")."""
-    remaining = round(seconds * 1000)  # Prometheus' resolution is the millisecond
+    milliseconds = seconds * 1000  # Prometheus' resolution is the millisecond
+    if not math.isfinite(milliseconds):
+        raise DurationError(f"duration {seconds!r}s is too long to write down")
+    remaining = round(milliseconds)
     if remaining <= 0:
         raise DurationError(f"duration {seconds!r}s is shorter than Prometheus' 1ms")
     parts: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.durations import DurationError, parse_duration, prometheus_duration
+from agent.durations import DurationBounds, DurationError, parse_duration, prometheus_duration
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,29 @@ def test_prometheus_form_is_whole_units_largest_first(seconds: float, text: str)
 def test_prometheus_form_refuses_sub_millisecond() -> None:
     with pytest.raises(DurationError):
         prometheus_duration(0.0001)
+
+
+@pytest.mark.parametrize(
+    "value", ["9" * 400, "9" * 400 + "y", float("inf"), float("nan"), [5], {"every": 5}, None]
+)
+def test_rejects_what_is_no_finite_duration(value: object) -> None:
+    # "9"*400 reads as float infinity; lists, mappings and null come from YAML files
+    with pytest.raises(DurationError) as info:
+        parse_duration(value, "interval")  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+
+
+def test_bounds_are_inclusive_and_stated_in_the_error() -> None:
+    bounds = DurationBounds(0.1, 3600.0)
+    assert str(bounds) == "100ms to 1h"
+    assert parse_duration("100ms", "interval", bounds) == 0.1
+    assert parse_duration("1h", "interval", bounds) == 3600.0
+    for text in ("99ms", "1h1ms", "99999999999h"):
+        with pytest.raises(DurationError, match=f"invalid interval '{text}': must be from 100ms"):
+            parse_duration(text, "interval", bounds)
+
+
+def test_prometheus_form_refuses_what_it_cannot_write() -> None:
+    for seconds in (float("inf"), float("nan"), 1e306):
+        with pytest.raises(DurationError):
+            prometheus_duration(seconds)
