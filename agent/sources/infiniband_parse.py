@@ -110,9 +110,10 @@ def parse_counter(text: str, bits: int = COUNTER_BITS) -> int:
     if not value.isascii() or not value.isdigit():
         raise NotAValue("not an integer")
     # the length test first: int() of thousands of digits is slow, and refused past 4300
-    if len(value.lstrip("0")) > len(str(1 << bits)) or int(value) >= 1 << bits:
+    digits = value.lstrip("0") or "0"
+    if len(digits) > len(str(1 << bits)) or int(digits) >= 1 << bits:
         raise NotAValue(f"wider than {bits} bits")
-    return int(value)
+    return int(digits)
 
 
 def is_saturated(name: str, value: int) -> bool | None:
@@ -123,7 +124,9 @@ def is_saturated(name: str, value: int) -> bool | None:
     return value >= (1 << bits) - 1
 
 
-_STATE_RE = re.compile(r"^\s*(\d+)\s*:(.*)$", re.DOTALL)
+# ASCII digits, a few of them: \d would take "١" (which int() reads) and 5,000 digits
+# (which int() refuses with a ValueError that is not a NotAValue); codes are 0..7.
+_STATE_RE = re.compile(r"^\s*([0-9]{1,9})\s*:(.*)$", re.DOTALL)
 
 
 def parse_state(text: str) -> tuple[int, str]:
@@ -150,8 +153,8 @@ class Rate:
 
 
 _RATE_RE = re.compile(
-    r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec"
-    r"(?:\s*\(\s*(?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\s*\))?\s*$",
+    r"^\s*(?P<gbit>[0-9]{1,9}(?:\.[0-9]{1,9})?)\s*Gb/sec"
+    r"(?:\s*\(\s*(?P<width>[0-9]{1,9})X\s*(?P<speed>[A-Za-z0-9]*)\s*\))?\s*$",
     re.IGNORECASE,
 )
 
