@@ -6,7 +6,12 @@ killed) by `Stack.close()`, which the fixtures call in `finally`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+import gc
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -21,8 +26,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agent.sim.fleet import Fleet
+from agent.app import Agent
+from agent.config import AgentConfig
+from agent.sim import nvml as sim_nvml
+from agent.sim.fleet import Fleet, FleetNode
 from agent.sim.ports import free_port
+from agent.sources.registry import build_sources
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -77,6 +86,11 @@ class Receiver:
         with self._lock:
             return [a for a in self.alerts if a.get("status") == "firing"]
 
+    def received(self) -> list[dict[str, Any]]:
+        """Every alert of every notification so far, firing and resolved, in arrival order."""
+        with self._lock:
+            return list(self.alerts)
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -92,6 +106,8 @@ class Stack:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     started_monotonic: float = field(default_factory=time.monotonic)
     _logs: dict[int, Path] = field(default_factory=dict)
+    # name -> the command it was started with, for restart_process()
+    _commands: dict[str, list[str]] = field(default_factory=dict)
 
     def start_alertmanager(self, binary: str) -> None:
         port = free_port(HOST)
@@ -104,7 +120,13 @@ class Stack:
                 "group_interval": "1s",
                 "repeat_interval": "1h",
             },
-            "receivers": [{"name": "webhook", "webhook_configs": [{"url": self.receiver.url}]}],
+            "receivers": [
+                {
+                    "name": "webhook",
+                    # the default, spelt out: the restart matrix tells a resolve by it
+                    "webhook_configs": [{"url": self.receiver.url, "send_resolved": True}],
+                }
+            ],
         }
         path = self.workdir / "alertmanager.yml"
         path.write_text(yaml.safe_dump(config))
@@ -121,7 +143,13 @@ class Stack:
         )
         wait_for("alertmanager ready", lambda: self._ready(self.alertmanager_url), 30)
 
-    def start_prometheus(self, binary: str, rule_files: list[Path], scrape_interval: str) -> None:
+    def start_prometheus(
+        self,
+        binary: str,
+        rule_files: list[Path],
+        scrape_interval: str,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         port = free_port(HOST)
         targets = self.workdir / "targets"
         targets.mkdir(exist_ok=True)
@@ -155,6 +183,7 @@ class Stack:
                 f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
                 f"--web.listen-address={HOST}:{port}",
                 "--log.level=warn",
+                *extra_args,
             ],
         )
         wait_for("prometheus ready", lambda: self._ready(self.prometheus_url), 30)
@@ -169,10 +198,84 @@ class Stack:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         path = self.workdir / f"{name}.log"
-        with path.open("wb") as log:
+        # append: a restarted process keeps its predecessor's last words
+        with path.open("ab") as log:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         self._logs[process.pid] = path
         self.processes.append(process)
+        self._commands[name] = argv
+
+    def restart_process(self, name: str) -> float:
+        """Stop `name` as its service manager would (SIGTERM, wait), start it the same way.
+
+        Same port, same flags, same data directory: what a restart keeps. Returns the
+        monotonic time the old process was told to stop, when the outage began.
+        """
+        argv = self._commands[name]
+        (process,) = [p for p in self.processes if list(p.args) == argv and p.poll() is None]
+        began = time.monotonic()
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        self.processes.remove(process)
+        self._spawn(name, argv)
+        url = self.prometheus_url if name == "prometheus" else self.alertmanager_url
+        wait_for(f"{name} ready again", lambda: self._ready(url), 60)
+        return began
+
+    def restart_prometheus(self) -> float:
+        """A Prometheus restart keeping its TSDB (and its `for` state series); see
+        restart_process."""
+        return self.restart_process("prometheus")
+
+    def stop_agents(self, indices: list[int]) -> None:
+        """The agents of these fleet nodes exit; their simulated hardware runs on.
+
+        An exiting process's connections close with it. In one process they do not:
+        the server's stop waits for its connection threads, and a keep-alive connection
+        that Prometheus scrapes every second never ends (each scrape gets a 503 and the
+        next comes within the handler's 10 s timeout). So, as the kernel would, shut
+        down every accepted connection of these ports until the nodes have stopped.
+        """
+        ports = {self.fleet.nodes[i].port for i in indices}
+        stoppers = [
+            threading.Thread(target=self.fleet.stop_node, args=(i,), daemon=True) for i in indices
+        ]
+        for stopper in stoppers:
+            stopper.start()
+        deadline = time.monotonic() + 30
+        while any(s.is_alive() for s in stoppers):
+            if time.monotonic() > deadline:
+                raise AssertionError("agents did not stop within 30 s")
+            for connection in _accepted_connections(ports):
+                with contextlib.suppress(OSError):  # the peer closed it meanwhile
+                    connection.shutdown(socket.SHUT_RDWR)
+            time.sleep(0.2)
+
+    def start_agents(self, indices: list[int]) -> None:
+        """Start a new agent for each stopped node: same port, same config, same hardware.
+
+        As after `systemctl restart`: the new agent knows nothing of its predecessor
+        (counters it keeps itself start again); what the hardware or driver keeps (NVML
+        volatile ECC counts, sysfs counters) is read again as it is.
+        """
+        for index in indices:
+            old = self.fleet.nodes[index]
+            if old.listening:
+                raise RuntimeError(f"{old.name}: agent still running, stop it first")
+            config = dataclasses.replace(old.agent.config, listen_port=old.port)
+
+            def build(old: FleetNode = old, config: AgentConfig = config) -> Agent:
+                # as Fleet does: the new agent's threads find the node's own NVML
+                sim_nvml.bind(old.sim.nvml)
+                return Agent(config, build_sources(config))
+
+            node = FleetNode(old.spec, old.sim, contextvars.Context().run(build))
+            node.start()
+            self.fleet.nodes[index] = node
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -197,6 +300,20 @@ class Stack:
                 process.wait(5)
         self.fleet.stop()
         self.receiver.close()
+
+
+def _accepted_connections(ports: set[int]) -> list[socket.socket]:
+    """Open server-side sockets of connections accepted on `ports` in this process."""
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, socket.socket) and obj.fileno() != -1:
+            try:
+                if obj.getsockname()[1] in ports:
+                    obj.getpeername()  # a listening socket has no peer
+                    found.append(obj)
+            except OSError:
+                continue
+    return found
 
 
 def _get(url: str) -> bool:
