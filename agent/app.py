@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +22,12 @@ log = logging.getLogger(__name__)
 
 class StartupError(RuntimeError):
     """The agent cannot start (address in use, bad certificate): exit code 2."""
+
+
+# The poll loop died while serving: exit so a supervisor (systemd Restart=on-failure, a
+# Kubernetes restartPolicy) starts a fresh agent, instead of serving stale data behind
+# a 503 forever. 1, like any crash; 2 stays "bad input".
+EXIT_POLL_LOOP_DIED = 1
 
 
 @dataclass
@@ -98,7 +106,7 @@ def serve(
     stop = stop or threading.Event()
     # the first poll before listening: the first scrape already has data
     agent.poller.poll_once()
-    agent.poller.start()
+    agent.poller.start(on_death=lambda _exc: stop.set())
     server.start()
     log.info(
         "nvwatch listening on %s:%d, polling %s every %gs",
@@ -112,7 +120,23 @@ def serve(
     stop.wait()
     server.stop()
     agent.poller.stop(timeout=0.5)
-    return 0
+    return _exit_code(agent.poller.failure)
+
+
+def _exit_code(failure: BaseException | None) -> int:
+    """0 after a requested stop; after the poll loop's death, one line on why and 1."""
+    if failure is None:
+        return 0
+    frames = traceback.extract_tb(failure.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    log.error(
+        "poll loop died%s: %s: %s; exiting %d so a supervisor restarts the agent",
+        where,
+        type(failure).__name__,
+        " ".join(str(failure).split()) or "(no message)",
+        EXIT_POLL_LOOP_DIED,
+    )
+    return EXIT_POLL_LOOP_DIED
 
 
 def poll_and_render(config: AgentConfig, sources: list[Source], settle: float) -> Exposition:

@@ -182,6 +182,8 @@ class Poller:
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._on_death: Callable[[BaseException], None] | None = None
 
     @property
     def latest(self) -> Snapshot | None:
@@ -285,14 +287,34 @@ class Poller:
             for worker in self._workers:
                 worker.start(self._context)
 
-    def start(self) -> None:
-        """Poll every `interval` seconds on a background thread until `stop()`."""
+    def start(self, on_death: Callable[[BaseException], None] | None = None) -> None:
+        """Poll every `interval` seconds on a background thread until `stop()`.
+
+        Should the loop end any other way (a BaseException, a bug in its own timing),
+        `failure` holds why and `on_death(exc)` is called on the dying thread: an agent
+        without its poll loop serves stale data behind a 503 forever, so `serve` exits
+        and lets its supervisor restart it.
+        """
         self._start_workers()
+        self._on_death = on_death
         self._thread = start_thread(
             "nvwatch-poller", self._loop, daemon=True, context=self._context
         )
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the poll loop ended before `stop()`; None while it runs or after a stop."""
+        return self._failure
+
     def _loop(self) -> None:
+        try:
+            self._tick_until_stopped()
+        except BaseException as exc:  # any end but stop() is a death, whatever raised
+            self._failure = exc
+            if self._on_death is not None:
+                self._on_death(exc)
+
+    def _tick_until_stopped(self) -> None:
         next_tick = time.monotonic()
         while not self._stop.is_set():
             if not self._paused.is_set():
