@@ -21,6 +21,13 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
             raise ConfigError("--scenario needs --simulate PROFILE")
         yield config
         return
+    if config.sysfs_root != AgentConfig().sysfs_root:
+        # refused, not overridden in silence: the simulated node brings its own tree, and
+        # one that agreed with its simulated GPUs could not come from a real root anyway
+        raise ConfigError(
+            f"--sysfs-root {config.sysfs_root} cannot be used with --simulate: the "
+            "simulated node has its own sysfs tree (drop one of the two)"
+        )
     from agent.sim import nvml as sim_nvml
     from agent.sim.node import SimulatedNode
     from agent.sim.profiles import UnknownProfile
