@@ -17,10 +17,16 @@ from dataclasses import dataclass
 
 from agent.catalogue import Scope, of_scope
 from agent.exposition.families import FamilySet
-from agent.exposition.series import emit
+from agent.exposition.series import plans
 from agent.sources.nvml.samples import NVLINK_ERROR_TYPES, GpuSample, NvLinkSample, NvmlSample
 
-_SPECS = of_scope(Scope.GPU, Scope.PROCESS, Scope.NVLINK)
+_SCOPES = (Scope.GPU, Scope.PROCESS, Scope.NVLINK)
+# each family with the position of its scope in _objects(): a tuple index per family and
+# GPU is cheaper than hashing the scope
+_PLANS = tuple(
+    (spec, reader, _SCOPES.index(spec.scope)) for spec, reader in plans(of_scope(*_SCOPES))
+)
+Objects = list[tuple[tuple[str, ...], object]]
 
 
 @dataclass(frozen=True)
@@ -43,23 +49,24 @@ def render(sample: NvmlSample, out: FamilySet) -> None:
     # GPU by GPU, and in catalogue order within a GPU: a family first seen on GPU 2 (energy
     # on a mixed GeForce box) comes after GPU 0's families, as it always has.
     for gpu in sample.gpus:
-        ids = (str(gpu.index), gpu.uuid)
-        for spec in _SPECS:
-            for identity, obj in _objects(spec.scope, spec.even_when_down, ids, gpu, sample):
-                emit(spec, obj, identity, out)
+        objects = _objects(gpu, sample.nvlink_detail)
+        for spec, reader, scope in _PLANS:
+            if gpu.up or spec.even_when_down:
+                reader(objects[scope], out)
 
 
-def _objects(
-    scope: Scope, even_when_down: bool, ids: tuple[str, str], gpu: GpuSample, sample: NvmlSample
-) -> Sequence[tuple[tuple[str, ...], object]]:
-    """The objects of `scope` on one GPU, each with its identity label values."""
-    if not (gpu.up or even_when_down):
-        return ()
-    if scope is Scope.PROCESS:
-        return [(ids, process) for process in gpu.processes]
-    if scope is Scope.NVLINK:
-        return [((*ids, str(x.link)), x) for x in _links(gpu, sample.nvlink_detail)]
-    return [(ids, gpu)]
+def _objects(gpu: GpuSample, detail: str) -> tuple[Objects, Objects, Objects]:
+    """The objects of each scope in _SCOPES on one GPU, with their identity label values."""
+    ids = (str(gpu.index), gpu.uuid)
+    if not gpu.up:
+        # even_when_down is a GPU-scope flag (identity and up): a lost GPU's processes and
+        # links are not read
+        return [(ids, gpu)], [], []
+    return (
+        [(ids, gpu)],
+        [(ids, process) for process in gpu.processes],
+        [((*ids, str(x.link)), x) for x in _links(gpu, detail)],
+    )
 
 
 def _links(gpu: GpuSample, detail: str) -> Sequence[NvLinkSample | NvLinkTotals]:

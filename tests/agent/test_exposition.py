@@ -85,3 +85,46 @@ def test_prepare_refuses_a_sample_of_the_wrong_type() -> None:
     with pytest.raises(TypeError, match="expected HostSample"):
         prepare("host", {"load1": 3})
     assert "nvwatch_host_load1" in prepare("host", host_sample()).names()
+
+
+class _Scripted:
+    """A source answering one fixed sample."""
+
+    def __init__(self, name: str, sample: object) -> None:
+        self.name = name
+        self.sample = sample
+
+    def collect(self) -> object:
+        return self.sample
+
+    def close(self) -> None:
+        pass
+
+
+def _bad_gpu_samples() -> list[object]:
+    from agent.sources.nvml.samples import GpuInfo, GpuSample, NvmlSample
+
+    info = GpuInfo(name="H100", uuid="GPU-x")
+    return [
+        # a value that is no number: float() fails while the series is made
+        NvmlSample(gpus=(GpuSample(0, "GPU-x", info, up=True, power_watts="300 W"),)),  # type: ignore[arg-type]
+        # a label that is no text: escaping fails while its prefix is made
+        NvmlSample(gpus=(GpuSample(0, None, info, up=True, power_watts=300.0),)),  # type: ignore[arg-type]
+    ]
+
+
+@pytest.mark.parametrize("sample", _bad_gpu_samples(), ids=["value", "label"])
+def test_a_render_error_fails_only_that_source(sample: object) -> None:
+    poller = Poller(
+        [CountingHostSource(), _Scripted("nvml", sample)], interval=1, timeout=1, prepare=prepare
+    )
+    try:
+        snapshot = poller.poll_once()
+    finally:
+        poller.stop()
+    assert not snapshot.sources["nvml"].up and snapshot.sources["nvml"].error
+    exposition = build_exposition(snapshot)
+    text = exposition.text.decode()
+    assert "nvwatch_host_load1 1.0" in text and "nvwatch_gpu_" not in text
+    assert 'nvwatch_agent_source_up{source="nvml"} 0.0' in text
+    assert exposition.openmetrics(gzipped=False).endswith(b"# EOF\n")
