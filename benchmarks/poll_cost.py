@@ -13,11 +13,11 @@ from types import MappingProxyType
 from prometheus_client.exposition import generate_latest
 
 from agent.exposition.families import FamilySet
-from agent.exposition.render import build_exposition, prepare, registry_of
+from agent.exposition.render import Exposition, build_exposition, prepare, registry_of
+from agent.exposition.text import render_text
 from agent.poller import Snapshot, SourceStatus
 from benchmarks.common import percentile
 from benchmarks.harness import Harness, PollTimes, simulated_agent
-from benchmarks.render_prototype import CachedPrefixRenderer
 
 PROFILES = ("dgx1-v100", "dgx-a100", "dgx-h100", "dgx2")
 
@@ -162,24 +162,29 @@ def _poll_on_this_thread(harness: Harness) -> None:
 
 @dataclass(frozen=True)
 class RenderSplit:
-    """build_exposition's two halves, timed on their own over one poll's families."""
+    """build_exposition's parts, timed on their own over one poll's families."""
 
     samples: int
     text_bytes: int
     gzip_bytes: int
+    # prometheus_client over the same families: the definition of the bytes, and what
+    # build_exposition spent on text before the slot table
     generate_latest: Quantiles
     gzip: Quantiles
-    prototype: Quantiles | None  # benchmarks.render_prototype, warm cache
-    prototype_identical: bool  # its bytes equal generate_latest's for this poll
+    renderer: Quantiles | None  # the agent's text renderer (agent/exposition/text.py)
+    identical: bool  # its bytes equal generate_latest's for this poll
 
 
 def measure_render_split(profile: str, repeats: int) -> RenderSplit:
     with simulated_agent(profile) as harness:
         harness.run(0, warmup=3, time_limit=60.0)
+        previous = harness.exposition
+        harness.run(0, warmup=1, time_limit=60.0)
         exposition = harness.exposition
-        assert exposition is not None
-        # exposition.families already holds the agent's own families and every source's
-        registry = registry_of(exposition.families)
+        assert previous is not None and exposition is not None
+        # exposition.families: the agent's own families and every source's, as
+        # prometheus_client Metric objects (built here, outside the timing)
+        registry = registry_of(list(exposition.families))
         text_times, gzip_times = [], []
         text = b""
         for _ in range(repeats):
@@ -189,23 +194,30 @@ def measure_render_split(profile: str, repeats: int) -> RenderSplit:
             started = time.thread_time()
             packed = gzip.compress(text, compresslevel=6)
             gzip_times.append(time.thread_time() - started)
-        renderer = CachedPrefixRenderer()
-        first = renderer.render(exposition.families)  # fills the cache, as poll 1 would
-        identical = first == text
-        prototype_times = []
-        for _ in range(repeats if identical else 0):
-            started = time.thread_time()
-            renderer.render(exposition.families)
-            prototype_times.append(time.thread_time() - started)
+        identical = exposition.text == text
+        renderer_times = _time_renderer(previous, exposition, repeats) if identical else []
         return RenderSplit(
             samples=harness.series(),
             text_bytes=len(text),
             gzip_bytes=len(packed),
             generate_latest=Quantiles.of(text_times),
             gzip=Quantiles.of(gzip_times),
-            prototype=Quantiles.of(prototype_times) if prototype_times else None,
-            prototype_identical=identical,
+            renderer=Quantiles.of(renderer_times) if renderer_times else None,
+            identical=identical,
         )
+
+
+def _time_renderer(previous: Exposition, latest: Exposition, repeats: int) -> list[float]:
+    """The renderer over two consecutive polls' families in turn: each slot keeps its
+    last line, so every value that changed between the polls is formatted again, as in a
+    real poll (re-rendering one poll's families would find every line kept)."""
+    times = []
+    for i in range(repeats):
+        parts = (previous if i % 2 == 0 else latest).parts
+        started = time.thread_time()
+        render_text(parts)
+        times.append(time.thread_time() - started)
+    return times
 
 
 # --- cardinality -------------------------------------------------------------------------
@@ -233,7 +245,7 @@ def count_series(profile: str) -> SeriesCount:
             exposition = harness.exposition
             assert exposition is not None
             by_source[detail] = {
-                name: sum(len(f.samples) for f in status.prepared)
+                name: status.prepared.series()
                 for name, status in exposition.snapshot.sources.items()
                 if isinstance(status.prepared, FamilySet)
             }

@@ -125,22 +125,22 @@ def render_split_section(results: Results) -> str:
         "",
         "| step | median / p99 (ms) |",
         "|---|---|",
-        f"| prometheus_client `generate_latest` | {q(split.generate_latest)} "
-        f"({per_sample * 1e6:.1f} µs per sample) |",
+        _renderer_row(split),
         f"| `gzip.compress(level=6)` | {q(split.gzip)} |",
-        _prototype_row(split),
+        f"| for reference: prometheus_client `generate_latest` over the same families "
+        f"| {q(split.generate_latest)} ({per_sample * 1e6:.1f} µs per sample) |",
         "",
     ]
     return "\n".join(lines)
 
 
-def _prototype_row(split: RenderSplit) -> str:
-    if split.prototype is None:
-        # the prototype is only timed when it reproduces generate_latest byte for byte
-        return "| prototype renderer | not timed: its bytes differed from generate_latest |"
+def _renderer_row(split: RenderSplit) -> str:
+    if split.renderer is None:
+        # only timed when it reproduces generate_latest byte for byte
+        return "| agent text renderer | not timed: its bytes differed from generate_latest |"
     return (
-        f"| prototype: cached series prefixes (`benchmarks/render_prototype.py`), "
-        f"bytes identical to `generate_latest` | {q(split.prototype)} |"
+        f"| agent text renderer (`agent/exposition/text.py`, cached series prefixes), "
+        f"bytes identical to `generate_latest` | {q(split.renderer)} |"
     )
 
 

@@ -16,14 +16,10 @@ from benchmarks.report.model import (
 from benchmarks.report.verdicts import verdicts
 
 _RENDER_FIX = (
-    "The top functions (table above) are prometheus_client's per-sample "
-    "formatting and label-name validation/escaping, re-done for every sample on "
-    "every poll though the label sets never change between polls. Fix: render the "
-    "text format in `agent/exposition` directly, caching each series' "
-    "`name{labels} ` prefix across polls (label sets are stable) so a poll only "
-    "formats values; keep prometheus_client for OpenMetrics. On the source side, "
-    "the simulator's share is not agent cost, and pynvml's struct access is the "
-    "next item."
+    "The exposition already renders from cached series prefixes "
+    "(agent/exposition/text.py) and formats only values; see the top functions (table "
+    "above) for what is left. On the source side, the simulator's share is not agent "
+    "cost, and pynvml's struct access is the next item."
 )
 
 # agent/server.py already has TCP_NODELAY, one buffered write and a real listen backlog,
@@ -100,9 +96,9 @@ def _poll_breakdown(results: Results, cost: PollCost) -> list[str]:
             f"`build_exposition` is {ms(build.median)} ({pct(build.median / cost.total.median)})"
         )
         if split is not None:
+            text = split.renderer or split.generate_latest
             parts.append(
-                f"of which prometheus_client's `generate_latest` is "
-                f"{ms(split.generate_latest.median)} for {split.samples:,} samples "
+                f"of which the text is {ms(text.median)} for {split.samples:,} samples "
                 f"and gzip {ms(split.gzip.median)};"
             )
     if nvml is not None and results.nvml_split is not None:
@@ -112,11 +108,10 @@ def _poll_breakdown(results: Results, cost: PollCost) -> list[str]:
         )
     if prep is not None:
         parts.append(f"rendering the NVML sample into families is {ms(prep.median)}.")
-    if split is not None and split.prototype is not None:
+    if split is not None and split.renderer is not None:
         parts.append(
-            f"A prototype that keeps each series' prefix between polls renders the "
-            f"same bytes in {ms(split.prototype.median)} instead of "
-            f"{ms(split.generate_latest.median)}."
+            f"prometheus_client's `generate_latest` would take "
+            f"{ms(split.generate_latest.median)} for the same bytes."
         )
     return parts
 
