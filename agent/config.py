@@ -71,12 +71,14 @@ class AgentConfig:
 def parse_listen(text: str) -> tuple[str, int]:
     """'0.0.0.0:9477', ':9477', '[::1]:9477', '127.0.0.1:0' -> (host, port)."""
     text = text.strip()
-    match = re.match(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d+)$", text)
+    match = re.match(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>[0-9]+)$", text)
     if not match:
         raise ConfigError(f"invalid listen address {text!r}: use HOST:PORT, e.g. 0.0.0.0:9477")
-    port = int(match.group("port"))
-    if port > 65535:
-        raise ConfigError(f"invalid listen address {text!r}: port {port} is out of range")
+    # length first: int() refuses 4,300 digits with a ValueError, not a ConfigError
+    digits = match.group("port").lstrip("0") or "0"
+    if len(digits) > 5 or int(digits) > 65535:
+        raise ConfigError(f"invalid listen address {text!r}: port {digits} is out of range")
+    port = int(digits)
     host = match.group("v6") or match.group("host") or "0.0.0.0"
     return host, port
 
@@ -102,19 +104,75 @@ def parse_scenario(text: str) -> ScenarioSpec:
     return ScenarioSpec(name=name, target=target or None)
 
 
+# A config file is a page of option: value lines (a web config a few users and paths);
+# a megabyte is far more than any real one and far less than what hurts (a 52 MB YAML
+# list took minutes and gigabytes to load).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_config_text(path: Path, what: str = "config file", limit: int = MAX_CONFIG_BYTES) -> str:
+    """The text of a config file of kind `what`, for any loader (agent, web config).
+
+    ConfigError, one line naming the file, when it cannot be read, is over `limit`
+    bytes, or is not UTF-8 text. Opened normally, not refused when not a regular file:
+    `--config <(generate-config)` hands over a pipe, and that is fine.
+    """
+    try:
+        with open(path, "rb") as file:
+            data = file.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise ConfigError(f"{what} {path} is larger than the limit of {limit:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}): is it a binary file?"
+        ) from exc
+    if "\x00" in text:
+        raise ConfigError(f"{what} {path} contains NUL bytes: is it a binary file?")
+    return text
+
+
+class _FlatLoader(yaml.SafeLoader):
+    """SafeLoader without aliases: a flat file of options has no use for them, and a
+    list of aliases to a long string expands to gigabytes once joined into a flag."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+            mark = event.start_mark
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            raise yaml.YAMLError(f"aliases (*name) are not allowed{where}")
+        return super().compose_node(parent, index)
+
+
+def load_yaml_text(text: str, path: Path, what: str = "config file") -> Any:
+    """Parse `text` (read from `path`) as YAML; ConfigError, one line naming the file."""
+    try:
+        # a SafeLoader: builds plain values only, never arbitrary objects
+        return yaml.load(text, Loader=_FlatLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
+        raise ConfigError(f"{what} {path} is not valid YAML{where}: {problem}") from exc
+    except yaml.YAMLError as exc:
+        first = " ".join(str(exc).split())
+        raise ConfigError(f"{what} {path} is not valid YAML: {first}") from exc
+    except RecursionError as exc:  # the composer recurses per nesting level
+        raise ConfigError(f"{what} {path} is nested too deeply to be a config") from exc
+
+
 def load_config_file(path: Path, allowed: set[str]) -> dict[str, Any]:
     """Read a YAML mapping of option name -> value; unknown keys are an error.
 
     Keys are the long flag names, with dashes or underscores (`sysfs-root` or
-    `sysfs_root`), so a config file reads like the command line it replaces.
+    `sysfs_root`), so a config file reads like the command line it replaces. Every
+    error is a ConfigError of one line that names the file.
     """
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML: {first}") from exc
+    raw = load_yaml_text(read_config_text(path), path)
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -128,8 +186,17 @@ def load_config_file(path: Path, allowed: set[str]) -> dict[str, Any]:
                 + ", ".join(sorted(k.replace("_", "-") for k in allowed))
                 + ")"
             )
-        # lists (sources: [nvml, host]) become the comma form the flag takes
-        if isinstance(value, list) and name != "scenario":
-            value = ",".join(str(v) for v in value)
-        result[name] = value
+        result[name] = _option_value(path, key, value)
     return result
+
+
+def _option_value(path: Path, key: object, value: Any) -> Any:
+    """A value as the flag takes it: a scalar, or a list joined to the comma form."""
+    scalars = (str, int, float, bool, type(None))
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, scalars) for item in items):
+        raise ConfigError(f"config file {path}: {key}: expected a value or a list of values")
+    # lists (sources: [nvml, host]) become the comma form the flag takes
+    if isinstance(value, list) and str(key).replace("-", "_") != "scenario":
+        return ",".join(str(v) for v in value)
+    return value
