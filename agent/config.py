@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from agent.durations import DurationError
+from agent.durations import DurationBounds, DurationError
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
 LOG_FORMATS = ("text", "json")
@@ -26,6 +26,15 @@ class ConfigError(ValueError):
 
 # A bad duration is bad input like any other: callers catch ConfigError alone.
 CONFIG_ERRORS = (ConfigError, DurationError)
+
+# Bounds of the duration flags, stated in their --help. The interval's floor keeps a
+# typo such as 1ms from busy-looping a core (one poll of a DGX takes tens of ms); its
+# ceiling is where /healthz staleness (3 intervals) stops telling anyone anything.
+INTERVAL_BOUNDS = DurationBounds(0.1, 3600.0)
+# dump's wait between its two polls (0 is also taken: one poll, no rates)
+SETTLE_BOUNDS = DurationBounds(0.01, 600.0)
+# how long a simulated fleet runs: a year is far below the timers' limit (292 years)
+FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
 
 
 @dataclass(frozen=True)

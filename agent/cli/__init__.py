@@ -22,7 +22,7 @@ import click
 from agent import __version__, logs
 from agent.app import StartupError, poll_and_render, serve
 from agent.cli.options import build_config, option, source_options
-from agent.config import CONFIG_ERRORS
+from agent.config import CONFIG_ERRORS, SETTLE_BOUNDS
 from agent.durations import parse_duration
 from agent.exposition.families import FamilySet
 from agent.runtime import runtime
@@ -121,14 +121,17 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
     "--settle",
     default="1s",
     show_default=True,
-    help="Wait between two polls so rates and ratios have an interval (0 for one poll).",
+    help=f"Wait between two polls so rates and ratios have an interval, {SETTLE_BOUNDS} "
+    "(0 for one poll).",
 )
 @source_options
 def dump_command(output_format: str, settle: str, **params: Any) -> None:
     """Poll once and print what /metrics would serve."""
     config = build_config(params)
     logs.configure(config.log_format)
-    settle_seconds = 0.0 if settle.strip() in ("0", "0s") else parse_duration(settle, "settle")
+    settle_seconds = (
+        0.0 if settle.strip() in ("0", "0s") else parse_duration(settle, "settle", SETTLE_BOUNDS)
+    )
     with runtime(config) as effective:
         exposition = poll_and_render(effective, build_sources(effective), settle_seconds)
     if output_format == "prometheus":

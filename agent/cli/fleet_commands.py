@@ -14,7 +14,7 @@ from agent import logs
 from agent.cli import cli
 from agent.cli.options import option
 from agent.cli.sim_commands import simulate_group
-from agent.config import LOG_FORMATS, ConfigError
+from agent.config import FLEET_DURATION_BOUNDS, INTERVAL_BOUNDS, LOG_FORMATS, ConfigError
 from agent.durations import parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from agent.sim.fleet import Fleet
@@ -43,7 +43,12 @@ from agent.sim.fleet_plan import (
     help="Scenario on node NODE (0-based), optionally one GPU or IB device: "
     "3:thermal-runaway@2, 5:ib-congestion@mlx5_1. Repeatable.",
 )
-@option("--interval", default="15s", show_default=True, help="Poll and simulation tick interval.")
+@option(
+    "--interval",
+    default="15s",
+    show_default=True,
+    help=f"Poll and simulation tick interval, {INTERVAL_BOUNDS}.",
+)
 @option("--listen-host", default="127.0.0.1", show_default=True, help="Address every node binds.")
 @option("--seed", type=int, default=0, show_default=True, help="Node i uses seed SEED+i.")
 @option(
@@ -66,7 +71,10 @@ from agent.sim.fleet_plan import (
     show_default=True,
     help="Nodes per `rack` label.",
 )
-@option("--duration", help="Stop after this long (default: run until SIGTERM/SIGINT).")
+@option(
+    "--duration",
+    help=f"Stop after this long, {FLEET_DURATION_BOUNDS} (default: run until SIGTERM/SIGINT).",
+)
 @option(
     "--stats-every",
     type=int,
@@ -115,7 +123,7 @@ def simulate_fleet(
         cluster=cluster,
         nodes_per_rack=nodes_per_rack,
     )
-    limit = parse_duration(duration, "duration") if duration else None
+    limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     stop = _stop_on_signals()
     started = time.monotonic(), time.process_time()
     _start(fleet)
@@ -150,7 +158,7 @@ def _build_fleet(
         return Fleet(
             expand_profiles(profile, nodes),
             base_port=base_port,
-            interval=parse_duration(interval, "interval"),
+            interval=parse_duration(interval, "interval", INTERVAL_BOUNDS),
             scenarios=[parse_node_scenario(s) for s in _split(scenario)],
             seed=seed,
             time_scale=time_scale,

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from agent.config import (
+    INTERVAL_BOUNDS,
     LOG_FORMATS,
     AgentConfig,
     ConfigError,
@@ -64,7 +65,12 @@ def source_options(func: F) -> F:
             callback=_load_config,
             help="YAML file of option: value (lower precedence than flags and environment).",
         ),
-        option("--interval", default="5s", show_default=True, help="Poll interval."),
+        option(
+            "--interval",
+            default="5s",
+            show_default=True,
+            help=f"Poll interval, {INTERVAL_BOUNDS}.",
+        ),
         option(
             "--sources",
             default="nvml,infiniband,host",
@@ -115,7 +121,7 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
     return AgentConfig(
         listen_host=listen_host,
         listen_port=listen_port,
-        interval=parse_duration(params["interval"], "interval"),
+        interval=parse_duration(params["interval"], "interval", INTERVAL_BOUNDS),
         sources=parse_sources(params["sources"]),
         sysfs_root=Path(params["sysfs_root"]),
         simulate=params.get("simulate"),
