@@ -9,6 +9,8 @@ slot keeps its last line, label values that need escaping, HELP text that needs 
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -151,3 +153,30 @@ def test_label_values_must_match_the_label_names() -> None:
     out = FamilySet()
     with pytest.raises(ValueError, match="label values"):
         out.add_sample(GAUGE, ("a", "b"), 1.0)
+
+
+def test_agents_on_threads_sharing_slots_render_their_own_values() -> None:
+    """A simulated fleet runs many agents in one process: identical label sets share one
+    slot, and its last line, between threads. Each must still render its own values."""
+    mismatches: list[str] = []
+
+    def agent(seed: int) -> None:
+        for poll in range(150):
+            out = FamilySet()
+            for series in range(40):
+                value = float((poll * (seed + 1) + series) % 5 - 2)
+                out.add_sample(GAUGE, (str(series),), -0.0 if value == 0 and seed % 2 else value)
+            if render_text([out]) != _reference([out])[0]:
+                mismatches.append(f"agent {seed} poll {poll}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as possible
+    try:
+        threads = [threading.Thread(target=agent, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert mismatches == []
