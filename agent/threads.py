@@ -20,9 +20,12 @@ Threads the agent runs (name, who starts it, why it exists):
   first successful initialisation. NVML reports XID errors only as events, so one thread
   blocks in nvmlEventSetWait and counts them, and re-reads the kernel log's Xid lines
   after each wait (agent/sources/nvml/kmsg.py).
-- ``nvwatch-http``: `MetricsServer.start` (agent/server.py). The accept loop.
-- ``nvwatch-http-conn``, one per open connection: the HTTP server, per accepted
-  connection, so one slow or stalled client cannot block the others.
+- ``nvwatch-http``: `MetricsServer.start` (agent/server/). The HTTP event loop: accepts,
+  reads, answers and times out every connection without blocking on any, so an idle or
+  slow client costs a socket, not a thread (agent/server/loop.py).
+- ``nvwatch-http-auth``, `ServerLimits.bcrypt_workers` of them (1): `MetricsServer.start`,
+  only with basic_auth_users. bcrypt checks of credentials not seen before, off the loop
+  thread and bounded in number (agent/server/auth.py).
 - ``nvwatch-sim``: `SimulatedNode.start` (agent/sim/node.py), only with `--simulate`.
   Rewrites the simulated sysfs tree every second, as the kernel's counters would move.
 - ``nvwatch-fleet-tick``: `Fleet.start` (agent/sim/fleet.py), only in a simulated

@@ -1,15 +1,23 @@
-"""The exporter-toolkit web config file: TLS certificate and basic-auth users.
+"""The exporter-toolkit web config file: TLS, basic-auth users, headers, rate limit.
 
-Same shape as Prometheus exporters use, so fleets keep one format:
+Same format Prometheus exporters use, so fleets keep one file (docs/security.md lists
+what each key does here):
 
     tls_server_config: {cert_file: server.crt, key_file: server.key}
     basic_auth_users: {prometheus: "$2y$10$..."}   # bcrypt hashes, never plain passwords
+
+Every key is honoured or refused at start-up: the loader raises WebConfigError with one
+line naming the file and the key, and `nvwatch serve` exits 2. Unlike exporter-toolkit,
+the file is read once at start-up: restart the agent to rotate certificates.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import ssl
-import threading
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,95 +25,191 @@ from typing import Any
 import bcrypt
 import yaml
 
+from agent.durations import DurationError, parse_duration
+from agent.webconfig_tls import MAX_FILE_BYTES, ConfigKeyError, build_tls, enabled, text
+
 
 class WebConfigError(ValueError):
     pass
 
 
-_TOP_KEYS = {"tls_server_config", "basic_auth_users", "http_server_config"}
-_TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version"}
+_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
+# exporter-toolkit's extraHTTPHeaders: the only headers a config may add, and the values
+# allowed where the header is an enumeration (None: any value)
+ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
+    "Strict-Transport-Security": None,
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": None,
+    "Content-Security-Policy": None,
+}
+_BCRYPT_HASH = re.compile(rb"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-@dataclass
+@dataclass(frozen=True)
+class RateLimit:
+    interval_s: float
+    burst: int
+
+
+@dataclass(frozen=True)
 class WebConfig:
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    users: dict[str, bytes] = field(default_factory=dict)
-    # bcrypt is deliberately slow (~50 ms at cost 10); remember verified credentials so a
-    # scrape every few seconds does not burn a core. Keyed by the exact header value.
-    _verified: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    path: Path | None = None
+    tls_context: ssl.SSLContext | None = None
+    client_allowed_sans: frozenset[str] = frozenset()
+    users: Mapping[str, bytes] = field(default_factory=dict)
+    headers: tuple[tuple[str, str], ...] = ()
+    rate_limit: RateLimit | None = None
 
     @property
     def tls(self) -> bool:
-        return self.cert_file is not None
-
-    def ssl_context(self) -> ssl.SSLContext:
-        assert self.cert_file is not None and self.key_file is not None
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise WebConfigError(f"cannot load TLS certificate/key: {exc}") from exc
-        return context
-
-    def authorized(self, username: str, password: str) -> bool:
-        if not self.users:
-            return True
-        hashed = self.users.get(username)
-        key = f"{username}\0{password}"
-        with self._lock:
-            if key in self._verified:
-                return True
-        # compare against a dummy hash for unknown users too: no timing hint on user names
-        candidate = hashed or _DUMMY_HASH
-        ok = bcrypt.checkpw(password.encode(), candidate) and hashed is not None
-        if ok:
-            with self._lock:
-                if len(self._verified) > 64:
-                    self._verified.clear()
-                self._verified.add(key)
-        return ok
-
-
-_DUMMY_HASH = bcrypt.hashpw(b"nvwatch-dummy", bcrypt.gensalt(rounds=4))
+        return self.tls_context is not None
 
 
 def load_web_config(path: Path) -> WebConfig:
+    raw = _parse(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise WebConfigError(f"cannot read web config {path}: {exc.strerror}") from exc
+        return _config(path, raw)
+    except ConfigKeyError as exc:
+        raise WebConfigError(f"web config {path}: {exc.key}: {exc.message}") from exc
+
+
+def _parse(path: Path) -> dict[str, Any]:
+    try:
+        raw: Any = yaml.safe_load(_read(path))
     except yaml.YAMLError as exc:
-        raise WebConfigError(f"web config {path} is not valid YAML: {exc}") from exc
+        problem = " ".join(str(exc).split())  # PyYAML's message spans lines: one line
+        raise WebConfigError(f"web config {path} is not valid YAML: {problem}") from exc
     if raw is None:
-        return WebConfig()
+        return {}
     if not isinstance(raw, dict):
         raise WebConfigError(f"web config {path}: expected a mapping at the top level")
-    unknown = set(raw) - _TOP_KEYS
+    return raw
+
+
+def _read(path: Path) -> str:
+    """The file's text: a regular file, at most MAX_FILE_BYTES, UTF-8 (one line if not)."""
+    try:
+        # non-blocking: a FIFO named as the config must fail, not hang the start-up
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise WebConfigError(f"cannot read web config {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WebConfigError(f"web config {path} is not a regular file")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise WebConfigError(f"web config {path} is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WebConfigError(f"web config {path} is not UTF-8 text: {exc.reason}") from exc
+
+
+def _config(path: Path, raw: dict[str, Any]) -> WebConfig:
+    unknown = sorted(str(key) for key in raw if key not in _TOP_KEYS)
     if unknown:
-        raise WebConfigError(f"web config {path}: unknown key(s) {', '.join(sorted(unknown))}")
-    config = WebConfig()
-    tls = raw.get("tls_server_config") or {}
-    if not isinstance(tls, dict) or set(tls) - _TLS_KEYS:
-        raise WebConfigError(f"web config {path}: tls_server_config has unknown keys")
-    if tls:
-        if "cert_file" not in tls or "key_file" not in tls:
-            raise WebConfigError(
-                f"web config {path}: tls_server_config needs cert_file and key_file"
-            )
-        # relative paths are relative to the config file, as in exporter-toolkit
-        config.cert_file = path.parent / str(tls["cert_file"])
-        config.key_file = path.parent / str(tls["key_file"])
-    users = raw.get("basic_auth_users") or {}
-    if not isinstance(users, dict):
-        raise WebConfigError(f"web config {path}: basic_auth_users must map user to bcrypt hash")
-    for user, hashed in users.items():
-        value = str(hashed).encode()
-        if not value.startswith((b"$2a$", b"$2b$", b"$2y$")):
-            raise WebConfigError(f"web config {path}: password of {user!r} is not a bcrypt hash")
-        config.users[str(user)] = value
-    if config.tls:
-        config.ssl_context()  # fail at start-up, not at the first scrape
-    return config
+        raise ConfigKeyError(unknown[0], "unknown key")
+    tls_raw = _section(raw, "tls_server_config")
+    tls = None
+    if enabled(tls_raw):
+        try:
+            tls = build_tls(tls_raw, path.parent)
+        except ConfigKeyError as exc:
+            raise ConfigKeyError(f"tls_server_config.{exc.key}", exc.message) from exc
+    return WebConfig(
+        path=path,
+        tls_context=tls.context if tls else None,
+        client_allowed_sans=tls.client_allowed_sans if tls else frozenset(),
+        users=_users(raw.get("basic_auth_users")),
+        headers=_http_server(_section(raw, "http_server_config")),
+        rate_limit=_rate_limit(_section(raw, "rate_limit")),
+    )
+
+
+def _section(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigKeyError(key, "expected a mapping")
+    return value
+
+
+def _users(raw: object) -> dict[str, bytes]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigKeyError("basic_auth_users", "expected a mapping of user to bcrypt hash")
+    users: dict[str, bytes] = {}
+    for user, hashed in raw.items():
+        key = f"basic_auth_users.{user}"
+        if not isinstance(user, str) or ":" in user or not isinstance(hashed, str):
+            raise ConfigKeyError(key, "expected a user name without ':' and a bcrypt hash")
+        users[user] = _bcrypt_hash(key, hashed)
+    return users
+
+
+def _bcrypt_hash(key: str, hashed: str) -> bytes:
+    """A hash bcrypt can check, or ConfigKeyError: a bad one must not reach a request."""
+    value = hashed.encode()
+    match = _BCRYPT_HASH.fullmatch(value)
+    if match is None or not 4 <= int(match.group(1)) <= 31:
+        raise ConfigKeyError(
+            key,
+            "not a bcrypt hash ($2a$, $2b$ or $2y$, cost 04-31, 53 characters of salt and hash)",
+        )
+    # the salt must decode as bcrypt's base64; checking it at cost 4 (~1 ms) instead of
+    # the configured cost keeps start-up fast whatever the cost
+    try:
+        bcrypt.checkpw(b"", value[:4] + b"04" + value[6:])
+    except ValueError as exc:
+        raise ConfigKeyError(key, f"not a valid bcrypt hash: {exc}") from exc
+    return value
+
+
+def _http_server(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    unknown = sorted(str(key) for key in raw if key not in ("http2", "headers"))
+    if unknown:
+        raise ConfigKeyError(f"http_server_config.{unknown[0]}", "unknown key")
+    http2 = raw.get("http2", False)
+    if not isinstance(http2, bool):
+        raise ConfigKeyError("http_server_config.http2", f"expected true or false, got {http2!r}")
+    if http2:
+        raise ConfigKeyError(
+            "http_server_config.http2", "nvwatch serves HTTP/1.1 only; remove the key or set false"
+        )
+    headers = _section(raw, "headers") if "headers" in raw else {}
+    return tuple(_header(name, value) for name, value in headers.items() if value != "")
+
+
+def _header(name: object, value: object) -> tuple[str, str]:
+    key = f"http_server_config.headers.{name}"
+    if not isinstance(name, str) or name not in ALLOWED_HEADERS:
+        raise ConfigKeyError(key, f"cannot be configured; allowed: {', '.join(ALLOWED_HEADERS)}")
+    allowed = ALLOWED_HEADERS[name]
+    if not isinstance(value, str) or _CONTROL.search(value):
+        raise ConfigKeyError(key, "expected a one-line string")
+    if allowed is not None and value not in allowed:
+        raise ConfigKeyError(key, f"{value!r} is not one of {', '.join(allowed)}")
+    return name, value
+
+
+def _rate_limit(raw: Mapping[str, Any]) -> RateLimit | None:
+    unknown = sorted(str(key) for key in raw if key not in ("interval", "burst"))
+    if unknown:
+        raise ConfigKeyError(f"rate_limit.{unknown[0]}", "unknown key")
+    interval = raw.get("interval", 0)
+    if interval in (0, "0", "0s"):
+        return None  # exporter-toolkit: an interval of 0 disables the limiter
+    try:
+        interval_s = parse_duration(text(raw, "interval") or "", "rate_limit.interval")
+    except DurationError as exc:
+        raise ConfigKeyError("rate_limit.interval", str(exc)) from exc
+    burst = raw.get("burst")
+    if not isinstance(burst, int) or isinstance(burst, bool) or burst < 1:
+        # a burst of 0 would refuse every request (golang.org/x/time/rate)
+        raise ConfigKeyError("rate_limit.burst", f"expected a whole number >= 1, got {burst!r}")
+    return RateLimit(interval_s, burst)

@@ -1,0 +1,90 @@
+"""What each path answers: /metrics from the cached exposition, /healthz, a landing page.
+
+Runs on the server's loop thread and only copies cached bytes: no handler calls a source.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent import __version__
+from agent.exposition.render import OPENMETRICS_TYPE, TEXT_CONTENT_TYPE, Exposition
+from agent.server.negotiation import gzip_accepted, wants_openmetrics
+from agent.server.request import Request
+from agent.server.responses import Response, refusal
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    detail: str
+
+
+ALLOWED_METHODS = ("GET", "HEAD")
+UNAUTHORIZED = refusal(
+    401, "unauthorized", "unauthorized", (("WWW-Authenticate", 'Basic realm="nvwatch"'),)
+)
+METHOD_NOT_ALLOWED = refusal(
+    405, "method not allowed", "method_not_allowed", (("Allow", ", ".join(ALLOWED_METHODS)),)
+)
+AUTH_BUSY = refusal(
+    429, "too many credentials to check, retry later", "auth_busy", (("Retry-After", "1"),)
+)
+RATE_LIMITED = refusal(429, "too many requests", "rate_limited", (("Retry-After", "1"),))
+
+
+class Router:
+    def __init__(
+        self, exposition: Callable[[], Exposition | None], health: Callable[[], Health]
+    ) -> None:
+        self._exposition = exposition
+        self._health = health
+
+    def respond(self, request: Request) -> Response:
+        """The answer to an authorised GET or HEAD."""
+        path = request.path
+        if path == "/metrics":
+            return self._metrics(request)
+        if path == "/healthz":
+            health = self._health()
+            body = (("ok: " if health.ok else "stale: ") + health.detail + "\n").encode()
+            return Response(200 if health.ok else 503, body)
+        if path == "/":
+            return Response(200, self._landing().encode(), "text/html; charset=utf-8")
+        return Response(404, b"not found\n")
+
+    def _metrics(self, request: Request) -> Response:
+        exposition = self._exposition()
+        if exposition is None:
+            return Response(503, b"no poll has completed yet\n")
+        gzipped = gzip_accepted(request.header("Accept-Encoding"))
+        if wants_openmetrics(request.header("Accept")):
+            body, content_type = exposition.openmetrics(gzipped), OPENMETRICS_TYPE
+        else:
+            body = exposition.text_gzip if gzipped else exposition.text
+            content_type = TEXT_CONTENT_TYPE
+        headers: tuple[tuple[str, str], ...] = (("Vary", "Accept, Accept-Encoding"),)
+        if gzipped:
+            headers = (("Content-Encoding", "gzip"), *headers)
+        return Response(200, body, content_type, headers)
+
+    def _landing(self) -> str:
+        exposition = self._exposition()
+        rows = ""
+        if exposition is not None:
+            for status in exposition.snapshot.sources.values():
+                why = status.error if not status.up else status.absent_reason
+                state = f"{status.state}: {why}" if why else status.state
+                rows += f"<tr><td>{html.escape(status.name)}</td><td>{html.escape(state)}</td></tr>"
+        health = self._health()
+        return (
+            "<!doctype html><html><head><title>nvwatch</title></head><body>"
+            f"<h1>nvwatch {html.escape(__version__)}</h1>"
+            "<p>GPU, NVLink and InfiniBand telemetry for Prometheus.</p>"
+            f"<p>Polling: {html.escape(health.detail)}</p>"
+            f"<table><tr><th>source</th><th>state</th></tr>{rows}</table>"
+            '<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a></p>'
+            "</body></html>\n"
+        )
