@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from agent.config import AgentConfig, ConfigError
 from agent.exposition.render import Exposition, build_exposition, prepare
 from agent.poller import Poller, Snapshot
-from agent.server import Health, MetricsServer
+from agent.server import Health, HttpState, MetricsServer
 from agent.sources import Source
 from agent.webconfig import WebConfig, load_web_config
 
@@ -38,6 +38,8 @@ class Agent:
     sources: list[Source]
     poller: Poller = field(init=False)
     _exposition: Exposition | None = field(init=False, default=None)
+    # the HTTP server's counts, published with each poll (set by make_server)
+    http_state: Callable[[], HttpState] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.poller = Poller(
@@ -50,7 +52,8 @@ class Agent:
 
     def _publish(self, snapshot: Snapshot) -> None:
         # one reference swap: a scrape sees the old or the new exposition, never a mix
-        self._exposition = build_exposition(snapshot)
+        http = self.http_state() if self.http_state is not None else None
+        self._exposition = build_exposition(snapshot, http)
 
     def exposition(self) -> Exposition | None:
         return self._exposition
@@ -76,7 +79,7 @@ def make_server(agent: Agent) -> MetricsServer:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     try:
-        return MetricsServer(
+        server = MetricsServer(
             agent.config.listen_host,
             agent.config.listen_port,
             exposition=agent.exposition,
@@ -86,6 +89,8 @@ def make_server(agent: Agent) -> MetricsServer:
     except OSError as exc:
         where = f"{agent.config.listen_host}:{agent.config.listen_port}"
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    agent.http_state = server.http_state
+    return server
 
 
 def serve(

@@ -873,6 +873,39 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         "time.time() when the poll cycle completed",
         _one("completed_at"),
     ),
+    MetricSpec(
+        "nvwatch_agent_http_requests_refused_total",
+        _C,
+        "Connections and requests the HTTP server refused or cut off since the agent "
+        "started, by reason: connection_limit (503 at the limit), evicted (closed to make "
+        "room), header_timeout, write_timeout, malformed (400/505), too_large (414/431), "
+        "method_not_allowed, unauthorized, auth_busy (429: bcrypt budget spent), "
+        "rate_limited, tls_handshake, client_cert_san, http_on_tls_port, accept_failed.",
+        Scope.AGENT,
+        "the HTTP server's counts as of the last poll (agent/server/limits.py)",
+        _each("http_refused", sort=True),
+        own_labels=("reason",),
+        when="runs without the HTTP server (nvwatch dump)",
+    ),
+    MetricSpec(
+        "nvwatch_agent_http_connections_open",
+        _G,
+        "HTTP connections open when the last poll completed.",
+        Scope.AGENT,
+        "the HTTP server's count of open connections (agent/server/loop.py)",
+        _one("http_connections_open"),
+        when="runs without the HTTP server (nvwatch dump)",
+    ),
+    MetricSpec(
+        "nvwatch_agent_http_connections_limit",
+        _G,
+        "Connections the HTTP server holds open at most; beyond it, it evicts the one "
+        "waiting longest for a request, else refuses with 503.",
+        Scope.AGENT,
+        "ServerLimits.max_connections, lowered to fit RLIMIT_NOFILE (agent/server/limits.py)",
+        _one("http_connections_limit"),
+        when="runs without the HTTP server (nvwatch dump)",
+    ),
 )
 
 CATALOGUE: tuple[MetricSpec, ...] = (

@@ -11,8 +11,9 @@ from __future__ import annotations
 import gzip
 import importlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics.exposition import (
@@ -26,6 +27,9 @@ from agent.exposition.families import FamilySet
 from agent.exposition.series import emit_all
 from agent.exposition.text import render_openmetrics, render_text
 from agent.poller import Snapshot
+
+if TYPE_CHECKING:
+    from agent.server.limits import HttpState
 
 # Explicit, not prometheus_client's CONTENT_TYPE_LATEST (1.0.0 in recent releases), so
 # Prometheus 2.x servers keep parsing us; names and labels are ASCII, so the bytes are
@@ -69,15 +73,28 @@ def prepare(source: str, sample: object) -> FamilySet:
 
 @dataclass(frozen=True)
 class AgentState:
-    """What the agent-scope families read: the build and the end of the poll cycle."""
+    """What the agent-scope families read: the build, the end of the poll cycle and, when
+    the agent serves HTTP, its server's counts at that moment (none for `nvwatch dump`)."""
 
     version: str
     completed_at: float
+    http_refused: Mapping[str, int] = field(default_factory=dict)
+    http_connections_open: int | None = None
+    http_connections_limit: int | None = None
 
 
-def agent_families(snapshot: Snapshot) -> FamilySet:
+def agent_families(snapshot: Snapshot, http: HttpState | None = None) -> FamilySet:
     out = FamilySet()
-    agent = [((), AgentState(__version__, snapshot.completed_at))]
+    state = AgentState(__version__, snapshot.completed_at)
+    if http is not None:
+        state = AgentState(
+            state.version,
+            state.completed_at,
+            http.refused,
+            http.connections_open,
+            http.connections_limit,
+        )
+    agent = [((), state)]
     sources = [((name,), status) for name, status in snapshot.sources.items()]
     for spec in _AGENT_SPECS:
         emit_all((spec,), agent if spec.scope is Scope.AGENT else sources, out)
@@ -112,8 +129,8 @@ class Exposition:
             return self._openmetrics[gzipped]
 
 
-def build_exposition(snapshot: Snapshot) -> Exposition:
-    parts = [agent_families(snapshot)]
+def build_exposition(snapshot: Snapshot, http: HttpState | None = None) -> Exposition:
+    parts = [agent_families(snapshot, http)]
     for status in snapshot.sources.values():
         if isinstance(status.prepared, FamilySet):
             parts.append(status.prepared)
