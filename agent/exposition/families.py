@@ -69,7 +69,18 @@ class FamilySet:
         self, metric_spec: MetricSpec, label_values: Sequence[str], value: object
     ) -> None:
         """One sample, label values in the order of `metric_spec.labels`."""
-        self.add_series(metric_spec, (tuple(label_values),), (value,))
+        if value is None:
+            return
+        family = self._families.get(metric_spec.name)
+        if family is None:
+            family = self._families[metric_spec.name] = Family(table_of(metric_spec))
+        # one series (a GPU's, the host's): Family.extend without its lists and loop
+        key = label_values if type(label_values) is tuple else tuple(label_values)
+        number = float(value)  # type: ignore[arg-type]
+        ref = family._refs.get(key)
+        slot = ref() if ref is not None else None
+        family._add_slot(slot if slot is not None else family._new_slot(key))
+        family._add_value(number)
 
     def add_series(
         self,

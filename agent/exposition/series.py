@@ -88,7 +88,7 @@ def _reader(spec: MetricSpec) -> Reader:
         def plain(objects: Objects, out: FamilySet) -> None:
             if len(objects) == 1:  # a GPU, the host: no lists to build
                 ids, obj = objects[0]
-                out.add_series(spec, (ids,), (value(obj),))
+                out.add_sample(spec, ids, value(obj))
             elif objects:
                 out.add_series(spec, [i for i, _ in objects], [value(o) for _, o in objects])
 
