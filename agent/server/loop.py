@@ -34,10 +34,6 @@ log = logging.getLogger(__name__)
 
 _TICK_S = 0.25  # how often deadlines are checked; they are enforced to within this
 _ACCEPT_BATCH = 16  # connections accepted per wake-up before other clients get a turn
-# Ready connections handled per wake-up; the rest stay ready (the selector is level-
-# triggered) for the next. Under a flood, an authorised scraper's request then waits for
-# at most this many others, not for every flooding client.
-_EVENT_BATCH = 16
 _ACCEPT_PAUSE_S = 0.1  # after accept() fails (no descriptors left), before trying again
 _LISTENER, _WAKE = object(), object()
 _TIMEOUT = (
@@ -400,14 +396,16 @@ class EventLoop:
 
 
 def _trusted_first(ready: list[tuple[selectors.SelectorKey, int]]) -> list[object]:
-    """The first _EVENT_BATCH of what the selector found ready, authorised scrapers first.
+    """What the selector found ready, authorised scrapers' connections first.
 
     Under a flood of unauthenticated requests every wake-up finds dozens of connections
     ready; a scraper that already proved its credentials should not queue behind them.
     """
     if len(ready) < 2:
         return [key.data for key, _ in ready]
-    return sorted((key.data for key, _ in ready), key=_untrusted)[:_EVENT_BATCH]
+    # all of it: a level-triggered selector reports the unhandled rest again in the same
+    # order, so handling only the first few would starve the others
+    return sorted((key.data for key, _ in ready), key=_untrusted)
 
 
 def _untrusted(data: object) -> bool:
