@@ -3,9 +3,11 @@
 `NvmlCore` holds the state; the area modules (system, identity, memory, ...) are mixins
 that subclass it and add the C functions of their area, and `agent.sim.nvml.library`
 composes them into `SimulatedNvml`. `lib_call` and `device_call` turn a method into a
-C entry point: they take the lock, refuse calls before nvmlInit, integrate the GPUs up to
-the clock (lazily, so state depends on time and not on who polls), and for device calls
-turn the handle into its `SimulatedGpu`.
+C entry point: they take the lock, refuse calls before nvmlInit (and every call while the
+nvml-driver-broken scenario has the kernel module missing), integrate the GPUs up to the
+clock (lazily, so state depends on time and not on who polls), and for device calls turn
+the handle into its `SimulatedGpu`. `start_scenario` and `end_scenarios` add and repair
+faults while the library runs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from agent.sim import scenarios
 from agent.sim.gpu_model import SimulatedGpu
 from agent.sim.gpu_state import Activity, GpuEvent
 from agent.sim.nvml.abi import (
+    ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
     ERROR_UNINITIALIZED,
@@ -81,18 +84,24 @@ class NvmlCore:
         self._next_object = itertools.count(space + 0x8000_0000, 0x10)
         self._event_sets: dict[int, EventSet] = {}
         self._gpm_samples: dict[int, tuple[int, Activity] | None] = {}
+        self._start_time = self._time
+        self.driver_faults: list[scenarios.DriverBroken] = []
+        if self.scenario in scenarios.DRIVER_SCENARIOS:
+            self.driver_faults.append(scenarios.DriverBroken())
         self.gpus: list[SimulatedGpu] = self._make_gpus(per_gpu)
 
     def _checked_gpu_scenarios(self, gpu_scenarios: Mapping[int, str]) -> dict[int, str]:
         per_gpu = dict(gpu_scenarios)
         for index, name in per_gpu.items():
             scenarios.validate(name)
-            if not 0 <= index < self.profile.gpu_count:
-                raise ValueError(
-                    f"gpu_scenarios: no GPU {index} in {self.profile.name} "
-                    f"({self.profile.gpu_count} GPUs)"
-                )
+            self._check_gpu_index(index, "gpu_scenarios")
         return per_gpu
+
+    def _check_gpu_index(self, index: int, what: str) -> None:
+        if not 0 <= index < self.profile.gpu_count:
+            raise ValueError(
+                f"{what}: no GPU {index} in {self.profile.name} ({self.profile.gpu_count} GPUs)"
+            )
 
     def _make_gpus(self, per_gpu: Mapping[int, str]) -> list[SimulatedGpu]:
         """One SimulatedGpu per board, with the node scenario and per-GPU ones applied."""
@@ -121,6 +130,58 @@ class NvmlCore:
         for index, name in per_gpu.items():
             scenarios.apply(name, gpus[index])
         return gpus
+
+    # --- scenarios while running -------------------------------------------------------
+
+    def start_scenario(
+        self,
+        name: str,
+        gpu: int | None = None,
+        *,
+        onset_s: float | None = None,
+        until_s: float | None = None,
+    ) -> str:
+        """Run fault `name` on GPU `gpu` (None: the scenario's default victim), or node-wide
+        (nvml-driver-broken); times are seconds since this library started. Returns
+        'name@gpu' or the node-wide name."""
+        with self._lock:
+            if scenarios.validate(name) in scenarios.DRIVER_SCENARIOS:
+                if gpu is not None:
+                    raise ValueError(f"{name} is node-wide: it takes no GPU")
+                onset = scenarios.FAULT_ONSET_S if onset_s is None else onset_s
+                self.driver_faults.append(scenarios.DriverBroken(onset, until_s))
+                return name
+            if name in scenarios.WORKLOAD_SCENARIOS:
+                raise ValueError(f"{name} sets the workload: give it when the library is built")
+            links = [len(links) for links in self.profile.nvlinks]
+            index = scenarios.default_victim(name, links) if gpu is None else gpu
+            self._check_gpu_index(index, name)
+            scenarios.apply(name, self.gpus[index], onset_s=onset_s, until_s=until_s)
+            return f"{name}@{index}"
+
+    def end_scenarios(self, name: str | None = None, gpu: int | None = None) -> list[str]:
+        """End the running faults named `name` (None: all) on GPU `gpu` (None: every GPU,
+        and the node-wide ones) and repair what they broke, as of the clock's now."""
+        with self._lock:
+            self._advance_locked()
+            ended: list[str] = []
+            for target in self.gpus if gpu is None else self.gpus[gpu : gpu + 1]:
+                for hook in target.scenario_hooks:
+                    if not hook.ended and name in (None, hook.name):
+                        hook.end(target)
+                        ended.append(f"{hook.name}@{target.index}")
+            for fault in self.driver_faults if gpu is None else ():
+                if not fault.ended and name in (None, fault.name):
+                    fault.end()
+                    ended.append(fault.name)
+            return ended
+
+    def driver_broken(self) -> bool:
+        """True while an nvml-driver-broken scenario has the kernel module missing."""
+        if not self.driver_faults:
+            return False
+        elapsed = self.clock() - self._start_time
+        return any(fault.broken(elapsed) for fault in self.driver_faults)
 
     # --- time ------------------------------------------------------------------------
 
@@ -177,6 +238,8 @@ def lib_call(fn: Callable[Concatenate[L, P], int]) -> Callable[Concatenate[L, P]
 
     def call(self: L, /, *args: P.args, **kwargs: P.kwargs) -> int:
         with self._lock:
+            if self.driver_broken():
+                return ERROR_DRIVER_NOT_LOADED
             if not self._init_count:
                 return ERROR_UNINITIALIZED
             self._advance_locked()
@@ -194,6 +257,8 @@ def device_call(
 
     def call(self: L, handle: Any, /, *args: P.args, **kwargs: P.kwargs) -> int:
         with self._lock:
+            if self.driver_broken():
+                return ERROR_DRIVER_NOT_LOADED
             if not self._init_count:
                 return ERROR_UNINITIALIZED
             gpu = self._gpu_of(handle)

@@ -15,6 +15,7 @@ import pynvml
 from agent.sim.gpu_model import SimulatedGpu
 from agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
 from agent.sim.nvml.abi import (
+    ERROR_DRIVER_NOT_LOADED,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
     ERROR_TIMEOUT,
@@ -64,6 +65,8 @@ class EventQueries(NvmlCore):
         deadline = time.monotonic() + as_int(timeout_ms) / 1000.0
         with self._events_changed:
             while True:
+                if self.driver_broken():
+                    return ERROR_DRIVER_NOT_LOADED
                 if not self._init_count:
                     return ERROR_UNINITIALIZED
                 target = self._event_sets.get(address_of(event_set) or 0)

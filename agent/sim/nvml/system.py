@@ -6,6 +6,7 @@ from typing import Any
 
 from agent.sim.gpu_model import SimulatedGpu
 from agent.sim.nvml.abi import (
+    ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_FOUND,
@@ -36,10 +37,13 @@ def _text(arg: Any) -> str:
 
 
 class SystemCalls(NvmlCore):
-    # init and shutdown take no GPU and count nesting, as the real library does
+    # init and shutdown take no GPU and count nesting, as the real library does; without
+    # its kernel module init fails, while shutdown still releases what an earlier init got
 
     def nvmlInitWithFlags(self, flags: Any = 0) -> int:
         with self._lock:
+            if self.driver_broken():
+                return ERROR_DRIVER_NOT_LOADED
             self._init_count += 1
             self._advance_locked()
         return SUCCESS
