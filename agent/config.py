@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from agent.durations import DurationBounds, DurationError
+from agent.durations import DurationBounds, DurationError, parse_duration, prometheus_duration
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
 LOG_FORMATS = ("text", "json")
@@ -39,14 +39,26 @@ FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
 
 @dataclass(frozen=True)
 class ScenarioSpec:
-    """A simulation scenario, optionally aimed at one GPU index or one IB device."""
+    """A simulation scenario, optionally aimed at one GPU index or one IB device, and
+    optionally bounded: it begins `from_s` and is repaired `until_s` simulated seconds
+    after the node starts (None: the scenario's own onset; never repaired)."""
 
     name: str
     target: str | None = None
+    from_s: float | None = None
+    until_s: float | None = None
 
     @property
     def gpu(self) -> int | None:
         return int(self.target) if self.target is not None and self.target.isdigit() else None
+
+    def __str__(self) -> str:
+        """The form parse_scenario reads: 'ecc-dbe@2,from=30s,until=5m'."""
+        text = f"{self.name}@{self.target}" if self.target else self.name
+        for key, seconds in (("from", self.from_s), ("until", self.until_s)):
+            if seconds is not None:
+                text += f",{key}={prometheus_duration(seconds) if seconds else '0s'}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -105,12 +117,58 @@ def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
+SCENARIO_SYNTAX = "NAME[@TARGET][,from=DURATION][,until=DURATION]"
+_ZERO = re.compile(r"0+(?:\.0*)?(?:ms|[smhdwy])?")
+
+
 def parse_scenario(text: str) -> ScenarioSpec:
-    """'thermal-runaway' or 'thermal-runaway@3' (GPU 3) or 'ib-congestion@mlx5_2'."""
-    name, _, target = text.partition("@")
-    if not name:
-        raise ConfigError(f"invalid scenario {text!r}: use NAME or NAME@TARGET")
-    return ScenarioSpec(name=name, target=target or None)
+    """'thermal-runaway', 'thermal-runaway@3' (GPU 3), 'ib-congestion@mlx5_2', and a time
+    window in simulated time since the node started: 'ecc-dbe@2,from=30s,until=5m' (the
+    fault begins at 30 s; at 5 min the simulator repairs it)."""
+    head, *options = [part.strip() for part in text.strip().split(",")]
+    name, _, target = head.partition("@")
+    if not name or "=" in head:
+        raise ConfigError(f"invalid scenario {text!r}: use {SCENARIO_SYNTAX}")
+    window: dict[str, float] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or key not in ("from", "until"):
+            raise ConfigError(
+                f"invalid scenario {text!r}: unknown option {option!r} (use from= or until=)"
+            )
+        if key in window:
+            raise ConfigError(f"invalid scenario {text!r}: {key}= given twice")
+        window[key] = _scenario_time(value, key, text)
+    start, end = window.get("from"), window.get("until")
+    if start is not None and end is not None and end <= start:
+        raise ConfigError(f"invalid scenario {text!r}: until= must come after from=")
+    return ScenarioSpec(name=name, target=target or None, from_s=start, until_s=end)
+
+
+def _scenario_time(value: str, key: str, text: str) -> float:
+    # from=0 is a fault present from the start; a repair at 0 would be no fault at all
+    if key == "from" and _ZERO.fullmatch(value):
+        return 0.0
+    try:
+        return parse_duration(value, f"{key}=")
+    except DurationError as exc:
+        raise ConfigError(f"invalid scenario {text!r}: {exc}") from exc
+
+
+def split_scenarios(values: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Scenario texts from one string or several, separated by spaces or commas (as the
+    environment and config files give them): a from=/until= piece after a comma belongs
+    to the scenario before it, so 'gpu-lost@1,until=5m idle' is two scenarios."""
+    items = values.split() if isinstance(values, str) else [str(v) for v in values]
+    result: list[str] = []
+    for piece in (p.strip() for item in items for p in item.replace(" ", ",").split(",")):
+        if not piece:
+            continue
+        if result and piece.partition("=")[0] in ("from", "until"):
+            result[-1] += "," + piece
+        else:
+            result.append(piece)
+    return result
 
 
 # A config file is a page of option: value lines (a web config a few users and paths);

@@ -17,25 +17,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agent.config import ScenarioSpec
-from agent.sim.fabric import IB_SCENARIOS, SimulatedFabric
+from agent.sim import node_scenarios
+from agent.sim.fabric import SimulatedFabric
+from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
+from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
-from agent.sim.scenarios import GPU_SCENARIOS
 from agent.sim.workload import Workload
 from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
-
-# scenarios that change what the whole node is doing rather than breaking a part of it
-_WORKLOAD_SCENARIOS = {"idle": "idle", "healthy-training": "training"}
-
-
-class UnknownScenario(ValueError):
-    pass
-
-
-def known_scenarios() -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*GPU_SCENARIOS, *IB_SCENARIOS)))
 
 
 class SimulatedNode:
@@ -49,27 +40,13 @@ class SimulatedNode:
         sysfs_root: Path | None = None,
     ) -> None:
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
-        for spec in scenarios:
-            if spec.name not in known_scenarios():
-                raise UnknownScenario(
-                    f"unknown scenario {spec.name!r} (known: {', '.join(known_scenarios())})"
-                )
-        kind = "training"
-        for spec in scenarios:
-            kind = _WORKLOAD_SCENARIOS.get(spec.name, kind)
-        self.workload = Workload(kind=kind, seed=seed)
-        node_gpu = [s.name for s in scenarios if s.name in GPU_SCENARIOS and s.target is None]
-        per_gpu = {
-            s.gpu: s.name for s in scenarios if s.name in GPU_SCENARIOS and s.gpu is not None
-        }
-        node_ib = [s.name for s in scenarios if s.name in IB_SCENARIOS and s.target is None]
-        per_port = {
-            s.target: s.name for s in scenarios if s.name in IB_SCENARIOS and s.target is not None
-        }
+        # ticks and repairs come from different threads (a fleet's ticker, a test)
+        self._lock = threading.Lock()
+        specs = node_scenarios.checked(self.profile, scenarios)  # before anything is made
+        self.workload = Workload(kind=node_scenarios.node_workload(specs), seed=seed)
         self.nvml = SimulatedNvml(
             self.profile,
-            scenario=node_gpu[-1] if node_gpu else None,
-            gpu_scenarios={k: v for k, v in per_gpu.items() if k is not None},
+            gpu_scenarios=node_scenarios.gpu_workloads(specs),
             workload=self.workload,
             seed=seed,
             clock=clock,
@@ -84,20 +61,35 @@ class SimulatedNode:
             self.profile,
             self.sysfs_root,
             workload=self.workload,
-            scenario=node_ib[-1] if node_ib else None,
-            port_scenarios={k: v for k, v in per_port.items() if k is not None},
             seed=seed,
             clock=clock,
         )
+        self.started = node_scenarios.start(self.nvml, self.fabric, specs)
         self.fabric.write()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def tick(self) -> None:
         """Bring NVML state and the sysfs files up to the clock's now."""
-        self.nvml.advance()
-        self.fabric.advance()
-        self.fabric.write()
+        with self._lock:
+            self.nvml.advance()
+            self.fabric.advance()
+            self.fabric.write()
+
+    def repair(self, what: ScenarioSpec | str | None = None) -> list[str]:
+        """End scenarios now and repair what they broke; returns them ('name@target').
+
+        `what`: None (everything), a scenario name ("ecc-dbe"), a target ("3" for GPU 3,
+        "mlx5_1"), both ("ecc-dbe@3") or a ScenarioSpec. Repairs: a GPU reset (ecc-dbe,
+        gpu-lost), cooling restored (thermal-runaway), the power limit back
+        (power-capped), the NVLink retrained (nvlink-degraded), the faulting job stopped
+        (xid-storm), the driver loaded (nvml-driver-broken), the IB port retrained
+        (ib-*), the HCA back (ib-hca-vanish). Workloads have nothing to repair.
+        """
+        with self._lock:
+            repaired = node_scenarios.repair(self.nvml, self.fabric, self.profile, what)
+            self.fabric.write()  # a returning HCA and a retrained port show at once
+        return repaired
 
     def start(self, interval: float = 1.0) -> None:
         """Keep the sysfs tree live in the background (NVML advances on every call)."""

@@ -1,14 +1,79 @@
-"""Shared set-up for the simulator tests: a simulated library under the real pynvml."""
+"""Shared set-up for the simulator tests: a simulated library under the real pynvml, and
+`simulate`, a whole simulated node with scenarios (for test_scenarios and test_repair)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pynvml
 import pytest
 
+from agent.config import parse_scenario
 from agent.sim.clock import ManualClock
+from agent.sim.node import SimulatedNode
 from agent.sim.nvml import SimulatedNvml, install, uninstall
+from agent.sources.infiniband import InfinibandPort, InfinibandSource
+
+THERMAL = (
+    pynvml.nvmlClocksEventReasonSwThermalSlowdown | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+)
+IDLE = pynvml.nvmlClocksEventReasonGpuIdle
+POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
+NODE = "dgx-h100"  # 8 GPUs on NVSwitch, ECC with row remapping, 8 InfiniBand ports
+# the mixin's default congestion ratio, which the congestion scenario is built to exceed
+CONGESTION_RATIO = 0.05
+
+
+def handle(index: int) -> object:
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+@dataclass
+class Run:
+    node: SimulatedNode
+    clock: ManualClock
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.node.tick()  # NVML follows the clock by itself; the sysfs files need a tick
+
+    def ports(self) -> dict[str, InfinibandPort]:
+        """The node's ports as the agent's InfiniBand source reads them now."""
+        source = InfinibandSource(self.node.sysfs_root)
+        try:
+            sample = source.collect()
+        finally:
+            source.close()
+        return {p.device: p for d in sample.devices for p in d.ports}
+
+
+Simulate = Callable[..., Run]
+
+
+@pytest.fixture
+def simulate(tmp_path: Path) -> Iterator[Simulate]:
+    """simulate("thermal-runaway@3", ...): a dgx-h100 node with those scenarios, its NVML
+    installed under pynvml, its sysfs tree under tmp_path, at simulated time 0."""
+    nodes: list[SimulatedNode] = []
+
+    def make(*specs: str) -> Run:
+        clock = ManualClock()
+        node = SimulatedNode(
+            NODE,
+            [parse_scenario(s) for s in specs],
+            clock=clock,
+            sysfs_root=tmp_path / f"node{len(nodes)}",
+        )
+        nodes.append(node)
+        install(node.nvml)
+        pynvml.nvmlInit()
+        return Run(node, clock)
+
+    yield make
+    for node in nodes:
+        node.close()
 
 
 @pytest.fixture(autouse=True)

@@ -9,85 +9,29 @@ more detail.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 
 import pynvml
 import pytest
 
 from agent.config import parse_scenario
 from agent.sim import scenarios
-from agent.sim.clock import ManualClock
 from agent.sim.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
 from agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
-from agent.sim.nvml import SimulatedNvml, install
-from agent.sim.profiles import PROFILES
-from agent.sources.infiniband import InfinibandPort, InfinibandSource
-from tests.sim.conftest import start
-
-THERMAL = (
-    pynvml.nvmlClocksEventReasonSwThermalSlowdown | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+from agent.sim.nvml import SimulatedNvml
+from agent.sim.profiles import PROFILES, pci_path
+from tests.sim.conftest import (
+    CONGESTION_RATIO,
+    IDLE,
+    NODE,
+    POWER_CAP,
+    THERMAL,
+    Simulate,
+    handle,
+    start,
 )
-IDLE = pynvml.nvmlClocksEventReasonGpuIdle
-POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
-NODE = "dgx-h100"  # 8 GPUs on NVSwitch, ECC with row remapping, 8 InfiniBand ports
-# the mixin's default congestion ratio, which the congestion scenario is built to exceed
-CONGESTION_RATIO = 0.05
 
-
-def handle(index: int) -> object:
-    return pynvml.nvmlDeviceGetHandleByIndex(index)
-
-
-# --- every registered scenario, run on a simulated node --------------------------------------
-
-
-@dataclass
-class Run:
-    node: SimulatedNode
-    clock: ManualClock
-
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-        self.node.tick()  # NVML follows the clock by itself; the sysfs files need a tick
-
-    def ports(self) -> dict[str, InfinibandPort]:
-        """The node's ports as the agent's InfiniBand source reads them now."""
-        source = InfinibandSource(self.node.sysfs_root)
-        try:
-            sample = source.collect()
-        finally:
-            source.close()
-        return {p.device: p for d in sample.devices for p in d.ports}
-
-
-Simulate = Callable[..., Run]
-
-
-@pytest.fixture
-def simulate(tmp_path: Path) -> Iterator[Simulate]:
-    """simulate("thermal-runaway@3", ...): a dgx-h100 node with those scenarios, its NVML
-    installed under pynvml, its sysfs tree under tmp_path, at simulated time 0."""
-    nodes: list[SimulatedNode] = []
-
-    def make(*specs: str) -> Run:
-        clock = ManualClock()
-        node = SimulatedNode(
-            NODE,
-            [parse_scenario(s) for s in specs],
-            clock=clock,
-            sysfs_root=tmp_path / f"node{len(nodes)}",
-        )
-        nodes.append(node)
-        install(node.nvml)
-        pynvml.nvmlInit()
-        return Run(node, clock)
-
-    yield make
-    for node in nodes:
-        node.close()
-
+NODE_PROFILE = PROFILES[NODE]
 
 EFFECTS: dict[str, Callable[[Simulate], None]] = {}
 
@@ -102,8 +46,7 @@ def effect(name: str) -> Callable[[Callable[[Simulate], None]], Callable[[Simula
 
 @effect("healthy-training")
 def _trains(simulate: Simulate) -> None:
-    # on an idle node, so the one GPU given healthy-training stands out; the targeted
-    # scenario comes first because of the order dependence xfailed below
+    # on an idle node, so the one GPU given healthy-training stands out
     simulate("healthy-training@7", "idle").advance(60.0)
     assert pynvml.nvmlDeviceGetUtilizationRates(handle(7)).gpu >= 85
     assert pynvml.nvmlDeviceGetUtilizationRates(handle(6)).gpu == 0
@@ -242,16 +185,43 @@ def _symbol_errors(simulate: Simulate) -> None:
     assert grew("mlx5_6", "symbol_error") == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SimulatedNode sets the whole node's workload from the last workload scenario "
-    "given, a GPU-targeted one included (agent/sim/node.py)",
-)
+@effect("nvml-driver-broken")
+def _breaks_the_driver(simulate: Simulate) -> None:
+    run = simulate("nvml-driver-broken")  # NVML initialised before the fault
+    assert pynvml.nvmlDeviceGetCount() == 8
+    run.advance(scenarios.FAULT_ONSET_S + 1.0)
+    with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
+        pynvml.nvmlDeviceGetCount()
+    with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
+        pynvml.nvmlInit()
+    # the GPUs are still on the PCI bus: broken, not absent
+    for index in range(8):
+        function = (
+            run.node.sysfs_root / "bus/pci/devices" / pci_path(NODE_PROFILE, "gpu", index)[-1]
+        )
+        assert (function / "vendor").read_text().strip() == "0x10de"
+
+
+@effect("ib-hca-vanish")
+def _hca_vanishes(simulate: Simulate) -> None:
+    run = simulate("ib-hca-vanish@mlx5_2")
+    assert "mlx5_2" in run.ports()
+    run.advance(scenarios.FAULT_ONSET_S + 1.0)
+    ib = run.node.sysfs_root / "class/infiniband"
+    assert not (ib / "mlx5_2").exists() and (ib / "mlx5_3").is_dir()
+    assert set(run.ports()) == {f"mlx5_{i}" for i in range(8)} - {"mlx5_2"}
+    # the HCA's PCI function stays, as after an mlx5_ib unload
+    function = run.node.sysfs_root / "bus/pci/devices" / pci_path(NODE_PROFILE, "nic", 2)[-1]
+    assert (function / "vendor").read_text().strip() == "0x15b3"
+
+
 def test_targeted_workload_scenario_leaves_the_rest_of_the_node_alone(
     simulate: Simulate,
 ) -> None:
+    # whatever the order, a targeted workload sets only its GPU's
     simulate("idle", "healthy-training@7").advance(60.0)
     assert pynvml.nvmlDeviceGetUtilizationRates(handle(6)).gpu == 0
+    assert pynvml.nvmlDeviceGetUtilizationRates(handle(7)).gpu >= 85
 
 
 def test_every_registered_scenario_has_an_effect_check() -> None:
