@@ -14,7 +14,13 @@ from agent import logs
 from agent.cli import cli
 from agent.cli.options import option
 from agent.cli.sim_commands import simulate_group
-from agent.config import FLEET_DURATION_BOUNDS, INTERVAL_BOUNDS, LOG_FORMATS, ConfigError
+from agent.config import (
+    FLEET_DURATION_BOUNDS,
+    INTERVAL_BOUNDS,
+    LOG_FORMATS,
+    ConfigError,
+    split_scenarios,
+)
 from agent.durations import parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from agent.sim.fleet import Fleet
@@ -39,9 +45,17 @@ from agent.sim.fleet_plan import (
 @option(
     "--scenario",
     multiple=True,
-    metavar="NODE:NAME[@TARGET]",
-    help="Scenario on node NODE (0-based), optionally one GPU or IB device: "
-    "3:thermal-runaway@2, 5:ib-congestion@mlx5_1. Repeatable.",
+    metavar="NODE:NAME[@TARGET][,from=D][,until=D]",
+    help="Scenario on node NODE (0-based), optionally one GPU or IB device, optionally "
+    "from/until a simulated time since start (then repaired): 3:thermal-runaway@2, "
+    "5:ib-congestion@mlx5_1, 4:ecc-dbe@2,from=1m,until=5m. Repeatable.",
+)
+@option(
+    "--repair-file",
+    type=click.Path(dir_okay=False),
+    help="Repair while running: each line NODE, NODE:NAME[@TARGET] or NODE:TARGET "
+    "written to this file (echo 3:ecc-dbe@2 >> FILE) repairs those scenarios at the "
+    "next tick; the file is consumed.",
 )
 @option(
     "--interval",
@@ -94,6 +108,7 @@ def simulate_fleet(
     profile: str,
     base_port: int,
     scenario: tuple[str, ...],
+    repair_file: str | None,
     interval: str,
     listen_host: str,
     seed: int,
@@ -122,6 +137,7 @@ def simulate_fleet(
         listen_host=listen_host,
         cluster=cluster,
         nodes_per_rack=nodes_per_rack,
+        repair_file=Path(repair_file) if repair_file else None,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     stop = _stop_on_signals()
@@ -148,6 +164,7 @@ def _build_fleet(
     listen_host: str,
     cluster: str,
     nodes_per_rack: int,
+    repair_file: Path | None = None,
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -159,12 +176,13 @@ def _build_fleet(
             expand_profiles(profile, nodes),
             base_port=base_port,
             interval=parse_duration(interval, "interval", INTERVAL_BOUNDS),
-            scenarios=[parse_node_scenario(s) for s in _split(scenario)],
+            scenarios=[parse_node_scenario(s) for s in split_scenarios(scenario)],
             seed=seed,
             time_scale=time_scale,
             listen_host=listen_host,
             cluster=cluster,
             nodes_per_rack=nodes_per_rack,
+            repair_file=repair_file,
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
@@ -193,9 +211,7 @@ def _start(fleet: Fleet) -> None:
 def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
     """One line per node on stdout, then how long starting took on stderr."""
     for node in fleet.nodes:
-        faults = " ".join(
-            f"{s.name}@{s.target}" if s.target else s.name for s in node.spec.scenarios
-        )
+        faults = " ".join(str(s) for s in node.spec.scenarios)
         click.echo(f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}")
     wall, cpu = started
     click.echo(
@@ -231,11 +247,6 @@ def _wait(fleet: Fleet, stop: threading.Event, limit: float | None, stats_every:
             err=True,
         )
         last_cpu, last_wall = cpu, wall
-
-
-def _split(values: tuple[str, ...]) -> list[str]:
-    # from NVWATCH_SCENARIO the values arrive as one space- or comma-separated string
-    return [item for value in values for item in value.replace(",", " ").split() if item]
 
 
 @cli.command("inventory")

@@ -14,6 +14,9 @@ cluster. What makes 128 nodes fit on two cores:
   `tick()` (NVML state and the sysfs files); between ticks a call reads settled state.
 - `time_scale` makes simulated time run faster than real time, so a thermal runaway
   that takes minutes on real hardware crosses slowdown within seconds of a test.
+- Scenarios end on schedule (`until=`), or on request while the fleet runs: `repair()`,
+  or a line `NODE[:NAME[@TARGET]]` in the `repair_file`, which the ticker takes (and
+  removes) at its next step, so an operator can repair a fault without a restart.
 
 The host source reads the real machine: every simulated node reports the same host.
 Planning (profiles, scenarios, names, ports, racks) is in `agent.sim.fleet_plan`.
@@ -45,6 +48,7 @@ from agent.sim.fleet_plan import (
     FleetError,
     NodeSpec,
     file_sd_groups,
+    parse_repair_request,
     plan_fleet,
 )
 from agent.sim.node import SimulatedNode
@@ -178,8 +182,10 @@ class Fleet:
         cluster: str | Sequence[str] = DEFAULT_CLUSTER,
         nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
         hold_time: bool = False,
+        repair_file: Path | None = None,
     ) -> None:
-        """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock)."""
+        """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
+        `repair_file`: repair requests, one per line, taken at every tick (`repair()`)."""
         if interval <= 0:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
@@ -199,6 +205,7 @@ class Fleet:
         )
         self.interval = interval
         self.listen_host = listen_host
+        self.repair_file = repair_file
         self.clock = SteppedClock(time_scale, running=not hold_time)
         self.nodes: list[FleetNode] = []
         self._root: Path | None = None
@@ -281,6 +288,8 @@ class Fleet:
             started = time.monotonic()
             cpu_started = time.thread_time()
             self.clock.step()
+            if self.repair_file is not None:
+                self._take_repair_requests(self.repair_file)
             slot = self.interval / max(1, len(self.nodes))
             for position, node in enumerate(self.nodes):
                 try:
@@ -291,6 +300,37 @@ class Fleet:
                     return
             self.tick_cpu_seconds = time.thread_time() - cpu_started
             self.ticks += 1
+
+    def _take_repair_requests(self, path: Path) -> None:
+        """Apply every request in `path` (`echo 3:ecc-dbe@2 >> FILE`), then remove it.
+
+        The file is renamed before it is read, so a line appended meanwhile goes to a new
+        file for the next tick instead of being lost. A bad line is logged and skipped:
+        it must not stop the ticker of a running fleet.
+        """
+        taken = path.with_name(f".{path.name}.taken")
+        try:
+            os.replace(path, taken)
+            lines = taken.read_text(encoding="utf-8").splitlines()
+            taken.unlink()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                self.repair(*parse_repair_request(line))
+            except ValueError as exc:
+                log.warning("repair file %s: %s", path, exc)
+
+    def repair(self, index: int, what: ScenarioSpec | str | None = None) -> list[str]:
+        """End and repair node `index`'s scenarios now (see `SimulatedNode.repair`)."""
+        if not 0 <= index < len(self.nodes):
+            raise FleetError(f"no node {index}: the fleet has nodes 0..{len(self.nodes) - 1}")
+        node = self.nodes[index]
+        repaired = node.sim.repair(what)
+        log.info("%s: repaired %s", node.name, ", ".join(repaired) or "nothing (none running)")
+        return repaired
 
     def run_time(self) -> None:
         """Let simulated time run (for a fleet built with hold_time=True)."""

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.config import ScenarioSpec, parse_scenario
-from agent.sim.fabric import IB_SCENARIOS
-from agent.sim.node import known_scenarios
+from agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
+from agent.sim import node_scenarios
+from agent.sim.node_scenarios import UnknownScenario, known_scenarios
 from agent.sim.profiles import UnknownProfile, get_profile
 
 DEFAULT_CLUSTER = "sim"
@@ -83,44 +83,50 @@ def _check_profile(name: str) -> None:
 
 
 _NODE_SCENARIO = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
+_REPAIR_REQUEST = re.compile(r"^\s*(\d+)\s*(?::\s*(\S+))?\s*$")
 
 
 def parse_node_scenario(text: str) -> tuple[int, ScenarioSpec]:
-    """'3:thermal-runaway@2' -> (3, thermal-runaway on GPU 2); '5:ib-congestion@mlx5_1'."""
+    """'3:thermal-runaway@2' -> (3, thermal-runaway on GPU 2); '5:ib-congestion@mlx5_1';
+    '3:ecc-dbe@2,from=1m,until=5m' -> the same, begun at 1 min and repaired at 5 min."""
     match = _NODE_SCENARIO.match(text)
     if not match:
         raise FleetError(
-            f"invalid fleet scenario {text!r}: use NODE:NAME[@TARGET], e.g. 3:gpu-lost"
+            f"invalid fleet scenario {text!r}: use NODE:{SCENARIO_SYNTAX}, "
+            "e.g. 3:gpu-lost or 3:ecc-dbe@2,until=5m"
         )
-    spec = parse_scenario(match.group(2))
-    if spec.name not in known_scenarios():
+    try:
+        spec = parse_scenario(match.group(2))
+        node_scenarios.check_name(spec.name)
+        node_scenarios.check_window(spec)
+    except ConfigError as exc:
+        raise FleetError(str(exc)) from exc
+    except UnknownScenario as exc:
         raise FleetError(
             f"unknown scenario {spec.name!r} in {text!r} (known: {', '.join(known_scenarios())})"
-        )
+        ) from exc
+    except ValueError as exc:
+        raise FleetError(f"invalid fleet scenario {text!r}: {exc}") from exc
     return int(match.group(1)), spec
+
+
+def parse_repair_request(text: str) -> tuple[int, str | None]:
+    """A line of a fleet's repair file: '3' (all of node 3's scenarios), '3:ecc-dbe',
+    '3:ecc-dbe@2', '3:2' (GPU 2), '3:mlx5_1' -> (node, what SimulatedNode.repair takes)."""
+    match = _REPAIR_REQUEST.match(text)
+    if not match:
+        raise FleetError(
+            f"invalid repair request {text!r}: use NODE or NODE:NAME[@TARGET] or NODE:TARGET"
+        )
+    return int(match.group(1)), match.group(2)
 
 
 def _check_target(spec: NodeSpec, scenario: ScenarioSpec) -> None:
     """Fail before anything starts when a scenario aims at a GPU or port the node lacks."""
-    profile = get_profile(spec.profile)
-    where = f"node {spec.index} ({spec.name}, {spec.profile})"
-    if scenario.name in IB_SCENARIOS:
-        devices = [nic.device for nic in profile.nics]
-        if not devices:
-            raise FleetError(f"{where} has no InfiniBand port for {scenario.name}")
-        if scenario.target is not None and scenario.target not in devices:
-            raise FleetError(
-                f"{where} has no device {scenario.target!r} (devices: {', '.join(devices)})"
-            )
-    elif scenario.target is not None:
-        gpu = scenario.gpu
-        if gpu is None or not 0 <= gpu < profile.gpu_count:
-            raise FleetError(
-                f"{where}: {scenario.name}@{scenario.target} needs a GPU index "
-                f"0..{profile.gpu_count - 1}"
-            )
-    if scenario.name == "nvlink-degraded" and not any(profile.nvlinks):
-        raise FleetError(f"{where} has no NVLink for nvlink-degraded")
+    try:
+        node_scenarios.check_target(get_profile(spec.profile), scenario)
+    except ValueError as exc:
+        raise FleetError(f"node {spec.index} ({spec.name}): {exc}") from exc
 
 
 def node_name(index: int, prefix: str = NAME_PREFIX) -> str:
