@@ -37,7 +37,7 @@ def test_stop_fails_open_keep_alive_connections_instead_of_waiting() -> None:
         except (ConnectionError, http.client.HTTPException, OSError):
             failed = True
         assert failed
-        alive = [t.name for t in threading.enumerate() if t.name == "nvwatch-http-conn"]
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("nvwatch-http")]
         assert not alive
     finally:
         for client in clients:
