@@ -2,13 +2,13 @@
 
 prometheus_client stays the definition of correct output. Every simulated profile runs
 every scenario (a few nodes per profile, each scenario aimed at its own GPU or HCA, and
-one node with the node-wide ones), polled before the faults and while they are active (a
-GPU fallen off the bus, an HCA vanished, the NVML driver gone). Each poll is rendered
-twice: by the agent (`build_exposition`: the slot table, text 0.0.4 and OpenMetrics) and
-by the old path kept here as the reference, the same catalogue walk into
-prometheus_client's own families, rendered by its `generate_latest`. The bytes must be
-identical. Processes that appear and leave, ports that vanish and a GPU that comes back
-are edited into samples.
+one node with the node-wide ones), polled before the faults, while they are active (a
+GPU fallen off the bus, an HCA vanished, the NVML driver gone) and after their repair.
+Each poll is rendered twice: by the agent (`build_exposition`: the slot table, text
+0.0.4 and OpenMetrics) and by the old path kept here as the reference, the same
+catalogue walk into prometheus_client's own families, rendered by its
+`generate_latest`. The bytes must be identical. Processes that appear and leave, ports
+that vanish and a GPU that comes back are edited into samples too.
 """
 
 from __future__ import annotations
@@ -47,9 +47,13 @@ from agent.sources.infiniband import InfinibandSample, InfinibandSource
 from agent.sources.nvml.samples import NvmlSample, ProcessSample
 from agent.sources.nvml.source import NvmlSource
 
-# simulated seconds of each poll: a baseline, then twice with the faults active (they
-# begin at 30 s; a lost GPU stops answering 2 s later, an HCA vanishes at 30 s)
+# simulated seconds of each poll: a baseline, the faults active (they begin at 30 s; a
+# lost GPU stops answering 2 s later, an HCA vanishes at 30 s), and after REPAIR_S, when
+# the simulator has reset the lost GPU, brought the HCA back and loaded the driver
 POLLS_AT = (0.0, 60.0, 120.0)
+REPAIR_S = 90.0
+# the faults that take something away; the rest run on through every poll
+REPAIRED = {"gpu-lost", "ecc-dbe", "nvml-driver-broken", "ib-hca-vanish"}
 
 
 # --- the old path, kept as the reference: the catalogue walk as it was before the slot
@@ -196,7 +200,7 @@ def node_plans(profile: Profile) -> list[list[str]]:
     """Scenario specs of the nodes that run every scenario the simulator knows on
     `profile`: GPU scenarios each on its own GPU, port scenarios spread over the HCAs but
     the last, which vanishes; then one node with the node-wide ones (the NVML driver
-    gone, every HCA gone)."""
+    gone, every HCA gone). What is taken away comes back at REPAIR_S."""
     known = set(known_scenarios())
     gpu = [s for s in (*FAULT_SCENARIOS, *WORKLOAD_SCENARIOS) if s in known and _fits(profile, s)]
     devices = [nic.device for nic in profile.nics]
@@ -212,7 +216,8 @@ def node_plans(profile: Profile) -> list[list[str]]:
         if len(devices) > 1:  # one HCA gone while the others stay: the source stays up
             nodes[0] += [f"{s}@{devices[-1]}" for s in vanish]
     nodes.append(["idle", *(s for s in DRIVER_SCENARIOS if s in known), *vanish])
-    return nodes
+    until = f",until={REPAIR_S:g}s"
+    return [[s + until if s.partition("@")[0] in REPAIRED else s for s in n] for n in nodes]
 
 
 def _fits(profile: Profile, scenario: str) -> bool:
@@ -248,8 +253,9 @@ def poll_node(profile: str, specs: list[str], root: Path) -> Iterator[tuple[Expo
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_every_scenario_renders_as_prometheus_client_does(profile: str, tmp_path: Path) -> None:
+    plans = node_plans(PROFILES[profile])
     states: set[str] = set()
-    for n, specs in enumerate(node_plans(PROFILES[profile])):
+    for n, specs in enumerate(plans):
         root = tmp_path / str(n)
         root.mkdir()
         for exposition, recorder in poll_node(profile, specs, root):
@@ -257,12 +263,15 @@ def test_every_scenario_renders_as_prometheus_client_does(profile: str, tmp_path
             assert_identical(exposition, recorder.samples, where)
             states |= {f"{s.name} {s.state}" for s in exposition.snapshot.sources.values()}
             states |= _faults_seen(PROFILES[profile], recorder.samples)
+        # the last poll, after the repair: every source up, every GPU and HCA back
+        up = all(s.up for s in exposition.snapshot.sources.values())
+        if up and not _faults_seen(PROFILES[profile], recorder.samples):
+            states.add(f"node {n} repaired")
     # the faults happened: a GPU off the bus, one HCA gone, InfiniBand gone node-wide
-    expected = {"gpu down"}
-    if PROFILES[profile].nics and "ib-hca-vanish" in known_scenarios():
-        expected |= {"infiniband down"} | (
-            {"hca gone"} if len(PROFILES[profile].nics) > 1 else set()
-        )
+    nics = len(PROFILES[profile].nics)
+    expected = {"gpu down", *(f"node {n} repaired" for n in range(len(plans)))}
+    if nics and "ib-hca-vanish" in known_scenarios():
+        expected |= {"infiniband down", "hca gone"} if nics > 1 else {"infiniband down"}
     assert expected <= states, states
 
 
