@@ -112,6 +112,13 @@ def normal_san(value: str) -> str:
         return value
 
 
+def san_allowed(peer_cert: Mapping[str, object] | None, allowed: frozenset[str]) -> bool:
+    """Whether a verified client certificate (SSLSocket.getpeercert()) has an allowed SAN."""
+    sans = (peer_cert or {}).get("subjectAltName", ())
+    names = {normal_san(str(entry[1])) for entry in sans} if isinstance(sans, tuple) else set()
+    return bool(names & allowed)
+
+
 def text(raw: Mapping[str, object], key: str) -> str | None:
     value = raw.get(key)
     if value is None or value == "":

@@ -5,6 +5,7 @@ Runs on the loop thread; the bcrypt workers hand their results back through `fin
 
 from __future__ import annotations
 
+import selectors
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -78,3 +79,20 @@ def answer(verdict: bool | Response, serve: Callable[[], Response]) -> Response:
     if isinstance(verdict, Response):
         return verdict
     return serve() if verdict else UNAUTHORIZED
+
+
+def trusted_first(ready: list[tuple[selectors.SelectorKey, int]]) -> list[object]:
+    """What the selector found ready, authorised scrapers' connections first.
+
+    Under a flood of unauthenticated requests every wake-up finds dozens of connections
+    ready; a scraper that already proved its credentials should not queue behind them.
+    """
+    if len(ready) < 2:
+        return [key.data for key, _ in ready]
+    # all of it: a level-triggered selector reports the unhandled rest again in the same
+    # order, so handling only the first few would starve the others
+    return sorted((key.data for key, _ in ready), key=_untrusted)
+
+
+def _untrusted(data: object) -> bool:
+    return not (isinstance(data, Connection) and data.trusted)

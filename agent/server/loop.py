@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 
-from agent.server.admission import CHECKING, Admission, answer
+from agent.server.admission import CHECKING, Admission, answer, trusted_first
 from agent.server.auth import BasicAuth, BcryptPool
 from agent.server.connection import Connection, State
 from agent.server.limits import HttpStats, ServerLimits
@@ -28,7 +28,7 @@ from agent.server.request import HttpError, Request, take_request
 from agent.server.responses import Response, encode, refusal
 from agent.server.routes import ALLOWED_METHODS, METHOD_NOT_ALLOWED, Router
 from agent.webconfig import WebConfig
-from agent.webconfig_tls import normal_san
+from agent.webconfig_tls import san_allowed
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class EventLoop:
                 # with nothing to time out, sleep until something happens (a simulated
                 # fleet runs a hundred idle servers in one process)
                 timeout = _TICK_S if self._conns or self._accept_resume else None
-                for data in _trusted_first(self._selector.select(timeout)):
+                for data in trusted_first(self._selector.select(timeout)):
                     self._dispatch(data)
                 self._finish_checks()
                 now = time.monotonic()
@@ -216,9 +216,13 @@ class EventLoop:
         assert self._tls is not None
         self._unwatch(conn)
         # handshake on this thread, step by step as bytes arrive, under the head deadline
-        conn.sock = self._tls.wrap_socket(
-            conn.sock, server_side=True, do_handshake_on_connect=False
-        )
+        try:
+            conn.sock = self._tls.wrap_socket(
+                conn.sock, server_side=True, do_handshake_on_connect=False
+            )
+        except OSError:  # the client already went away
+            self._close(conn)
+            return
         conn.tls = True
         conn.state = State.HANDSHAKE
         self._handshake(conn)
@@ -246,13 +250,8 @@ class EventLoop:
             self._close(conn)
 
     def _san_allowed(self, conn: Connection) -> bool:
-        if not self._sans:
-            return True
         assert isinstance(conn.sock, ssl.SSLSocket)
-        cert = conn.sock.getpeercert()
-        sans: tuple[tuple[str, str], ...] = (cert or {}).get("subjectAltName", ())  # type: ignore[assignment]
-        names = {normal_san(str(value)) for _, value in sans}
-        return bool(names & self._sans)
+        return not self._sans or san_allowed(conn.sock.getpeercert(), self._sans)
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -393,20 +392,3 @@ class EventLoop:
                 self._selector.unregister(conn.sock)
         conn.close()
         self._stats.connections_open = len(self._conns)
-
-
-def _trusted_first(ready: list[tuple[selectors.SelectorKey, int]]) -> list[object]:
-    """What the selector found ready, authorised scrapers' connections first.
-
-    Under a flood of unauthenticated requests every wake-up finds dozens of connections
-    ready; a scraper that already proved its credentials should not queue behind them.
-    """
-    if len(ready) < 2:
-        return [key.data for key, _ in ready]
-    # all of it: a level-triggered selector reports the unhandled rest again in the same
-    # order, so handling only the first few would starve the others
-    return sorted((key.data for key, _ in ready), key=_untrusted)
-
-
-def _untrusted(data: object) -> bool:
-    return not (isinstance(data, Connection) and data.trusted)
