@@ -22,7 +22,7 @@ _RENDER_FIX = (
     "cost, and pynvml's struct access is the next item."
 )
 
-# agent/server.py already has TCP_NODELAY, one buffered write and a real listen backlog,
+# agent/server/ already has TCP_NODELAY, one buffered write and a real listen backlog,
 # so what is left to explain is the GIL
 _LATENCY_CAUSE = (
     ". The server already writes headers and body in one buffered write with "
