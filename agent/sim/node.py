@@ -1,4 +1,5 @@
-"""One simulated DGX node: simulated NVML + a live simulated sysfs fabric, one workload.
+"""One simulated DGX node: simulated NVML + a live simulated sysfs fabric, one workload,
+and a kernel log file its XIDs are written to (agent/sim/kmsg.py).
 
 `nvwatch serve --simulate PROFILE` and the simulated fleet build one of these per node.
 The node's NVML is installed under the real pynvml (or bound per context in a fleet);
@@ -19,6 +20,7 @@ from pathlib import Path
 from agent.config import ScenarioSpec
 from agent.sim import node_scenarios
 from agent.sim.fabric import SimulatedFabric
+from agent.sim.kmsg import SimulatedKernelLog
 from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
 from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
@@ -66,6 +68,11 @@ class SimulatedNode:
         )
         self.started = node_scenarios.start(self.nvml, self.fabric, specs)
         self.fabric.write()
+        # the node's /dev/kmsg, for the agent's --kmsg-path: the XIDs its GPUs raise
+        # (made last, so a failure above leaves no file behind)
+        self.kernel_log = SimulatedKernelLog(self.profile, clock)
+        self.nvml.event_sinks.append(self.kernel_log.on_event)
+        self.kmsg_path = self.kernel_log.path
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -110,3 +117,4 @@ class SimulatedNode:
             self._thread.join(2.0)
         if self._owns_root:
             shutil.rmtree(self.sysfs_root, ignore_errors=True)
+        self.kernel_log.close()

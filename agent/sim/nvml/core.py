@@ -83,6 +83,10 @@ class NvmlCore:
         self._handle_base = space + 0x1000
         self._next_object = itertools.count(space + 0x8000_0000, 0x10)
         self._event_sets: dict[int, EventSet] = {}
+        # each event as the library delivers it, before any waiter can see it: the node's
+        # simulated kernel log writes its XID records here, as the driver logs an XID
+        # when it raises it (agent/sim/kmsg.py)
+        self.event_sinks: list[Callable[[GpuEvent], None]] = []
         self._gpm_samples: dict[int, tuple[int, Activity] | None] = {}
         self._start_time = self._time
         self.driver_faults: list[scenarios.DriverBroken] = []
@@ -199,6 +203,8 @@ class NvmlCore:
         for gpu in self.gpus:
             gpu.step(now)
             for event in gpu.drain_events():
+                for sink in self.event_sinks:
+                    sink(event)
                 for event_set in self._event_sets.values():
                     if event_set.registered.get(event.gpu, 0) & event.event_type:
                         event_set.queue.append(event)
