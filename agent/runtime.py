@@ -39,7 +39,9 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
     sim_nvml.install(node.nvml)
     node.start(interval=min(1.0, config.interval))
     try:
-        yield dataclasses.replace(config, sysfs_root=node.sysfs_root)
+        # the node's kernel log carries its XIDs, unless --kmsg-path names another
+        kmsg_path = config.kmsg_path or node.kmsg_path
+        yield dataclasses.replace(config, sysfs_root=node.sysfs_root, kmsg_path=kmsg_path)
     finally:
         node.close()
         sim_nvml.uninstall()

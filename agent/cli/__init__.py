@@ -22,7 +22,7 @@ import click
 from agent import __version__, logs
 from agent.app import StartupError, poll_and_render, serve
 from agent.cli.options import build_config, option, source_options
-from agent.config import CONFIG_ERRORS, SETTLE_BOUNDS
+from agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
 from agent.durations import parse_duration
 from agent.exposition.families import FamilySet
 from agent.runtime import runtime
@@ -150,6 +150,8 @@ def doctor_command(**params: Any) -> None:
     logs.configure(config.log_format)
     with runtime(config) as effective:
         exposition = poll_and_render(effective, build_sources(effective), settle=0)
+        # inside: a simulated node's kernel log goes when the runtime ends
+        xid_history = _xid_history_line(effective) if "nvml" in effective.sources else None
     working = 0
     for status in exposition.snapshot.sources.values():
         # up: what it serves; absent: how we know the hardware is not there (nothing
@@ -163,11 +165,28 @@ def doctor_command(**params: Any) -> None:
         else:
             detail = status.error
         click.echo(f"{status.name:<11} {status.state:<8} {detail}")
+    if xid_history is not None:
+        click.echo(xid_history)
     if effective.simulate:
         click.echo(f"{'simulation':<11} on       profile {effective.simulate} (not real hardware)")
     if working == 0:
         click.echo("nothing can be collected on this node", err=True)
         sys.exit(1)
+
+
+def _xid_history_line(config: AgentConfig) -> str:
+    """Where XID counts come from: the kernel log (the whole boot) or NVML events only."""
+    from agent.sources.nvml.kmsg import probe
+    from agent.sources.registry import kmsg_path
+
+    path = kmsg_path(config)
+    reason = probe(path) if path is not None else "no kernel log for a simulated node"
+    if reason is None:
+        return f"{'xid-history':<11} up       {path}: XID counts cover the whole boot"
+    return (
+        f"{'xid-history':<11} limited  {reason}; "
+        "XIDs are counted from NVML events since the agent started"
+    )
 
 
 @cli.command("topology")

@@ -100,6 +100,13 @@ def source_options(func: F) -> F:
             help="NVLink series per link, or aggregated per GPU (fewer series).",
         ),
         option(
+            "--kmsg-path",
+            type=click.Path(dir_okay=False),
+            show_default="/dev/kmsg; with --simulate, the simulated node's log",
+            help="Kernel log to count XIDs from since boot (a file in /dev/kmsg's record "
+            "format or dmesg text works too); unreadable: NVML events since start only.",
+        ),
+        option(
             "--log-format",
             type=click.Choice(LOG_FORMATS),
             default="text",
@@ -130,5 +137,6 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         web_config=Path(params["web_config"]) if params.get("web_config") else None,
         log_format=params.get("log_format") or "text",
         nvlink_detail=params.get("nvlink_detail") or "link",
+        kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
         **extra,
     )

@@ -263,6 +263,7 @@ class Fleet:
             simulate=spec.profile,
             scenarios=spec.scenarios,
             seed=spec.seed,
+            kmsg_path=sim.kmsg_path,  # the node's XIDs, so its history survives restarts
         )
 
         def build() -> Agent:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.sources import Source
@@ -15,7 +16,11 @@ def build_sources(config: AgentConfig) -> list[Source]:
         from agent.sources.nvml.source import NvmlSource
 
         # the sysfs root lets NVML tell a node without GPUs from a broken driver
-        nvml = NvmlSource(nvlink_detail=config.nvlink_detail, sysfs_root=config.sysfs_root)
+        nvml = NvmlSource(
+            nvlink_detail=config.nvlink_detail,
+            sysfs_root=config.sysfs_root,
+            kmsg_path=kmsg_path(config),
+        )
         sources.append(nvml)
     if "infiniband" in config.sources:
         from agent.sources.infiniband import InfinibandSource
@@ -28,6 +33,21 @@ def build_sources(config: AgentConfig) -> list[Source]:
 
         sources.append(HostSource())
     return _in_config_order(sources, config.sources)
+
+
+def kmsg_path(config: AgentConfig) -> Path | None:
+    """The kernel log XIDs are counted from: --kmsg-path, else /dev/kmsg.
+
+    A simulated node never reads the host's kernel log (its XIDs are in the node's own,
+    which the runtime sets): without one, a simulated agent counts NVML events only.
+    """
+    if config.kmsg_path is not None:
+        return config.kmsg_path
+    if config.simulate:
+        return None
+    from agent.sources.nvml.kmsg import DEFAULT_PATH
+
+    return DEFAULT_PATH
 
 
 def _in_config_order(sources: list[Source], order: Sequence[str]) -> list[Source]:
