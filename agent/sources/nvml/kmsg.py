@@ -47,8 +47,12 @@ _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
     r"(?:\.[0-7])?\): (?P<xid>\d{1,5}),"
 )
-_RECORD = re.compile(r"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<message>.*)")
-_DMESG_TIME = re.compile(r"^\[\s*(?P<seconds>\d+)\.(?P<fraction>\d{1,9})\]")
+# seq and usec are u64 in the kernel (20 digits at most): a longer number is not a
+# record header, and int() is never asked to convert thousands of digits.
+_RECORD = re.compile(
+    r"(?P<prio>\d{1,5}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]*;(?P<message>.*)"
+)
+_DMESG_TIME = re.compile(r"^\[\s*(?P<seconds>\d{1,14})\.(?P<fraction>\d{1,9})\]")
 
 
 class KmsgUnreadable(Exception):
