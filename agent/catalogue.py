@@ -488,7 +488,8 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_gpu_xid_errors_total",
         _C,
-        "XID critical error events seen by the agent since it started, by XID code.",
+        "XID critical error events of the GPU since boot (from the kernel log; since the agent "
+        "started where the log is unreadable), by XID code.",
         Scope.GPU,
         "the driver's NVRM Xid lines in the kernel log (/dev/kmsg, --kmsg-path), read "
         "since boot and then as they come, each PCI address matched to its GPU "

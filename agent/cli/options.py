@@ -23,6 +23,7 @@ from agent.config import (
     parse_listen,
     parse_scenario,
     parse_sources,
+    split_scenarios,
 )
 from agent.durations import parse_duration
 from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
@@ -122,8 +123,8 @@ def source_options(func: F) -> F:
 def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
     """Turn raw option values into the one config object; ConfigError on bad values."""
     scenario_values = params.get("scenario") or ()
-    if isinstance(scenario_values, str):
-        scenario_values = [s for s in scenario_values.replace(",", " ").split() if s]
+    # from the environment or a config file one string: keep from=/until= with their scenario
+    scenario_values = split_scenarios(scenario_values)
     listen_host, listen_port = parse_listen(params.get("listen") or "0.0.0.0:9477")
     return AgentConfig(
         listen_host=listen_host,

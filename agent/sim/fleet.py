@@ -122,6 +122,8 @@ class FleetNode:
         except OSError as exc:
             where = f"{agent.config.listen_host}:{agent.config.listen_port}"
             raise FleetError(f"{spec.name}: cannot listen on {where}: {exc.strerror}") from exc
+        # the server's refusals and connection counts are part of each poll, as in serve
+        agent.http_state = self.server.http_state
 
     def _exposition(self) -> Exposition | None:
         return self.agent.exposition() if self.listening else None
