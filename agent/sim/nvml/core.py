@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -72,6 +72,10 @@ class NvmlCore:
         self._lock = threading.RLock()
         self._events_changed = threading.Condition(self._lock)
         self._init_count = 0
+        # (C function, GPU index or None for library-wide calls) -> times called: on a
+        # real node each call is an ioctl into the driver, so tests and the benchmark
+        # count them to keep the per-poll cost in view (calls_per_gpu)
+        self.call_counts: Counter[tuple[str, int | None]] = Counter()
         self._time = clock()
         # Timestamps NVML reports are CPU epoch microseconds. On the real clock, use the
         # real epoch; on an injected clock a fixed epoch keeps runs reproducible.
@@ -219,6 +223,16 @@ class NvmlCore:
     def _timestamp_us(self) -> int:
         return self._epoch_us(self._time)
 
+    # --- call accounting -----------------------------------------------------------
+
+    def calls_per_gpu(self) -> dict[int, int]:
+        """Device calls so far per GPU index (library-wide calls are not a GPU's)."""
+        totals: dict[int, int] = {}
+        for (_, index), count in self.call_counts.items():
+            if index is not None:
+                totals[index] = totals.get(index, 0) + count
+        return totals
+
     # --- handles ---------------------------------------------------------------------
 
     def handle_address(self, index: int) -> int:
@@ -241,9 +255,11 @@ class NvmlCore:
 
 def lib_call(fn: Callable[Concatenate[L, P], int]) -> Callable[Concatenate[L, P], int]:
     """A library-wide C function: fails before nvmlInit, integrates up to the clock."""
+    name = fn.__name__
 
     def call(self: L, /, *args: P.args, **kwargs: P.kwargs) -> int:
         with self._lock:
+            self.call_counts[(name, None)] += 1
             if self.driver_broken():
                 return ERROR_DRIVER_NOT_LOADED
             if not self._init_count:
@@ -260,14 +276,17 @@ def device_call(
     fn: Callable[Concatenate[L, SimulatedGpu, P], int],
 ) -> Callable[Concatenate[L, Any, P], int]:
     """A per-device C function: the handle becomes its GPU, and a lost GPU says so."""
+    name = fn.__name__
 
     def call(self: L, handle: Any, /, *args: P.args, **kwargs: P.kwargs) -> int:
         with self._lock:
+            gpu = self._gpu_of(handle)
+            # every call reaching the library counts, failed ones too (still an ioctl)
+            self.call_counts[(name, gpu.index if gpu is not None else None)] += 1
             if self.driver_broken():
                 return ERROR_DRIVER_NOT_LOADED
             if not self._init_count:
                 return ERROR_UNINITIALIZED
-            gpu = self._gpu_of(handle)
             if gpu is None:
                 return ERROR_INVALID_ARGUMENT
             self._advance_locked()
