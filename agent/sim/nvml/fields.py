@@ -173,6 +173,31 @@ def _device_fields() -> dict[int, FieldReader]:
     }
 
 
+def _violation_fields() -> dict[int, FieldReader]:
+    """NVML_FI_DEV_PERF_POLICY_<policy> (74 + NVML_PERF_POLICY_<policy>): the same ns as
+    nvmlDeviceGetViolationStatus' violationTime, supported where that call is."""
+    nanoseconds: dict[int, Callable[[SimulatedGpu], float]] = {
+        pynvml.NVML_PERF_POLICY_POWER: lambda gpu: gpu.power_violation_ns,
+        pynvml.NVML_PERF_POLICY_THERMAL: lambda gpu: gpu.thermal_violation_ns,
+        pynvml.NVML_PERF_POLICY_LOW_UTILIZATION: lambda gpu: gpu.low_util_violation_ns,
+    }
+
+    def supported(gpu: SimulatedGpu) -> bool:
+        return bool(gpu.model.violation_counters)
+
+    def reading(policy: int) -> Callable[[SimulatedGpu], float]:
+        read = nanoseconds.get(policy)
+        return (lambda gpu: int(read(gpu))) if read is not None else (lambda gpu: 0)
+
+    return {
+        pynvml.NVML_FI_DEV_PERF_POLICY_POWER + policy: _device_field(
+            supported, _ULL, reading(policy)
+        )
+        # ids 74-79 follow policies 0-5; 80/81 are app/base clocks (policies 10/11)
+        for policy in range(pynvml.NVML_PERF_POLICY_RELIABILITY + 1)
+    }
+
+
 def _memory_error_fields() -> dict[int, FieldReader]:
     ecc_fields: dict[int, Callable[[SimulatedGpu], float]] = {
         pynvml.NVML_FI_DEV_ECC_CURRENT: lambda gpu: 1,
@@ -222,7 +247,11 @@ def _merge(*groups: Mapping[int, FieldReader]) -> dict[int, FieldReader]:
 
 
 FIELDS: dict[int, FieldReader] = _merge(
-    _nvlink_error_fields(), _nvlink_link_fields(), _device_fields(), _memory_error_fields()
+    _nvlink_error_fields(),
+    _nvlink_link_fields(),
+    _device_fields(),
+    _memory_error_fields(),
+    _violation_fields(),
 )
 
 

@@ -30,27 +30,69 @@ Readings = dict[str, Any]
 
 MAX_PROCESSES = 8
 
-#: The GPU-wide readings of the field batch (NVLink adds its per-link families).
+#: The GPU-wide readings of the field batch (NVLink adds its per-link families). One
+#: family per value, so a field one board answers NotSupported falls back to its call
+#: alone (FieldBatch decides per family); each value equals its call's, unit for unit.
 GPU_FIELDS: dict[str, FieldIds] = {
     "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
     "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
+    # the same totals as nvmlDeviceGetTotalEccErrors(type, counter)
+    "ecc_sbe_vol": [(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0)],
+    "ecc_dbe_vol": [(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0)],
+    "ecc_sbe_agg": [(pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0)],
+    "ecc_dbe_agg": [(pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 0)],
+    # page counts, where nvmlDeviceGetRetiredPages costs two calls to list the pages
+    "retired_sbe": [(pynvml.NVML_FI_DEV_RETIRED_SBE, 0)],
+    "retired_dbe": [(pynvml.NVML_FI_DEV_RETIRED_DBE, 0)],
+    "retired_pending": [(pynvml.NVML_FI_DEV_RETIRED_PENDING, 0)],
+    # the four out-parameters of nvmlDeviceGetRemappedRows
+    "remapped_cor": [(pynvml.NVML_FI_DEV_REMAPPED_COR, 0)],
+    "remapped_unc": [(pynvml.NVML_FI_DEV_REMAPPED_UNC, 0)],
+    "remapped_pending": [(pynvml.NVML_FI_DEV_REMAPPED_PENDING, 0)],
+    "remapped_failure": [(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, 0)],
+    "pcie_replay": [(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, 0)],
+    # NVML_FI_DEV_PERF_POLICY_<policy> = 74 + NVML_PERF_POLICY_<policy> for policies 0-5
+    # (the ones exported): the violation time nvmlDeviceGetViolationStatus reports, in
+    # the same nanoseconds
+    **{
+        f"violation:{policy}": [(pynvml.NVML_FI_DEV_PERF_POLICY_POWER + policy, 0)]
+        for _, policy in THROTTLE_POLICIES
+    },
 }
+
+#: How long a static reading (limits, thresholds, maxima) is kept before it is read
+#: again: they change only with a driver reload or an administrator's setting, so a
+#: slow refresh costs next to nothing and still catches e.g. a new default limit.
+STATIC_REFRESH_S = 600.0
 
 
 class Kept:
-    """Readings fixed while the driver is loaded (limits, thresholds, maxima): read until
-    answered, then kept, so they cost no NVML call after the first answer."""
+    """Static readings (limits, thresholds, maxima): read until answered, then kept and
+    read again every STATIC_REFRESH_S, so they cost no NVML call on most polls. A refresh
+    that fails keeps the last answer (a series must not vanish for a missed re-read)."""
 
     def __init__(self) -> None:
-        self._values: dict[str, float] = {}
+        self._values: dict[str, tuple[float, float]] = {}  # key -> (value, read at)
+        self.now = 0.0  # the poll's clock, set by the source before each poll
 
     def get(self, key: str, read: Callable[[], float | None]) -> float | None:
-        if key not in self._values:
-            value = read()
-            if value is None:
+        kept = self._values.get(key)
+        if kept is not None and self.now - kept[1] < STATIC_REFRESH_S:
+            return kept[0]
+        value = read()
+        if value is None:
+            if kept is None:
                 return None
-            self._values[key] = value
-        return self._values[key]
+            value = kept[0]
+        self._values[key] = (value, self.now)
+        return value
+
+
+def _field_or_call(
+    batch: FieldBatch, answers: FieldAnswers, family: str, call: Callable[[], float | None]
+) -> float | None:
+    """The family's field value, or its call where the batch decided "call" for it."""
+    return call() if batch.by_call(family) else answers.value(family)
 
 
 def identity(dev: Device, info: GpuInfo, driver_version: str, cuda_version: str) -> GpuInfo:
@@ -158,7 +200,7 @@ def _gpu_temperature(dev: Device) -> float | None:
     return plain_number(value)
 
 
-def clocks(dev: Device, kept: Kept) -> Readings:
+def clocks(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
     """clocks.sm, clocks.mem, clocks.gr (nvmlDeviceGetClockInfo) and clocks.max.sm,
     clocks.max.memory, clocks.max.graphics (nvmlDeviceGetMaxClockInfo), all MHz; the
     clock-event reasons and the violation (throttle) time."""
@@ -180,22 +222,28 @@ def clocks(dev: Device, kept: Kept) -> Readings:
         "clock_sm_max_hertz": maximum("sm", h.NVML_CLOCK_SM),
         "clock_memory_max_hertz": maximum("mem", h.NVML_CLOCK_MEM),
         "clock_graphics_max_hertz": maximum("gr", h.NVML_CLOCK_GRAPHICS),
-        "clock_events": _clock_events(dev),
-        "throttle_seconds": _throttle(dev),
+        "clock_events": _clock_events(dev, kept),
+        "throttle_seconds": _throttle(dev, batch, answers),
     }
 
 
-def _clock_events(dev: Device) -> MappingProxyType[str, bool]:
+def _clock_events(dev: Device, kept: Kept) -> MappingProxyType[str, bool]:
     """clocks_event_reasons.supported / .active: nvmlDeviceGet{Supported,Current}Clocks
-    EventReasons (driver 535+), or the older ...ClocksThrottleReasons of the same bits."""
+    EventReasons (driver 535+), or the older ...ClocksThrottleReasons of the same bits.
+    The supported mask is the board's and static: kept."""
     h = pynvml
-    supported = dev.call("events_supported", h.nvmlDeviceGetSupportedClocksEventReasons)
-    if supported is None and dev.is_unsupported("events_supported"):
-        supported = dev.call("throttle_supported", h.nvmlDeviceGetSupportedClocksThrottleReasons)
+
+    def supported_mask() -> float | None:
+        mask = dev.call("events_supported", h.nvmlDeviceGetSupportedClocksEventReasons)
+        if mask is None and dev.is_unsupported("events_supported"):
+            mask = dev.call("throttle_supported", h.nvmlDeviceGetSupportedClocksThrottleReasons)
+        return plain_number(mask)
+
+    supported = kept.get("events_supported", supported_mask)
     current = dev.call("events_current", h.nvmlDeviceGetCurrentClocksEventReasons)
     if current is None and dev.is_unsupported("events_current"):
         current = dev.call("throttle_current", h.nvmlDeviceGetCurrentClocksThrottleReasons)
-    mask = plain_int(supported)
+    mask = int(supported) if supported is not None else None
     active = plain_int(current)
     if active is None:
         return MappingProxyType({})
@@ -207,24 +255,39 @@ def _clock_events(dev: Device) -> MappingProxyType[str, bool]:
     )
 
 
-def _throttle(dev: Device) -> MappingProxyType[str, float]:
-    """Violation time per policy: nvmlDeviceGetViolationStatus, ns (nvidia-smi -q -d
-    PERFORMANCE)."""
+def _throttle(
+    dev: Device, batch: FieldBatch, answers: FieldAnswers
+) -> MappingProxyType[str, float]:
+    """Violation time per policy: NVML_FI_DEV_PERF_POLICY_*, or nvmlDeviceGetViolationStatus,
+    ns (nvidia-smi -q -d PERFORMANCE)."""
     result = {}
     for name, policy in THROTTLE_POLICIES:
-        status = dev.call(f"violation:{policy}", pynvml.nvmlDeviceGetViolationStatus, policy)
-        ns = plain_number(status.violationTime) if status is not None else None
+        key = f"violation:{policy}"
+
+        def call(policy: int = policy, key: str = key) -> float | None:
+            status = dev.call(key, pynvml.nvmlDeviceGetViolationStatus, policy)
+            return plain_number(status.violationTime) if status is not None else None
+
+        ns = _field_or_call(batch, answers, key, call)
         if ns is not None:
             result[name] = ns / NS_PER_S
     return MappingProxyType(result)
 
 
-def pcie(dev: Device, kept: Kept) -> Readings:
+def pcie(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
     """PCIe throughput (nvmlDeviceGetPcieThroughput, KiB/s; no --query-gpu field,
-    nvidia-smi dmon -s t), replays (nvmlDeviceGetPcieReplayCounter), and
+    nvidia-smi dmon -s t: NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES are cumulative bytes, not the
+    same value), replays (NVML_FI_DEV_PCIE_REPLAY_COUNTER or nvmlDeviceGetPcieReplayCounter),
+    and
     pcie.link.gen.current/.max, pcie.link.width.current/.max
     (nvmlDeviceGet{Curr,Max}PcieLink{Generation,Width})."""
     h = pynvml
+    replays = _field_or_call(
+        batch,
+        answers,
+        "pcie_replay",
+        lambda: plain_number(dev.call("pcie_replay", h.nvmlDeviceGetPcieReplayCounter)),
+    )
     gen_max = kept.get(
         "pcie_gen_max",
         lambda: plain_number(dev.call("pcie_gen_max", h.nvmlDeviceGetMaxPcieLinkGeneration)),
@@ -240,7 +303,7 @@ def pcie(dev: Device, kept: Kept) -> Readings:
         "pcie_rx_bytes_per_second": kib(
             dev.call("pcie_rx", h.nvmlDeviceGetPcieThroughput, h.NVML_PCIE_UTIL_RX_BYTES)
         ),
-        "pcie_replays": plain_int(dev.call("pcie_replay", h.nvmlDeviceGetPcieReplayCounter)),
+        "pcie_replays": int_or_none(replays),
         "pcie_link_generation_current": plain_int(
             dev.call("pcie_gen", h.nvmlDeviceGetCurrPcieLinkGeneration)
         ),
@@ -252,50 +315,71 @@ def pcie(dev: Device, kept: Kept) -> Readings:
     }
 
 
-def ecc(dev: Device) -> Readings:
+def ecc(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Readings:
     """ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total:
-    nvmlDeviceGetTotalEccErrors(error type, counter type)."""
+    NVML_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL, or nvmlDeviceGetTotalEccErrors(error type,
+    counter type)."""
     h = pynvml
     corrected = h.NVML_MEMORY_ERROR_TYPE_CORRECTED
     uncorrected = h.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 
-    def count(kind: int, scope: int) -> int | None:
-        return plain_int(
-            dev.call(f"ecc:{kind}:{scope}", h.nvmlDeviceGetTotalEccErrors, kind, scope)
-        )
+    def count(family: str, kind: int, scope: int) -> int | None:
+        def call() -> float | None:
+            key = f"ecc:{kind}:{scope}"
+            return plain_number(dev.call(key, h.nvmlDeviceGetTotalEccErrors, kind, scope))
+
+        return int_or_none(_field_or_call(batch, answers, family, call))
 
     return {
-        "ecc_corrected_volatile": count(corrected, h.NVML_VOLATILE_ECC),
-        "ecc_corrected_aggregate": count(corrected, h.NVML_AGGREGATE_ECC),
-        "ecc_uncorrected_volatile": count(uncorrected, h.NVML_VOLATILE_ECC),
-        "ecc_uncorrected_aggregate": count(uncorrected, h.NVML_AGGREGATE_ECC),
+        "ecc_corrected_volatile": count("ecc_sbe_vol", corrected, h.NVML_VOLATILE_ECC),
+        "ecc_corrected_aggregate": count("ecc_sbe_agg", corrected, h.NVML_AGGREGATE_ECC),
+        "ecc_uncorrected_volatile": count("ecc_dbe_vol", uncorrected, h.NVML_VOLATILE_ECC),
+        "ecc_uncorrected_aggregate": count("ecc_dbe_agg", uncorrected, h.NVML_AGGREGATE_ECC),
     }
 
 
-def retirement(dev: Device) -> Readings:
-    """retired_pages.sbe, retired_pages.dbe (nvmlDeviceGetRetiredPages: the list's
-    length), retired_pages.pending (...GetRetiredPagesPendingStatus), and
-    --query-remapped-rows=remapped_rows.correctable,.uncorrectable,.pending,.failure
-    (nvmlDeviceGetRemappedRows)."""
+def retirement(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+    """retired_pages.sbe, retired_pages.dbe (NVML_FI_DEV_RETIRED_SBE/DBE, or the length
+    of nvmlDeviceGetRetiredPages' list), retired_pages.pending (NVML_FI_DEV_RETIRED_PENDING
+    or ...GetRetiredPagesPendingStatus), and --query-remapped-rows=remapped_rows.correctable,
+    .uncorrectable,.pending,.failure (NVML_FI_DEV_REMAPPED_* or nvmlDeviceGetRemappedRows,
+    read once for every value that falls back)."""
     h = pynvml
 
-    def retired(cause: int) -> int | None:
+    def retired(cause: int) -> float | None:
         pages = dev.call(f"retired:{cause}", h.nvmlDeviceGetRetiredPages, cause)
         return len(pages) if pages is not None else None
 
-    pending = dev.call("retired_pending", h.nvmlDeviceGetRetiredPagesPendingStatus)
-    remapped = dev.call("remapped_rows", h.nvmlDeviceGetRemappedRows)
-    if remapped is not None and len(remapped) != 4:
-        remapped = None
+    def pending() -> float | None:
+        return plain_number(dev.call("retired_pending", h.nvmlDeviceGetRetiredPagesPendingStatus))
+
+    remapped_rows: list[Any] = []
+
+    def remapped(position: int) -> float | None:
+        if not remapped_rows:
+            rows = dev.call("remapped_rows", h.nvmlDeviceGetRemappedRows)
+            remapped_rows.append(rows if rows is not None and len(rows) == 4 else None)
+        rows = remapped_rows[0]
+        return plain_number(rows[position]) if rows is not None else None
+
+    def value(family: str, call: Callable[[], float | None]) -> float | None:
+        return _field_or_call(batch, answers, family, call)
+
+    sbe = h.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    dbe = h.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
     return {
-        "retired_pages_sbe": retired(h.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-        "retired_pages_dbe": retired(h.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
-        "retired_pages_pending": bool(pending) if plain_int(pending) is not None else None,
-        "remapped_rows_correctable": plain_int(remapped[0]) if remapped else None,
-        "remapped_rows_uncorrectable": plain_int(remapped[1]) if remapped else None,
-        "remapped_rows_pending": bool(remapped[2]) if remapped else None,
-        "remapped_rows_failure": bool(remapped[3]) if remapped else None,
+        "retired_pages_sbe": int_or_none(value("retired_sbe", lambda: retired(sbe))),
+        "retired_pages_dbe": int_or_none(value("retired_dbe", lambda: retired(dbe))),
+        "retired_pages_pending": _flag(value("retired_pending", pending)),
+        "remapped_rows_correctable": int_or_none(value("remapped_cor", lambda: remapped(0))),
+        "remapped_rows_uncorrectable": int_or_none(value("remapped_unc", lambda: remapped(1))),
+        "remapped_rows_pending": _flag(value("remapped_pending", lambda: remapped(2))),
+        "remapped_rows_failure": _flag(value("remapped_failure", lambda: remapped(3))),
     }
+
+
+def _flag(value: float | None) -> bool | None:
+    return bool(value) if value is not None else None
 
 
 def processes(dev: Device) -> tuple[ProcessSample, ...]:

@@ -295,15 +295,16 @@ class NvmlSource:
         state.links.refresh(dev, self._clock(), self._reprobe_interval)
         answers = state.fields.read(dev, {**reads.GPU_FIELDS, **state.links.field_families()})
         kept = state.kept
+        kept.now = self._clock()
         readings: reads.Readings = {
             **reads.utilization(dev),
             **reads.memory(dev),
             **reads.power(dev, kept, state.fields, answers),
             **reads.thermal(dev, kept, answers),
-            **reads.clocks(dev, kept),
-            **reads.pcie(dev, kept),
-            **reads.ecc(dev),
-            **reads.retirement(dev),
+            **reads.clocks(dev, kept, state.fields, answers),
+            **reads.pcie(dev, kept, state.fields, answers),
+            **reads.ecc(dev, state.fields, answers),
+            **reads.retirement(dev, state.fields, answers),
         }
         if state.gpm is not None:
             readings.update(dataclasses.asdict(state.gpm.read()))
