@@ -743,20 +743,28 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_ib_port_hw_events_total",
         _C,
-        "mlx5 hw_counters of the port, by file name.",
+        "mlx5 hw_counters of the port, by file name. By default only those that say the "
+        "fabric loses or congests traffic (out_of_sequence, local_ack_timeout_err; on RoCE "
+        "np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled); the others count "
+        "operations or per-QP application errors, exported with --ib-hw-counters=all.",
         Scope.IB_PORT,
-        f"{_SYSFS_PORT}/hw_counters/<file>",
+        f"{_SYSFS_PORT}/hw_counters/<file> (the default set is DEFAULT_HW_COUNTERS in "
+        "agent/sources/infiniband_parse.py)",
         _each("hw_counters", sort=True),
         own_labels=("counter",),
-        when="HCAs without hw_counters (not mlx5)",
+        when="HCAs without hw_counters (not mlx5); a counter outside the default set "
+        "unless --ib-hw-counters=all",
     ),
     MetricSpec(
         "nvwatch_ib_port_reading_saturated",
         _G,
-        "1 if a narrow IB counter is pinned at its maximum and has stopped counting.",
+        "1 if a narrow IB counter is pinned at its maximum and has stopped counting. "
+        "Only for counters that can fill: not the switch-only port_rcv_switch_relay_errors, "
+        "port_xmit_constraint_errors, port_rcv_constraint_errors, which never count on an "
+        "HCA.",
         Scope.IB_PORT,
-        f"{_SYSFS_PORT}/counters/<file> of the 16- and 32-bit PMA counters, compared with "
-        "their maximum (NARROW_COUNTER_BITS in agent/sources/infiniband_parse.py)",
+        f"{_SYSFS_PORT}/counters/<file> of the 4- to 32-bit PMA counters, compared with "
+        "their maximum (SATURATION_FLAGGED in agent/sources/infiniband_parse.py)",
         _each("saturated"),
         own_labels=("counter",),
         when=_NO_PMA,

@@ -75,6 +75,8 @@ class AgentConfig:
     web_config: Path | None = None
     log_format: str = "text"
     nvlink_detail: str = "link"
+    # mlx5 hw_counters exported: "default" (the loss/congestion set) or "all"
+    ib_hw_counters: str = "default"
     # the kernel log XIDs are counted from; None: /dev/kmsg, or the simulated node's log
     kmsg_path: Path | None = None
 

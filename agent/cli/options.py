@@ -26,6 +26,7 @@ from agent.config import (
     split_scenarios,
 )
 from agent.durations import parse_duration
+from agent.sources.infiniband_parse import HW_COUNTER_CHOICES
 from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -101,6 +102,14 @@ def source_options(func: F) -> F:
             help="NVLink series per link, or aggregated per GPU (fewer series).",
         ),
         option(
+            "--ib-hw-counters",
+            type=click.Choice(HW_COUNTER_CHOICES),
+            default="default",
+            show_default=True,
+            help="mlx5 hw_counters to export: the loss and congestion ones (out_of_sequence, "
+            "local_ack_timeout_err; CNP/ECN on RoCE), or all of them.",
+        ),
+        option(
             "--kmsg-path",
             type=click.Path(dir_okay=False),
             show_default="/dev/kmsg; with --simulate, the simulated node's log",
@@ -138,6 +147,7 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         web_config=Path(params["web_config"]) if params.get("web_config") else None,
         log_format=params.get("log_format") or "text",
         nvlink_detail=params.get("nvlink_detail") or "link",
+        ib_hw_counters=params.get("ib_hw_counters") or "default",
         kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
         **extra,
     )

@@ -41,8 +41,9 @@ from agent.sources.infiniband_listing import (
     visible_files_strict,
 )
 from agent.sources.infiniband_parse import (
+    DEFAULT_HW_COUNTERS,
     ERROR_COUNTER_TYPES,
-    NARROW_COUNTER_BITS,
+    SATURATION_FLAGGED,
     NotAValue,
     counter_bits,
     is_saturated,
@@ -107,9 +108,10 @@ class InfinibandPort:
 
     @property
     def saturated(self) -> dict[str, bool]:
-        """Every narrow counter present, by file name: True when pinned at its maximum."""
+        """Every narrow counter present that can fill (not the switch-only ones), by file
+        name: True when pinned at its maximum."""
         result: dict[str, bool] = {}
-        for name in NARROW_COUNTER_BITS:
+        for name in SATURATION_FLAGGED:
             value = self.counters.get(name)
             if value is not None:
                 result[name] = bool(is_saturated(name, value))
@@ -144,10 +146,13 @@ class InfinibandSource:
         gpu_bus_ids: Callable[[], Sequence[str]] | None = None,
         reader: Reader = read_sysfs_text,
         relist_every: int = 60,
+        hw_counters: frozenset[str] | None = DEFAULT_HW_COUNTERS,
     ) -> None:
         """`gpu_bus_ids` gives the GPUs' PCI bus ids in NVML index order (from NVML at
         run time); without it, or when it returns nothing, nearest_gpus is empty.
-        `reader` reads one file; tests inject failures through it.
+        `reader` reads one file; tests inject failures through it. `hw_counters` names
+        the hw_counters files read and exported (None: every one), by default the
+        agent's default set; the registry passes `--ib-hw-counters`'s choice.
         """
         if relist_every < 1:
             raise ValueError("relist_every must be at least 1")
@@ -156,7 +161,9 @@ class InfinibandSource:
         self._gpu_bus_ids = gpu_bus_ids
         self._read = reader
         self._relist_every = relist_every
-        self._listing = ListingCache(self._class_dir, Resolver(sysfs_root), relist_every)
+        self._listing = ListingCache(
+            self._class_dir, Resolver(sysfs_root), relist_every, hw_counters
+        )
         # values dropped as not-a-value since start (self-metric, read by the poller)
         self.parse_errors_total = 0
         self._logged: set[tuple[str, str]] = set()

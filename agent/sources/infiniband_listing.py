@@ -68,8 +68,16 @@ def port_sort_key(name: str) -> tuple[int, str]:
 class ListingCache:
     """The listing of one class/infiniband directory, rebuilt only when it must be."""
 
-    def __init__(self, class_dir: str, resolver: Resolver, relist_every: int) -> None:
+    def __init__(
+        self,
+        class_dir: str,
+        resolver: Resolver,
+        relist_every: int,
+        hw_counters: frozenset[str] | None = None,
+    ) -> None:
         self._class_dir = class_dir
+        # hw_counters names to list (None: all): a file not exported is never read
+        self._hw_counters = hw_counters
         self._resolver = resolver
         self._relist_every = relist_every
         self._listing: tuple[DeviceListing, ...] | None = None
@@ -122,7 +130,12 @@ class ListingCache:
             pci_path = self._resolver.hca_path(name)
             ports_dir = os.path.join(device_dir, "ports")
             ports = tuple(
-                _list_port(port, os.path.join(ports_dir, port), before.get((name, port)))
+                _list_port(
+                    port,
+                    os.path.join(ports_dir, port),
+                    before.get((name, port)),
+                    self._hw_counters,
+                )
                 for port in sorted(visible_files(ports_dir), key=port_sort_key)
             )
             present = set(visible_files(device_dir))
@@ -145,7 +158,9 @@ def _absent_paths(device: DeviceListing) -> frozenset[str]:
     return device.absent.union(*(port.absent for port in device.ports))
 
 
-def _list_port(port: str, port_dir: str, previous: PortListing | None) -> PortListing:
+def _list_port(
+    port: str, port_dir: str, previous: PortListing | None, wanted: frozenset[str] | None
+) -> PortListing:
     files: dict[str, str] = {}
     counters_dir = os.path.join(port_dir, "counters")
     for name in visible_files(counters_dir):
@@ -158,7 +173,7 @@ def _list_port(port: str, port_dir: str, previous: PortListing | None) -> PortLi
     hw_files = {
         name: os.path.join(hw_dir, name)
         for name in visible_files(hw_dir)
-        if name not in HW_COUNTER_NOT_COUNTERS
+        if name not in HW_COUNTER_NOT_COUNTERS and (wanted is None or name in wanted)
     }
     present = set(visible_files(port_dir))
     absent = {os.path.join(port_dir, a) for a in PORT_ATTRIBUTES if a not in present}

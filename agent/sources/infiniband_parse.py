@@ -74,6 +74,54 @@ EXTENDED_COUNTERS: dict[str, str] = {
 # cache lifetime in milliseconds and is writable.
 HW_COUNTER_NOT_COUNTERS = frozenset({"lifespan"})
 
+# PortCounters fields the IBA defines for switch ports only (PortRcvSwitchRelayErrors:
+# packets the switch relay could not forward; Port{Xmit,Rcv}ConstraintErrors: raw-packet
+# filtering and partition enforcement on a switch physical port). On the channel
+# adapters an agent finds in /sys/class/infiniband they never count, so they can never
+# saturate: no saturation flag for them (their nvwatch_ib_port_errors_total stays, the
+# node_exporter-compatible set).
+SWITCH_ONLY_COUNTERS = frozenset(
+    {"port_rcv_switch_relay_errors", "port_xmit_constraint_errors", "port_rcv_constraint_errors"}
+)
+
+# The narrow counters that get nvwatch_ib_port_reading_saturated: every one that can fill.
+SATURATION_FLAGGED: tuple[str, ...] = tuple(
+    name for name in NARROW_COUNTER_BITS if name not in SWITCH_ONLY_COUNTERS
+)
+
+# mlx5 hw_counters exported by default (--ib-hw-counters=default): the ones that say the
+# fabric loses or congests RDMA traffic. out_of_sequence: packets lost on the way (the
+# responder saw a gap in the PSNs); local_ack_timeout_err: the requester's ACK timer ran
+# out and it retransmitted (loss, or a dead peer). RoCE ports add the congestion-control
+# trio: np_ecn_marked_roce_packets (ECN-marked arrivals), np_cnp_sent and rp_cnp_handled
+# (CNPs sent, and acted on by the sender's rate limiter). No alert or dashboard reads any
+# hw_counter; the rest are opt-in with --ib-hw-counters=all: rx_*_requests count
+# operations the byte and packet counters already cover; packet_seq_err,
+# implied_nak_seq_err and duplicate_request are the NAKs and retries of the same loss
+# the two above count; out_of_buffer, rnr_nak_retry_err, *_cqe_*, remote_access,
+# invalid_request and local_length errors are a consumer's receive queue or a QP's
+# application error, read per QP with `rdma statistic` when debugging a job; on RoCE,
+# rp_cnp_ignored and roce_adp_retrans/roce_slow_restart tune congestion control.
+DEFAULT_HW_COUNTERS = frozenset(
+    {
+        "out_of_sequence",
+        "local_ack_timeout_err",
+        "np_ecn_marked_roce_packets",
+        "np_cnp_sent",
+        "rp_cnp_handled",
+    }
+)
+HW_COUNTER_CHOICES = ("default", "all")
+
+
+def hw_counter_selection(choice: str) -> frozenset[str] | None:
+    """The hw_counters names to read for --ib-hw-counters; None reads every file."""
+    if choice == "all":
+        return None
+    if choice == "default":
+        return DEFAULT_HW_COUNTERS
+    raise ValueError(f"unknown hw_counters choice {choice!r}: {', '.join(HW_COUNTER_CHOICES)}")
+
 
 class NotAValue(ValueError):
     """The text is not a value; `reason` is a short stable phrase for the once-only log."""

@@ -24,10 +24,17 @@ def build_sources(config: AgentConfig) -> list[Source]:
         sources.append(nvml)
     if "infiniband" in config.sources:
         from agent.sources.infiniband import InfinibandSource
+        from agent.sources.infiniband_parse import hw_counter_selection
 
         # GPU bus ids come from NVML at run time, so HCA affinity follows the real GPUs
         bus_ids = nvml.gpu_bus_ids if nvml is not None else None
-        sources.append(InfinibandSource(config.sysfs_root, gpu_bus_ids=bus_ids))
+        sources.append(
+            InfinibandSource(
+                config.sysfs_root,
+                gpu_bus_ids=bus_ids,
+                hw_counters=hw_counter_selection(config.ib_hw_counters),
+            )
+        )
     if "host" in config.sources:
         from agent.sources.host import HostSource
 

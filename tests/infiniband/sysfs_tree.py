@@ -54,7 +54,7 @@ def healthy_port(**overrides: str) -> dict[str, str]:
         "counters/port_xmit_wait": "7\n",
         "counters/symbol_error": "1\n",
         "counters/link_downed": "2\n",
-        "hw_counters/out_of_buffer": "5\n",
+        "hw_counters/local_ack_timeout_err": "5\n",
         "hw_counters/lifespan": "12\n",
     }
     files.update(overrides)

@@ -50,7 +50,7 @@ def test_a_fifo_counter_costs_one_value_and_the_value_returns(tmp_path: Path) ->
         broken = _port(sample, "mlx5_0")
         assert "port_xmit_data" not in broken.counters
         assert broken.receive_bytes == 8000 and broken.errors == {"symbol": 1, "link_downed": 2}
-        assert broken.hw_counters == {"out_of_buffer": 5}
+        assert broken.hw_counters == {"local_ack_timeout_err": 5}
         assert _port(sample, "mlx5_0", "2").transmit_bytes == 4000
         assert _port(sample, "mlx5_1").transmit_bytes == 4000
     counter.write_text("1500\n")
@@ -116,7 +116,9 @@ def test_fifos_in_the_pci_tree_cost_one_function(tmp_path: Path) -> None:
 # --- a counter file that vanishes and comes back --------------------------------------------
 
 
-@pytest.mark.parametrize("relative", ["counters/port_xmit_data", "hw_counters/out_of_buffer"])
+@pytest.mark.parametrize(
+    "relative", ["counters/port_xmit_data", "hw_counters/local_ack_timeout_err"]
+)
 def test_a_vanished_counter_returns_on_the_next_poll(tmp_path: Path, relative: str) -> None:
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
     path = tmp_path / PORT / relative
@@ -183,7 +185,7 @@ def test_a_new_counter_file_is_still_found_at_the_relist(tmp_path: Path) -> None
         ("counters/port_xmit_data", f"{2**64 + 1}\n"),
         ("counters/port_xmit_data", f"{2**64}\n"),
         ("counters_ext/port_xmit_data_64", f"{2**64}\n"),
-        ("hw_counters/out_of_buffer", f"{2**64 + 1}\n"),
+        ("hw_counters/local_ack_timeout_err", f"{2**64 + 1}\n"),
         ("counters/port_xmit_wait", f"{2**32}\n"),  # 32-bit in PortCounters
         ("counters/symbol_error", f"{2**16}\n"),  # 16-bit
         ("counters/link_downed", "256\n"),  # 8-bit
@@ -212,7 +214,7 @@ def test_a_value_wider_than_its_counter_is_dropped_and_counted(
         ("counters/port_xmit_wait", 2**32 - 1),
         ("counters/symbol_error", 2**16 - 1),
         ("counters/link_downed", 255),
-        ("hw_counters/out_of_buffer", 2**64 - 1),
+        ("hw_counters/local_ack_timeout_err", 2**64 - 1),
     ],
 )
 def test_the_widest_value_of_a_counter_is_kept(tmp_path: Path, relative: str, top: int) -> None:

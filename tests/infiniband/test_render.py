@@ -70,7 +70,10 @@ def test_render_exact_values(tmp_path: Path) -> None:
     assert value(samples, "nvwatch_ib_port_errors_total", **port, type="symbol") == 65535
     assert value(samples, "nvwatch_ib_port_errors_total", **port, type="link_downed") == 2
     assert value(samples, "nvwatch_ib_port_errors_total", **port, type="vl15_dropped") is None
-    assert value(samples, "nvwatch_ib_port_hw_events_total", **port, counter="out_of_buffer") == 5
+    assert (
+        value(samples, "nvwatch_ib_port_hw_events_total", **port, counter="local_ack_timeout_err")
+        == 5
+    )
     assert value(samples, "nvwatch_ib_port_hw_events_total", **port, counter="lifespan") is None
     saturated = "nvwatch_ib_port_reading_saturated"
     assert value(samples, saturated, **port, counter="symbol_error") == 1

@@ -18,6 +18,11 @@ from agent.sources.infiniband import (
     InfinibandSource,
     read_sysfs_text,
 )
+from agent.sources.infiniband_parse import (
+    SATURATION_FLAGGED,
+    SWITCH_ONLY_COUNTERS,
+    hw_counter_selection,
+)
 
 from .sysfs_tree import add_device, healthy_port
 
@@ -85,7 +90,7 @@ def test_healthy_port_exact_values(tmp_path: Path) -> None:
     assert port.counters["port_xmit_packets"] == (1 << 64) - 1  # exact as a Python int
     assert port.counters["port_xmit_wait"] == 7
     assert port.errors == {"symbol": 1, "link_downed": 2}
-    assert port.hw_counters == {"out_of_buffer": 5}  # lifespan is a setting, not a counter
+    assert port.hw_counters == {"local_ack_timeout_err": 5}  # lifespan is a setting, not a counter
     assert port.nearest_gpus == ()
 
 
@@ -325,7 +330,7 @@ def test_counter_values_change_between_cached_polls(tmp_path: Path) -> None:
         ("port_rcv_errors", 65535),
         ("VL15_dropped", 65535),
         ("link_downed", 255),
-        ("port_rcv_constraint_errors", 255),
+        ("port_xmit_discards", 65535),
         ("local_link_integrity_errors", 15),
         ("excessive_buffer_overrun_errors", 15),
         ("port_xmit_wait", 4294967295),
@@ -342,6 +347,38 @@ def test_saturation(tmp_path: Path, counter: str, top: int) -> None:
     # every other narrow counter present reads 0, so alerts need no absent()
     others = {k: v for k, v in _port(sample, "mlx5_0").saturated.items() if k != counter}
     assert others and not any(others.values())
+
+
+def test_no_saturation_flag_for_switch_only_counters(tmp_path: Path) -> None:
+    # an HCA never counts these: a flag for them would be a series that is always 0
+    files = {f"counters/{name}": "255\n" for name in SWITCH_ONLY_COUNTERS}
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**files)})
+    port = _port(InfinibandSource(tmp_path).collect(), "mlx5_0")
+    assert set(port.counters) >= SWITCH_ONLY_COUNTERS
+    assert not SWITCH_ONLY_COUNTERS & set(port.saturated)
+    assert set(port.saturated) == set(SATURATION_FLAGGED) & set(port.counters)
+
+
+def test_hw_counters_selection_reads_only_the_chosen_files(tmp_path: Path) -> None:
+    extra = {
+        "hw_counters/out_of_sequence": "7\n",
+        "hw_counters/rx_read_requests": "9\n",
+        "hw_counters/out_of_buffer": "3\n",
+    }
+    add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**extra)})
+    opened: list[str] = []
+
+    def reader(path: str) -> str:
+        opened.append(path)
+        return read_sysfs_text(path)
+
+    chosen = InfinibandSource(
+        tmp_path, reader=reader, hw_counters=hw_counter_selection("default")
+    ).collect()
+    assert _port(chosen, "mlx5_0").hw_counters == {"out_of_sequence": 7, "local_ack_timeout_err": 5}
+    assert not any("rx_read_requests" in path or "out_of_buffer" in path for path in opened)
+    every = InfinibandSource(tmp_path, hw_counters=hw_counter_selection("all")).collect()
+    assert set(_port(every, "mlx5_0").hw_counters) >= {"out_of_sequence", "rx_read_requests"}
 
 
 def test_ports_sorted_numerically(tmp_path: Path) -> None:
