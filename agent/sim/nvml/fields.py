@@ -120,6 +120,19 @@ def _nvlink_error_fields() -> dict[int, FieldReader]:
     return fields
 
 
+def _scoped_link_errors(kind: str) -> FieldReader:
+    """NVML_FI_DEV_NVLINK_ERROR_DL_<kind>: one link's counter, the link in scopeId."""
+
+    def reader(gpu: SimulatedGpu, scope: int) -> FieldValue:
+        if not has_nvlink(gpu):
+            return ERROR_NOT_SUPPORTED, _ULL, 0
+        if scope >= len(gpu.links):
+            return ERROR_INVALID_ARGUMENT, _ULL, 0
+        return SUCCESS, _ULL, gpu.nvlink_error_count(scope, kind)
+
+    return reader
+
+
 def _nvlink_link_fields() -> dict[int, FieldReader]:
     # throughput counters are cumulative KiB (nvml.h says KiB for these fields)
     return {
@@ -142,6 +155,10 @@ def _nvlink_link_fields() -> dict[int, FieldReader]:
             _UI, lambda gpu, link: int(gpu.model.nvlink_bytes_per_second / 1e6)
         ),
         pynvml.NVML_FI_DEV_NVLINK_GET_STATE: _link_field(_UI, lambda gpu, link: int(link.up)),
+        # the same counts as nvmlDeviceGetNvLinkErrorCounter(link, DL_REPLAY/DL_RECOVERY);
+        # DL_CRC is left unanswered: nvml.h does not say flit or data
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: _scoped_link_errors("replay"),
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: _scoped_link_errors("recovery"),
         pynvml.NVML_FI_DEV_NVLINK_GET_VERSION: _link_field(
             _UI, lambda gpu, link: NVLINK_VERSION_ENUM[gpu.model.nvlink_version]
         ),

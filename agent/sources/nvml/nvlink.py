@@ -32,14 +32,22 @@ _REMOTE_TYPES = {
 }
 
 # Per-link error counter field ids (NVML_FI_DEV_NVLINK_<prefix>_L<n>) exist for links
-# 0..11 only (the header calls them "lanes"); a GPU with more links (H100: 18) reads its
-# error counters per call.
+# 0..11 only (the header calls them "lanes"). For links 12 and up (H100: 18 links) the
+# scoped ids NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY/_RECOVERY (scopeId = link) count the same
+# events as nvmlDeviceGetNvLinkErrorCounter's DL_REPLAY/DL_RECOVERY; the header's
+# NVML_FI_DEV_NVLINK_ERROR_DL_CRC does not say whether it is the flit or the data CRC
+# count, so CRC and ECC counters of those links stay on the call rather than risk a
+# different value.
 _ERROR_FIELD_PREFIX = {
     "replay": "REPLAY_ERROR_COUNT",
     "recovery": "RECOVERY_ERROR_COUNT",
     "crc_flit": "CRC_FLIT_ERROR_COUNT",
     "crc_data": "CRC_DATA_ERROR_COUNT",
     "ecc": "ECC_DATA_ERROR_COUNT",
+}
+_SCOPED_ERROR_FIELD = {
+    "replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
 }
 
 # the probe's answers that mean "no link with this number": the end of the list
@@ -60,8 +68,18 @@ class Link:
     remote_pci_bus_id: str | None = None
 
 
-def _lane_field(prefix: str, link: int) -> int | None:
-    return getattr(pynvml, f"NVML_FI_DEV_NVLINK_{prefix}_L{link}", None)
+def _error_field(kind: str, link: int) -> FieldIds | None:
+    """The field id of one link's error counter of `kind`; None: only the call has it."""
+    lane = getattr(pynvml, f"NVML_FI_DEV_NVLINK_{_ERROR_FIELD_PREFIX[kind]}_L{link}", None)
+    if lane is not None:
+        return [(lane, 0)]
+    scoped = _SCOPED_ERROR_FIELD.get(kind)
+    return [(scoped, link)] if scoped is not None else None
+
+
+def _error_family(kind: str, link: int) -> str:
+    # one family per link and kind, so a link without a field falls back alone
+    return f"nvlink_err_{kind}:{link}"
 
 
 def _discover(dev: Device) -> list[Link] | None:
@@ -109,10 +127,9 @@ class GpuLinks:
             "nvlink_speed": [(h.NVML_FI_DEV_NVLINK_GET_SPEED, n) for n in numbers],
             "nvlink_state": [(h.NVML_FI_DEV_NVLINK_GET_STATE, n) for n in numbers],
         }
-        for kind, prefix in _ERROR_FIELD_PREFIX.items():
-            ids = [_lane_field(prefix, n) for n in numbers]
-            lanes = [(i, 0) for i in ids if i is not None]
-            families[f"nvlink_err_{kind}"] = lanes if len(lanes) == len(ids) else None
+        for kind in _ERROR_FIELD_PREFIX:
+            for n in numbers:
+                families[_error_family(kind, n)] = _error_field(kind, n)
         return families
 
     def read(
@@ -150,7 +167,7 @@ def _read_link(
         # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX count KiB (nvidia-smi nvlink -gt d)
         transmit_bytes=int_or_none(kib(answers.value("nvlink_tx", position))),
         receive_bytes=int_or_none(kib(answers.value("nvlink_rx", position))),
-        errors=_errors(dev, n, position, batch, answers),
+        errors=_errors(dev, n, batch, answers),
         remote_type=link.remote_type,
         remote_gpu=remote_gpu if link.remote_type == "gpu" else None,
         remote_pci_bus_id=bus,
@@ -194,13 +211,14 @@ def _speed(
 
 
 def _errors(
-    dev: Device, n: int, position: int, batch: FieldBatch, answers: FieldAnswers
+    dev: Device, n: int, batch: FieldBatch, answers: FieldAnswers
 ) -> MappingProxyType[str, int]:
-    """NVML_FI_DEV_NVLINK_*_ERROR_COUNT_L<n>, or nvmlDeviceGetNvLinkErrorCounter per type
+    """NVML_FI_DEV_NVLINK_*_ERROR_COUNT_L<n> (or ..._ERROR_DL_* for link n), or
+    nvmlDeviceGetNvLinkErrorCounter per type
     (nvidia-smi nvlink -e); types the GPU does not count are left out."""
     errors = {}
     for kind, counter in NVLINK_ERROR_TYPES:
-        family = f"nvlink_err_{kind}"
+        family = _error_family(kind, n)
         if batch.by_call(family):
             value = plain_number(
                 dev.call(
@@ -208,7 +226,7 @@ def _errors(
                 )
             )
         else:
-            value = answers.value(family, position)
+            value = answers.value(family)
         if value is not None:
             errors[kind] = int(value)
     return MappingProxyType(errors)
