@@ -29,15 +29,19 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
             "simulated node has its own sysfs tree (drop one of the two)"
         )
     from agent.sim import nvml as sim_nvml
-    from agent.sim.node import SimulatedNode
+    from agent.sim.node import PollGridClock, SimulatedNode, grid_step
     from agent.sim.profiles import UnknownProfile
 
     try:
-        node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed)
+        clock = PollGridClock(grid_step(config.interval))
+        node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed, clock=clock)
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     sim_nvml.install(node.nvml)
-    node.start(interval=min(1.0, config.interval))
+    # the tree is rewritten only for a reader: once per poll, and never without the
+    # infiniband source (the NVML side integrates lazily, on each call)
+    node.start(interval=config.interval, write_tree="infiniband" in config.sources)
+    clock.arm()  # the agent's first poll comes next: the grid centres on it
     try:
         # the node's kernel log carries its XIDs, unless --kmsg-path names another
         kmsg_path = config.kmsg_path or node.kmsg_path

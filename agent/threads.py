@@ -26,8 +26,9 @@ Threads the agent runs (name, who starts it, why it exists):
 - ``nvwatch-http-auth``, `ServerLimits.bcrypt_workers` of them (1): `MetricsServer.start`,
   only with basic_auth_users. bcrypt checks of credentials not seen before, off the loop
   thread and bounded in number (agent/server/auth.py).
-- ``nvwatch-sim``: `SimulatedNode.start` (agent/sim/node.py), only with `--simulate`.
-  Rewrites the simulated sysfs tree every second, as the kernel's counters would move.
+- ``nvwatch-sim``: `SimulatedNode.start` (agent/sim/node.py), only with `--simulate`
+  and the infiniband source. Rewrites the simulated sysfs tree once per poll interval,
+  half an interval out of phase with the polls, as the kernel's counters would move.
 - ``nvwatch-fleet-tick``: `Fleet.start` (agent/sim/fleet.py), only in a simulated
   fleet. Steps the fleet's shared simulated clock and ticks every node once per interval.
 - ``nvwatch-fleet-stop``: `Fleet.stop`, a few at shutdown of a simulated fleet, so 128

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import os
 import shutil
 import tempfile
 import threading
@@ -29,6 +31,68 @@ from agent.sim.workload import Workload
 from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
+
+# Where simulated trees go when the caller names no root: tmpfs when there is one with
+# room, because every counter update is a write and a rename, ~5x cheaper in memory than
+# on a journalled disk (a dgx-h100 tree is ~2 MB; a fleet holds one per node).
+SHM_DIR = Path("/dev/shm")
+SHM_MIN_FREE_BYTES = 1 << 30
+
+
+def scratch_dir() -> str | None:
+    """A directory for simulated trees: /dev/shm when usable, else None (the default)."""
+    try:
+        stats = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    if stats.f_bavail * stats.f_frsize < SHM_MIN_FREE_BYTES or not os.access(SHM_DIR, os.W_OK):
+        return None
+    return str(SHM_DIR)
+
+
+class PollGridClock:
+    """Real time read on a grid of `step` seconds, for a simulated node behind one agent.
+
+    The simulated NVML integrates its physics up to clock() on every C call; on a
+    continuous clock each of the hundreds of calls of one poll integrates every GPU again,
+    and the XID listener's wait (which checks the clock every 50 ms) keeps integrating
+    between polls. On the grid, a poll's calls all read one instant, so the model is
+    integrated once per step, however many calls read it. `arm()` (as the agent starts)
+    puts the grid so that the next reading falls mid-step: polls `step` apart then each
+    read one step more, with half a step of slack for scheduling jitter. Readings never
+    go backwards; before `arm()` they are the real time.
+    """
+
+    def __init__(self, step: float) -> None:
+        if step <= 0:
+            raise ValueError("step must be positive")
+        self.step = step
+        self._origin: float | None = None
+        self._armed = False
+        self._last = -math.inf
+        self._lock = threading.Lock()
+
+    def arm(self) -> None:
+        with self._lock:
+            self._armed = True
+
+    def __call__(self) -> float:
+        with self._lock:
+            now = time.monotonic()
+            if self._armed:
+                if self._origin is None:
+                    self._origin = now - self.step / 2
+                cells = math.floor((now - self._origin) / self.step)
+                now = self._origin + cells * self.step
+            self._last = max(self._last, now)
+            return self._last
+
+
+def grid_step(interval: float) -> float:
+    """The grid for an agent polling every `interval`: at most a second (so XIDs and
+    scenario changes show within one), and a whole fraction of the interval (so every
+    poll reads the same number of steps)."""
+    return interval / math.ceil(interval)
 
 
 class SimulatedNode:
@@ -55,7 +119,7 @@ class SimulatedNode:
         )
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
-            Path(tempfile.mkdtemp(prefix=f"nvwatch-sim-{self.profile.name}-"))
+            Path(tempfile.mkdtemp(prefix=f"nvwatch-sim-{self.profile.name}-", dir=scratch_dir()))
             if sysfs_root is None
             else sysfs_root
         )
@@ -98,18 +162,33 @@ class SimulatedNode:
             self.fabric.write()  # a returning HCA and a retrained port show at once
         return repaired
 
-    def start(self, interval: float = 1.0) -> None:
-        """Keep the sysfs tree live in the background (NVML advances on every call)."""
+    def start(self, interval: float = 1.0, *, write_tree: bool = True) -> None:
+        """Keep the sysfs tree live in the background, rewritten once per `interval`.
+
+        The NVML side needs no thread: it integrates on every call (and the event wait
+        advances on its own), so with `write_tree` False, when nothing reads the tree,
+        nothing runs at all. The agent polls once per interval, so one rewrite per
+        interval is all a reader can see; the rewrites fall half an interval after the
+        poll phase (the poller starts right after this), so clock jitter never puts two
+        rewrites, or none, between two polls.
+        """
+        if not write_tree:
+            return
         self._thread = start_thread(
             "nvwatch-sim", functools.partial(self._run, interval), daemon=True
         )
 
     def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
+        # fixed-rate (not fixed-delay): the phase against the poller must not drift
+        due = time.monotonic() + interval / 2
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             try:
                 self.tick()
             except Exception:
                 log.exception("simulated node %s failed to tick", self.profile.name)
+            due += interval
+            if due < time.monotonic():  # fell behind (a suspended process): skip ahead
+                due = time.monotonic() + interval
 
     def close(self) -> None:
         self._stop.set()
