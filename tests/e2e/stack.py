@@ -108,6 +108,8 @@ class Stack:
     _logs: dict[int, Path] = field(default_factory=dict)
     # name -> the command it was started with, for restart_process()
     _commands: dict[str, list[str]] = field(default_factory=dict)
+    # fleet node -> the port its stopped agent listened on, for start_agents()
+    _agent_ports: dict[int, int] = field(default_factory=dict)
 
     def start_alertmanager(self, binary: str) -> None:
         port = free_port(HOST)
@@ -240,7 +242,9 @@ class Stack:
         next comes within the handler's 10 s timeout). So, as the kernel would, shut
         down every accepted connection of these ports until the nodes have stopped.
         """
-        ports = {self.fleet.nodes[i].port for i in indices}
+        # a stopped server no longer knows its port: remember it for the restart
+        self._agent_ports.update({i: self.fleet.nodes[i].port for i in indices})
+        ports = {self._agent_ports[i] for i in indices}
         stoppers = [
             threading.Thread(target=self.fleet.stop_node, args=(i,), daemon=True) for i in indices
         ]
@@ -266,7 +270,7 @@ class Stack:
             old = self.fleet.nodes[index]
             if old.listening:
                 raise RuntimeError(f"{old.name}: agent still running, stop it first")
-            config = dataclasses.replace(old.agent.config, listen_port=old.port)
+            config = dataclasses.replace(old.agent.config, listen_port=self._agent_ports[index])
 
             def build(old: FleetNode = old, config: AgentConfig = config) -> Agent:
                 # as Fleet does: the new agent's threads find the node's own NVML
