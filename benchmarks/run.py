@@ -27,6 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import REPO_ROOT, cpu_model, package_version, tool_version
+from benchmarks.nvml_calls import measure_nvml_calls
 from benchmarks.poll_cost import (
     PROFILES,
     measure_poll_cost,
@@ -104,6 +105,9 @@ def collect(settings: Settings) -> Results:
         for profile in settings.profiles:
             log(f"series: {profile}")
             results.series.append(count_series_of(profile))
+        for profile in settings.profiles:
+            log(f"NVML calls per GPU per poll: {profile}")
+            results.nvml_calls.append(measure_nvml_calls(profile))
         log(f"RSS: {settings.rss_polls} polls, at most {settings.rss_seconds:g}s")
         results.rss = measure_rss(
             settings.scrape_profile,

@@ -8,6 +8,7 @@ are judged in `verdicts`, and a miss is printed as MISS beside its figure.
     cost      poll CPU, where its time goes, series per node
     serving   /metrics latency, node_exporter side by side
     memory    resident memory over many polls
+    nvml_calls  NVML library calls per GPU per poll, and their target
     real_gpu  NVML on a real driver, or how to measure it
     misses    why each missed target missed, and a fix
     markdown  the header and the sections in order

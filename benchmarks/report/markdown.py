@@ -14,6 +14,7 @@ from benchmarks.report.cost import (
 from benchmarks.report.memory import rss_section
 from benchmarks.report.misses import misses_section
 from benchmarks.report.model import Machine, Results
+from benchmarks.report.nvml_calls import nvml_calls_section
 from benchmarks.report.real_gpu import real_nvml_section
 from benchmarks.report.serving import scrape_section, side_by_side_section
 from benchmarks.report.verdicts import verdicts
@@ -25,6 +26,7 @@ _SECTIONS: tuple[Callable[[Results], str], ...] = (
     poll_top_section,
     render_split_section,
     series_section,
+    nvml_calls_section,
     scrape_section,
     side_by_side_section,
     rss_section,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.nvml_calls import NvmlCalls
 from benchmarks.poll_cost import PollCost, ProfileSplit, Quantiles, RenderSplit, SeriesCount
 from benchmarks.real_nvml import RealNvmlResult
 from benchmarks.rss import RssResult
@@ -46,6 +47,7 @@ class Results:
     scrape: ScrapeResult | None = None
     side_by_side: SideBySide | None = None
     real_nvml: RealNvmlResult | None = None
+    nvml_calls: list[NvmlCalls] = field(default_factory=list)
     seconds: float = 0.0
 
 

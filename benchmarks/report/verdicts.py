@@ -17,6 +17,7 @@ from benchmarks.report.model import (
     target_cost,
     target_series,
 )
+from benchmarks.report.nvml_calls import nvml_calls_verdicts
 from benchmarks.rss import FLAT_TOLERANCE_MIB, MIB
 
 
@@ -28,6 +29,7 @@ def verdicts(results: Results) -> list[Verdict]:
         *_node_exporter_verdicts(results),
         *_rss_verdicts(results),
         *_series_verdicts(results),
+        *nvml_calls_verdicts(results),
     ]
 
 

@@ -106,6 +106,7 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         "## Poll cycle CPU",
         "## How much of the NVML cost is the simulator",
         "## Series per node",
+        "## NVML calls per GPU per poll",
         "## /metrics latency (wrk)",
         "## Side by side: node_exporter's infiniband collector",
         "## Resident memory",
@@ -115,8 +116,8 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
 
     # every target has a figure and a verdict
     judged = verdicts(results)
-    # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2
-    assert len(judged) == 7
+    # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2, NVML calls
+    assert len(judged) == 8
     for verdict in judged:
         assert verdict.mark in ("PASS", "**MISS**")
 

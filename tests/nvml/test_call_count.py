@@ -88,3 +88,14 @@ def test_static_readings_are_read_again_on_the_slow_cadence(node: NodeFactory) -
     n.clock.advance(reads.STATIC_REFRESH_S)
     source.collect()
     assert n.lib.call_counts[(name, 0)] == 2  # the first poll's read, and the refresh
+
+
+def test_the_benchmark_reports_the_figure_and_judges_it() -> None:
+    from benchmarks.nvml_calls import measure_nvml_calls
+    from benchmarks.report.model import Results
+    from benchmarks.report.nvml_calls import nvml_calls_section, nvml_calls_verdicts
+
+    results = Results(settings={}, nvml_calls=[measure_nvml_calls("dgx1-v100", polls=3)])
+    assert results.nvml_calls[0].batches_per_gpu_per_poll == 1
+    assert [v.passed for v in nvml_calls_verdicts(results)] == [True]
+    assert "| dgx1-v100 | 8 | **16.0** | 33 | 1 |" in nvml_calls_section(results)
