@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pynvml
 import pytest
@@ -426,3 +428,101 @@ def test_exec_environment_gives_child_processes_simulated_gpus() -> None:
     assert result.stdout.strip() == "8 NVIDIA H100 80GB HBM3"
     with pytest.raises(ValueError, match="unknown scenario"):
         exec_environment("dgx-h100", "meltdown")
+
+
+def _call_or_error(fn: Callable[..., Any], *args: object) -> Any:
+    """The call's answer, or the NVMLError class it raised (to compare support)."""
+    try:
+        return fn(*args)
+    except pynvml.NVMLError as err:
+        return type(err)
+
+
+def _field_or_error(entry: pynvml.c_nvmlFieldValue_t) -> object:
+    if entry.nvmlReturn != pynvml.NVML_SUCCESS:
+        return type(pynvml.NVMLError(entry.nvmlReturn))
+    member = "uiVal" if entry.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT else "ullVal"
+    return int(getattr(entry.value, member))
+
+
+def _by_call(handle: object, links: int) -> list[tuple[tuple[int, int], object]]:
+    """(field id, scope) -> what the call the agent no longer makes answers for it."""
+    h = pynvml
+    sbe, dbe = h.NVML_MEMORY_ERROR_TYPE_CORRECTED, h.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    vol, agg = h.NVML_VOLATILE_ECC, h.NVML_AGGREGATE_ECC
+    remapped = _call_or_error(h.nvmlDeviceGetRemappedRows, handle)
+
+    def pages(cause: int) -> object:
+        answer = _call_or_error(h.nvmlDeviceGetRetiredPages, handle, cause)
+        return len(answer) if isinstance(answer, list) else answer
+
+    def violation(policy: int) -> object:
+        answer = _call_or_error(h.nvmlDeviceGetViolationStatus, handle, policy)
+        return answer if isinstance(answer, type) else answer.violationTime
+
+    def ecc(kind: int, counter: int) -> object:
+        return _call_or_error(h.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
+
+    def link_errors(link: int, counter: int) -> object:
+        return _call_or_error(h.nvmlDeviceGetNvLinkErrorCounter, handle, link, counter)
+
+    return [
+        ((h.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0), ecc(sbe, vol)),
+        ((h.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0), ecc(dbe, vol)),
+        ((h.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0), ecc(sbe, agg)),
+        ((h.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 0), ecc(dbe, agg)),
+        (
+            (h.NVML_FI_DEV_RETIRED_SBE, 0),
+            pages(h.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        ),
+        ((h.NVML_FI_DEV_RETIRED_DBE, 0), pages(h.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)),
+        (
+            (h.NVML_FI_DEV_RETIRED_PENDING, 0),
+            _call_or_error(h.nvmlDeviceGetRetiredPagesPendingStatus, handle),
+        ),
+        *[
+            (
+                (h.NVML_FI_DEV_REMAPPED_COR + i, 0),
+                remapped[i] if isinstance(remapped, tuple) else remapped,
+            )
+            for i in range(4)
+        ],
+        (
+            (h.NVML_FI_DEV_PCIE_REPLAY_COUNTER, 0),
+            _call_or_error(h.nvmlDeviceGetPcieReplayCounter, handle),
+        ),
+        *[((h.NVML_FI_DEV_PERF_POLICY_POWER + p, 0), violation(p)) for p in range(6)],
+        *[
+            (
+                (h.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, n),
+                link_errors(n, h.NVML_NVLINK_ERROR_DL_REPLAY),
+            )
+            for n in range(links)
+        ],
+        *[
+            (
+                (h.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, n),
+                link_errors(n, h.NVML_NVLINK_ERROR_DL_RECOVERY),
+            )
+            for n in range(links)
+        ],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "scenario"),
+    [("dgx1-v100", "ecc-dbe"), ("dgx-a100", "ecc-dbe"), ("dgx-h100", "nvlink-degraded")],
+)
+def test_fields_the_agent_batches_answer_like_their_calls(profile: str, scenario: str) -> None:
+    """Each field id the agent reads instead of a call: same value, same support."""
+    lib, clock = start(profile, scenario=scenario)
+    clock.advance(600.0)  # past every fault's onset, so counters have moved
+    moved = 0
+    for index, gpu in enumerate(lib.gpus):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        expected = _by_call(handle, len(gpu.links))
+        answers = pynvml.nvmlDeviceGetFieldValues(handle, [ids for ids, _ in expected])
+        got = [_field_or_error(entry) for entry in answers]
+        assert got == [value for _, value in expected], f"GPU {index}"
+        moved += sum(1 for value in got if isinstance(value, int) and value > 0)
+    assert moved  # some counter moved, so equal values are not all zeros
