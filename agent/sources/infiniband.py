@@ -29,7 +29,6 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -170,6 +169,12 @@ class InfinibandSource:
         self._seen: set[str] = set()  # devices listed in this agent's life
         self._pci: PciScan | None = None  # cached while there are no devices
         self._polls_since_pci_scan = 0
+        # The descriptive attributes (board_id, fw_ver, hca_type, node_guid, link_layer)
+        # by path, as last read: they change only when the device is re-registered
+        # (firmware reset, driver reload), which relists and clears this. Reading them
+        # every poll was 40 of a DGX H100's ~210 opens. Only values read are kept, so a
+        # missing or odd one is tried again on the next poll.
+        self._static: dict[str, str] = {}
 
     # --- the Source protocol -----------------------------------------------------------
 
@@ -184,6 +189,7 @@ class InfinibandSource:
         listings, relisted = self._listing.devices(names, mtime, self._current_gpu_bus_ids())
         if relisted:
             self._note_seen(names)
+            self._static.clear()
         devices = []
         for listing in listings:
             device = self._read_device(listing)
@@ -242,10 +248,10 @@ class InfinibandSource:
         )
         device = InfinibandDevice(
             name=listing.name,
-            board_id=self._text(os.path.join(listing.path, "board_id")),
-            firmware_version=self._text(os.path.join(listing.path, "fw_ver")),
-            hca_type=self._text(os.path.join(listing.path, "hca_type")),
-            node_guid=self._text(os.path.join(listing.path, "node_guid")),
+            board_id=self._static_text(os.path.join(listing.path, "board_id")),
+            firmware_version=self._static_text(os.path.join(listing.path, "fw_ver")),
+            hca_type=self._static_text(os.path.join(listing.path, "hca_type")),
+            node_guid=self._static_text(os.path.join(listing.path, "node_guid")),
             pci_path=listing.pci_path,
             ports=ports,
         )
@@ -263,16 +269,8 @@ class InfinibandSource:
         phys = self._parsed(os.path.join(listing.path, "phys_state"), parse_state)
         rate_text = self._text(os.path.join(listing.path, "rate"))
         rate = self._parsed_text(os.path.join(listing.path, "rate"), rate_text, parse_rate)
-        counters = {}
-        for name, path in listing.counter_files:
-            value = self._parsed(path, partial(parse_counter, bits=counter_bits(name)))
-            if value is not None:
-                counters[name] = value
-        hw_counters = {}
-        for name, path in listing.hw_counter_files:
-            value = self._parsed(path, parse_counter)
-            if value is not None:
-                hw_counters[name] = value
+        counters = self._counters(listing.counter_files)
+        hw_counters = self._counters(listing.hw_counter_files)
         return InfinibandPort(
             device=device,
             port=listing.name,
@@ -282,29 +280,51 @@ class InfinibandSource:
             physical_state_name=phys[1] if phys else None,
             rate_bytes_per_second=rate.bytes_per_second if rate else None,
             rate_text=rate_text,
-            link_layer=self._text(os.path.join(listing.path, "link_layer")),
+            link_layer=self._static_text(os.path.join(listing.path, "link_layer")),
             counters=counters,
             hw_counters=hw_counters,
             nearest_gpus=near,
         )
 
+    def _counters(self, files: Sequence[tuple[str, str]]) -> dict[str, int]:
+        """Every counter file of a port, by name; the hot loop of a poll (most of its
+        reads), so the read and the parse are inlined and a failure goes to the same
+        handlers as `_parsed`'s."""
+        values: dict[str, int] = {}
+        read = self._read
+        for name, path in files:
+            try:
+                raw = read(path)
+            except OSError as exc:
+                self._read_failed(path, exc)
+                continue
+            try:
+                values[name] = parse_counter(raw, counter_bits(name))
+            except NotAValue as exc:
+                self._not_a_value(path, exc)
+        return values
+
     def _raw(self, path: str) -> str | None:
         try:
             return self._read(path)
-        except FileNotFoundError:
+        except OSError as exc:
+            self._read_failed(path, exc)
+            return None
+
+    def _read_failed(self, path: str, exc: OSError) -> None:
+        if isinstance(exc, FileNotFoundError):
             # Listed a moment ago: hot-unplug, or a driver that dropped the attribute.
             self._log_once(path, "missing", logging.DEBUG)
             if not self._listing.known_absent(path):
                 self._listing.invalidate()
-        except NotARegularFile as exc:
+        elif isinstance(exc, NotARegularFile):
             self._log_once(path, exc.kind, logging.WARNING)
-        except PermissionError:
+        elif isinstance(exc, PermissionError):
             self._log_once(path, "permission denied", logging.WARNING)
-        except OSError as exc:
+        else:
             # The kernel returns EIO/EINVAL when the PMA query behind a counter fails.
             reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
             self._log_once(path, reason, logging.WARNING)
-        return None
 
     def _text(self, path: str) -> str | None:
         raw = self._raw(path)
@@ -313,19 +333,30 @@ class InfinibandSource:
         value = raw.strip()
         return value or None
 
+    def _static_text(self, path: str) -> str | None:
+        value = self._static.get(path)
+        if value is None:
+            value = self._text(path)
+            if value is not None:
+                self._static[path] = value
+        return value
+
     def _parsed_text(self, path: str, raw: str | None, parse: Callable[[str], _T]) -> _T | None:
         if raw is None:
             return None
         try:
             return parse(raw)
         except NotAValue as exc:
-            # "N/A (no PMA)" is the kernel saying there is no value, not a value gone bad
-            if exc.reason == "not available":
-                self._log_once(path, exc.reason, logging.INFO)
-            else:
-                self.parse_errors_total += 1
-                self._log_once(path, exc.reason, logging.WARNING)
+            self._not_a_value(path, exc)
             return None
+
+    def _not_a_value(self, path: str, exc: NotAValue) -> None:
+        # "N/A (no PMA)" is the kernel saying there is no value, not a value gone bad
+        if exc.reason == "not available":
+            self._log_once(path, exc.reason, logging.INFO)
+        else:
+            self.parse_errors_total += 1
+            self._log_once(path, exc.reason, logging.WARNING)
 
     def _parsed(self, path: str, parse: Callable[[str], _T]) -> _T | None:
         return self._parsed_text(path, self._raw(path), parse)

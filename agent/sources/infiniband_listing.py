@@ -20,7 +20,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.sources.infiniband_parse import EXTENDED_COUNTERS, HW_COUNTER_NOT_COUNTERS
+from agent.sources.infiniband_parse import (
+    EXTENDED_COUNTERS,
+    HW_COUNTER_NOT_COUNTERS,
+    READ_COUNTERS,
+)
 from agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus
 
 # The attributes read by name rather than found by listing; one missing at listing time
@@ -164,10 +168,11 @@ def _list_port(
     files: dict[str, str] = {}
     counters_dir = os.path.join(port_dir, "counters")
     for name in visible_files(counters_dir):
-        files[name] = os.path.join(counters_dir, name)
+        if name in READ_COUNTERS:
+            files[name] = os.path.join(counters_dir, name)
     ext_dir = os.path.join(port_dir, "counters_ext")
     for name in visible_files(ext_dir):
-        if name in EXTENDED_COUNTERS:
+        if EXTENDED_COUNTERS.get(name) in READ_COUNTERS:
             files[EXTENDED_COUNTERS[name]] = os.path.join(ext_dir, name)
     hw_dir = os.path.join(port_dir, "hw_counters")
     hw_files = {

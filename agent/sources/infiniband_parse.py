@@ -70,6 +70,20 @@ EXTENDED_COUNTERS: dict[str, str] = {
     "multicast_rcv_packets_64": "multicast_rcv_packets",
 }
 
+# The counters/ files a poll reads (by counter name, counters_ext applied): the ones a
+# series exports (data, packets, transmit wait, the error counters). unicast_* and
+# multicast_* packets are in no series, and an open/read of a sysfs counter is a PMA
+# query in the kernel: not read at all.
+READ_COUNTERS = frozenset(
+    {
+        "port_xmit_data",
+        "port_rcv_data",
+        "port_xmit_packets",
+        "port_rcv_packets",
+        *NARROW_COUNTER_BITS,
+    }
+)
+
 # hw_counters files that are settings, not counters: mlx5's `lifespan` is the counter
 # cache lifetime in milliseconds and is writable.
 HW_COUNTER_NOT_COUNTERS = frozenset({"lifespan"})
