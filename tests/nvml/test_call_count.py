@@ -2,7 +2,7 @@
 
 On a real node every NVML call is an ioctl into the driver, so the source reads every
 GPU-level value that has a field id through one nvmlDeviceGetFieldValues batch per GPU
-and keeps static readings between slow refreshes (reads.STATIC_REFRESH_S).
+and keeps static readings between slow refreshes (STATIC_REFRESH_S).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 from agent.sim.nvml import fields as sim_fields
 from agent.sim.nvml.abi import ERROR_NOT_SUPPORTED
-from agent.sources.nvml import NvmlSource, reads
+from agent.sources.nvml import NvmlSource
+from agent.sources.nvml.static import STATIC_REFRESH_S
 from tests.nvml.conftest import Node, NodeFactory
 from tests.nvml.helpers import poll
 
@@ -85,9 +86,13 @@ def test_static_readings_are_read_again_on_the_slow_cadence(node: NodeFactory) -
     poll(source, n.clock, WARM_POLLS)
     name = "nvmlDeviceGetPowerManagementDefaultLimit"
     assert _calls(n, source, COUNTED_POLLS)[(name, 0)] == 0
-    n.clock.advance(reads.STATIC_REFRESH_S)
+    n.clock.advance(STATIC_REFRESH_S)
     source.collect()
     assert n.lib.call_counts[(name, 0)] == 2  # the first poll's read, and the refresh
+    # identity and NVLink far ends too: read at start, then once more
+    links = len(n.lib.gpus[0].links)
+    assert n.lib.call_counts[("nvmlDeviceGetVbiosVersion", 0)] == 2
+    assert n.lib.call_counts[("nvmlDeviceGetNvLinkRemotePciInfo_v2", 0)] == 2 * links
 
 
 def test_the_benchmark_reports_the_figure_and_judges_it() -> None:

@@ -1,9 +1,14 @@
 """Field batching: many readings of one GPU in one nvmlDeviceGetFieldValues call.
 
-The NVLink counters (data TX/RX, state, speed, error counters) and the memory
-temperature and energy readings go through one nvmlDeviceGetFieldValues call per GPU:
-one ioctl into the driver for ~50-80 values, where the per-call functions cost one ioctl
-each (an H100 with 18 links would need ~130 round trips per poll for NVLink alone).
+The NVLink counters (data TX/RX, state, speed, error counters) and every GPU-level
+reading with a field id (GPU_FIELDS: memory temperature, energy, ECC totals, page
+retirement, remapped rows, PCIe replays, violation times) go through one
+nvmlDeviceGetFieldValues call per GPU: one ioctl into the driver for ~40-200 values,
+where the per-call functions cost one ioctl each (an H100 with 18 links would need ~130
+round trips per poll for NVLink alone). Readings without a field id, or whose field
+differs from the call (power draw: NVML_FI_DEV_POWER_INSTANT is not the averaged
+nvmlDeviceGetPowerUsage on every board; PCIe throughput: the fields are cumulative
+bytes, the call a KiB/s rate), stay on their calls.
 
 The readings are grouped in "families" (e.g. nvlink_tx: one field id per link). Each
 family is decided once per GPU from the first answer: "field" when the batch serves it,
@@ -21,12 +26,44 @@ from dataclasses import dataclass, field
 import pynvml
 
 from agent.sources.nvml.device import DOWN_CODES, Device, plain_number
+from agent.sources.nvml.samples import THROTTLE_POLICIES
 
 FIELD_MODE = "field"
 CALL_MODE = "call"
 
 #: (field id, scope id) pairs of one family; the scope is the link for per-link fields.
 FieldIds = Sequence[tuple[int, int]]
+
+
+#: The GPU-wide readings of the field batch (NVLink adds its per-link families). One
+#: family per value, so a field one board answers NotSupported falls back to its call
+#: alone (FieldBatch decides per family); each value equals its call's, unit for unit.
+GPU_FIELDS: dict[str, FieldIds] = {
+    "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
+    "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
+    # the same totals as nvmlDeviceGetTotalEccErrors(type, counter)
+    "ecc_sbe_vol": [(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0)],
+    "ecc_dbe_vol": [(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0)],
+    "ecc_sbe_agg": [(pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0)],
+    "ecc_dbe_agg": [(pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 0)],
+    # page counts, where nvmlDeviceGetRetiredPages costs two calls to list the pages
+    "retired_sbe": [(pynvml.NVML_FI_DEV_RETIRED_SBE, 0)],
+    "retired_dbe": [(pynvml.NVML_FI_DEV_RETIRED_DBE, 0)],
+    "retired_pending": [(pynvml.NVML_FI_DEV_RETIRED_PENDING, 0)],
+    # the four out-parameters of nvmlDeviceGetRemappedRows
+    "remapped_cor": [(pynvml.NVML_FI_DEV_REMAPPED_COR, 0)],
+    "remapped_unc": [(pynvml.NVML_FI_DEV_REMAPPED_UNC, 0)],
+    "remapped_pending": [(pynvml.NVML_FI_DEV_REMAPPED_PENDING, 0)],
+    "remapped_failure": [(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, 0)],
+    "pcie_replay": [(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, 0)],
+    # NVML_FI_DEV_PERF_POLICY_<policy> = 74 + NVML_PERF_POLICY_<policy> for policies 0-5
+    # (the ones exported): the violation time nvmlDeviceGetViolationStatus reports, in
+    # the same nanoseconds
+    **{
+        f"violation:{policy}": [(pynvml.NVML_FI_DEV_PERF_POLICY_POWER + policy, 0)]
+        for _, policy in THROTTLE_POLICIES
+    },
+}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import pynvml
 from agent.sources.nvml.device import Device, bus_key, error_name, plain_number, text
 from agent.sources.nvml.fields import FieldAnswers, FieldBatch, FieldIds
 from agent.sources.nvml.samples import NVLINK_ERROR_TYPES, NvLinkSample
+from agent.sources.nvml.static import STATIC_REFRESH_S
 from agent.sources.nvml.units import MBPS, int_or_none, kib
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,16 @@ class GpuLinks:
     def __init__(self) -> None:
         self.links: list[Link] | None = None  # None: not probed to the end yet
         self._probed_at = 0.0
+        # far-end info is static (cabling, NVSwitch trays): read until known, then again
+        # every STATIC_REFRESH_S, e.g. after a tray was recabled
+        self._remote_read_at: float | None = None
+        self._remote_due = True
 
     def refresh(self, dev: Device, now: float, reprobe_interval: float) -> None:
+        read_at = self._remote_read_at
+        self._remote_due = read_at is None or now - read_at >= STATIC_REFRESH_S
+        if self._remote_due:
+            self._remote_read_at = now
         if self.links is None or (not self.links and now - self._probed_at >= reprobe_interval):
             self._probed_at = now
             found = _discover(dev)
@@ -140,6 +149,8 @@ class GpuLinks:
         bus_to_index: Mapping[str, int],
     ) -> tuple[NvLinkSample, ...]:
         """This poll's sample of every link; `bus_to_index` names the GPUs at far ends."""
+        for link in self.links or []:
+            _read_remote(dev, link, bus_to_index, self._remote_due)
         return tuple(
             _read_link(dev, position, link, batch, answers, bus_to_index)
             for position, link in enumerate(self.links or [])
@@ -154,7 +165,6 @@ def _read_link(
     answers: FieldAnswers,
     bus_to_index: Mapping[str, int],
 ) -> NvLinkSample:
-    _read_remote(dev, link, bus_to_index)
     n = link.link
     bus = link.remote_pci_bus_id
     key = bus_key(bus) if bus else None
@@ -174,15 +184,18 @@ def _read_link(
     )
 
 
-def _read_remote(dev: Device, link: Link, bus_to_index: Mapping[str, int]) -> None:
-    """nvidia-smi nvlink -R: nvmlDeviceGetNvLinkRemoteDeviceType and ...RemotePciInfo."""
+def _read_remote(dev: Device, link: Link, bus_to_index: Mapping[str, int], due: bool) -> None:
+    """nvidia-smi nvlink -R: nvmlDeviceGetNvLinkRemoteDeviceType and ...RemotePciInfo,
+    while unknown and when `due`; a re-read that fails keeps the last answer."""
     n = link.link
-    if link.remote_type is None:
+    if link.remote_type is None or due:
         kind = dev.call(f"nvlink_remote_type:{n}", pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, n)
-        link.remote_type = _REMOTE_TYPES.get(kind) if kind is not None else None
-    if link.remote_pci_bus_id is None:
+        if kind is not None:
+            link.remote_type = _REMOTE_TYPES.get(kind)
+    if link.remote_pci_bus_id is None or due:
         pci = dev.call(f"nvlink_remote_pci:{n}", pynvml.nvmlDeviceGetNvLinkRemotePciInfo, n)
-        link.remote_pci_bus_id = (text(pci.busId) if pci is not None else "") or None
+        read = text(pci.busId) if pci is not None else ""
+        link.remote_pci_bus_id = read or link.remote_pci_bus_id
     # drivers without nvmlDeviceGetNvLinkRemoteDeviceType: a local GPU's bus id is
     # unambiguous, anything else is left unknown
     bus = link.remote_pci_bus_id

@@ -16,76 +16,20 @@ import psutil
 import pynvml
 
 from agent.sources.nvml.device import Device, plain_int, plain_number, text
-from agent.sources.nvml.fields import FieldAnswers, FieldBatch, FieldIds
+from agent.sources.nvml.fields import FieldAnswers, FieldBatch
 from agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
     GpuInfo,
     ProcessSample,
 )
+from agent.sources.nvml.static import Kept
 from agent.sources.nvml.units import NS_PER_S, int_or_none, kib, mhz, milli, percent
 
 #: GpuSample field name -> value, for one area of one GPU.
 Readings = dict[str, Any]
 
 MAX_PROCESSES = 8
-
-#: The GPU-wide readings of the field batch (NVLink adds its per-link families). One
-#: family per value, so a field one board answers NotSupported falls back to its call
-#: alone (FieldBatch decides per family); each value equals its call's, unit for unit.
-GPU_FIELDS: dict[str, FieldIds] = {
-    "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
-    "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
-    # the same totals as nvmlDeviceGetTotalEccErrors(type, counter)
-    "ecc_sbe_vol": [(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0)],
-    "ecc_dbe_vol": [(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0)],
-    "ecc_sbe_agg": [(pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0)],
-    "ecc_dbe_agg": [(pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 0)],
-    # page counts, where nvmlDeviceGetRetiredPages costs two calls to list the pages
-    "retired_sbe": [(pynvml.NVML_FI_DEV_RETIRED_SBE, 0)],
-    "retired_dbe": [(pynvml.NVML_FI_DEV_RETIRED_DBE, 0)],
-    "retired_pending": [(pynvml.NVML_FI_DEV_RETIRED_PENDING, 0)],
-    # the four out-parameters of nvmlDeviceGetRemappedRows
-    "remapped_cor": [(pynvml.NVML_FI_DEV_REMAPPED_COR, 0)],
-    "remapped_unc": [(pynvml.NVML_FI_DEV_REMAPPED_UNC, 0)],
-    "remapped_pending": [(pynvml.NVML_FI_DEV_REMAPPED_PENDING, 0)],
-    "remapped_failure": [(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, 0)],
-    "pcie_replay": [(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, 0)],
-    # NVML_FI_DEV_PERF_POLICY_<policy> = 74 + NVML_PERF_POLICY_<policy> for policies 0-5
-    # (the ones exported): the violation time nvmlDeviceGetViolationStatus reports, in
-    # the same nanoseconds
-    **{
-        f"violation:{policy}": [(pynvml.NVML_FI_DEV_PERF_POLICY_POWER + policy, 0)]
-        for _, policy in THROTTLE_POLICIES
-    },
-}
-
-#: How long a static reading (limits, thresholds, maxima) is kept before it is read
-#: again: they change only with a driver reload or an administrator's setting, so a
-#: slow refresh costs next to nothing and still catches e.g. a new default limit.
-STATIC_REFRESH_S = 600.0
-
-
-class Kept:
-    """Static readings (limits, thresholds, maxima): read until answered, then kept and
-    read again every STATIC_REFRESH_S, so they cost no NVML call on most polls. A refresh
-    that fails keeps the last answer (a series must not vanish for a missed re-read)."""
-
-    def __init__(self) -> None:
-        self._values: dict[str, tuple[float, float]] = {}  # key -> (value, read at)
-        self.now = 0.0  # the poll's clock, set by the source before each poll
-
-    def get(self, key: str, read: Callable[[], float | None]) -> float | None:
-        kept = self._values.get(key)
-        if kept is not None and self.now - kept[1] < STATIC_REFRESH_S:
-            return kept[0]
-        value = read()
-        if value is None:
-            if kept is None:
-                return None
-            value = kept[0]
-        self._values[key] = (value, self.now)
-        return value
 
 
 def _field_or_call(
@@ -95,18 +39,29 @@ def _field_or_call(
     return call() if batch.by_call(family) else answers.value(family)
 
 
-def identity(dev: Device, info: GpuInfo, driver_version: str, cuda_version: str) -> GpuInfo:
+def identity(
+    dev: Device, info: GpuInfo, driver_version: str, cuda_version: str, refresh: bool = False
+) -> GpuInfo:
     """name, uuid, pci.bus_id, serial, vbios_version: nvmlDeviceGetName, ...GetUUID,
-    ...GetPciInfo_v3, ...GetSerial, ...GetVbiosVersion; only those still unknown."""
-    if info.name and info.uuid and info.pci_bus_id and info.vbios:
+    ...GetPciInfo_v3, ...GetSerial, ...GetVbiosVersion; those still unknown, or all when
+    `refresh` (static values, re-read on the slow cadence; a failed re-read keeps the
+    last answer)."""
+    if not refresh and info.name and info.uuid and info.pci_bus_id and info.vbios:
         return info  # serial is left out: boards without one would be re-read forever
-    pci = dev.call("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
+
+    def read(old: str, key: str, fn: Callable[..., Any]) -> str:
+        return old if old and not refresh else text(dev.call(key, fn)) or old
+
+    pci_bus_id = info.pci_bus_id
+    if not pci_bus_id or refresh:
+        pci = dev.call("pci_info", pynvml.nvmlDeviceGetPciInfo_v3)
+        pci_bus_id = (text(pci.busId) if pci is not None else "") or pci_bus_id
     return GpuInfo(
-        name=info.name or text(dev.call("name", pynvml.nvmlDeviceGetName)),
-        uuid=info.uuid or text(dev.call("uuid", pynvml.nvmlDeviceGetUUID)),
-        pci_bus_id=info.pci_bus_id or (text(pci.busId) if pci is not None else ""),
-        serial=info.serial or text(dev.call("serial", pynvml.nvmlDeviceGetSerial)),
-        vbios=info.vbios or text(dev.call("vbios", pynvml.nvmlDeviceGetVbiosVersion)),
+        name=read(info.name, "name", pynvml.nvmlDeviceGetName),
+        uuid=read(info.uuid, "uuid", pynvml.nvmlDeviceGetUUID),
+        pci_bus_id=pci_bus_id,
+        serial=read(info.serial, "serial", pynvml.nvmlDeviceGetSerial),
+        vbios=read(info.vbios, "vbios", pynvml.nvmlDeviceGetVbiosVersion),
         driver_version=driver_version,
         cuda_version=cuda_version,
     )

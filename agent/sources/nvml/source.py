@@ -11,6 +11,7 @@ Where each reading comes from:
   gpm.py     GPU Performance Monitoring ratios (Hopper+)
   xid.py     the XID listener thread: NVML events and the kernel log (kmsg.py)
   units.py   NVML's units and the conversions to base units
+  static.py  static readings (limits, thresholds, maxima), kept between slow re-reads
 This module keeps the GPUs between polls: init with back-off, re-attach, close.
 """
 
@@ -38,10 +39,11 @@ from agent.sources.nvml.device import (
     system_call,
     text,
 )
-from agent.sources.nvml.fields import FieldBatch
+from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
 from agent.sources.nvml.gpm import GpmSampler
 from agent.sources.nvml.nvlink import GpuLinks
 from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES, GpuInfo, GpuSample, NvmlSample
+from agent.sources.nvml.static import STATIC_REFRESH_S, Kept
 from agent.sources.nvml.xid import XidListener
 from agent.sources.presence import PCI_VENDOR_NVIDIA, plural, scan_pci
 
@@ -60,8 +62,9 @@ class _GpuState:
     down: bool = False
     links: GpuLinks = field(default_factory=GpuLinks)
     fields: FieldBatch = field(default_factory=FieldBatch)
-    kept: reads.Kept = field(default_factory=reads.Kept)
+    kept: Kept = field(default_factory=Kept)
     gpm: GpmSampler | None = None
+    info_read_at: float | None = None  # when identity was last read in full
 
 
 class NvmlSource:
@@ -251,8 +254,15 @@ class NvmlSource:
         if state.device is None:
             return
         before = state.info
-        state.info = reads.identity(state.device, before, self._driver_version, self._cuda_version)
-        if state.info.pci_bus_id and not before.pci_bus_id:
+        now = self._clock()
+        read_at = state.info_read_at
+        due = read_at is None or now - read_at >= STATIC_REFRESH_S
+        if due:
+            state.info_read_at = now
+        state.info = reads.identity(
+            state.device, before, self._driver_version, self._cuda_version, refresh=due
+        )
+        if state.info.pci_bus_id != before.pci_bus_id:
             self._rebuild_bus_map()
 
     # --- one GPU -----------------------------------------------------------------------
@@ -293,7 +303,7 @@ class NvmlSource:
         dev = state.device
         assert dev is not None
         state.links.refresh(dev, self._clock(), self._reprobe_interval)
-        answers = state.fields.read(dev, {**reads.GPU_FIELDS, **state.links.field_families()})
+        answers = state.fields.read(dev, {**GPU_FIELDS, **state.links.field_families()})
         kept = state.kept
         kept.now = self._clock()
         readings: reads.Readings = {
