@@ -9,6 +9,7 @@ from pathlib import Path
 from types import FrameType
 
 import click
+import psutil
 
 from agent import logs
 from agent.cli import cli
@@ -94,7 +95,8 @@ from agent.sim.fleet_plan import (
     type=int,
     default=4,
     show_default=True,
-    help="Print the fleet's CPU use every this many intervals (0: never).",
+    help="Every this many intervals print the process's CPU (share of one core, simulator "
+    "included), RSS and polls done (0: never).",
 )
 @option(
     "--log-format",
@@ -224,29 +226,43 @@ def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
 def _wait(fleet: Fleet, stop: threading.Event, limit: float | None, stats_every: int) -> None:
     deadline = None if limit is None else time.monotonic() + limit
     period = fleet.interval * stats_every if stats_every > 0 else None
-    last_cpu, last_wall = time.process_time(), time.monotonic()
+    last_cpu, last_wall, last_polls = time.process_time(), time.monotonic(), _polls(fleet)
     while True:
         waits = [w for w in (period, deadline and deadline - time.monotonic()) if w is not None]
         if stop.wait(min(waits) if waits else None):
             return
         if deadline is not None and time.monotonic() >= deadline:
             return
-        cpu, wall = time.process_time(), time.monotonic()
-        down = sum(
-            1
-            for node in fleet.nodes
-            if node.listening and node.agent.poller.latest is not None
-            for status in node.agent.poller.latest.sources.values()
-            if not status.up
-        )
-        share = 100 * (cpu - last_cpu) / (wall - last_wall)
+        cpu, wall, polls = time.process_time(), time.monotonic(), _polls(fleet)
         click.echo(
-            f"fleet: {len(fleet.nodes)} nodes, CPU {share:.1f}% "
-            f"of one core over {wall - last_wall:.0f}s, ticks {fleet.tick_cpu_seconds:.2f}s CPU "
-            f"per round, {down} sources down",
-            err=True,
+            _stats_line(fleet, cpu - last_cpu, wall - last_wall, polls - last_polls), err=True
         )
-        last_cpu, last_wall = cpu, wall
+        last_cpu, last_wall, last_polls = cpu, wall, polls
+
+
+def _polls(fleet: Fleet) -> int:
+    """Polls every node's agent has completed so far (each snapshot is numbered)."""
+    return sum(
+        latest.sequence for node in fleet.nodes if (latest := node.agent.poller.latest) is not None
+    )
+
+
+def _stats_line(fleet: Fleet, cpu: float, wall: float, polls: int) -> str:
+    """The whole process's CPU over the last period as a share of one core (simulator,
+    agents and servers together), its RSS, and the polls done in the period."""
+    down = sum(
+        1
+        for node in fleet.nodes
+        if node.listening and node.agent.poller.latest is not None
+        for status in node.agent.poller.latest.sources.values()
+        if not status.up
+    )
+    rss_mb = psutil.Process().memory_info().rss / 1e6
+    return (
+        f"fleet: {len(fleet.nodes)} nodes, CPU {100 * cpu / wall:.1f}% "
+        f"of one core over {wall:.0f}s, RSS {rss_mb:.0f} MB, {polls} polls, "
+        f"ticks {fleet.tick_cpu_seconds:.2f}s CPU per round, {down} sources down"
+    )
 
 
 @cli.command("inventory")

@@ -51,7 +51,7 @@ from agent.sim.fleet_plan import (
     parse_repair_request,
     plan_fleet,
 )
-from agent.sim.node import SimulatedNode
+from agent.sim.node import SimulatedNode, scratch_dir
 from agent.sources.registry import build_sources
 from agent.threads import start_thread
 
@@ -230,7 +230,8 @@ class Fleet:
         # one library for the whole process; each node's threads find their own through
         # the context they were created in
         sim_nvml.install(sim_nvml.DispatchingNvml())
-        self._root = Path(tempfile.mkdtemp(prefix="nvwatch-fleet-"))
+        # tmpfs where there is one: every node rewrites its counters once per interval
+        self._root = Path(tempfile.mkdtemp(prefix="nvwatch-fleet-", dir=scratch_dir()))
         try:
             for spec in self.specs:
                 self.nodes.append(self._start_node(spec))
