@@ -13,6 +13,7 @@ from benchmarks.report.model import (
     target_cost,
     target_series,
 )
+from benchmarks.report.nvml_calls import nvml_calls_miss
 from benchmarks.report.verdicts import verdicts
 
 _RENDER_FIX = (
@@ -62,6 +63,7 @@ def misses_section(results: Results) -> str:
         _latency_miss(missed),
         _rss_miss(missed),
         _series_miss(results, missed),
+        nvml_calls_miss(missed),
     ]
     lines += [line for line in explained if line is not None]
     lines.append("")

@@ -41,3 +41,27 @@ def nvml_calls_section(results: Results) -> str:
         )
     lines.append("")
     return "\n".join(lines)
+
+
+# Why a profile can miss: boards without ECC, page retirement, row remapping or
+# violation counters (GeForce) never made those calls (NotSupported is remembered,
+# agent/sources/nvml/device.py), so the batch has little to take over from them.
+_MISS_CAUSE = (
+    ". Boards without ECC, page retirement, row remapping or violation counters "
+    "(GeForce) never made those calls (NotSupported is remembered), so the batch has "
+    "little to take over. What they still call has no field id that gives the same "
+    "value: utilization, memory, current clocks, GPU temperature, fan, power draw "
+    "(NVML_FI_DEV_POWER_INSTANT is not the averaged nvmlDeviceGetPowerUsage on every "
+    "board), the enforced limit (it moves with power capping, so it is not static), "
+    "PCIe throughput (the fields count bytes, the call gives a KiB/s rate), current "
+    "PCIe link, clock-event reasons and the process list (two calls: pynvml asks for "
+    "the count first)."
+)
+
+
+def nvml_calls_miss(missed: dict[str, Verdict]) -> str | None:
+    targets = [t for t in missed if "NVML calls per GPU per poll" in t]
+    if not targets:
+        return None
+    figures = "; ".join(f"{t}: {missed[t].figure}" for t in targets)
+    return "- **NVML calls**: " + figures + _MISS_CAUSE

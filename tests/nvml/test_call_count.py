@@ -104,3 +104,13 @@ def test_the_benchmark_reports_the_figure_and_judges_it() -> None:
     assert results.nvml_calls[0].batches_per_gpu_per_poll == 1
     assert [v.passed for v in nvml_calls_verdicts(results)] == [True]
     assert "| dgx1-v100 | 8 | **16.0** | 33 | 1 |" in nvml_calls_section(results)
+
+
+def test_a_missed_call_target_is_explained() -> None:
+    from benchmarks.nvml_calls import NvmlCalls
+    from benchmarks.report.misses import misses_section
+    from benchmarks.report.model import Results
+
+    calls = NvmlCalls("geforce-workstation", 4, 3, 17.0, 1.0, 18.5)
+    text = misses_section(Results(settings={}, nvml_calls=[calls]))
+    assert "- **NVML calls**: geforce-workstation NVML calls per GPU per poll" in text
