@@ -44,6 +44,7 @@ from benchmarks.scrape import (
     scrape_simulated_agent,
     scratch_logs,
 )
+from benchmarks.sim_cost import measure_fleet_cpu, measure_serve_cpu
 
 EXIT_NO_DRIVER = 2
 
@@ -63,6 +64,14 @@ class Settings:
     rss_warmup: int = 20
     rss_seconds: float = 150.0
     real_nvml: bool = False
+    # whole process, simulator included: serve at 1 s, and the seed's cluster as a fleet
+    serve_cpu_interval: float = 1.0
+    serve_cpu_seconds: float = 20.0
+    serve_cpu_warmup: float = 8.0
+    fleet_nodes: int = 124
+    fleet_profile: str = "dgx1-v100"
+    fleet_interval: float = 15.0
+    fleet_periods: int = 3  # judged periods of 2 intervals, after a start-up one
 
     @staticmethod
     def quick() -> Settings:
@@ -76,6 +85,11 @@ class Settings:
             rss_polls=200,
             rss_warmup=5,
             rss_seconds=25.0,
+            serve_cpu_seconds=3.0,
+            serve_cpu_warmup=2.0,
+            fleet_nodes=4,
+            fleet_interval=1.0,
+            fleet_periods=1,
         )
 
 
@@ -118,6 +132,21 @@ def collect(settings: Settings) -> Results:
         log(f"wrk against nvwatch serve --simulate {settings.scrape_profile}")
         results.scrape = scrape_simulated_agent(
             settings.scrape_profile, settings.connections, settings.wrk_seconds, logs
+        )
+        log(f"process CPU of serve --simulate {settings.scrape_profile}")
+        results.serve_cpu = measure_serve_cpu(
+            settings.scrape_profile,
+            settings.serve_cpu_interval,
+            settings.serve_cpu_seconds,
+            settings.serve_cpu_warmup,
+            logs,
+        )
+        log(f"simulated fleet: {settings.fleet_nodes} {settings.fleet_profile} nodes")
+        results.fleet_cpu = measure_fleet_cpu(
+            settings.fleet_nodes,
+            settings.fleet_profile,
+            settings.fleet_interval,
+            settings.fleet_periods,
         )
         log("node_exporter side by side on one frozen simulated tree")
         results.side_by_side = node_exporter_side_by_side(

@@ -17,6 +17,7 @@ from benchmarks.report.model import Machine, Results
 from benchmarks.report.nvml_calls import nvml_calls_section
 from benchmarks.report.real_gpu import real_nvml_section
 from benchmarks.report.serving import scrape_section, side_by_side_section
+from benchmarks.report.sim_cost import sim_cost_section
 from benchmarks.report.verdicts import verdicts
 
 # in document order; a section with nothing measured returns "" and is left out
@@ -27,6 +28,7 @@ _SECTIONS: tuple[Callable[[Results], str], ...] = (
     render_split_section,
     series_section,
     nvml_calls_section,
+    sim_cost_section,
     scrape_section,
     side_by_side_section,
     rss_section,

@@ -11,6 +11,7 @@ from benchmarks.poll_cost import PollCost, ProfileSplit, Quantiles, RenderSplit,
 from benchmarks.real_nvml import RealNvmlResult
 from benchmarks.rss import RssResult
 from benchmarks.scrape import ScrapeResult, SideBySide
+from benchmarks.sim_cost import FleetCpu, ServeCpu
 from benchmarks.wrk import WrkResult
 
 # The targets from the issue; each figure is judged against one of these.
@@ -48,6 +49,8 @@ class Results:
     side_by_side: SideBySide | None = None
     real_nvml: RealNvmlResult | None = None
     nvml_calls: list[NvmlCalls] = field(default_factory=list)
+    serve_cpu: ServeCpu | None = None
+    fleet_cpu: FleetCpu | None = None
     seconds: float = 0.0
 
 

@@ -18,6 +18,7 @@ from benchmarks.report.model import (
     target_series,
 )
 from benchmarks.report.nvml_calls import nvml_calls_verdicts
+from benchmarks.report.sim_cost import sim_cost_verdicts
 from benchmarks.rss import FLAT_TOLERANCE_MIB, MIB
 
 
@@ -30,6 +31,7 @@ def verdicts(results: Results) -> list[Verdict]:
         *_rss_verdicts(results),
         *_series_verdicts(results),
         *nvml_calls_verdicts(results),
+        *sim_cost_verdicts(results),
     ]
 
 

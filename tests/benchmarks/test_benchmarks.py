@@ -97,6 +97,11 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         rss_polls=5,
         rss_warmup=1,
         rss_seconds=30.0,
+        serve_cpu_seconds=2.0,
+        serve_cpu_warmup=1.0,
+        fleet_nodes=2,
+        fleet_interval=0.5,
+        fleet_periods=1,
     )
     results = collect(settings)
     text = render_markdown(results, MACHINE)
@@ -111,13 +116,15 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         "## Side by side: node_exporter's infiniband collector",
         "## Resident memory",
         "## Real GPUs",
+        "## Whole process, simulator included",
     ):
         assert heading in text
 
     # every target has a figure and a verdict
     judged = verdicts(results)
-    # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2, NVML calls
-    assert len(judged) == 8
+    # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2, NVML calls,
+    # serve process CPU, fleet CPU share
+    assert len(judged) == 10
     for verdict in judged:
         assert verdict.mark in ("PASS", "**MISS**")
 
@@ -146,6 +153,10 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
 
     assert results.rss is not None
     assert results.rss.polls == 5
+
+    assert results.serve_cpu is not None and results.serve_cpu.cpu_ms_per_s > 0
+    fleet = results.fleet_cpu
+    assert fleet is not None and fleet.nodes == 2 and fleet.share_pct > 0 and fleet.polls > 0
     assert results.rss.final_mib > 0
 
 
