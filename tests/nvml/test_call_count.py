@@ -13,7 +13,7 @@ import pynvml
 import pytest
 
 from agent.sim.nvml import fields as sim_fields
-from agent.sim.nvml.abi import ERROR_NOT_SUPPORTED
+from agent.sim.nvml.abi import ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED
 from agent.sources.nvml import NvmlSource
 from agent.sources.nvml.static import STATIC_REFRESH_S
 from tests.nvml.conftest import Node, NodeFactory
@@ -58,12 +58,14 @@ def test_calls_per_gpu_per_poll_are_half_of_before(
         assert counted[("nvmlDeviceGetFieldValues", gpu)] == COUNTED_POLLS
 
 
+@pytest.mark.parametrize("code", [ERROR_NOT_SUPPORTED, ERROR_INVALID_ARGUMENT])
 def test_a_field_answering_not_supported_falls_back_to_its_call_alone(
-    node: NodeFactory, monkeypatch: pytest.MonkeyPatch
+    node: NodeFactory, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    # an older driver: the batch succeeds, but this one entry says NotSupported
+    # an older driver: the batch succeeds, but this one entry says NotSupported (or
+    # InvalidArgument, for an id the driver does not know)
     field_id = pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL
-    monkeypatch.setitem(sim_fields.FIELDS, field_id, lambda gpu, scope: (ERROR_NOT_SUPPORTED, 0, 0))
+    monkeypatch.setitem(sim_fields.FIELDS, field_id, lambda gpu, scope: (code, 0, 0))
     n = node("dgx1-v100", scenario="ecc-dbe")
     source = n.source()
     poll(source, n.clock, WARM_POLLS)

@@ -12,8 +12,9 @@ bytes, the call a KiB/s rate), stay on their calls.
 
 The readings are grouped in "families" (e.g. nvlink_tx: one field id per link). Each
 family is decided once per GPU from the first answer: "field" when the batch serves it,
-"call" when every entry said NotSupported, the batch call itself is missing, or the
-family has no field id (the reader then uses the per-call function). The decision
+"call" when every entry said NotSupported (or InvalidArgument: an id the driver does
+not know), the batch call itself is missing, or the family has no field id (the reader
+then uses the per-call function). The decision
 sticks, so a counter never switches between two sources from one poll to the next (they
 need not agree, and a switch would look like a counter going backwards without a reset).
 """
@@ -30,6 +31,11 @@ from agent.sources.nvml.samples import THROTTLE_POLICIES
 
 FIELD_MODE = "field"
 CALL_MODE = "call"
+
+# An entry's answers that mean "this driver has no such field here": NotSupported, and
+# InvalidArgument, which a driver older than the field id may answer for an id it does
+# not know. Either way the call is the one to ask.
+_NO_FIELD = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT})
 
 #: (field id, scope id) pairs of one family; the scope is the link for per-link fields.
 FieldIds = Sequence[tuple[int, int]]
@@ -163,7 +169,7 @@ class FieldBatch:
             chunk = readings[position : position + len(ids)]
             position += len(ids)
             if family not in self._modes:
-                if all(r.status == pynvml.NVML_ERROR_NOT_SUPPORTED for r in chunk):
+                if all(r.status in _NO_FIELD for r in chunk):
                     self._modes[family] = CALL_MODE
                 elif any(r.status == pynvml.NVML_SUCCESS for r in chunk):
                     self._modes[family] = FIELD_MODE
