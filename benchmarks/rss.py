@@ -2,6 +2,13 @@
 
 Runs in its own process (`python -m benchmarks.rss`), so the RSS is the agent's alone and
 not that of the benchmark driver's other measurements; prints one JSON object.
+
+RSS alone cannot prove flatness: allocator arenas grow in steps and a leak of a few
+bytes per poll hides in them. So a second process (`--trace`) runs the same loop under
+tracemalloc and compares the allocation sites (file:line) live at poll polls/10 (1,000)
+with those live at the last poll (10,000): a site is growing when it holds more than
+GROW_KIB more and GROW_RATIO more than it did. It is a separate process because tracing
+slows every allocation and adds its own memory, which would distort the RSS figures.
 """
 
 from __future__ import annotations
@@ -13,11 +20,17 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+import tracemalloc
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from benchmarks.common import REPO_ROOT
+
+if TYPE_CHECKING:
+    from benchmarks.harness import Harness
 
 # MiB the RSS may grow over the second half of the loop and still be "flat": a leak of
 # ~200 bytes per poll would add 1 MiB over 5,000 polls. The first half is reported but not
@@ -28,6 +41,67 @@ FLAT_TOLERANCE_MIB = 1.0
 # (~30 ms on tmpfs) that would otherwise cut the number of polls the time budget allows
 FABRIC_EVERY = 10
 MIB = 1024 * 1024
+# A site is "growing" between the two snapshots when it holds more than GROW_KIB more
+# and more than GROW_RATIO times what it held (a new site: any size past GROW_KIB). A
+# leak of one small object (>= 16 bytes) per poll over 9,000 polls is > 140 KiB, far
+# past 32 KiB; caches and buffers that were already full at poll 1,000 move by a few
+# KiB as their contents are replaced, well within it.
+GROW_KIB = 32.0
+GROW_RATIO = 0.10
+TOP_SITES = 10
+# Sites under this prefix are the simulator's, reported apart and not judged.
+SIMULATOR_PREFIX = "agent/sim/"
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class SiteGrowth:
+    site: str  # file:line, relative to the repository or the library root
+    first_kib: float
+    last_kib: float
+    count_diff: int
+
+    @property
+    def diff_kib(self) -> float:
+        return self.last_kib - self.first_kib
+
+    @property
+    def growing(self) -> bool:
+        return self.diff_kib > GROW_KIB and self.diff_kib > GROW_RATIO * self.first_kib
+
+    @property
+    def simulator(self) -> bool:
+        """Allocated by the simulated node's own code: state a real node does not carry
+        (e.g. agent/sim/gpu_model.py's lru_cache of workload means, which fills up to its
+        maxsize of 4,096 entries over the first few thousand polls)."""
+        return self.site.startswith(SIMULATOR_PREFIX)
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """tracemalloc's allocation sites at two polls of one traced run."""
+
+    first_poll: int
+    last_poll: int
+    target_polls: int
+    first_kib: float  # all traced memory live at first_poll
+    last_kib: float
+    top: list[SiteGrowth]  # the TOP_SITES largest changes, either way
+    growing: list[SiteGrowth]  # every growing site, not only those in `top`
+    seconds: float
+
+    @property
+    def agent_growing(self) -> list[SiteGrowth]:
+        return [site for site in self.growing if not site.simulator]
+
+    @property
+    def simulator_growing(self) -> list[SiteGrowth]:
+        return [site for site in self.growing if site.simulator]
+
+    @property
+    def flat(self) -> bool:
+        """No site outside the simulator grows: the agent and the libraries it calls."""
+        return not self.agent_growing
 
 
 @dataclass(frozen=True)
@@ -40,6 +114,7 @@ class RssResult:
     peak_mib: float
     checkpoints: list[tuple[int, float]]  # (polls done, RSS MiB)
     seconds: float
+    trace: TraceResult | None = None
 
     @property
     def growth_mib(self) -> float:
@@ -74,10 +149,7 @@ def run_in_process(profile: str, polls: int, warmup: int, seconds: float) -> dic
         deadline = time.monotonic() + seconds
         done = 0
         while done < polls and time.monotonic() < deadline:
-            harness.clock.advance(5.0)  # NVML integrates lazily on its next call
-            if done % FABRIC_EVERY == 0:
-                harness.node.fabric.tick()
-            harness.poll(record=False)
+            _poll(harness, done)
             done += 1
             if done % every == 0:
                 checkpoints.append((done, _rss_mib()))
@@ -102,7 +174,86 @@ def run_in_process(profile: str, polls: int, warmup: int, seconds: float) -> dic
     }
 
 
-def measure_rss(profile: str, polls: int, warmup: int, seconds: float) -> RssResult:
+def _poll(harness: Harness, done: int) -> None:
+    harness.clock.advance(5.0)  # NVML integrates lazily on its next call
+    if done % FABRIC_EVERY == 0:
+        harness.node.fabric.tick()
+    harness.poll(record=False)
+
+
+def trace_in_process(profile: str, polls: int, warmup: int, seconds: float) -> dict[str, object]:
+    """The same loop under tracemalloc: snapshots at polls/10 and at the last poll."""
+    from benchmarks.harness import simulated_agent
+
+    started = time.monotonic()
+    first_at = max(1, polls // 10)
+    with simulated_agent(profile) as harness:
+        harness.run(0, warmup=warmup, time_limit=seconds)
+        gc.collect()
+        tracemalloc.start()
+        first: tracemalloc.Snapshot | None = None
+        deadline = time.monotonic() + seconds
+        done = 0
+        while done < polls and time.monotonic() < deadline:
+            _poll(harness, done)
+            done += 1
+            if done == first_at:
+                first = _snapshot()
+        last = _snapshot()
+        tracemalloc.stop()
+    if first is None:  # the time cap came before the first snapshot: nothing to compare
+        first, first_at = last, done
+    sites = [_site_growth(stat) for stat in last.compare_to(first, "lineno")]
+    return {
+        "first_poll": first_at,
+        "last_poll": done,
+        "target_polls": polls,
+        "first_kib": _total_kib(first),
+        "last_kib": _total_kib(last),
+        "top": [asdict(s) for s in sites[:TOP_SITES]],
+        "growing": [asdict(s) for s in sites if s.growing],
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _snapshot() -> tracemalloc.Snapshot:
+    # collect first: a cycle not yet collected is garbage, not a live allocation
+    gc.collect()
+    return tracemalloc.take_snapshot().filter_traces(
+        (
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+        )
+    )
+
+
+def _total_kib(snapshot: tracemalloc.Snapshot) -> float:
+    return sum(stat.size for stat in snapshot.statistics("filename")) / KIB
+
+
+def _site_growth(stat: tracemalloc.StatisticDiff) -> SiteGrowth:
+    frame = stat.traceback[0]
+    return SiteGrowth(
+        site=f"{_short(frame.filename)}:{frame.lineno}",
+        first_kib=(stat.size - stat.size_diff) / KIB,
+        last_kib=stat.size / KIB,
+        count_diff=stat.count_diff,
+    )
+
+
+def _short(filename: str) -> str:
+    """A path readers can find: relative to the repository, or from the package down."""
+    path = Path(filename)
+    if path.is_relative_to(REPO_ROOT):
+        return str(path.relative_to(REPO_ROOT))
+    parts = path.parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[parts.index(marker) + 1 :])
+    return "/".join(parts[-2:])
+
+
+def _worker(flag: str | None, profile: str, polls: int, warmup: int, seconds: float) -> Any:
     argv = [
         sys.executable,
         "-m",
@@ -111,13 +262,36 @@ def measure_rss(profile: str, polls: int, warmup: int, seconds: float) -> RssRes
         f"--polls={polls}",
         f"--warmup={warmup}",
         f"--seconds={seconds}",
+        *([flag] if flag else []),
     ]
     done = subprocess.run(
         argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=seconds + 120, check=False
     )
     if done.returncode != 0:
         raise RuntimeError(f"RSS worker failed ({done.returncode}): {done.stderr[-2000:]}")
-    raw = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _trace_result(raw: dict[str, Any]) -> TraceResult:
+    def sites(key: str) -> list[SiteGrowth]:
+        return [SiteGrowth(**site) for site in raw[key]]
+
+    return TraceResult(
+        first_poll=int(raw["first_poll"]),
+        last_poll=int(raw["last_poll"]),
+        target_polls=int(raw["target_polls"]),
+        first_kib=float(raw["first_kib"]),
+        last_kib=float(raw["last_kib"]),
+        top=sites("top"),
+        growing=sites("growing"),
+        seconds=float(raw["seconds"]),
+    )
+
+
+def measure_rss(profile: str, polls: int, warmup: int, seconds: float) -> RssResult:
+    """The RSS run, then the traced run (each in its own process, each `seconds` at most)."""
+    raw = _worker(None, profile, polls, warmup, seconds)
+    trace = _trace_result(_worker("--trace", profile, polls, warmup, seconds))
     return RssResult(
         profile=str(raw["profile"]),
         polls=int(raw["polls"]),
@@ -127,6 +301,7 @@ def measure_rss(profile: str, polls: int, warmup: int, seconds: float) -> RssRes
         peak_mib=float(raw["peak_mib"]),
         checkpoints=[(int(n), float(m)) for n, m in raw["checkpoints"]],
         seconds=float(raw["seconds"]),
+        trace=trace,
     )
 
 
@@ -136,8 +311,12 @@ def main() -> None:
     parser.add_argument("--polls", type=int, default=10_000)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--trace", action="store_true", help="compare tracemalloc sites instead of RSS"
+    )
     args = parser.parse_args()
-    result = run_in_process(args.profile, args.polls, args.warmup, args.seconds)
+    run = trace_in_process if args.trace else run_in_process
+    result = run(args.profile, args.polls, args.warmup, args.seconds)
     print(json.dumps(result))
 
 

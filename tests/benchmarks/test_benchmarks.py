@@ -153,6 +153,9 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
 
     assert results.rss is not None
     assert results.rss.polls == 5
+    trace = results.rss.trace
+    assert trace is not None and trace.last_poll == 5 and trace.top
+    assert "### Allocation sites, poll 1 vs poll 5" in text
 
     assert results.serve_cpu is not None and results.serve_cpu.cpu_ms_per_s > 0
     fleet = results.fleet_cpu
