@@ -119,6 +119,7 @@ class SimulatedFabric:
         self._writer = TreeWriter(self.root)
         self._structure_done = False
         self._hidden: set[str] = set()
+        self._port_paths: dict[tuple[str, str], Path] = {}
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -196,12 +197,21 @@ class SimulatedFabric:
         if not self._structure_done:
             write_structure(self._writer, self.profile, self.seed)
             self._structure_done = True
-        base = self.root / "class" / "infiniband"
         for device, port in self._ports.items():
             if not self._show(device, port.present(self._now)):
                 continue
             for relative, text in port.files(self._now).items():
-                self._writer.put(base / device / "ports" / "1" / relative, text)
+                self._writer.put(self._port_path(device, relative), text)
+
+    def _port_path(self, device: str, relative: str) -> Path:
+        # kept: building four-part paths for every file of every tick was most of a
+        # write on tmpfs (a fleet writes 124 trees per interval)
+        key = (device, relative)
+        path = self._port_paths.get(key)
+        if path is None:
+            path = self.root / "class" / "infiniband" / device / "ports" / "1" / relative
+            self._port_paths[key] = path
+        return path
 
     def _show(self, device: str, present: bool) -> bool:
         """Move a vanished HCA's class directory aside, and back when it returns.
