@@ -8,6 +8,7 @@ parser is tested with hypothesis over the formats the kernel can print.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -155,6 +156,12 @@ def counter_bits(name: str) -> int:
     return NARROW_COUNTER_BITS.get(name, COUNTER_BITS)
 
 
+@functools.lru_cache(maxsize=16)
+def _max_digits(bits: int) -> int:
+    # a handful of widths (4 to 64 bits): worked out once, not per counter read
+    return len(str(1 << bits))
+
+
 def parse_counter(text: str, bits: int = COUNTER_BITS) -> int:
     """A counter file: an unsigned decimal integer of at most `bits` bits and a newline.
 
@@ -173,7 +180,7 @@ def parse_counter(text: str, bits: int = COUNTER_BITS) -> int:
         raise NotAValue("not an integer")
     # the length test first: int() of thousands of digits is slow, and refused past 4300
     digits = value.lstrip("0") or "0"
-    if len(digits) > len(str(1 << bits)) or int(digits) >= 1 << bits:
+    if len(digits) > _max_digits(bits) or int(digits) >= 1 << bits:
         raise NotAValue(f"wider than {bits} bits")
     return int(digits)
 
@@ -191,6 +198,13 @@ def is_saturated(name: str, value: int) -> bool | None:
 _STATE_RE = re.compile(r"^\s*([0-9]{1,9})\s*:(.*)$", re.DOTALL)
 
 
+# state, phys_state and rate read the same few texts poll after poll: the parse of each
+# is kept (bounded; a parse that fails raises and is not kept), so a poll skips the
+# regular expressions and, for the rate, the exact rational arithmetic.
+_PARSED_TEXTS = 64
+
+
+@functools.lru_cache(maxsize=_PARSED_TEXTS)
 def parse_state(text: str) -> tuple[int, str]:
     """ports/N/state or phys_state: "4: ACTIVE", "5: LinkUp" -> (4, "ACTIVE").
 
@@ -221,6 +235,7 @@ _RATE_RE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=_PARSED_TEXTS)
 def parse_rate(text: str) -> Rate:
     """Kernel formats: "%d%s Gb/sec (%dX%s)" (%s is ".5" or "", then " EDR" etc. or ""),
     and "0 GB/sec" on a port with an empty cage. Bytes are exact: 2.5 Gb/s is
