@@ -14,10 +14,14 @@ prometheus_client as float64, like every Prometheus sample, so values above 2^53
 their low bits there (a byte counter reaches 2^53 after ~8 PB).
 
 Reads are cheap on purpose: the directory listing (devices, ports, counter files) and the
-GPU affinity are cached (agent/sources/infiniband_listing.py); a poll is then one listdir
-plus one open/read per counter file. Every open is non-blocking and refuses anything that
-is not a regular file (agent/sources/sysfs_read.py): a FIFO left where a counter was costs
-that counter, not the source.
+GPU affinity are cached (agent/sources/infiniband_listing.py), and so are the descriptive
+attributes (board_id, fw_ver, hca_type, node_guid, link_layer) until the next listing; a
+poll is then one listdir plus one open/read per exported counter file and per state,
+phys_state and rate (a DGX H100: 176 files). Counter files no series exports
+(unicast/multicast packets, hw_counters outside --ib-hw-counters) are never opened.
+Every open is non-blocking and refuses anything that is not a regular file
+(agent/sources/sysfs_read.py): a FIFO left where a counter was costs that counter, not
+the source.
 
 A value that is not a value (garbage, a number wider than its counter) is dropped and
 counted in `parse_errors_total`, exported as nvwatch_agent_parse_errors_total.
