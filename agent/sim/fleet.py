@@ -257,6 +257,8 @@ class Fleet:
             )
         except ValueError as exc:
             raise FleetError(f"node {spec.index} ({spec.name}): {exc}") from exc
+        # the fleet ticker advances every node's NVML, which wakes event waiters itself
+        sim.nvml.clock_poll_s = None
         config = AgentConfig(
             listen_host=self.listen_host,
             listen_port=spec.port,

@@ -71,6 +71,12 @@ class NvmlCore:
         self.clock = clock
         self._lock = threading.RLock()
         self._events_changed = threading.Condition(self._lock)
+        # How often an NVML event wait looks at the clock by itself. A clock that moves
+        # without any C call (wall time under `serve --simulate`, a test's manual clock)
+        # makes events only when someone looks; a driver of the clock that calls advance()
+        # itself (the simulated fleet's ticker) sets None, and waiters sleep until it does:
+        # 124 XID listeners polling every 50 ms cost a fleet a tenth of a core.
+        self.clock_poll_s: float | None = 0.05
         self._init_count = 0
         # (C function, GPU index or None for library-wide calls) -> times called: on a
         # real node each call is an ioctl into the driver, so tests and the benchmark

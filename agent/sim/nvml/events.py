@@ -79,8 +79,10 @@ class EventQueries(NvmlCore):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return ERROR_TIMEOUT
-                # wake early to notice an injected clock that moved without a C call
-                self._events_changed.wait(min(remaining, 0.05))
+                # wake early to notice an injected clock that moved without a C call,
+                # unless the clock's driver notifies waiters itself (clock_poll_s None)
+                poll = self.clock_poll_s
+                self._events_changed.wait(remaining if poll is None else min(remaining, poll))
 
     def _write_event(self, event: GpuEvent, out: Any) -> None:
         """Fill an nvmlEventData_t; the device is the handle nvmlDeviceGetHandle* gives."""
