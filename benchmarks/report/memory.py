@@ -113,7 +113,15 @@ def _simulator_note(trace: TraceResult) -> str:
 def _caveats(rss: RssResult) -> list[str]:
     out: list[str] = []
     # growth inside the tolerance but past half of it is too close to call from one run
-    if rss.flat and rss.second_half_growth_mib > FLAT_TOLERANCE_MIB / 2:
+    if rss.flat and rss.second_half_growth_mib > FLAT_TOLERANCE_MIB / 2 and rss.trace:
+        # the traced run below is the finer test: say which way it went
+        settled = "finds no site growing" if rss.trace.flat else "finds sites growing"
+        out.append(
+            f"The second half grew {rss.second_half_growth_mib * MIB / MB:.2f} MB, more "
+            "than half the tolerance: RSS alone cannot tell allocator arenas settling in "
+            f"steps from a slow leak; the allocation-site comparison below {settled}."
+        )
+    elif rss.flat and rss.second_half_growth_mib > FLAT_TOLERANCE_MIB / 2:
         out.append(
             f"**Borderline**: the second half grew "
             f"{rss.second_half_growth_mib * MIB / MB:.2f} MB, more than half the tolerance. "
