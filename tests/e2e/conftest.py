@@ -90,7 +90,9 @@ def mixin_config() -> MixinConfig:
     )
 
 
-@pytest.fixture(scope="session")
+# per module, not per session: its 17 agents would otherwise poll on through every later
+# e2e module (the restart matrix runs a fleet of its own) on the same two cores
+@pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     prometheus = require_tool("prometheus")
     alertmanager = require_tool("prometheus-alertmanager", "alertmanager")
