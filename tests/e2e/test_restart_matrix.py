@@ -303,7 +303,10 @@ def matrix_config() -> MixinConfig:
 # timings 10x too lenient: Alertmanager holds an alert 4 x resend-delay after the last
 # send (4 min in production, longer than a 2m for: and shorter than a 5m one), and
 # Prometheus restores an alert's `for` state after a restart only for a for: of at least
-# the grace period (10m by default). Production: the Prometheus defaults (deploy/).
+# the grace period (10m by default). Production is what deploy/ runs: the defaults. With
+# them an alert whose for: lies between 4 x resend-delay and the grace period (5m) is
+# pending again after a restart until Alertmanager has resolved it, then pages again; a
+# grace period no longer than the shortest for: (1m) restores it firing instead.
 PROMETHEUS_ALERT_FLAGS = (
     f"--rules.alert.resend-delay={60 / RULE_TIME_FACTOR:g}s",
     f"--rules.alert.for-grace-period={600 / RULE_TIME_FACTOR:g}s",
@@ -316,7 +319,7 @@ RESOLVE_MARGIN_S = 20.0
 # after a restart, how long resolve notifications get to arrive once every alert that
 # should fire is firing again in Prometheus
 NOTIFY_S = 5.0
-# least time the agents of (b) stay up before (c), so a resolve shows if it happens
+# least time after a restart before the next phase, so a resolve shows if it happens
 SETTLE_S = 10.0
 
 
