@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alerts.rules import Alert, alert_groups
+from alerts.rules.base import Kind
 from mixin.config import MixinConfig
 
 # XID codes an operator pages on, from NVIDIA's XID catalogue (hardware-facts.md).
@@ -75,13 +76,24 @@ def _summary_table(alerts: list[Alert]) -> list[str]:
     return lines
 
 
-def _runbook(a: Alert) -> list[str]:
+def _runbook(cfg: MixinConfig, a: Alert) -> list[str]:
+    clears = a.runbook.clears
+    if a.kind is Kind.CONDITION:
+        # the rule's keep_firing_for delays every resolution; a runbook that said
+        # "resolves at the next evaluation" would have on-call wait for nothing
+        clears += (
+            f" Like every condition alert it keeps firing {cfg.keep_firing_for} "
+            "(`keep_firing_for`) after its expression last held, so an agent restart or a "
+            "few failed scrapes do not resolve it; a repair shows as resolved that much later."
+        )
     return [
         "",
         f"### {a.name}",
         "",
         f"**Severity:** {a.severity.value} · **kind:** {a.kind.value} · "
-        f"**for:** {a.for_} · **summary:** {a.summary}",
+        f"**for:** {a.for_}"
+        + (f" · **keep_firing_for:** {cfg.keep_firing_for}" if a.kind is Kind.CONDITION else "")
+        + f" · **summary:** {a.summary}",
         "",
         "```promql",
         a.expr,
@@ -93,7 +105,7 @@ def _runbook(a: Alert) -> list[str]:
         "",
         f"**What to do.** {a.runbook.action}",
         "",
-        f"**How it clears.** {a.runbook.clears}",
+        f"**How it clears.** {clears}",
     ]
 
 
@@ -122,6 +134,6 @@ def render_docs(cfg: MixinConfig) -> str:
     for group in groups:
         lines += ["", f"## {group.title}"]
         for a in group.alerts:
-            lines += _runbook(a)
+            lines += _runbook(cfg, a)
     lines += _xid_table(cfg)
     return "\n".join(lines) + "\n"

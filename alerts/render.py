@@ -10,6 +10,7 @@ import yaml
 
 from alerts.recording import recording_groups
 from alerts.rules import Alert, alert_groups
+from alerts.rules.base import Kind
 from mixin.config import MixinConfig
 
 JsonDict = dict[str, Any]
@@ -35,6 +36,9 @@ def _prometheus_alert(cfg: MixinConfig, alert: Alert) -> JsonDict:
     rule: JsonDict = {"alert": alert.name, "expr": alert.expr}
     if alert.for_ != "0s":
         rule["for"] = alert.for_
+    if alert.kind is Kind.CONDITION:
+        # a scrape gap (agent restart) must not resolve a condition nobody repaired
+        rule["keep_firing_for"] = cfg.keep_firing_for
     rule["labels"] = {"severity": alert.severity.value}
     rule["annotations"] = {
         "summary": alert.summary,
@@ -133,6 +137,10 @@ def _grafana_rule(cfg: MixinConfig, alert: Alert) -> JsonDict:
         "noDataState": "OK",
         "execErrState": "Error",
         "for": alert.for_,
+        # No keep_firing_for: older Grafana versions' rule provisioning has no such field,
+        # so it is left out rather than risk a rejected import. A Grafana-managed condition
+        # may therefore resolve over a scrape gap; the Prometheus rules (what deploy/ and
+        # the restart matrix run) keep it firing.
         "labels": {"severity": alert.severity.value},
         "annotations": {
             "summary": alert.summary,

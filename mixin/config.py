@@ -164,6 +164,12 @@ class MixinConfig:
     for_default: str = "5m"
     # `for:` of capacity/efficiency signals (starvation, congestion).
     for_slow: str = "15m"
+    # `keep_firing_for:` of every condition alert (Prometheus 2.42+): a firing condition
+    # stays firing this long after its expression last returned it. A restarted agent
+    # (one failed scrape marks every series stale), a couple of failed scrapes or a
+    # missed evaluation would otherwise resolve a condition that was never repaired and
+    # page it again after its `for:`. A repaired condition resolves this much later.
+    keep_firing_for: str = "5m"
     # Window of every rate()/increase()/deriv() in the rules.
     rate_window: str = "5m"
     # How far back the event alerts (XIDs, IB link_downed) look for a counter's last

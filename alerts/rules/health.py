@@ -152,11 +152,14 @@ def row_remap_failure(cfg: MixinConfig) -> Alert:
 def gpu_down(cfg: MixinConfig) -> Alert:
     return Alert(
         "NvwatchGpuDown",
-        f"nvwatch_gpu_up{cfg.sel()} == 0",
+        # uuid aggregated away: a restarted agent reports the lost GPU it can no longer
+        # read with uuid="", and the alert must stay the same alert (no resolve, no new page)
+        f"max without (uuid) (nvwatch_gpu_up{cfg.sel()}) == 0",
         cfg.for_fast,
         Severity.CRITICAL,
         "GPU stopped answering NVML.",
-        f"{where_gpu(cfg)} does not answer NVML.",
+        f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.{cfg.instance_label} }}}} does not answer "
+        "NVML.",
         Runbook(
             "The agent knew the GPU but NVML now reports it lost or failing (GPU "
             "is lost, fallen off the bus). Its other series are gone.",

@@ -144,12 +144,17 @@ def temperature_rising_fast(cfg: MixinConfig) -> Alert:
 def power_capped(cfg: MixinConfig) -> Alert:
     return Alert(
         "NvwatchGpuPowerCapped",
-        f"nvwatch_gpu_clock_event_active{cfg.sel('reason=' + q('sw_power_cap'))} == 1",
+        # Held at the cap for most of the window, not in every poll: under a training
+        # load the driver drops the sw_power_cap flag for a single poll every 10-20 s
+        # while the cap lasts, and `== 1` resolved (and re-paged) on each dip.
+        f"avg_over_time(nvwatch_gpu_clock_event_active{cfg.sel('reason=' + q('sw_power_cap'))}"
+        f"[{cfg.rate_window}]) > 0.5",
         cfg.power_cap_for,
         Severity.WARNING,
         "GPU has been pinned at its power cap for a long time.",
         f"{where_gpu(cfg)} has held its clocks down at the software power cap for more than "
-        f"{cfg.power_cap_for}.",
+        f"{cfg.power_cap_for} ({{{{ $value | humanizePercentage }}}} of the polls in the "
+        f"last {cfg.rate_window}).",
         Runbook(
             "The GPU draws as much power as its enforced limit allows and the "
             "driver lowers clocks to stay under it. At TDP this is normal for "
@@ -160,8 +165,9 @@ def power_capped(cfg: MixinConfig) -> Alert:
             "If the limit is below TDP and that was not planned, restore it "
             "(`nvidia-smi -pl`). At TDP, it is a capacity signal for the review, "
             "not a fault.",
-            "Resolves when the driver stops reporting the power cap reason: the limit "
-            "was raised back, or the load fell below it.",
+            f"Resolves when the driver reports the power cap reason in at most half the "
+            f"polls of the last {cfg.rate_window}: the limit was raised back, or the load "
+            "fell below it.",
         ),
         Kind.CONDITION,
     )
