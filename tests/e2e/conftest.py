@@ -70,6 +70,10 @@ def mixin_config() -> MixinConfig:
         for_fast="12s",
         for_default="30s",
         for_slow="30s",
+        # 5m -> 30s would hold a repaired condition 30 s past its repair, longer than the
+        # matrix's resolve margin; 5 s still rides over the 1 s scrapes an agent restart
+        # misses
+        keep_firing_for="5s",
         # signals that are never set on a healthy simulated GPU may be shorter
         thermal_slowdown_for="10s",
         power_cap_for="10s",

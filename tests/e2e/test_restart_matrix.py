@@ -303,13 +303,14 @@ def matrix_config() -> MixinConfig:
 # timings 10x too lenient: Alertmanager holds an alert 4 x resend-delay after the last
 # send (4 min in production, longer than a 2m for: and shorter than a 5m one), and
 # Prometheus restores an alert's `for` state after a restart only for a for: of at least
-# the grace period (10m by default). Production is what deploy/ runs: the defaults. With
-# them an alert whose for: lies between 4 x resend-delay and the grace period (5m) is
-# pending again after a restart until Alertmanager has resolved it, then pages again; a
-# grace period no longer than the shortest for: (1m) restores it firing instead.
+# the grace period (10m by default). With that default an alert whose for: lies between
+# 4 x resend-delay and the grace period (5m) is pending again after a restart until
+# Alertmanager has resolved it, then pages again; a grace period no longer than the
+# shortest for: (1m) restores it firing instead, so deploy/ runs Prometheus with
+# --rules.alert.for-grace-period=1m and this runs its 10x scaled form.
 PROMETHEUS_ALERT_FLAGS = (
     f"--rules.alert.resend-delay={60 / RULE_TIME_FACTOR:g}s",
-    f"--rules.alert.for-grace-period={600 / RULE_TIME_FACTOR:g}s",
+    f"--rules.alert.for-grace-period={60 / RULE_TIME_FACTOR:g}s",
     f"--rules.alert.for-outage-tolerance={3600 / RULE_TIME_FACTOR:g}s",
 )
 # Scrape 1 s + evaluation 1 s + group_wait 1 s, two samples for a rate, and two shared
