@@ -275,7 +275,9 @@ class Fleet:
             # everything created in here (the poller's threads, the XID listener they
             # start) inherits this binding
             sim_nvml.bind(sim.nvml)
-            return Agent(config, build_sources(config))
+            # the NVML source's back-off on the fleet's time: a driver repaired at
+            # simulated minute 5 is retried in simulated, not real, minutes
+            return Agent(config, build_sources(config, clock=self.clock))
 
         agent = contextvars.Context().run(build)
         # building the agent started nothing, so a port in use leaves nothing to stop

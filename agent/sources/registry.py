@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.sources import Source
 
 
-def build_sources(config: AgentConfig) -> list[Source]:
+def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None) -> list[Source]:
+    """The sources `config` names. `clock` replaces the NVML source's monotonic clock (its
+    retry back-off, static refresh and GPM intervals): a simulated fleet passes its
+    simulated time, so a repaired driver is retried on the fleet's time scale."""
     sources: list[Source] = []
     nvml = None
     if "nvml" in config.sources:
@@ -20,6 +24,7 @@ def build_sources(config: AgentConfig) -> list[Source]:
             nvlink_detail=config.nvlink_detail,
             sysfs_root=config.sysfs_root,
             kmsg_path=kmsg_path(config),
+            clock=time.monotonic if clock is None else clock,
         )
         sources.append(nvml)
     if "infiniband" in config.sources:

@@ -173,3 +173,11 @@ def test_a_repair_file_repairs_a_running_fleet(tmp_path: Path) -> None:
         assert not requests.exists()  # taken
         with pytest.raises(FleetError, match="no node 3"):
             fleet.repair(3)
+
+
+def test_the_nvml_source_runs_on_the_fleets_clock() -> None:
+    # Its retry back-off (doubling to 300 s) decides when a repaired driver is seen: on the
+    # real clock a fleet at 10x would take ten times longer than the scenario says.
+    with Fleet(["dgx-station"], base_port=0, interval=INTERVAL, time_scale=TIME_SCALE) as fleet:
+        (nvml,) = [s for s in fleet.nodes[0].agent.sources if s.name == "nvml"]
+        assert nvml._clock is fleet.clock  # type: ignore[attr-defined]
