@@ -19,7 +19,7 @@ from benchmarks.report.model import (
 )
 from benchmarks.report.nvml_calls import nvml_calls_verdicts
 from benchmarks.report.sim_cost import sim_cost_verdicts
-from benchmarks.rss import FLAT_TOLERANCE_MIB, MIB
+from benchmarks.rss import FLAT_TOLERANCE_MIB, MIB, TraceResult
 
 
 def verdicts(results: Results) -> list[Verdict]:
@@ -107,6 +107,22 @@ def _rss_verdicts(results: Results) -> list[Verdict]:
             # a run cut short by its time cap has not shown flatness over the full count
             rss.flat and complete,
         ),
+        *_trace_verdicts(rss.trace),
+    ]
+
+
+def _trace_verdicts(trace: TraceResult | None) -> list[Verdict]:
+    """tracemalloc, site by site: flatness proven rather than read off an RSS curve."""
+    if trace is None:
+        return []
+    grown = ", ".join(f"{s.site} {s.diff_kib:+.0f} KiB" for s in trace.agent_growing[:3])
+    return [
+        Verdict(
+            f"no allocation site grows from poll {trace.first_poll:,} to {trace.last_poll:,} "
+            "(tracemalloc)",
+            grown or f"none of the agent's sites grew (of {trace.target_polls:,} polls)",
+            trace.flat and trace.last_poll >= trace.target_polls,
+        )
     ]
 
 

@@ -124,7 +124,7 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
     judged = verdicts(results)
     # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2, NVML calls,
     # serve process CPU, fleet CPU share
-    assert len(judged) == 10
+    assert len(judged) == 11
     for verdict in judged:
         assert verdict.mark in ("PASS", "**MISS**")
 
