@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from agent.catalogue import Scope, of_scope
 from agent.exposition.families import FamilySet
-from agent.exposition.series import emit_all
+from agent.exposition.series import emit_all, plans
 from agent.sources.host import HostSample
 
-_SPECS = of_scope(Scope.HOST)
+_PLANS = plans(of_scope(Scope.HOST))
 
 
 def render(sample: HostSample, out: FamilySet) -> None:
-    emit_all(_SPECS, [((), sample)], out)
+    emit_all(_PLANS, [((), sample)], out)

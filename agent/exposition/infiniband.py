@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from agent.catalogue import Scope, of_scope
 from agent.exposition.families import FamilySet
-from agent.exposition.series import emit_all
+from agent.exposition.series import emit_all, plans
 from agent.sources.infiniband import InfinibandSample
 
-_DEVICE_SPECS = of_scope(Scope.IB_DEVICE)
-_PORT_SPECS = of_scope(Scope.IB_PORT)
+_DEVICE_PLANS = plans(of_scope(Scope.IB_DEVICE))
+_PORT_PLANS = plans(of_scope(Scope.IB_PORT))
 
 
 def render(sample: InfinibandSample, out: FamilySet) -> None:
     # device identity is in the info family's own labels: no identity labels of its own
-    emit_all(_DEVICE_SPECS, [((), device) for device in sample.devices], out)
+    emit_all(_DEVICE_PLANS, [((), device) for device in sample.devices], out)
     ports = [((p.device, p.port), p) for d in sample.devices for p in d.ports]
-    emit_all(_PORT_SPECS, ports, out)
+    emit_all(_PORT_PLANS, ports, out)

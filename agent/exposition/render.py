@@ -24,7 +24,7 @@ from agent import __version__
 from agent.catalogue import Scope, of_scope
 from agent.exposition.client import registry_of as registry_of
 from agent.exposition.families import FamilySet
-from agent.exposition.series import emit_all
+from agent.exposition.series import emit_all, plans
 from agent.exposition.text import render_openmetrics, render_text
 from agent.poller import Snapshot
 
@@ -47,7 +47,7 @@ _RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
     "nvml": ("agent.sources.nvml.samples", "NvmlSample", "agent.exposition.gpu"),
     "infiniband": ("agent.sources.infiniband", "InfinibandSample", "agent.exposition.infiniband"),
 }
-_AGENT_SPECS = of_scope(Scope.AGENT, Scope.SOURCE)
+_AGENT_PLANS = plans(of_scope(Scope.AGENT, Scope.SOURCE))
 
 
 def _renderer(source: str) -> tuple[type, Renderer]:
@@ -96,8 +96,8 @@ def agent_families(snapshot: Snapshot, http: HttpState | None = None) -> FamilyS
         )
     agent = [((), state)]
     sources = [((name,), status) for name, status in snapshot.sources.items()]
-    for spec in _AGENT_SPECS:
-        emit_all((spec,), agent if spec.scope is Scope.AGENT else sources, out)
+    for compiled in _AGENT_PLANS:
+        emit_all((compiled,), agent if compiled[0].scope is Scope.AGENT else sources, out)
     return out
 
 

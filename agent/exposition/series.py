@@ -54,27 +54,18 @@ def label_text(value: object) -> str:
     return str(value)
 
 
-def plan(spec: MetricSpec) -> Plan:
-    """`spec` with its reader, compiled once per family."""
-    found = _PLANS.get(spec.name)
-    if found is None or found[0] is not spec:
-        found = _PLANS[spec.name] = (spec, _reader(spec))
-    return found
-
-
-_PLANS: dict[str, Plan] = {}
-
-
 def plans(specs: Iterable[MetricSpec]) -> tuple[Plan, ...]:
-    return tuple(plan(s) for s in specs)
+    """Each spec with its reader. Renderers compile their families once, at import, and
+    keep the result as a module constant: no cache to look things up in per poll."""
+    return tuple((spec, _reader(spec)) for spec in specs)
 
 
 def emit_all(
-    specs: Iterable[MetricSpec], objects: Sequence[tuple[Sequence[str], object]], out: FamilySet
+    compiled: Iterable[Plan], objects: Sequence[tuple[Sequence[str], object]], out: FamilySet
 ) -> None:
     """Catalogue order first, then object order: the family order a reader expects."""
     run = [(tuple(identity), obj) for identity, obj in objects]
-    for spec, reader in plans(specs):
+    for spec, reader in compiled:
         reader(run, out)
         if spec.always_declared:
             out.declare(spec)
