@@ -3,7 +3,7 @@ on Grafana's 24-column grid, and the template variables every dashboard shares."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,16 +134,24 @@ def variable(cfg: MixinConfig, name: str, label: str, *, multi: bool = True) -> 
     )
 
 
+# Adds one row of panels to the grid; a dashboard is a list of these, top to bottom.
+PanelRow = Callable[[Grid, MixinConfig], None]
+
+
 def dashboard(
     cfg: MixinConfig,
     uid: str,
     title: str,
     description: str,
-    grid: Grid,
+    rows: Sequence[PanelRow],
     variables: Sequence[g.Template],
     *,
     time_from: str = "now-6h",
 ) -> g.Dashboard:
+    """The dashboard whose panels `rows` lay out, top to bottom, on one grid."""
+    grid = Grid()
+    for add_panels in rows:
+        add_panels(grid, cfg)
     return g.Dashboard(
         title=title,
         uid=uid,

@@ -3,12 +3,19 @@ for deciding what is busy, what is idle and where headroom is left."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafanalib import core as g
 
 from dashboards import thresholds as t
-from dashboards.builder import Grid, Q, cluster_scope, dashboard, kwh_in_range, legend, variable
+from dashboards.builder import (
+    Grid,
+    PanelRow,
+    Q,
+    cluster_scope,
+    dashboard,
+    kwh_in_range,
+    legend,
+    variable,
+)
 from mixin.config import MixinConfig
 
 _MERGE = [{"id": "merge", "options": {}}]
@@ -169,7 +176,7 @@ def _energy(grid: Grid, cfg: MixinConfig) -> None:
 
 
 # Top to bottom, as the grid lays them out.
-_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+_PANELS: tuple[PanelRow, ...] = (
     _totals,
     _cluster_hbm_headroom,
     _utilization,
@@ -180,16 +187,13 @@ _PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
 
 
 def capacity_review(cfg: MixinConfig) -> g.Dashboard:
-    grid = Grid()
-    for add_panels in _PANELS:
-        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-capacity-review",
         "nvwatch / Capacity review (30d)",
         "Thirty days of utilization, memory, power and energy per node, for the capacity "
         "review: what is busy, what is idle, where headroom is left.",
-        grid,
+        _PANELS,
         [variable(cfg, cfg.cluster_label, "Cluster")],
         time_from="now-30d",
     )

@@ -6,8 +6,6 @@ never per-GPU raw series aggregated at query time, so it stays fast on thousands
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafanalib import core as g
 
 from dashboards import thresholds as t
@@ -15,6 +13,7 @@ from dashboards.builder import (
     HIDE_TIME_AND_VALUE,
     STACKED,
     Grid,
+    PanelRow,
     Q,
     cluster_scope,
     dashboard,
@@ -179,7 +178,7 @@ def _fabric(grid: Grid, cfg: MixinConfig) -> None:
 
 
 # Top to bottom, as the grid lays them out.
-_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+_PANELS: tuple[PanelRow, ...] = (
     _counts,
     _utilization_and_alert_count,
     _power_and_heat,
@@ -189,15 +188,12 @@ _PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
 
 
 def cluster_overview(cfg: MixinConfig) -> g.Dashboard:
-    grid = Grid()
-    for add_panels in _PANELS:
-        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-cluster-overview",
         "nvwatch / Cluster overview",
         "The state of the GPU fleet at a glance: nodes, GPUs, utilization, power, heat, "
         "throttling, alerts and fabric.",
-        grid,
+        _PANELS,
         [variable(cfg, cfg.cluster_label, "Cluster")],
     )

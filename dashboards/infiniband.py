@@ -3,14 +3,13 @@ state and rate, saturated counters and GPU affinity of the selected nodes' ports
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafanalib import core as g
 
 from dashboards import thresholds as t
 from dashboards.builder import (
     HIDE_TIME_AND_VALUE,
     Grid,
+    PanelRow,
     Q,
     dashboard,
     legend,
@@ -143,7 +142,7 @@ def _tables(grid: Grid, cfg: MixinConfig) -> None:
 
 
 # Top to bottom, as the grid lays them out.
-_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+_PANELS: tuple[PanelRow, ...] = (
     _throughput,
     _congestion_and_errors,
     _link,
@@ -152,16 +151,13 @@ _PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
 
 
 def infiniband(cfg: MixinConfig) -> g.Dashboard:
-    grid = Grid()
-    for add_panels in _PANELS:
-        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-infiniband",
         "nvwatch / InfiniBand fabric",
         "InfiniBand ports of the selected nodes: throughput against line rate, congestion, "
         "errors, link state and rate, saturated counters and GPU affinity.",
-        grid,
+        _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster"),
             variable(cfg, cfg.instance_label, "Node"),

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafanalib import core as g
 
 from dashboards import thresholds as t
-from dashboards.builder import Grid, Q, dashboard, node_matchers, rate, variable
+from dashboards.builder import Grid, PanelRow, Q, dashboard, node_matchers, rate, variable
 from mixin.config import MixinConfig
 
 _ACTIVE = [
@@ -243,7 +241,7 @@ def _infiniband_and_host(grid: Grid, cfg: MixinConfig) -> None:
 
 
 # Top to bottom, as the grid lays them out.
-_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+_PANELS: tuple[PanelRow, ...] = (
     _utilization_memory_power,
     _temperature_and_clocks,
     _throttling,
@@ -255,16 +253,13 @@ _PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
 
 
 def node(cfg: MixinConfig) -> g.Dashboard:
-    grid = Grid()
-    for add_panels in _PANELS:
-        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-node",
         "nvwatch / Node",
         "Every GPU of one node: utilization, memory, power, temperature, clocks, throttling, "
         "PCIe, ECC and XIDs, NVLink links and InfiniBand ports.",
-        grid,
+        _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster", multi=False),
             variable(cfg, cfg.instance_label, "Node", multi=False),

@@ -3,14 +3,13 @@ selected nodes' GPUs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafanalib import core as g
 
 from dashboards import thresholds as t
 from dashboards.builder import (
     HIDE_TIME_AND_VALUE,
     Grid,
+    PanelRow,
     Q,
     dashboard,
     legend,
@@ -133,7 +132,7 @@ def _peers(grid: Grid, cfg: MixinConfig) -> None:
 
 
 # Top to bottom, as the grid lays them out.
-_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
+_PANELS: tuple[PanelRow, ...] = (
     _traffic,
     _link_counts,
     _errors_and_load,
@@ -142,15 +141,12 @@ _PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (
 
 
 def nvlink(cfg: MixinConfig) -> g.Dashboard:
-    grid = Grid()
-    for add_panels in _PANELS:
-        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-nvlink",
         "nvwatch / NVLink fabric",
         "NVLink links of the selected nodes: traffic per link, links down, errors, peers.",
-        grid,
+        _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster"),
             variable(cfg, cfg.instance_label, "Node"),

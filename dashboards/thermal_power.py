@@ -3,14 +3,13 @@ power headroom of nodes, racks and the cluster (from the recording rules)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafanalib import core as g
 
 from dashboards import thresholds as t
 from dashboards.builder import (
     STACKED,
     Grid,
+    PanelRow,
     Q,
     cluster_scope,
     dashboard,
@@ -116,19 +115,16 @@ def _cluster_power(grid: Grid, cfg: MixinConfig) -> None:
 
 
 # Top to bottom, as the grid lays them out.
-_PANELS: tuple[Callable[[Grid, MixinConfig], None], ...] = (_heat, _headroom, _cluster_power)
+_PANELS: tuple[PanelRow, ...] = (_heat, _headroom, _cluster_power)
 
 
 def thermal_power(cfg: MixinConfig) -> g.Dashboard:
-    grid = Grid()
-    for add_panels in _PANELS:
-        add_panels(grid, cfg)
     return dashboard(
         cfg,
         "nvwatch-thermal-power",
         "nvwatch / Thermal & power",
         "Where the fleet is hot, how much time GPUs lose to throttling, and how much power "
         "headroom nodes, racks and the cluster have.",
-        grid,
+        _PANELS,
         [variable(cfg, cfg.cluster_label, "Cluster")],
     )
