@@ -7,10 +7,6 @@ import shutil
 
 import pytest
 
-# re-exported: tests import free_port from here; the one implementation lives with the
-# simulation tooling so benchmarks and the simulated stack use the same one
-from agent.sim.ports import free_port as free_port
-
 
 def require_tool(*names: str) -> str:
     """Path of the first tool found; in CI a missing tool fails the test, locally skips."""

@@ -17,7 +17,7 @@ import agent.cli as cli_module
 from agent.cli import cli
 from agent.config import AgentConfig, parse_listen
 from agent.durations import parse_duration
-from tests.conftest import free_port
+from agent.sim.ports import free_port
 
 NVWATCH = [sys.executable, "-m", "agent.cli"]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from agent.poller import Poller
+from agent.sim.ports import free_port
 from agent.sources.host import HostSource
-from tests.conftest import free_port
 
 
 class Injected(BaseException):

@@ -22,8 +22,8 @@ import pytest
 from agent.server import ServerLimits
 from agent.server import auth as auth_module
 from agent.server.auth import bcrypt_cost
+from agent.sim.ports import free_port
 from tests.agent.server_helpers import exchange, read_until_closed, serving, statuses, web_config
-from tests.conftest import free_port
 
 
 def _basic(user: bytes, password: bytes) -> str:

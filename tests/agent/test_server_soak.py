@@ -25,8 +25,8 @@ from pathlib import Path
 import bcrypt
 import psutil
 
+from agent.sim.ports import free_port
 from tests.agent.test_server_auth import _ATTACKER
-from tests.conftest import free_port
 
 SOAK_S = 30.0
 INTERVAL_S = 1.0
