@@ -56,12 +56,26 @@ def write_docs(path: Path, config: MixinConfig) -> Path:
     return path
 
 
-def build(out_dir: Path, config: MixinConfig, docs: Path | None) -> list[Path]:
-    """What `nvwatch alerts build` writes: the rule files, and the runbooks unless `docs`
-    is None."""
+def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
+    """The prometheus-operator PrometheusRule holding the same rule groups."""
+    from mixin.kubernetes import RULES_FILE, rules_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RULES_FILE
+    path.write_text(rules_text(config), encoding="utf-8")
+    return path
+
+
+def build(
+    out_dir: Path, config: MixinConfig, docs: Path | None, kubernetes: Path | None = None
+) -> list[Path]:
+    """What `nvwatch alerts build` writes: the rule files, the runbooks unless `docs` is
+    None, and the PrometheusRule manifest into `kubernetes` unless it is None."""
     written = write(out_dir, config)
     if docs is not None:
         written.append(write_docs(docs, config))
+    if kubernetes is not None:
+        written.append(write_kubernetes(kubernetes, config))
     return written
 
 
