@@ -228,10 +228,12 @@ def test_node_and_gpu_are_carried_between_node_and_nvlink(dashboards: dict[str, 
         bar = {_target_and_params(x["url"])[0]: x for x in by_uid[source]["links"]}
         carried = set(_sets(_target_and_params(bar[target]["url"])[1]))
         assert {"datasource", "cluster", "instance", "gpu"} <= carried
-    # the GPU carried over selects what the NVLink dashboard shows
+    # the GPU carried over selects the per-link series the NVLink dashboard shows
+    # (recording rules per node have no gpu label)
     for panel in by_uid["nvwatch-nvlink"]["panels"]:
         for target in panel["targets"]:
-            assert 'gpu=~"$gpu"' in target["expr"], panel["title"]
+            for selector in re.findall(r"(?<![:\w])nvwatch_nvlink_\w+\{[^}]*\}", target["expr"]):
+                assert 'gpu=~"$gpu"' in selector, panel["title"]
 
 
 def test_a_data_link_limited_to_one_query_names_a_query_of_its_panel(
