@@ -149,5 +149,8 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         nvlink_detail=params.get("nvlink_detail") or "link",
         ib_hw_counters=params.get("ib_hw_counters") or "default",
         kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
+        sim_process_file=(
+            Path(params["sim_process_file"]) if params.get("sim_process_file") else None
+        ),
         **extra,
     )
