@@ -86,9 +86,9 @@ def test_simulate_exec_child_sees_the_mig_devices() -> None:
         "m = n.nvmlDeviceGetMigDeviceHandleByIndex(h, 0); "
         "print(n.nvmlDeviceGetMigMode(h), n.nvmlDeviceGetName(m))"
     )
+    exec_args = ["simulate", "exec", "--profile", "dgx-h100", "--mig", "all:7g.80gb", "--"]
     done = subprocess.run(
-        [*NVWATCH, "simulate", "exec", "--profile", "dgx-h100", "--mig", "all:7g.80gb"]
-        + ["--", sys.executable, "-c", script],
+        [*NVWATCH, *exec_args, sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=60,
