@@ -17,6 +17,7 @@ from agent.exposition.gpu import NvLinkTotals
 from agent.exposition.render import AgentState
 from agent.poller import Snapshot, SourceStatus
 from agent.sim.profiles import PROFILES
+from agent.sources.attribution.model import Allocation
 from agent.sources.host import HostSample
 from agent.sources.infiniband import InfinibandDevice, InfinibandPort
 from agent.sources.nvml.samples import GpuSample, NvLinkSample, ProcessSample
@@ -26,6 +27,7 @@ from tests.agent.test_golden import render_profile
 _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.GPU: (GpuSample,),
     Scope.PROCESS: (ProcessSample,),
+    Scope.ALLOCATION: (Allocation,),
     Scope.NVLINK: (NvLinkSample, NvLinkTotals),
     Scope.IB_DEVICE: (InfinibandDevice,),
     Scope.IB_PORT: (InfinibandPort,),
