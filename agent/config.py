@@ -93,6 +93,8 @@ class AgentConfig:
     hpc_job_mapping_dir: Path | None = None
     kubelet_socket: Path = DEFAULT_KUBELET_SOCKET
     proc_root: Path = Path("/proc")
+    # with --simulate: a file of real processes the simulated GPUs report (process_file.py)
+    sim_process_file: Path | None = None
 
     @property
     def attribution_timeout(self) -> float:

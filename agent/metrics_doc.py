@@ -57,11 +57,13 @@ instances, which share their parent's `gpu`):
 
 ```promql
 # utilization of each GPU, with the job and user it is allocated to
-nvwatch_gpu_utilization_ratio * on(instance, gpu) group_left(job_id, user) nvwatch_gpu_allocation_info{scheduler="slurm"}
+nvwatch_gpu_utilization_ratio
+  * on(instance, gpu) group_left(job_id, user) nvwatch_gpu_allocation_info{scheduler="slurm"}
 # GPUs per user right now
 count by (user) (nvwatch_gpu_allocation_info)
 # the pods of a namespace and their GPUs' memory use
-nvwatch_gpu_memory_used_bytes * on(instance, gpu) group_left(pod, container) nvwatch_gpu_allocation_info{namespace="ml"}
+nvwatch_gpu_memory_used_bytes
+  * on(instance, gpu) group_left(pod, container) nvwatch_gpu_allocation_info{namespace="ml"}
 ```
 
 A GPU shared by several owners (two jobs in one mapping file, time-sliced pods) has one

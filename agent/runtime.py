@@ -19,6 +19,8 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
     if config.simulate is None:
         if config.scenarios:
             raise ConfigError("--scenario needs --simulate PROFILE")
+        if config.sim_process_file is not None:
+            raise ConfigError("--sim-process-file needs --simulate PROFILE")
         yield config
         return
     if config.sysfs_root != AgentConfig().sysfs_root:
@@ -30,6 +32,7 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
         )
     from agent.sim import nvml as sim_nvml
     from agent.sim.node import PollGridClock, SimulatedNode, grid_step
+    from agent.sim.process_file import ProcessFile
     from agent.sim.profiles import UnknownProfile
 
     try:
@@ -37,6 +40,8 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
         node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed, clock=clock)
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
+    if config.sim_process_file is not None:
+        node.nvml.process_file = ProcessFile(config.sim_process_file, node.profile.gpu_count)
     sim_nvml.install(node.nvml)
     # the tree is rewritten only for a reader: once per poll, and never without the
     # infiniband source (the NVML side integrates lazily, on each call)

@@ -11,6 +11,7 @@ from dashboards.builder import (
     Grid,
     PanelRow,
     Q,
+    cluster_scope,
     dashboard,
     legend,
     node_matchers,
@@ -141,8 +142,27 @@ def _tables(grid: Grid, cfg: MixinConfig) -> None:
     )
 
 
+def _racks(grid: Grid, cfg: MixinConfig) -> None:
+    c = cluster_scope(cfg)
+    rack = legend(cfg.rack_label)
+    grid.add(
+        "timeseries",
+        "Throughput per rack (leaf switch)",
+        "Bytes per second the nodes of each rack send and receive over IB, from the rack "
+        "recording rules. On a fat-tree a rack is a leaf switch: a rack far above its "
+        "siblings is where the uplinks saturate first.",
+        "Bps",
+        [
+            Q(f"rack:nvwatch_ib_port_transmit_bytes:rate{c}", rack + " tx"),
+            Q(f"rack:nvwatch_ib_port_receive_bytes:rate{c}", rack + " rx"),
+        ],
+        w=24,
+    )
+
+
 # Top to bottom, as the grid lays them out.
 _PANELS: tuple[PanelRow, ...] = (
+    _racks,
     _throughput,
     _congestion_and_errors,
     _link,

@@ -52,12 +52,15 @@ def _traffic(grid: Grid, cfg: MixinConfig) -> None:
 def _link_counts(grid: Grid, cfg: MixinConfig) -> None:
     sel = _sel(cfg)
     inst = cfg.instance_label
+    # the per-node recording rule: with every node selected this is a fleet-wide count
+    scope = "{" + ", ".join(node_matchers(cfg)) + "}"
     grid.add(
         "stat",
         "Links down",
-        "NVLink links NVML reports inactive. Any is NvwatchNvlinkDown.",
+        "NVLink links NVML reports inactive (as of the last rule evaluation, 1m). Any is "
+        "NvwatchNvlinkDown.",
         "none",
-        [Q(f"count(nvwatch_nvlink_up{sel} == 0) or vector(0)", "down", instant=True)],
+        [Q(f"sum(instance:nvwatch_nvlink_down:sum{scope}) or vector(0)", "down", instant=True)],
         w=6,
         h=8,
         steps=t.ANY_BAD,

@@ -66,6 +66,13 @@ def cli() -> None:
     type=click.Path(dir_okay=False),
     help="exporter-toolkit style YAML: TLS certificate and basic-auth users.",
 )
+@option(
+    "--sim-process-file",
+    type=click.Path(dir_okay=False),
+    metavar="PATH",
+    help="With --simulate: lines '<gpu index> <pid> [<memory MiB>]' naming real processes "
+    "the simulated GPUs report (re-read when it changes; dead pids dropped).",
+)
 @source_options
 def serve_command(**params: Any) -> None:
     """Poll the sources on an interval and serve /metrics."""

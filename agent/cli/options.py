@@ -198,6 +198,9 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         ),
         kubelet_socket=Path(params.get("kubelet_socket") or DEFAULT_KUBELET_SOCKET),
         proc_root=Path(params.get("proc_root") or "/proc"),
+        sim_process_file=(
+            Path(params["sim_process_file"]) if params.get("sim_process_file") else None
+        ),
         **extra,
     )
     check_attribution(config)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pynvml
 
-from agent.sim import scenarios
+from agent.sim import process_file, scenarios
 from agent.sim.nvml.installation import install
 from agent.sim.nvml.library import SimulatedNvml
 from agent.sim.profiles import get_profile
@@ -55,5 +55,7 @@ def install_from_environment(environ: Mapping[str, str] = os.environ) -> Simulat
         scenario=environ.get("NVWATCH_SIMULATE_SCENARIO") or None,
         seed=int(environ.get("NVWATCH_SIMULATE_SEED", "0")),
     )
+    # real processes the caller says use the GPUs (the variable passes through to the child)
+    lib.process_file = process_file.from_environment(lib.profile.gpu_count, environ)
     install(lib)
     return lib

@@ -17,11 +17,20 @@ from agent.sim.nvml.abi import (
     set_out,
 )
 from agent.sim.nvml.core import NvmlCore, device_call
+from agent.sim.process_file import ProcessFile
 
 _TRAINING_PID_BASE = 20000
 
 
+# usedGpuMemory of a process whose memory is not known (pynvml reads it as None)
+_MEMORY_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
 class MemoryQueries(NvmlCore):
+    # Real processes that also use the GPUs (`--sim-process-file`, NVWATCH_SIM_PROCESS_FILE),
+    # set by whoever builds the library: `agent.runtime`, `simulate exec`'s child.
+    process_file: ProcessFile | None = None
+
     @device_call
     def nvmlDeviceGetUtilizationRates(self, gpu: SimulatedGpu, utilization: Any) -> int:
         util = deref(utilization)
@@ -79,14 +88,18 @@ class MemoryQueries(NvmlCore):
 
     # --- processes -------------------------------------------------------------------
 
-    def _processes(self, gpu: SimulatedGpu) -> list[tuple[int, int]]:
-        """(pid, bytes) of the compute processes: one job worker per GPU."""
+    def _processes(self, gpu: SimulatedGpu) -> list[tuple[int, int | None]]:
+        """(pid, bytes or None) of the compute processes: one job worker per busy GPU, and
+        the real processes the process file puts on it."""
+        procs: list[tuple[int, int | None]] = []
         held = gpu.process_memory_bytes
-        if not held:
-            return []
-        return [(_TRAINING_PID_BASE + 1000 * (self.seed % 40) + gpu.index, held)]
+        if held:
+            procs.append((_TRAINING_PID_BASE + 1000 * (self.seed % 40) + gpu.index, held))
+        if self.process_file is not None:
+            procs += self.process_file.processes(gpu.index, self._time)
+        return procs
 
-    def _write_processes(self, procs: list[tuple[int, int]], count: Any, infos: Any) -> int:
+    def _write_processes(self, procs: list[tuple[int, int | None]], count: Any, infos: Any) -> int:
         available = as_int(deref(count))
         set_out(count, len(procs))
         if infos is None or available < len(procs):
@@ -94,7 +107,7 @@ class MemoryQueries(NvmlCore):
         array = deref(infos)
         for i, (pid, used) in enumerate(procs):
             array[i].pid = pid
-            array[i].usedGpuMemory = used
+            array[i].usedGpuMemory = _MEMORY_NOT_AVAILABLE if used is None else used
             array[i].gpuInstanceId = NO_INSTANCE
             array[i].computeInstanceId = NO_INSTANCE
         return SUCCESS
