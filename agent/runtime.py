@@ -37,7 +37,14 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
 
     try:
         clock = PollGridClock(grid_step(config.interval))
-        node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed, clock=clock)
+        # one agent, maybe watched with nvitop: real pids for the simulated job's workers
+        node = SimulatedNode(
+            config.simulate,
+            config.scenarios,
+            seed=config.seed,
+            clock=clock,
+            worker_processes=True,
+        )
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     if config.sim_process_file is not None:

@@ -18,6 +18,7 @@ from dashboards.builder import (
     rate,
     variable,
 )
+from dashboards.links import INFINIBAND, NODE, DataLink, carry, from_label, label_value
 from mixin.config import MixinConfig
 
 _STATES = [
@@ -52,6 +53,13 @@ def _throughput(grid: Grid, cfg: MixinConfig) -> None:
         "Bytes per second each port sends and receives.",
         "Bps",
         [Q(tx, port + " tx"), Q(rx, port + " rx")],
+        links=[
+            DataLink(
+                NODE,
+                f"Node dashboard of {label_value(cfg.instance_label)}",
+                (carry("cluster"), from_label("instance", cfg.instance_label)),
+            )
+        ],
     )
     grid.add(
         "timeseries",
@@ -173,7 +181,7 @@ _PANELS: tuple[PanelRow, ...] = (
 def infiniband(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-infiniband",
+        INFINIBAND,
         "nvwatch / InfiniBand fabric",
         "InfiniBand ports of the selected nodes: throughput against line rate, congestion, "
         "errors, link state and rate, saturated counters and GPU affinity.",

@@ -17,11 +17,25 @@ from dashboards.builder import (
     rate,
     variable,
 )
+from dashboards.links import NODE, NVLINK, DataLink, carry, from_label, label_value
 from mixin.config import MixinConfig
 
 
 def _sel(cfg: MixinConfig) -> str:
-    return cfg.sel(*node_matchers(cfg))
+    return cfg.sel(*node_matchers(cfg), 'gpu=~"$gpu"')
+
+
+def _to_node(cfg: MixinConfig) -> DataLink:
+    """From a series of one GPU of one node to the node dashboard showing that GPU."""
+    return DataLink(
+        NODE,
+        f"Node dashboard of {label_value(cfg.instance_label)}, GPU {label_value('gpu')}",
+        (
+            carry("cluster"),
+            from_label("instance", cfg.instance_label),
+            from_label("gpu", "gpu"),
+        ),
+    )
 
 
 def _link_legend(cfg: MixinConfig) -> str:
@@ -80,6 +94,7 @@ def _link_counts(grid: Grid, cfg: MixinConfig) -> None:
         ],
         w=18,
         h=8,
+        links=[_to_node(cfg)],
         steps=t.nvlinks_per_gpu(cfg),
         min_=0,
     )
@@ -101,6 +116,7 @@ def _errors_and_load(grid: Grid, cfg: MixinConfig) -> None:
             )
         ],
         steps=t.above(cfg.nvlink_error_rate_per_second),
+        links=[_to_node(cfg)],
     )
     grid.add(
         "timeseries",
@@ -115,6 +131,7 @@ def _errors_and_load(grid: Grid, cfg: MixinConfig) -> None:
             )
         ],
         steps=t.load(cfg),
+        links=[_to_node(cfg)],
         min_=0,
         max_=1,
     )
@@ -146,13 +163,14 @@ _PANELS: tuple[PanelRow, ...] = (
 def nvlink(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-nvlink",
+        NVLINK,
         "nvwatch / NVLink fabric",
         "NVLink links of the selected nodes: traffic per link, links down, errors, peers.",
         _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster"),
             variable(cfg, cfg.instance_label, "Node"),
+            variable(cfg, "gpu", "GPU"),
         ],
         time_from="now-3h",
     )

@@ -41,15 +41,20 @@ def simulate_exec(profile: str, scenario: str | None, command: tuple[str, ...]) 
     Any pynvml-based tool or script in COMMAND sees the simulated GPUs, e.g.
     `nvwatch simulate exec --profile dgx-h100 -- python my_script.py`.
     """
+    from agent.sim import workers
     from agent.sim.nvml import exec_environment
+    from agent.sim.nvml.exec_env import simulated_job
 
     try:
         get_profile(profile)
     except UnknownProfile as exc:
         raise click.BadParameter(str(exc), param_hint="--profile") from exc
     env = {**os.environ, **exec_environment(profile, scenario)}
-    try:
-        completed = subprocess.run(list(command), env=env, check=False)
-    except FileNotFoundError as exc:
-        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
+    # real pids for the simulated job, so process viewers find them; gone when we are
+    with simulated_job(profile, scenario) as job:
+        env[workers.ENV_VAR] = workers.to_environment(job.pids)
+        try:
+            completed = subprocess.run(list(command), env=env, check=False)
+        except FileNotFoundError as exc:
+            raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
     sys.exit(completed.returncode)

@@ -27,6 +27,7 @@ from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
 from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
+from agent.sim.workers import WorkerProcesses, busy_gpus
 from agent.sim.workload import Workload
 from agent.threads import start_thread
 
@@ -104,7 +105,10 @@ class SimulatedNode:
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sysfs_root: Path | None = None,
+        worker_processes: bool = False,
     ) -> None:
+        """`worker_processes`: start a real process per busy GPU for the simulated job's
+        worker (agent/sim/workers.py); a fleet's nodes leave it off."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
@@ -137,6 +141,10 @@ class SimulatedNode:
         self.kernel_log = SimulatedKernelLog(self.profile, clock)
         self.nvml.event_sinks.append(self.kernel_log.on_event)
         self.kmsg_path = self.kernel_log.path
+        self.workers = WorkerProcesses(
+            self.profile.name, busy_gpus(self.nvml) if worker_processes else ()
+        )
+        self.nvml.worker_pids = self.workers.pids
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -197,3 +205,4 @@ class SimulatedNode:
         if self._owns_root:
             shutil.rmtree(self.sysfs_root, ignore_errors=True)
         self.kernel_log.close()
+        self.workers.close()

@@ -2,6 +2,8 @@
 
 `exec_environment()` puts `agent/sim/pynvml_shim` first on the child's PYTHONPATH; its
 sitecustomize calls `install_from_environment()` before the child's own code runs.
+`simulated_job()` starts the real processes that stand for the simulated job's workers,
+once for the whole command: every pynvml process it runs reports the same pids.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pynvml
 
-from agent.sim import process_file, scenarios
+from agent.sim import process_file, scenarios, workers
 from agent.sim.nvml.installation import install
 from agent.sim.nvml.library import SimulatedNvml
 from agent.sim.profiles import get_profile
@@ -45,6 +47,13 @@ def exec_environment(
     return env
 
 
+def simulated_job(profile: str, scenario: str | None = None) -> workers.WorkerProcesses:
+    """One worker process per GPU the simulated job keeps busy (close() when done);
+    its pids go to the command in NVWATCH_SIM_WORKER_PIDS."""
+    lib = SimulatedNvml(profile, scenario=scenario)
+    return workers.WorkerProcesses(profile, workers.busy_gpus(lib))
+
+
 def install_from_environment(environ: Mapping[str, str] = os.environ) -> SimulatedNvml | None:
     """Install a SimulatedNvml described by NVWATCH_SIMULATE* (used by the exec shim)."""
     profile = environ.get("NVWATCH_SIMULATE")
@@ -55,7 +64,9 @@ def install_from_environment(environ: Mapping[str, str] = os.environ) -> Simulat
         scenario=environ.get("NVWATCH_SIMULATE_SCENARIO") or None,
         seed=int(environ.get("NVWATCH_SIMULATE_SEED", "0")),
     )
-    # real processes the caller says use the GPUs (the variable passes through to the child)
+    # the job workers `simulate exec` started, and real processes the caller says use the
+    # GPUs (that variable passes through from the caller's environment)
+    lib.worker_pids = workers.from_environment(environ)
     lib.process_file = process_file.from_environment(lib.profile.gpu_count, environ)
     install(lib)
     return lib
