@@ -98,6 +98,13 @@ def source_options(func: F) -> F:
         ),
         option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
         option(
+            "--mig",
+            metavar="LAYOUT",
+            help="With --simulate: partition GPUs with MIG, GPUS:PROFILE,...[;GPUS:...], "
+            "e.g. all:3g.40gb,3g.40gb or 0-3:7g.80gb;4-7:1g.10gb*7 (none: MIG on, no "
+            "instances; pending: on after a reset).",
+        ),
+        option(
             "--nvlink-detail",
             type=click.Choice(NVLINK_DETAIL_CHOICES),
             default="link",
@@ -198,6 +205,7 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         ),
         kubelet_socket=Path(params.get("kubelet_socket") or DEFAULT_KUBELET_SOCKET),
         proc_root=Path(params.get("proc_root") or "/proc"),
+        mig=params.get("mig") or None,
         sim_process_file=(
             Path(params["sim_process_file"]) if params.get("sim_process_file") else None
         ),

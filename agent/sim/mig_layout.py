@@ -182,3 +182,12 @@ def gpu_instance_id(profile: GpuInstanceProfile, start: int) -> int:
     size = profile.placement_size
     first_id = {8: 0, 4: 1, 2: 3, 1: 7}[size]
     return first_id + start // size
+
+
+def checked_layout(text: str, gpu_names: Sequence[str]) -> dict[int, GpuMigPlan]:
+    """`text` parsed for a node with these GPUs, each GPU's instances placed once to
+    prove it fits: MigLayoutError before anything is built."""
+    plans = parse_layout(text, len(gpu_names))
+    for index, plan in plans.items():
+        place(plan, gpu_names[index], index)
+    return plans

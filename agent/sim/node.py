@@ -23,6 +23,7 @@ from agent.config import ScenarioSpec
 from agent.sim import node_scenarios
 from agent.sim.fabric import SimulatedFabric
 from agent.sim.kmsg import SimulatedKernelLog
+from agent.sim.mig_layout import checked_layout
 from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
 from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
@@ -106,13 +107,17 @@ class SimulatedNode:
         clock: Callable[[], float] = time.monotonic,
         sysfs_root: Path | None = None,
         worker_processes: bool = False,
+        mig: str | None = None,
     ) -> None:
         """`worker_processes`: start a real process per busy GPU for the simulated job's
-        worker (agent/sim/workers.py); a fleet's nodes leave it off."""
+        worker (agent/sim/workers.py); a fleet's nodes leave it off. `mig`: a --mig
+        layout (agent/sim/mig_layout.py); None: MIG off on every GPU."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
         specs = node_scenarios.checked(self.profile, scenarios)  # before anything is made
+        gpu_names = [model.name for model in self.profile.gpus]
+        mig_plans = checked_layout(mig, gpu_names) if mig else None
         self.workload = Workload(kind=node_scenarios.node_workload(specs), seed=seed)
         self.nvml = SimulatedNvml(
             self.profile,
@@ -120,6 +125,7 @@ class SimulatedNode:
             workload=self.workload,
             seed=seed,
             clock=clock,
+            mig=mig_plans,
         )
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
