@@ -19,6 +19,10 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
     if config.simulate is None:
         if config.scenarios:
             raise ConfigError("--scenario needs --simulate PROFILE")
+        if config.mig:
+            raise ConfigError(
+                "--mig needs --simulate PROFILE (real GPUs are partitioned with nvidia-smi mig)"
+            )
         if config.sim_process_file is not None:
             raise ConfigError("--sim-process-file needs --simulate PROFILE")
         yield config
@@ -37,7 +41,15 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
 
     try:
         clock = PollGridClock(grid_step(config.interval))
-        node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed, clock=clock)
+        # one agent, maybe watched with nvitop: real pids for the simulated job's workers
+        node = SimulatedNode(
+            config.simulate,
+            config.scenarios,
+            seed=config.seed,
+            clock=clock,
+            worker_processes=True,
+            mig=config.mig,
+        )
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     if config.sim_process_file is not None:

@@ -95,6 +95,13 @@ def source_options(func: F) -> F:
         ),
         option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
         option(
+            "--mig",
+            metavar="LAYOUT",
+            help="With --simulate: partition GPUs with MIG, GPUS:PROFILE,...[;GPUS:...], "
+            "e.g. all:3g.40gb,3g.40gb or 0-3:7g.80gb;4-7:1g.10gb*7 (none: MIG on, no "
+            "instances; pending: on after a reset).",
+        ),
+        option(
             "--nvlink-detail",
             type=click.Choice(NVLINK_DETAIL_CHOICES),
             default="link",
@@ -149,6 +156,7 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         nvlink_detail=params.get("nvlink_detail") or "link",
         ib_hw_counters=params.get("ib_hw_counters") or "default",
         kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
+        mig=params.get("mig") or None,
         sim_process_file=(
             Path(params["sim_process_file"]) if params.get("sim_process_file") else None
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pynvml
@@ -30,6 +32,9 @@ class MemoryQueries(NvmlCore):
     # Real processes that also use the GPUs (`--sim-process-file`, NVWATCH_SIM_PROCESS_FILE),
     # set by whoever builds the library: `agent.runtime`, `simulate exec`'s child.
     process_file: ProcessFile | None = None
+    # Real pids standing for the simulated job's worker, by GPU index (agent/sim/workers.py,
+    # started by `serve --simulate` and `simulate exec`); other GPUs get placeholder pids.
+    worker_pids: Mapping[int, int] = MappingProxyType({})
 
     @device_call
     def nvmlDeviceGetUtilizationRates(self, gpu: SimulatedGpu, utilization: Any) -> int:
@@ -94,10 +99,15 @@ class MemoryQueries(NvmlCore):
         procs: list[tuple[int, int | None]] = []
         held = gpu.process_memory_bytes
         if held:
-            procs.append((_TRAINING_PID_BASE + 1000 * (self.seed % 40) + gpu.index, held))
+            procs.append((self.worker_pid(gpu.index), held))
         if self.process_file is not None:
             procs += self.process_file.processes(gpu.index, self._time)
         return procs
+
+    def worker_pid(self, index: int) -> int:
+        """The pid of the simulated job's worker on GPU `index`."""
+        placeholder = _TRAINING_PID_BASE + 1000 * (self.seed % 40) + index
+        return self.worker_pids.get(index, placeholder)
 
     def _write_processes(self, procs: list[tuple[int, int | None]], count: Any, infos: Any) -> int:
         available = as_int(deref(count))
