@@ -18,6 +18,8 @@ from alerts.rules import all_alerts
 from dashboards import build as dashboards_build
 from mixin import commands
 from mixin.config import MixinConfig
+from mixin.dcgm_doc import DOC_NAME as DCGM_DOC
+from mixin.dcgm_doc import render_doc as render_dcgm_doc
 from mixin.kubernetes import default_dir as default_kubernetes_dir
 from tests.mixin.conftest import REPO
 
@@ -51,9 +53,11 @@ def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path)
     docs, k8s = tmp_path / "alerts.md", tmp_path / "k8s"
     args = ("--out", str(tmp_path / "r"), "--docs", str(docs), "--kubernetes", str(k8s))
     written = _invoke(commands.alerts_build, *args)
-    assert written[-2] == docs and written[-1].parent == k8s and len(written) == 6
-    _assert_same_dir(written[:-2], REPO / "alerts" / "generated", REFRESH_ALERTS)
+    guide = tmp_path / DCGM_DOC
+    assert written[-3:-1] == [docs, guide] and written[-1].parent == k8s and len(written) == 8
+    _assert_same_dir(written[:-3], REPO / "alerts" / "generated", REFRESH_ALERTS)
     _assert_same(docs, DOCS, REFRESH_ALERTS)
+    _assert_same(guide, REPO / "docs" / DCGM_DOC, REFRESH_ALERTS)
     _assert_same(written[-1], KUBERNETES / written[-1].name, REFRESH_ALERTS)
 
 
@@ -86,6 +90,11 @@ def test_docs_up_to_date(cfg: MixinConfig) -> None:
     assert DOCS.read_text(encoding="utf-8") == render_docs(cfg), stale
 
 
+def test_dcgm_migration_guide_up_to_date(cfg: MixinConfig) -> None:
+    stale = f"docs/{DCGM_DOC} is out of date: run `{REFRESH_ALERTS}`"
+    assert (REPO / "docs" / DCGM_DOC).read_text(encoding="utf-8") == render_dcgm_doc(cfg), stale
+
+
 def test_no_docs_writes_the_rules_only(tmp_path: Path) -> None:
     written = _invoke(commands.alerts_build, "--out", str(tmp_path), "--no-docs", "--no-kubernetes")
     assert sorted(p.name for p in written) == sorted(alerts_build.build_all(MixinConfig()))
@@ -102,7 +111,7 @@ def test_python_m_runs_the_same_commands(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as exit_:
             main(args)
         assert exit_.value.code == 0
-    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 4 + 1 + 6
+    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 5 + 2 + 6
 
 
 def test_nvwatch_has_the_same_commands() -> None:
@@ -124,4 +133,4 @@ def test_docs_have_a_runbook_per_alert_and_the_xid_table(cfg: MixinConfig) -> No
 
 def test_write_returns_the_files(cfg: MixinConfig, tmp_path: Path) -> None:
     paths = dashboards_build.write(tmp_path / "d", cfg) + alerts_build.write(tmp_path / "a", cfg)
-    assert len(paths) == 10 and all(p.stat().st_size > 0 for p in paths)
+    assert len(paths) == 11 and all(p.stat().st_size > 0 for p in paths)
