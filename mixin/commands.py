@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from agent.click_groups import HelpGroup
 from mixin.config import MixinConfig, load
 
 # The command for each committed generated file, named by the staleness test.
@@ -50,7 +51,7 @@ _out_option = _option(
 )
 
 
-@click.group("dashboards")
+@click.group("dashboards", cls=HelpGroup)
 def dashboards_group() -> None:
     """Grafana dashboards generated from the mixin config."""
 
@@ -66,7 +67,7 @@ def dashboards_build(out: str, mixin_config: str | None) -> None:
         click.echo(str(path))
 
 
-@click.group("alerts")
+@click.group("alerts", cls=HelpGroup)
 def alerts_group() -> None:
     """Prometheus alert/recording rules and Grafana alert rules from the mixin config."""
 
