@@ -79,6 +79,10 @@ class AgentConfig:
     ib_hw_counters: str = "default"
     # the kernel log XIDs are counted from; None: /dev/kmsg, or the simulated node's log
     kmsg_path: Path | None = None
+    # a simulated node's MIG layout (--mig, agent/sim/mig_layout.py); None: MIG off
+    mig: str | None = None
+    # with --simulate: a file of real processes the simulated GPUs report (process_file.py)
+    sim_process_file: Path | None = None
 
     @property
     def timeout(self) -> float:

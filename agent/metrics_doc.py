@@ -5,7 +5,13 @@ python -m agent.metrics_doc > docs/metrics.md
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
+from agent.series_budget import PROCESS_FAMILY, Budget, measure
+from agent.sim.profiles import PROFILES
+from agent.sources.nvml.reads import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
@@ -46,8 +52,42 @@ agent.nvsmi_compare` on a real GPU); and when it is absent.
 """
 
 
+_BUDGET_HEADER = f"""
+## Series budget per node
+
+Measured by rendering each simulated profile (`agent/series_budget.py`: fixed seed, two
+polls a minute apart, host source included) and counting the samples Prometheus would
+ingest; target labels (`job`, `instance`, `cluster`, `rack`, `node_class`) add labels,
+not series. *ceiling* is the most one node can export: the process family at its cap of
+{MAX_PROCESSES} processes per GPU (`{PROCESS_FAMILY}` carries `pid`, and only the
+{MAX_PROCESSES} processes holding the most memory are kept). `nvwatch_gpu_xid_errors_total`
+adds one series per XID code a GPU raised this boot (none here). docs/scale.md turns
+these figures into fleet-wide series and storage.
+
+| profile | GPUs | series | ceiling | NVLink | InfiniBand | per GPU (ceiling) |
+|---|---|---|---|---|---|---|
+"""
+
+
+def budget_table(budgets: list[Budget]) -> str:
+    rows = [
+        f"| `{b.profile}` | {b.gpus} | {b.series:,} | {b.ceiling:,} | "
+        f"{b.share('nvwatch_nvlink_'):,} | {b.share('nvwatch_ib_'):,} | {b.ceiling / b.gpus:.0f} |"
+        for b in budgets
+    ]
+    return _BUDGET_HEADER + "\n".join(rows) + "\n"
+
+
+def measure_all() -> list[Budget]:
+    budgets = []
+    for profile in sorted(PROFILES):
+        with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
+            budgets.append(measure(profile, Path(root)))
+    return budgets
+
+
 def render() -> str:
-    lines = [_HEADER]
+    lines = [_HEADER, budget_table(measure_all())]
     for prefix, title in _SECTIONS:
         lines.append(f"\n## {title}\n")
         for spec in CATALOGUE:

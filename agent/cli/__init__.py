@@ -69,6 +69,13 @@ def cli() -> None:
     type=click.Path(dir_okay=False),
     help="exporter-toolkit style YAML: TLS certificate and basic-auth users.",
 )
+@option(
+    "--sim-process-file",
+    type=click.Path(dir_okay=False),
+    metavar="PATH",
+    help="With --simulate: lines '<gpu index> <pid> [<memory MiB>]' naming real processes "
+    "the simulated GPUs report (re-read when it changes; dead pids dropped).",
+)
 @source_options
 def serve_command(**params: Any) -> None:
     """Poll the sources on an interval and serve /metrics."""
@@ -129,7 +136,7 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
     "(0 for one poll).",
 )
 @agent_options(
-    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed",
+    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
     "nvlink-detail", "ib-hw-counters", "kmsg-path", "log-format",
 )  # fmt: skip
 def dump_command(output_format: str, settle: str, **params: Any) -> None:
@@ -151,8 +158,8 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 
 @cli.command("doctor")
 @agent_options(
-    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "kmsg-path",
-    "log-format",
+    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
+    "kmsg-path", "log-format",
 )  # fmt: skip
 def doctor_command(**params: Any) -> None:
     """One line per source: up (what it serves), absent (why) or down (why)."""
@@ -200,7 +207,7 @@ def _xid_history_line(config: AgentConfig) -> str:
 
 
 @cli.command("topology")
-@agent_options("config", "sysfs-root", "simulate", "scenario", "onset", "seed", "log-format")
+@agent_options("config", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig", "log-format")
 def topology_command(**params: Any) -> None:
     """GPU x GPU NVLink/PCIe matrix and GPU <-> HCA affinity, like `nvidia-smi topo -m`."""
     from agent.sources import SourceUnavailable

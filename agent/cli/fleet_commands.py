@@ -31,6 +31,7 @@ from agent.sim.fleet_plan import (
     DEFAULT_NODES_PER_RACK,
     FleetError,
     expand_profiles,
+    parse_node_mig,
     parse_node_scenario,
 )
 
@@ -51,6 +52,12 @@ from agent.sim.fleet_plan import (
     help="A scenario in the syntax of `serve --simulate`, on node NODE (0-based) or, "
     "without NODE:, on every node: 3:thermal-runaway@2, 5:ib-congestion@mlx5_1, "
     f"4:ecc-dbe@2,from=1m,until=5m. Repeatable. Scenarios: {scenario_names()}.",
+)
+@option(
+    "--mig",
+    multiple=True,
+    metavar="NODE[-NODE]:LAYOUT",
+    help="MIG layout of nodes (as `serve --mig`): 0-3:all:3g.40gb,3g.40gb. Repeatable.",
 )
 @option(
     "--repair-file",
@@ -113,6 +120,7 @@ def simulate_fleet(
     profile: str,
     base_port: int,
     scenario: tuple[str, ...],
+    mig: tuple[str, ...],
     repair_file: str | None,
     interval: str,
     listen_host: str,
@@ -143,6 +151,7 @@ def simulate_fleet(
         cluster=cluster,
         nodes_per_rack=nodes_per_rack,
         repair_file=Path(repair_file) if repair_file else None,
+        mig=mig,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     stop = _stop_on_signals()
@@ -170,6 +179,7 @@ def _build_fleet(
     cluster: str,
     nodes_per_rack: int,
     repair_file: Path | None = None,
+    mig: tuple[str, ...] = (),
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -188,6 +198,7 @@ def _build_fleet(
             cluster=cluster,
             nodes_per_rack=nodes_per_rack,
             repair_file=repair_file,
+            mig=[parse_node_mig(m) for m in mig],
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc

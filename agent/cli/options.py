@@ -41,7 +41,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _DEFAULTS = AgentConfig()
 # options of `serve` beyond the ones below; a config file may name them for any command
-_SERVE_ONLY = frozenset({"listen", "web_config"})
+_SERVE_ONLY = frozenset({"listen", "web_config", "sim_process_file"})
 
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -152,6 +152,13 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         "start (0: at once) [default: 30s, 0 for InfiniBand ones].",
     ),
     "seed": option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
+    "mig": option(
+        "--mig",
+        metavar="LAYOUT",
+        help="With --simulate: partition GPUs with MIG, GPUS:PROFILE,...[;GPUS:...], "
+        "e.g. all:3g.40gb,3g.40gb or 0-3:7g.80gb;4-7:1g.10gb*7 (none: MIG on, no "
+        "instances; pending: on after a reset).",
+    ),
     "nvlink-detail": option(
         "--nvlink-detail",
         type=click.Choice(NVLINK_DETAIL_CHOICES),
@@ -231,5 +238,9 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         nvlink_detail=params.get("nvlink_detail") or "link",
         ib_hw_counters=params.get("ib_hw_counters") or "default",
         kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
+        mig=params.get("mig") or None,
+        sim_process_file=(
+            Path(params["sim_process_file"]) if params.get("sim_process_file") else None
+        ),
         **extra,
     )

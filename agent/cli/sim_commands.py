@@ -34,7 +34,7 @@ def simulate_group() -> None:
     "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
 @option("--profile", required=True, help="Hardware profile (see `nvwatch profiles`).")
-@agent_options("scenario", "onset", "seed")
+@agent_options("scenario", "onset", "seed", "mig")
 @option(
     "--time-scale",
     type=float,
@@ -48,6 +48,7 @@ def simulate_exec(
     scenario: tuple[str, ...],
     onset: str | None,
     seed: int,
+    mig: str | None,
     time_scale: float,
     command: tuple[str, ...],
 ) -> None:
@@ -56,7 +57,9 @@ def simulate_exec(
     Any pynvml-based tool or script in COMMAND sees the simulated GPUs, e.g.
     `nvwatch simulate exec --profile dgx-h100 -- python my_script.py`.
     """
+    from agent.sim import workers
     from agent.sim.nvml import exec_environment
+    from agent.sim.nvml.exec_env import simulated_job
 
     try:
         get_profile(profile)
@@ -67,11 +70,15 @@ def simulate_exec(
         None if onset is None else parse_onset(onset),
     )
     try:
-        env = {**os.environ, **exec_environment(profile, specs, seed=seed, time_scale=time_scale)}
-    except ValueError as exc:
+        simulated = exec_environment(profile, specs, seed=seed, time_scale=time_scale, mig=mig)
+    except ValueError as exc:  # a scenario, a MIG layout or a time scale
         raise ConfigError(str(exc)) from exc
-    try:
-        completed = subprocess.run(list(command), env=env, check=False)
-    except FileNotFoundError as exc:
-        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
+    env = {**os.environ, **simulated}
+    # real pids for the simulated job, so process viewers find them; gone when we are
+    with simulated_job(profile, specs, seed=seed) as job:
+        env[workers.ENV_VAR] = workers.to_environment(job.pids)
+        try:
+            completed = subprocess.run(list(command), env=env, check=False)
+        except FileNotFoundError as exc:
+            raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
     sys.exit(completed.returncode)

@@ -186,6 +186,7 @@ class Fleet:
         nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
         hold_time: bool = False,
         repair_file: Path | None = None,
+        mig: Sequence[tuple[range, str]] = (),
     ) -> None:
         """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
         `repair_file`: repair requests, one per line, taken at every tick (`repair()`)."""
@@ -205,6 +206,7 @@ class Fleet:
             scenarios=pairs,
             cluster=cluster,
             nodes_per_rack=nodes_per_rack,
+            mig=mig,
         )
         self.interval = interval
         self.listen_host = listen_host
@@ -254,7 +256,12 @@ class Fleet:
         sysfs.mkdir()
         try:
             sim = SimulatedNode(
-                spec.profile, spec.scenarios, seed=spec.seed, clock=self.clock, sysfs_root=sysfs
+                spec.profile,
+                spec.scenarios,
+                seed=spec.seed,
+                clock=self.clock,
+                sysfs_root=sysfs,
+                mig=spec.mig,
             )
         except ValueError as exc:
             raise FleetError(f"node {spec.index} ({spec.name}): {exc}") from exc

@@ -16,11 +16,11 @@ from agent.exposition.families import FamilySet
 from agent.exposition.gpu import NvLinkTotals
 from agent.exposition.render import AgentState
 from agent.poller import Snapshot, SourceStatus
+from agent.series_budget import render_profile
 from agent.sim.profiles import PROFILES
 from agent.sources.host import HostSample
 from agent.sources.infiniband import InfinibandDevice, InfinibandPort
 from agent.sources.nvml.samples import GpuSample, NvLinkSample, ProcessSample
-from tests.agent.test_golden import render_profile
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {

@@ -55,9 +55,7 @@ def test_exec_takes_a_gpu_target_and_an_onset() -> None:
 
 def test_exec_time_scale_brings_the_default_onset_forward() -> None:
     # the default onset (30 s) + 2 s to the loss = 32 simulated s = 1.6 real s at x20
-    assert _exec_probe("--scenario", "gpu-lost@3", "--time-scale", "20", wait=2.5) == (
-        "ok lost ok"
-    )
+    assert _exec_probe("--scenario", "gpu-lost@3", "--time-scale", "20", wait=2.5) == ("ok lost ok")
     # the same without a time scale: still healthy 2.5 s in
     assert _exec_probe("--scenario", "gpu-lost@3", wait=2.5) == "ok ok ok"
 
