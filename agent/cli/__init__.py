@@ -137,7 +137,8 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
 )
 @agent_options(
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
-    "nvlink-detail", "ib-hw-counters", "kmsg-path", "log-format",
+    "nvlink-detail", "ib-hw-counters", "kmsg-path", "attribution", "attribution-interval",
+    "hpc-job-mapping-dir", "kubelet-socket", "proc-root", "log-format",
 )  # fmt: skip
 def dump_command(output_format: str, settle: str, **params: Any) -> None:
     """Poll once and print what /metrics would serve."""
@@ -159,7 +160,8 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 @cli.command("doctor")
 @agent_options(
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
-    "kmsg-path", "log-format",
+    "kmsg-path", "attribution", "hpc-job-mapping-dir", "kubelet-socket", "proc-root",
+    "log-format",
 )  # fmt: skip
 def doctor_command(**params: Any) -> None:
     """One line per source: up (what it serves), absent (why) or down (why)."""
