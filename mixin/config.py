@@ -210,7 +210,8 @@ class MixinConfig:
     dashboard_ib_rate_ok_gbps: float = 100.0
 
     # --- presentation ---------------------------------------------------------------
-    # Default of the dashboards' datasource variable.
+    # What the grafana.com import dialog calls the Prometheus data source it asks for
+    # (the dashboards' DS_PROMETHEUS input, the default of their $datasource variable).
     grafana_datasource_name: str = "Prometheus"
     # Datasource uid the Grafana-managed alert rules query.
     grafana_datasource_uid: str = "prometheus"

@@ -113,6 +113,10 @@ class SimulatedGpu:
         # sub-steps one step() may take at most: fewer make a long step cheaper (a month
         # of history at minutes per step), the thermal relaxation being exact at any length
         self.max_substeps = MAX_SUBSTEPS
+        # Under MIG (agent/sim/mig_state.py) the share of the GPU's SMs its instances keep
+        # busy: it scales the workload's load, and NVLink idles (MIG has no NVLink P2P).
+        # None: MIG off, the workload drives the whole GPU.
+        self.mig_load: float | None = None
 
         # physical state
         self.time = start_time
@@ -138,7 +142,10 @@ class SimulatedGpu:
     # --- derived, instantaneous -----------------------------------------------------
 
     def _workload_util(self, t: float) -> float:
-        return 0.0 if self.lost else self.workload.gpu_utilization(t, self.index)
+        if self.lost:
+            return 0.0
+        util = self.workload.gpu_utilization(t, self.index)
+        return util if self.mig_load is None else util * self.mig_load
 
     @property
     def utilization(self) -> float:
@@ -327,6 +334,8 @@ class SimulatedGpu:
             # only inference load differs per GPU; training GPUs share one computation
             key = self.index if self.workload.kind == "inference" else -1
             intensity, util, comm = _workload_means(self.workload, key, t0, t1)
+            if self.mig_load is not None:
+                intensity, util, comm = intensity * self.mig_load, util * self.mig_load, 0.0
         self._integrate_power(dt, intensity, util)
         self.time = t1
         # activity integrals for GPM (~ shares of busy time, typical of LLM training)
