@@ -148,7 +148,11 @@ class Stack:
         rule_files: list[Path],
         scrape_interval: str,
         extra_args: tuple[str, ...] = (),
+        *,
+        notify: bool = True,
     ) -> None:
+        """`notify=False`: evaluate the rules but send no alert (a Prometheus beside
+        another alerting path, there to compare answers with)."""
         port = free_port(HOST)
         targets = self.workdir / "targets"
         targets.mkdir(exist_ok=True)
@@ -156,11 +160,6 @@ class Stack:
         config = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
-            "alerting": {
-                "alertmanagers": [
-                    {"static_configs": [{"targets": [self.alertmanager_url.split("//")[1]]}]}
-                ]
-            },
             "scrape_configs": [
                 {
                     "job_name": "nvwatch",
@@ -171,6 +170,12 @@ class Stack:
                 }
             ],
         }
+        if notify:
+            config["alerting"] = {
+                "alertmanagers": [
+                    {"static_configs": [{"targets": [self.alertmanager_url.split("//")[1]]}]}
+                ]
+            }
         path = self.workdir / "prometheus.yml"
         path.write_text(yaml.safe_dump(config))
         self.prometheus_url = f"http://{HOST}:{port}"

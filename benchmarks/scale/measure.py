@@ -1,0 +1,178 @@
+"""What the running stack costs, asked of the processes themselves: their /metrics
+(series, samples appended, rule group durations), their data directories on disk,
+and the time each dashboard panel's query takes over 1 h and 24 h.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from alerts.recording import recording_groups
+from dashboards.build import build_all
+from mixin.config import MixinConfig
+
+# Grafana's data points per panel: a range query's step is range / this, rounded up to
+# a multiple of the scrape interval (as Grafana's $__interval with max data points)
+MAX_DATA_POINTS = 1000
+QUERY_REPEATS = 3
+
+
+def scrape_metrics(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """A process's own /metrics: family name -> [(labels, value)]."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def one(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+    return sum(v for _, v in metrics.get(name, []))
+
+
+def api(url: str, path: str, params: dict[str, str], timeout: float = 120) -> Any:
+    full = f"{url}{path}?" + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(full, timeout=timeout) as response:
+        body = json.load(response)
+    if body.get("status") != "success":
+        raise RuntimeError(f"{path} {params}: {body}")
+    return body["data"]
+
+
+def query(url: str, expr: str) -> list[dict[str, Any]]:
+    """An instant query's result vector."""
+    result: list[dict[str, Any]] = api(url, "/api/v1/query", {"query": expr})["result"]
+    return result
+
+
+def du_bytes(path: Path) -> int:
+    done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[0])
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    dashboard: str
+    title: str
+    expr: str
+    instant: bool
+
+
+def panel_queries(cfg: MixinConfig) -> list[PanelQuery]:
+    out = []
+    for name, dash in build_all(cfg).items():
+        for panel in dash["panels"]:
+            for target in panel["targets"]:
+                out.append(
+                    PanelQuery(name, panel["title"], target["expr"], bool(target.get("instant")))
+                )
+    return out
+
+
+def step_for(range_s: int, scrape_s: int) -> int:
+    raw = -(-range_s // MAX_DATA_POINTS)
+    return max(scrape_s, -(-raw // scrape_s) * scrape_s)
+
+
+def fill(expr: str, cluster: str, range_s: int, step_s: int, scrape_s: int) -> str:
+    """Grafana's variables and macros: every node, every GPU, the panel's range."""
+    values = {
+        "cluster": cluster,
+        "instance": ".*",
+        "gpu": ".*",
+        # Grafana: max(4 x scrape interval, step + scrape interval)
+        "__rate_interval": f"{max(4 * scrape_s, step_s + scrape_s)}s",
+        "__interval": f"{step_s}s",
+        "__range_s": str(range_s),
+        "__range": f"{range_s}s",
+    }
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    if re.search(r"\$\{?\w", expr):
+        raise ValueError(f"unfilled variable in {expr}")
+    return expr
+
+
+def time_query(url: str, query: PanelQuery, cluster: str, range_s: int, scrape_s: int) -> float:
+    """Median wall seconds of the panel's query as Grafana would send it, ending now."""
+    step = step_for(range_s, scrape_s)
+    expr = fill(query.expr, cluster, range_s, step, scrape_s)
+    seconds = []
+    for _ in range(QUERY_REPEATS):
+        end = time.time()
+        began = time.perf_counter()
+        if query.instant:
+            api(url, "/api/v1/query", {"query": expr, "time": f"{end:.3f}"})
+        else:
+            params = {"query": expr, "start": f"{end - range_s:.3f}", "end": f"{end:.3f}"}
+            api(url, "/api/v1/query_range", {**params, "step": f"{step}s"})
+        seconds.append(time.perf_counter() - began)
+    return statistics.median(seconds)
+
+
+def raw_equivalent(cfg: MixinConfig, record: str) -> str:
+    """A recording rule's expression with every recorded name it reads replaced by its
+    own expression: what a dashboard would run without the recording rules."""
+    exprs = {r.record: r.expr for g in recording_groups(cfg) for r in g.rules}
+    expr = exprs[record]
+    for _ in range(3):  # cluster: reads instance:, which reads raw series
+        for name in sorted(exprs, key=len, reverse=True):
+            if name != record and re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", expr):
+                expr = re.sub(rf"(?<![\w:]){re.escape(name)}(?![\w:])", f"({exprs[name]})", expr)
+    return expr
+
+
+def time_range_query(url: str, expr: str, range_s: int, scrape_s: int) -> float:
+    step = step_for(range_s, scrape_s)
+    end = time.time()
+    seconds = []
+    for _ in range(QUERY_REPEATS):
+        began = time.perf_counter()
+        params = {"query": expr, "start": f"{end - range_s:.3f}", "end": f"{end:.3f}"}
+        api(url, "/api/v1/query_range", {**params, "step": f"{step}s"})
+        seconds.append(time.perf_counter() - began)
+    return statistics.median(seconds)
+
+
+def rule_group_seconds(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
+    """Prometheus: each group's last evaluation time, by group name."""
+    out = {}
+    for labels, value in metrics.get("prometheus_rule_group_last_duration_seconds", []):
+        out[labels["rule_group"].rsplit(";", 1)[-1]] = value
+    return out
+
+
+def vmalert_group_seconds(
+    metrics: dict[str, list[tuple[dict[str, str], float]]],
+) -> dict[str, float]:
+    """vmalert: each group's mean iteration time (its summary's sum / count)."""
+    sums = {
+        labels["group"]: v
+        for labels, v in metrics.get("vmalert_iteration_duration_seconds_sum", [])
+    }
+    counts = {
+        labels["group"]: v
+        for labels, v in metrics.get("vmalert_iteration_duration_seconds_count", [])
+    }
+    return {g: sums[g] / counts[g] for g in sums if counts.get(g)}
+
+
+def prometheus_snapshot_bytes(url: str, data_dir: Path) -> int:
+    """Compact the head into a block (a TSDB snapshot) and measure that block's size."""
+    req = urllib.request.Request(f"{url}/api/v1/admin/tsdb/snapshot", method="POST")
+    with urllib.request.urlopen(req, timeout=300) as response:
+        name = json.load(response)["data"]["name"]
+    return du_bytes(data_dir / "snapshots" / name)

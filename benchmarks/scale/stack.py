@@ -1,0 +1,273 @@
+"""Processes of the scale benchmark: the simulated fleet (`nvwatch simulate fleet`), its
+file_sd targets labelled by `nvwatch inventory` (fat-tree leaves as racks), Prometheus,
+and the deploy/scale path (two vmagent shards, VictoriaMetrics, vmalert, Alertmanager).
+
+Every process is started here and stopped by `Stack.close()`; a sampler thread records
+each one's RSS every few seconds so the report has peaks, not one reading.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import yaml
+
+from agent.sim.ports import free_port
+from benchmarks.common import REPO_ROOT, nvwatch_command, stop, wait_for_http
+from benchmarks.scale.units import unit_command
+
+HOST = "127.0.0.1"
+CLUSTER = "seed"
+NODES_PER_LEAF = 4  # 4 EDR ports per DGX-1: 16 host ports on a 36-port leaf switch
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A fault scenario on a known node, and the alert it must fire there."""
+
+    node: int
+    scenario: str
+    target: str
+    alert: str
+
+    @property
+    def flag(self) -> str:
+        return f"{self.node}:{self.scenario}@{self.target}"
+
+
+def node_name(index: int) -> str:
+    return f"dgx-{index:03d}"
+
+
+def write_inventory(path: Path, nodes: int, profile: str) -> None:
+    """The cluster hand-over table: one row per node, racks are fat-tree leaves."""
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["hostname", "address", "node_class", "rack", "cluster"])
+        for i in range(nodes):
+            leaf = f"leaf-{i // NODES_PER_LEAF:02d}"
+            # an address per node, as the inventory demands; merge_targets puts the
+            # simulated node's real loopback port in its place
+            address = f"127.1.{i // 200}.{i % 200 + 1}"
+            out.writerow([node_name(i), address, profile, leaf, CLUSTER])
+
+
+def merge_targets(inventory_dir: Path, fleet_sd: Path, out: Path) -> int:
+    """file_sd groups with the inventory's labels and the fleet's ports (every simulated
+    node listens on its own loopback port; the inventory knows one port for all)."""
+    ports = {g["labels"]["instance"]: g["targets"] for g in json.loads(fleet_sd.read_text())}
+    groups = []
+    for path in sorted(inventory_dir.glob("nvwatch-*.json")):
+        for group in json.loads(path.read_text()):
+            group["targets"] = ports[group["labels"]["instance"]]
+            groups.append(group)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "nvwatch-fleet.json").write_text(json.dumps(groups, indent=1))
+    return len(groups)
+
+
+@dataclass
+class Sampler:
+    """RSS peak of each process, sampled every `every` seconds in a thread."""
+
+    every: float = 5.0
+    peaks: dict[str, float] = field(default_factory=dict)
+    _procs: dict[str, psutil.Process] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def watch(self, name: str, pid: int) -> None:
+        self._procs[name] = psutil.Process(pid)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True, name="scale-sampler").start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for name, proc in list(self._procs.items()):
+                try:
+                    rss = proc.memory_info().rss / 2**20
+                except psutil.Error:
+                    continue
+                self.peaks[name] = max(self.peaks.get(name, 0.0), rss)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        out = {}
+        for name, proc in self._procs.items():
+            try:
+                times = proc.cpu_times()
+                out[name] = times.user + times.system
+            except psutil.Error:
+                out[name] = float("nan")
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
+    sampler: Sampler = field(default_factory=Sampler)
+
+    def spawn(self, name: str, argv: list[str], ready: str | None = None) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        with (self.workdir / f"{name}.log").open("ab") as log:
+            # its own process group: Stack.close() stops it and any children at once
+            process = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                env=env,
+                start_new_session=True,
+            )
+        self.processes[name] = process
+        self.sampler.watch(name, process.pid)
+        if ready is not None:
+            wait_for_http(ready, 120, process)
+
+    def start_fleet(self, nodes: int, profile: str, interval: str, placed: list[Placed]) -> Path:
+        sd = self.workdir / "fleet-sd.json"
+        argv = [
+            *nvwatch_command(),
+            *("simulate", "fleet", "--profile", f"{profile}:{nodes}", "--base-port", "0"),
+            *("--interval", interval, "--file-sd", str(sd), "--stats-every", "4"),
+            *(a for p in placed for a in ("--scenario", p.flag)),
+        ]
+        self.spawn("fleet", argv)
+        deadline = time.monotonic() + 300
+        while not sd.exists():
+            if self.processes["fleet"].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((self.workdir / "fleet.log").read_text()[-2000:])
+            time.sleep(1)
+        return sd
+
+    def label_targets(self, nodes: int, profile: str, fleet_sd: Path) -> Path:
+        inventory = self.workdir / "cluster.csv"
+        write_inventory(inventory, nodes, profile)
+        labelled = self.workdir / "inventory-sd"
+        subprocess.run(
+            [*nvwatch_command(), "inventory", "--in", str(inventory), "--out", str(labelled)],
+            check=True,
+            capture_output=True,
+            cwd=REPO_ROOT,
+        )
+        targets = self.workdir / "targets"
+        merge_targets(labelled, fleet_sd, targets)
+        return targets
+
+    def start_prometheus(self, targets: Path, rule_files: list[Path], scrape: str) -> None:
+        port = free_port(HOST)
+        config = {
+            "global": {"scrape_interval": scrape, "evaluation_interval": "1m"},
+            "rule_files": [str(p) for p in rule_files],
+            "scrape_configs": [
+                {
+                    "job_name": "nvwatch",
+                    "scrape_timeout": "10s",
+                    "file_sd_configs": [{"files": [str(targets / "*.json")]}],
+                }
+            ],
+        }
+        path = self.workdir / "prometheus.yml"
+        path.write_text(yaml.safe_dump(config))
+        self.urls["prometheus"] = url = f"http://{HOST}:{port}"
+        argv = [
+            "prometheus",
+            f"--config.file={path}",
+            f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
+            f"--web.listen-address={HOST}:{port}",
+            "--web.enable-admin-api",  # a TSDB snapshot compacts the head into a block
+            "--rules.alert.for-grace-period=1m",
+            "--log.level=warn",
+        ]
+        self.spawn("prometheus", argv, f"{url}/-/ready")
+
+    def start_vm_path(self, targets: Path, rule_files: list[Path], scrape: str) -> None:
+        """deploy/scale's units, run as shipped but for ports, paths and the interval."""
+        am_port, vm_port = free_port(HOST), free_port(HOST)
+        am_config = self.workdir / "alertmanager.yml"
+        am_config.write_text(
+            yaml.safe_dump({"route": {"receiver": "null"}, "receivers": [{"name": "null"}]})
+        )
+        self.urls["alertmanager"] = am = f"http://{HOST}:{am_port}"
+        self.spawn(
+            "alertmanager",
+            [
+                "prometheus-alertmanager",
+                f"--config.file={am_config}",
+                f"--storage.path={self.workdir / 'am-data'}",
+                f"--web.listen-address={HOST}:{am_port}",
+                "--cluster.listen-address=",
+            ],
+            f"{am}/-/ready",
+        )
+        self.urls["victoria-metrics"] = vm = f"http://{HOST}:{vm_port}"
+        self.spawn(
+            "victoria-metrics",
+            unit_command(
+                "victoria-metrics.service",
+                {"storageDataPath": str(self.vm_data), "httpListenAddr": f"{HOST}:{vm_port}"},
+            ),
+            f"{vm}/health",
+        )
+        scrape_config = yaml.safe_load((REPO_ROOT / "deploy/scale/scrape.yml").read_text())
+        scrape_config["global"]["scrape_interval"] = scrape
+        scrape_config["scrape_configs"][0]["file_sd_configs"] = [
+            {"files": [str(targets / "*.json")]}
+        ]
+        scrape_path = self.workdir / "vmagent-scrape.yml"
+        scrape_path.write_text(yaml.safe_dump(scrape_config))
+        for shard in (0, 1):
+            port = free_port(HOST)
+            self.urls[f"vmagent-{shard}"] = url = f"http://{HOST}:{port}"
+            self.spawn(
+                f"vmagent-{shard}",
+                unit_command(
+                    "vmagent@.service",
+                    {
+                        "promscrape.config": str(scrape_path),
+                        "remoteWrite.url": f"{vm}/api/v1/write",
+                        "remoteWrite.tmpDataPath": str(self.workdir / f"vmagent-{shard}"),
+                        "httpListenAddr": f"{HOST}:{port}",
+                    },
+                    instance=str(shard),
+                ),
+                f"{url}/health",
+            )
+        port = free_port(HOST)
+        self.urls["vmalert"] = url = f"http://{HOST}:{port}"
+        self.spawn(
+            "vmalert",
+            unit_command(
+                "vmalert.service",
+                {
+                    "rule": "\n".join(str(p) for p in rule_files),
+                    "datasource.url": vm,
+                    "remoteWrite.url": vm,
+                    "remoteRead.url": vm,
+                    "notifier.url": am,
+                    "httpListenAddr": f"{HOST}:{port}",
+                },
+            ),
+            f"{url}/health",
+        )
+
+    @property
+    def vm_data(self) -> Path:
+        return self.workdir / "vm-data"
+
+    def close(self) -> None:
+        self.sampler.stop()
+        for process in reversed(list(self.processes.values())):
+            stop(process)

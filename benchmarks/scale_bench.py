@@ -1,0 +1,219 @@
+"""The seed's 124-node DGX-1 cluster under one Prometheus and under the sharded
+VictoriaMetrics path, measured: what nvwatch costs the monitoring stack.
+
+    python benchmarks/scale_bench.py [--minutes 10] [--nodes 124] [--no-vm]
+                                     [--out docs/scale.md] [--json FILE]
+
+Runs `nvwatch simulate fleet` (dgx1-v100, 15 s polls) with fault scenarios on known
+nodes, labels its targets with `nvwatch inventory` (racks = fat-tree leaves), scrapes
+it every 15 s with a real Prometheus running the mixin's rules and, side by side, with
+deploy/scale's two vmagent shards into VictoriaMetrics with vmalert. After --minutes it
+records series, samples/s, CPU and RSS of every process, each rule group's evaluation
+time, every dashboard panel's query time over 1 h and 24 h, bytes per sample on disk,
+and which alerts fired against the placed scenarios; docs/scale.md is written from
+those figures (benchmarks/scale/report.py does the arithmetic to bigger fleets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.series_budget import measure as measure_budget
+from alerts import build as alerts_build
+from benchmarks.common import REPO_ROOT, cpu_model, scratch_dir, tool_version
+from benchmarks.scale import measure as m
+from benchmarks.scale.report import PanelTime, Results, from_json, render
+from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name
+from mixin.config import MixinConfig
+
+PROFILE = "dgx1-v100"
+SCRAPE_S = 15
+PLACED = (
+    Placed(5, "thermal-runaway", "2", "NvwatchGpuThermalSlowdown"),
+    Placed(17, "nvlink-degraded", "3", "NvwatchNvlinkDown"),
+    Placed(42, "ecc-dbe", "4", "NvwatchGpuEccUncorrectable"),
+    Placed(77, "ib-link-flap", "mlx5_2", "NvwatchIbLinkDowned"),
+    Placed(99, "gpu-lost", "5", "NvwatchGpuDown"),
+    Placed(120, "ib-degraded", "mlx5_3", "NvwatchIbPortRateDegraded"),
+)
+RANGES_S = (3600, 86400)
+_FLEET_STATS = re.compile(r"fleet: \d+ nodes, CPU (?P<cpu>[\d.]+)% of one core")
+
+
+def fired(url: str, minutes: float) -> set[tuple[str, str]]:
+    """(alertname, instance) of every nvwatch alert that was firing at some point."""
+    expr = f'max_over_time(ALERTS{{alertstate="firing", alertname=~"Nvwatch.*"}}[{minutes:g}m])'
+    return {(r["metric"]["alertname"], r["metric"].get("instance", "")) for r in m.query(url, expr)}
+
+
+def panel_times(url: str, cfg: MixinConfig) -> list[PanelTime]:
+    out = []
+    for query in m.panel_queries(cfg):
+        seconds = tuple(m.time_query(url, query, CLUSTER, r, SCRAPE_S) for r in RANGES_S)
+        out.append(PanelTime(query.dashboard, query.title, query.expr, seconds))
+    return out
+
+
+def overview_rules(cfg: MixinConfig) -> list[str]:
+    """The recording rules the cluster overview reads."""
+    from alerts.promql import metric_names
+    from alerts.recording import recorded_names
+
+    names: set[str] = set()
+    for query in m.panel_queries(cfg):
+        if query.dashboard == "nvwatch-cluster-overview.json":
+            names |= metric_names(query.expr) & recorded_names(cfg)
+    return sorted(names)
+
+
+def rule_savings(url: str, cfg: MixinConfig) -> dict[str, tuple[float, float]]:
+    """Per overview rule: 24 h range query time of the rule, and of its raw equivalent."""
+    out = {}
+    for record in overview_rules(cfg):
+        rule = m.time_range_query(url, f'{record}{{cluster="{CLUSTER}"}}', 86400, SCRAPE_S)
+        raw = m.time_range_query(url, m.raw_equivalent(cfg, record), 86400, SCRAPE_S)
+        out[record] = (rule, raw)
+    return out
+
+
+def fleet_cpu(log: Path) -> float:
+    shares = [float(x["cpu"]) for x in map(_FLEET_STATS.search, log.read_text().splitlines()) if x]
+    return statistics.median(shares[1:] or shares) if shares else float("nan")
+
+
+def run(minutes: float, nodes: int, with_vm: bool) -> Results:
+    cfg = MixinConfig()
+    work = scratch_dir("nvwatch-scale-")
+    stack = Stack(work)
+    try:
+        placed = [p for p in PLACED if p.node < nodes]
+        fleet_sd = stack.start_fleet(nodes, PROFILE, f"{SCRAPE_S}s", placed)
+        targets = stack.label_targets(nodes, PROFILE, fleet_sd)
+        rules = work / "rules"
+        alerts_build.write(rules, cfg)
+        recording = rules / alerts_build.PROMETHEUS_RECORDING
+        stack.start_prometheus(
+            targets, [recording, rules / alerts_build.PROMETHEUS_ALERTS], f"{SCRAPE_S}s"
+        )
+        if with_vm:
+            stack.start_vm_path(
+                targets, [recording, rules / alerts_build.VMALERT_ALERTS], f"{SCRAPE_S}s"
+            )
+        stack.sampler.start()
+        prom, vm = stack.urls["prometheus"], stack.urls.get("victoria-metrics", "")
+        began, cpu0 = time.monotonic(), stack.sampler.cpu_seconds()
+        print(f"scale: {nodes} nodes up, measuring for {minutes:g} min ({work})", flush=True)
+        time.sleep(minutes * 30)
+        half = (time.monotonic(), m.scrape_metrics(prom), m.scrape_metrics(vm) if vm else {})
+        time.sleep(minutes * 30)
+        wall = time.monotonic() - began
+        cpu1 = stack.sampler.cpu_seconds()
+        end = (time.monotonic(), m.scrape_metrics(prom), m.scrape_metrics(vm) if vm else {})
+        appended = "prometheus_tsdb_head_samples_appended_total"
+        inserted = "vm_rows_inserted_total"
+        span = end[0] - half[0]
+        results = Results(
+            date=datetime.date.today().isoformat(),
+            machine=cpu_model(),
+            prometheus_version=tool_version(["prometheus", "--version"]),
+            vm_version="VictoriaMetrics "
+            + tool_version(["dpkg-query", "-W", "-f=${Version}", "victoria-metrics"])
+            if with_vm
+            else "",
+            nodes=nodes,
+            profile=PROFILE,
+            minutes=minutes,
+            scrape_s=SCRAPE_S,
+            cpu_share={k: (cpu1[k] - cpu0[k]) / wall for k in cpu1},
+            rss_mb=dict(stack.sampler.peaks),
+            fleet_cpu_pct=fleet_cpu(work / "fleet.log"),
+            prom_series=m.one(end[1], "prometheus_tsdb_head_series"),
+            prom_samples_per_s=(m.one(end[1], appended) - m.one(half[1], appended)) / span,
+            prom_rule_groups=m.rule_group_seconds(end[1]),
+            vm_samples_per_s=(m.one(end[2], inserted) - m.one(half[2], inserted)) / span
+            if vm
+            else 0.0,
+            vm_rule_groups=m.vmalert_group_seconds(m.scrape_metrics(stack.urls["vmalert"]))
+            if vm
+            else {},
+            expected={(p.alert, node_name(p.node)) for p in placed},
+            fired_prometheus=fired(prom, minutes),
+            fired_vm=fired(vm, minutes) if vm else set(),
+            panels_prometheus=panel_times(prom, cfg),
+            panels_vm=panel_times(vm, cfg) if vm else [],
+            rule_savings=rule_savings(prom, cfg),
+            instance_rule_series=len(m.query(prom, '{__name__=~"instance:.*"}')),
+            prom_samples_total=m.one(end[1], appended),
+            prom_block_bytes=m.prometheus_snapshot_bytes(prom, work / "prometheus-data"),
+            vm_series=_vm_series(vm) if vm else 0.0,
+            vm_rows=_vm_flushed_rows(vm) if vm else 0.0,
+            vm_bytes=m.du_bytes(stack.vm_data) if vm else 0,
+            budget_h100=measure_budget("dgx-h100", work / "budget-h100").ceiling,
+            budget_v100=measure_budget(PROFILE, work / "budget-v100").ceiling,
+            load_average=list(os.getloadavg()),
+        )
+    finally:
+        stack.close()
+    return results
+
+
+def _vm_series(url: str) -> float:
+    data = m.api(url, "/api/v1/status/tsdb", {})
+    return float(
+        data.get("totalSeries") or sum(x["value"] for x in data["seriesCountByMetricName"])
+    )
+
+
+def _vm_flushed_rows(url: str) -> float:
+    """Rows on disk after VictoriaMetrics flushed what it buffers in memory."""
+    urllib.request.urlopen(f"{url}/internal/force_flush", timeout=120).read()
+    time.sleep(5)
+    metrics = m.scrape_metrics(url)
+    return sum(
+        v
+        for labels, v in metrics.get("vm_rows", [])
+        if labels.get("type", "").startswith("storage/")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="measuring time (default 10)")
+    parser.add_argument("--nodes", type=int, default=124)
+    parser.add_argument("--no-vm", action="store_true", help="Prometheus only")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "scale.md")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument(
+        "--render", type=Path, metavar="JSON", help="only write --out from a run's --json"
+    )
+    args = parser.parse_args(argv)
+    if args.render:
+        args.out.write_text(
+            render(from_json(json.loads(args.render.read_text()))), encoding="utf-8"
+        )
+        return 0
+    if args.minutes <= 0 or args.nodes < 1:
+        parser.error("--minutes and --nodes must be positive")
+    results = run(args.minutes, args.nodes, not args.no_vm)
+    if args.json:
+        args.json.write_text(json.dumps(dataclasses.asdict(results), indent=1, default=sorted))
+    args.out.write_text(render(results), encoding="utf-8")
+    print(f"scale: wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
