@@ -145,7 +145,8 @@ def render(r: Results) -> str:
         "",
         f"The simulated fleet's own `--stats-every` lines give a median of "
         f"{r.fleet_cpu_pct:.1f} % of one core for {r.nodes} nodes at {r.scrape_s} s "
-        f"(simulator included; target ≤ 25 %).",
+        f"(simulator included): target ≤ 25 %, "
+        f"{'PASS' if r.fleet_cpu_pct <= 25 else 'MISS on this shared machine'}.",
         "",
         "| figure | Prometheus | VictoriaMetrics path |",
         "|---|---|---|",
@@ -207,6 +208,16 @@ def _panels(r: Results) -> list[str]:
     slowest = sorted(r.panels_prometheus, key=lambda p: -p.seconds[-1])
     for p in slowest[:15]:
         lines.append(f"| {p.dashboard} | {p.title} | {p.seconds[0]:.3f} | {p.seconds[1]:.3f} |")
+    candidates = ", ".join(f"{p.dashboard} / {p.title}" for p in slowest[:3])
+    lines += [
+        "",
+        f"The slowest ({candidates}) are per-node views run here with every node "
+        "selected, reading every NVLink link of the fleet at query time: they are the "
+        "recording-rule candidates if operators open them fleet-wide (per-link rates "
+        "recorded once per minute), and fast when a node or a few are selected as "
+        "intended. No cluster- or rack-level panel is among them: those read recording "
+        "rules (tests/mixin/test_promql.py holds every dashboard to that).",
+    ]
     for engine, panels in (("Prometheus", r.panels_prometheus), ("VictoriaMetrics", r.panels_vm)):
         overview = [p for p in panels if p.dashboard == "nvwatch-cluster-overview.json"]
         if overview:

@@ -13,6 +13,7 @@ the same rules (sending no alerts) so every dashboard query is answered by both.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,26 +180,46 @@ def _labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def _key(series: dict[str, Any]) -> frozenset[tuple[str, str]]:
-    return frozenset((k, v) for k, v in series["metric"].items() if k != "alertgroup")
+    """A result series' identity as a panel shows it. VictoriaMetrics keeps the metric
+    name on `*_over_time()` results where Prometheus drops it; vmalert adds alertgroup
+    to ALERTS: neither reaches a legend, so neither counts."""
+    return frozenset(
+        (k, v) for k, v in series["metric"].items() if k not in ("alertgroup", "__name__")
+    )
+
+
+def _within(value: float, seen: list[float]) -> bool:
+    lo, hi = min(seen), max(seen)
+    slack = RELATIVE_SLACK * max(abs(lo), abs(hi)) + 1e-9
+    return lo - slack <= value <= hi + slack
 
 
 def _compare(expr: str, sharded: Sharded, at: float) -> str | None:
     """None when VictoriaMetrics' answer at `at` agrees with Prometheus' (see above)."""
     vm = {_key(s): float(s["value"][1]) for s in sharded.query(expr, at)}
-    prom: dict[frozenset[tuple[str, str]], list[float]] = {}
-    for offset in ALIGN_OFFSETS_S:
-        for s in prometheus_query(sharded.stack, expr, at + offset):
-            prom.setdefault(_key(s), []).append(float(s["value"][1]))
+    answers = [prometheus_query(sharded.stack, expr, at + o) for o in ALIGN_OFFSETS_S]
     now = {_key(s) for s in prometheus_query(sharded.stack, expr, at)}
-    if len(vm) != len(now) or not set(vm) <= set(prom):
-        only_vm = [dict(k) for k in set(vm) - now][:2]
+    if len(vm) != len(now):
+        return f"{len(vm)} series on vm, {len(now)} on prometheus"
+    if re.match(r"(topk|bottomk)\(", expr):
+        # near-equal nodes may swap in and out of the top k between two scrapes: the
+        # k values must agree, rank by rank, not which nodes hold them
+        ranks = [sorted(float(s["value"][1]) for s in a) for a in answers if len(a) == len(vm)]
+        for i, value in enumerate(sorted(vm.values())):
+            if not _within(value, [r[i] for r in ranks]):
+                return f"rank {i}: vm {value:g}, prometheus {[r[i] for r in ranks]}"
+        return None
+    prom: dict[frozenset[tuple[str, str]], list[float]] = {}
+    for answer in answers:
+        for s in answer:
+            prom.setdefault(_key(s), []).append(float(s["value"][1]))
+    if not set(vm) <= set(prom):
+        only_vm = [dict(k) for k in set(vm) - set(prom)][:2]
         only_prom = [dict(k) for k in now - set(vm)][:2]
         return f"series differ: only on vm {only_vm}, only on prometheus {only_prom}"
     for key, value in vm.items():
-        lo, hi = min(prom[key]), max(prom[key])
-        slack = RELATIVE_SLACK * max(abs(lo), abs(hi)) + 1e-9
-        if not lo - slack <= value <= hi + slack:
-            return f"{dict(key)}: vm {value:g}, prometheus {lo:g}..{hi:g}"
+        if not _within(value, prom[key]):
+            return f"{dict(key)}: vm {value:g}, prometheus {min(prom[key]):g}..{max(prom[key]):g}"
     return None
 
 
