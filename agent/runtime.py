@@ -19,6 +19,10 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
     if config.simulate is None:
         if config.scenarios:
             raise ConfigError("--scenario needs --simulate PROFILE")
+        if config.mig:
+            raise ConfigError(
+                "--mig needs --simulate PROFILE (real GPUs are partitioned with nvidia-smi mig)"
+            )
         if config.sim_process_file is not None:
             raise ConfigError("--sim-process-file needs --simulate PROFILE")
         yield config
@@ -44,6 +48,7 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
             seed=config.seed,
             clock=clock,
             worker_processes=True,
+            mig=config.mig,
         )
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc

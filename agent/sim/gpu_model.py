@@ -106,6 +106,10 @@ class SimulatedGpu:
         self.lost = False
         self.pcie_replay_rate_per_s = 0.0
         self.scenario_hooks: list[ScenarioHook] = []
+        # Under MIG (agent/sim/mig_state.py) the share of the GPU's SMs its instances keep
+        # busy: it scales the workload's load, and NVLink idles (MIG has no NVLink P2P).
+        # None: MIG off, the workload drives the whole GPU.
+        self.mig_load: float | None = None
 
         # physical state
         self.time = start_time
@@ -131,7 +135,10 @@ class SimulatedGpu:
     # --- derived, instantaneous -----------------------------------------------------
 
     def _workload_util(self, t: float) -> float:
-        return 0.0 if self.lost else self.workload.gpu_utilization(t, self.index)
+        if self.lost:
+            return 0.0
+        util = self.workload.gpu_utilization(t, self.index)
+        return util if self.mig_load is None else util * self.mig_load
 
     @property
     def utilization(self) -> float:
@@ -320,6 +327,8 @@ class SimulatedGpu:
             # only inference load differs per GPU; training GPUs share one computation
             key = self.index if self.workload.kind == "inference" else -1
             intensity, util, comm = _workload_means(self.workload, key, t0, t1)
+            if self.mig_load is not None:
+                intensity, util, comm = intensity * self.mig_load, util * self.mig_load, 0.0
         self._integrate_power(dt, intensity, util)
         self.time = t1
         # activity integrals for GPM (~ shares of busy time, typical of LLM training)

@@ -23,6 +23,7 @@ from agent.config import ScenarioSpec
 from agent.sim import node_scenarios
 from agent.sim.fabric import SimulatedFabric
 from agent.sim.kmsg import SimulatedKernelLog
+from agent.sim.mig_layout import checked_layout
 from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
 from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
@@ -41,7 +42,12 @@ SHM_MIN_FREE_BYTES = 1 << 30
 
 
 def scratch_dir() -> str | None:
-    """A directory for simulated trees: /dev/shm when usable, else None (the default)."""
+    """A directory for simulated trees: /dev/shm when usable, else None (the default).
+
+    An explicit TMPDIR wins (None: tempfile uses it): whoever set it said where this
+    process's temporary files go."""
+    if os.environ.get("TMPDIR"):
+        return None
     try:
         stats = os.statvfs(SHM_DIR)
     except OSError:
@@ -106,13 +112,17 @@ class SimulatedNode:
         clock: Callable[[], float] = time.monotonic,
         sysfs_root: Path | None = None,
         worker_processes: bool = False,
+        mig: str | None = None,
     ) -> None:
         """`worker_processes`: start a real process per busy GPU for the simulated job's
-        worker (agent/sim/workers.py); a fleet's nodes leave it off."""
+        worker (agent/sim/workers.py); a fleet's nodes leave it off. `mig`: a --mig
+        layout (agent/sim/mig_layout.py); None: MIG off on every GPU."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
         specs = node_scenarios.checked(self.profile, scenarios)  # before anything is made
+        gpu_names = [model.name for model in self.profile.gpus]
+        mig_plans = checked_layout(mig, gpu_names) if mig else None
         self.workload = Workload(kind=node_scenarios.node_workload(specs), seed=seed)
         self.nvml = SimulatedNvml(
             self.profile,
@@ -120,6 +130,7 @@ class SimulatedNode:
             workload=self.workload,
             seed=seed,
             clock=clock,
+            mig=mig_plans,
         )
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
@@ -127,15 +138,22 @@ class SimulatedNode:
             if sysfs_root is None
             else sysfs_root
         )
-        self.fabric = SimulatedFabric(
-            self.profile,
-            self.sysfs_root,
-            workload=self.workload,
-            seed=seed,
-            clock=clock,
-        )
-        self.started = node_scenarios.start(self.nvml, self.fabric, specs)
-        self.fabric.write()
+        try:
+            self.fabric = SimulatedFabric(
+                self.profile,
+                self.sysfs_root,
+                workload=self.workload,
+                seed=seed,
+                clock=clock,
+            )
+            self.started = node_scenarios.start(self.nvml, self.fabric, specs)
+            self.fabric.write()
+        except BaseException:
+            # a node that fails to start leaves no tree behind (the caller never gets
+            # an object to close)
+            if self._owns_root:
+                shutil.rmtree(self.sysfs_root, ignore_errors=True)
+            raise
         # the node's /dev/kmsg, for the agent's --kmsg-path: the XIDs its GPUs raise
         # (made last, so a failure above leaves no file behind)
         self.kernel_log = SimulatedKernelLog(self.profile, clock)
