@@ -50,6 +50,12 @@ BROKEN = (
     pynvml.NVML_ERROR_UNKNOWN,
 )
 
+# the documented answer to arguments these calls refuse: a GPU handle given where a MIG
+# device handle is wanted
+REFUSALS = {
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle": pynvml.NVML_ERROR_INVALID_ARGUMENT,
+}
+
 
 def struct(name: str, version: str | None = None) -> Any:
     """A pynvml struct instance, with its version field set when it has one."""
@@ -316,6 +322,8 @@ def _call(index: int, name: str, call: Call, allowed_missing: set[str]) -> list[
         value, outcome = None, type(error).__name__
         if error.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND and name in allowed_missing:
             outcome = "pending"
+        elif error.value == REFUSALS.get(name):
+            outcome = "refused"
         elif error.value in BROKEN:
             return [f"GPU {index} {name}: {outcome}"]
     except Exception:  # a struct pynvml cannot decode, a wrong signature: a bug
