@@ -20,13 +20,14 @@ from agent.series_budget import render_profile
 from agent.sim.profiles import PROFILES
 from agent.sources.host import HostSample
 from agent.sources.infiniband import InfinibandDevice, InfinibandPort
-from agent.sources.nvml.samples import GpuSample, NvLinkSample, ProcessSample
+from agent.sources.nvml.samples import GpuSample, MigDeviceSample, NvLinkSample, ProcessSample
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.GPU: (GpuSample,),
     Scope.PROCESS: (ProcessSample,),
     Scope.NVLINK: (NvLinkSample, NvLinkTotals),
+    Scope.MIG: (MigDeviceSample,),
     Scope.IB_DEVICE: (InfinibandDevice,),
     Scope.IB_PORT: (InfinibandPort,),
     Scope.HOST: (HostSample,),
