@@ -28,6 +28,7 @@ class Scope(str, Enum):
 
     GPU = "gpu"  # GpuSample, one per GPU (agent.sources.nvml.samples)
     PROCESS = "process"  # ProcessSample, per process on a GPU that is up
+    ALLOCATION = "allocation"  # Allocation, per owner of a GPU (agent.sources.attribution)
     NVLINK = "nvlink"  # NvLinkSample per link, or the per-GPU total with link="all"
     MIG = "mig"  # MigDeviceSample, per MIG device (GPU + compute instance) of a GPU
     IB_DEVICE = "ib_device"  # InfinibandDevice (agent.sources.infiniband)
@@ -41,6 +42,7 @@ class Scope(str, Enum):
 IDENTITY: dict[Scope, tuple[str, ...]] = {
     Scope.GPU: ("gpu", "uuid"),
     Scope.PROCESS: ("gpu", "uuid"),
+    Scope.ALLOCATION: ("gpu", "uuid"),
     Scope.NVLINK: ("gpu", "uuid", "link"),
     Scope.MIG: ("gpu", "uuid", "gpu_instance_id", "compute_instance_id"),
     Scope.IB_DEVICE: (),
@@ -54,6 +56,7 @@ IDENTITY: dict[Scope, tuple[str, ...]] = {
 SOURCE_OF: dict[Scope, str] = {
     Scope.GPU: "nvml",
     Scope.PROCESS: "nvml",
+    Scope.ALLOCATION: "attribution",
     Scope.NVLINK: "nvml",
     Scope.MIG: "nvml",
     Scope.IB_DEVICE: "infiniband",
@@ -562,9 +565,15 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "Device memory held by a compute process (the largest processes, capped per GPU).",
         Scope.PROCESS,
         "nvmlDeviceGetComputeRunningProcesses_v3 .usedGpuMemory; process and user from "
-        "psutil on the pid; job is empty until job attribution fills it",
-        (Series(_F("memory_bytes"), (_F("pid"), _F("name"), _F("user"), "")),),
-        own_labels=("pid", "process", "user", "job"),
+        "psutil on the pid; job (Slurm job id), pod and namespace (Kubernetes) from "
+        "attribution's cache (--attribution), empty when it is off or does not know the pid",
+        (
+            Series(
+                _F("memory_bytes"),
+                (_F("pid"), _F("name"), _F("user"), _F("job"), _F("pod"), _F("namespace")),
+            ),
+        ),
+        own_labels=("pid", "process", "user", "job", "pod", "namespace"),
         when="no compute process on the GPU",
     ),
 )
@@ -640,6 +649,36 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
         "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_DRAM_BW_UTIL",
         _one("dram_active_ratio"),
         when=_MIG_GPM,
+    ),
+)
+
+ALLOCATION_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "nvwatch_gpu_allocation_info",
+        _G,
+        "Who a GPU (or MIG instance, by its own uuid) is allocated to: one series per "
+        "owner, value always 1; labels a scheduler has no notion of are empty. Join it at "
+        "query time: GPU series never carry job labels.",
+        Scope.ALLOCATION,
+        "--attribution slurm: /proc/<pid>/cgroup (slurmstepd cgroup path), the job-mapping "
+        "directory (--hpc-job-mapping-dir), /proc/<pid>/environ; kubernetes: kubelet "
+        "pod-resources v1 List (--kubelet-socket) and the kubepods cgroup path of each pid",
+        (
+            Series(
+                1.0,
+                (
+                    _F("owner.scheduler"),
+                    _F("owner.job_id"),
+                    _F("owner.user"),
+                    _F("owner.account"),
+                    _F("owner.pod"),
+                    _F("owner.namespace"),
+                    _F("owner.container"),
+                ),
+            ),
+        ),
+        own_labels=("scheduler", "job_id", "user", "account", "pod", "namespace", "container"),
+        when="attribution off, or no job or pod holds the GPU",
     ),
 )
 
@@ -1012,6 +1051,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
 CATALOGUE: tuple[MetricSpec, ...] = (
     *GPU_METRICS,
     *MIG_METRICS,
+    *ALLOCATION_METRICS,
     *NVLINK_METRICS,
     *INFINIBAND_METRICS,
     *HOST_METRICS,

@@ -15,11 +15,14 @@ from typing import Any, TypeVar
 import click
 
 from agent.config import (
+    ATTRIBUTION_INTERVAL_BOUNDS,
+    DEFAULT_KUBELET_SOCKET,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
     AgentConfig,
     ConfigError,
     load_config_file,
+    parse_attribution,
     parse_listen,
     parse_scenario,
     parse_sources,
@@ -124,6 +127,41 @@ def source_options(func: F) -> F:
             "format or dmesg text works too); unreadable: NVML events since start only.",
         ),
         option(
+            "--attribution",
+            default="none",
+            show_default=True,
+            metavar="MODES",
+            help="Who uses each GPU: comma-separated slurm, kubernetes, or none "
+            "(nvwatch_gpu_allocation_info, and job/pod labels on process series).",
+        ),
+        option(
+            "--attribution-interval",
+            default="10s",
+            show_default=True,
+            help=f"How often attribution re-reads its sources, {ATTRIBUTION_INTERVAL_BOUNDS}; "
+            "a new GPU process triggers an early refresh.",
+        ),
+        option(
+            "--hpc-job-mapping-dir",
+            type=click.Path(file_okay=False),
+            help="Slurm: directory of GPU-index files holding job ids, written by a prolog "
+            "(dcgm-exporter's format and flag; see deploy/slurm/).",
+        ),
+        option(
+            "--kubelet-socket",
+            default=str(DEFAULT_KUBELET_SOCKET),
+            show_default=True,
+            type=click.Path(dir_okay=False),
+            help="Kubernetes: the kubelet pod-resources gRPC socket.",
+        ),
+        option(
+            "--proc-root",
+            default="/proc",
+            show_default=True,
+            type=click.Path(file_okay=False),
+            help="Root of procfs, for the cgroup and environment of GPU processes.",
+        ),
+        option(
             "--log-format",
             type=click.Choice(LOG_FORMATS),
             default="text",
@@ -142,7 +180,7 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
     # from the environment or a config file one string: keep from=/until= with their scenario
     scenario_values = split_scenarios(scenario_values)
     listen_host, listen_port = parse_listen(params.get("listen") or "0.0.0.0:9477")
-    return AgentConfig(
+    config = AgentConfig(
         listen_host=listen_host,
         listen_port=listen_port,
         interval=parse_duration(params["interval"], "interval", INTERVAL_BOUNDS),
@@ -156,9 +194,30 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         nvlink_detail=params.get("nvlink_detail") or "link",
         ib_hw_counters=params.get("ib_hw_counters") or "default",
         kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
+        attribution=parse_attribution(params.get("attribution") or ()),
+        attribution_interval=parse_duration(
+            params.get("attribution_interval") or "10s",
+            "attribution interval",
+            ATTRIBUTION_INTERVAL_BOUNDS,
+        ),
+        hpc_job_mapping_dir=(
+            Path(params["hpc_job_mapping_dir"]) if params.get("hpc_job_mapping_dir") else None
+        ),
+        kubelet_socket=Path(params.get("kubelet_socket") or DEFAULT_KUBELET_SOCKET),
+        proc_root=Path(params.get("proc_root") or "/proc"),
         mig=params.get("mig") or None,
         sim_process_file=(
             Path(params["sim_process_file"]) if params.get("sim_process_file") else None
         ),
         **extra,
     )
+    check_attribution(config)
+    return config
+
+
+def check_attribution(config: AgentConfig) -> None:
+    """Attribution options that cannot work together; ConfigError, one line."""
+    if config.attribution and "nvml" not in config.sources:
+        raise ConfigError("--attribution needs the nvml source (it attributes NVML's GPUs)")
+    if config.hpc_job_mapping_dir is not None and "slurm" not in config.attribution:
+        raise ConfigError("--hpc-job-mapping-dir is read by --attribution slurm: enable it")

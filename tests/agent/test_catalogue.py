@@ -18,6 +18,7 @@ from agent.exposition.render import AgentState
 from agent.poller import Snapshot, SourceStatus
 from agent.series_budget import render_profile
 from agent.sim.profiles import PROFILES
+from agent.sources.attribution.model import Allocation
 from agent.sources.host import HostSample
 from agent.sources.infiniband import InfinibandDevice, InfinibandPort
 from agent.sources.nvml.samples import GpuSample, MigDeviceSample, NvLinkSample, ProcessSample
@@ -26,6 +27,7 @@ from agent.sources.nvml.samples import GpuSample, MigDeviceSample, NvLinkSample,
 _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.GPU: (GpuSample,),
     Scope.PROCESS: (ProcessSample,),
+    Scope.ALLOCATION: (Allocation,),
     Scope.NVLINK: (NvLinkSample, NvLinkTotals),
     Scope.MIG: (MigDeviceSample,),
     Scope.IB_DEVICE: (InfinibandDevice,),

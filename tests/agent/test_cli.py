@@ -49,6 +49,10 @@ def unreadable_config(tmp_path: Path) -> str:
         (["dump", "--log-format", "xml"], "log-format"),
         (["dump", "--simulate", "dgx-9000", "--sources", "host"], "unknown hardware profile"),
         (["dump", "--scenario", "idle", "--sources", "host"], "--scenario needs --simulate"),
+        (["dump", "--attribution", "slurm,lsf"], "unknown attribution mode lsf"),
+        (["dump", "--attribution", "slurm", "--sources", "host"], "needs the nvml source"),
+        (["dump", "--attribution-interval", "10ms"], "invalid attribution interval"),
+        (["dump", "--hpc-job-mapping-dir", "/run/map"], "read by --attribution slurm"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], expected: str) -> None:

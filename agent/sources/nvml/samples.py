@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 #: Clock-event (throttle) reason names, in the order of their NVML bits (0x1 .. 0x100);
 #: these are the `reason` label values of nvwatch_gpu_clock_event_active.
@@ -86,6 +87,29 @@ class ProcessSample:
     memory_bytes: int | None
     name: str = ""  # psutil name when readable, else ""
     user: str = ""
+    # the owner attribution placed the pid with (agent/sources/attribution); "" unknown
+    job: str = ""  # the Slurm job id
+    pod: str = ""  # the Kubernetes pod and its namespace
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessOwnerLabels:
+    """What attribution knows of a pid, for its process series: job, or pod/namespace."""
+
+    job: str = ""
+    pod: str = ""
+    namespace: str = ""
+
+
+class ProcessAttribution(Protocol):
+    """What the NVML source needs from attribution: a cached lookup per pid (a dict
+    read, on the poll path) and a look at each poll's GPUs (new pids wake the refresher,
+    which resolves them on its own thread)."""
+
+    def labels_of(self, pid: int) -> ProcessOwnerLabels | None: ...
+
+    def observe(self, gpus: tuple[GpuSample, ...]) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,13 @@ from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
 from agent.sources.nvml.gpm import GpmSampler
 from agent.sources.nvml.mig import MigReader
 from agent.sources.nvml.nvlink import GpuLinks
-from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES, GpuInfo, GpuSample, NvmlSample
+from agent.sources.nvml.samples import (
+    NVLINK_DETAIL_CHOICES,
+    GpuInfo,
+    GpuSample,
+    NvmlSample,
+    ProcessAttribution,
+)
 from agent.sources.nvml.static import STATIC_REFRESH_S, Kept
 from agent.sources.nvml.xid import XidListener
 from agent.sources.presence import PCI_VENDOR_NVIDIA, plural, scan_pci
@@ -82,6 +88,10 @@ class NvmlSource:
     `sysfs_root`: where to count the node's NVIDIA PCI functions, to tell a node without
     GPUs (absent) from GPUs NVML cannot read (down). None: not counted, and every NVML
     failure is down.
+
+    `attribution`: the job or pod of each process, from attribution's cache (a dict
+    lookup per process); it is shown each poll's GPUs so that it can resolve new pids
+    on its own thread. None: process series have empty job and pod labels.
     """
 
     name = "nvml"
@@ -95,6 +105,7 @@ class NvmlSource:
         init_retry_max: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         kmsg_path: Path | None = None,
+        attribution: ProcessAttribution | None = None,
     ) -> None:
         if nvlink_detail not in NVLINK_DETAIL_CHOICES:
             raise ValueError(
@@ -113,6 +124,7 @@ class NvmlSource:
         self._cuda_version = ""
         self._xid: XidListener | None = None
         self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
+        self._attribution = attribution
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -123,6 +135,8 @@ class NvmlSource:
     def collect(self) -> NvmlSample:
         self._ensure_initialised()
         gpus = tuple(self._collect_gpu(state) for state in self._gpus)
+        if self._attribution is not None:
+            self._attribution.observe(gpus)
         return NvmlSample(
             gpus=gpus,
             driver_version=self._driver_version,
@@ -338,7 +352,7 @@ class NvmlSource:
             up=True,
             **readings,
             xid_counts=MappingProxyType(xid),
-            processes=reads.processes(dev),
+            processes=reads.processes(dev, self._attribution),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 
