@@ -24,6 +24,7 @@ import pynvml
 
 from agent.sources import SourceUnavailable
 from agent.sources.nvml.device import error_name, text
+from agent.sources.nvml.source import init_reason
 from agent.sources.pci_address import sysfs_bus_id as normalise_bus_id
 from agent.sources.pci_affinity import PciPath, Resolver
 
@@ -95,7 +96,7 @@ def build_topology(sysfs_root: Path, hcas: Sequence[tuple[str, str]] = ()) -> To
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
-        raise SourceUnavailable(f"NVML unavailable: {error_name(err)}") from err
+        raise SourceUnavailable(init_reason(err)) from err
     try:
         return _build(Resolver(sysfs_root), hcas)
     except pynvml.NVMLError as err:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from agent.click_groups import HelpGroup
 from mixin.config import MixinConfig, load
 
 # The command for each committed generated file, named by the staleness test.
@@ -67,7 +68,7 @@ def _kubernetes_dir(kubernetes: str | None, no_kubernetes: bool) -> Path | None:
     return None if no_kubernetes else Path(kubernetes) if kubernetes else default_dir()
 
 
-@click.group("dashboards")
+@click.group("dashboards", cls=HelpGroup)
 def dashboards_group() -> None:
     """Grafana dashboards generated from the mixin config."""
 
@@ -93,7 +94,7 @@ def dashboards_build(
         click.echo(str(path))
 
 
-@click.group("alerts")
+@click.group("alerts", cls=HelpGroup)
 def alerts_group() -> None:
     """Prometheus alert/recording rules and Grafana alert rules from the mixin config."""
 

@@ -170,7 +170,7 @@ class NvmlSource:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
-            self._init_failed(self._classify(None, _init_reason(err)))
+            self._init_failed(self._classify(None, init_reason(err)))
         try:
             self._enumerate()
         except pynvml.NVMLError as err:
@@ -360,7 +360,7 @@ class NvmlSource:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _init_reason(err: pynvml.NVMLError) -> str:
+def init_reason(err: pynvml.NVMLError) -> str:
     """An operator-facing sentence for a failed nvmlInit."""
     if isinstance(err, pynvml.NVMLError_LibraryNotFound):
         return (
