@@ -17,6 +17,11 @@ import yaml
 from agent.durations import DurationBounds, DurationError, parse_duration, prometheus_duration
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
+# --attribution modes (agent/sources/attribution); none by default: an SRE enables what
+# the node runs, and a mode's reads (/proc of every GPU process, the kubelet socket) are
+# something to choose, not to discover
+ATTRIBUTION_MODES = ("slurm", "kubernetes")
+DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 LOG_FORMATS = ("text", "json")
 
 
@@ -35,6 +40,9 @@ INTERVAL_BOUNDS = DurationBounds(0.1, 3600.0)
 SETTLE_BOUNDS = DurationBounds(0.01, 600.0)
 # how long a simulated fleet runs: a year is far below the timers' limit (292 years)
 FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
+# how often attribution re-reads /proc, the mapping directory and the kubelet: jobs
+# start and end on a scale of minutes, and a new GPU process wakes it early anyway
+ATTRIBUTION_INTERVAL_BOUNDS = DurationBounds(1.0, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,21 @@ class AgentConfig:
     ib_hw_counters: str = "default"
     # the kernel log XIDs are counted from; None: /dev/kmsg, or the simulated node's log
     kmsg_path: Path | None = None
+    # who uses each GPU: modes, their cadence and what they read
+    attribution: tuple[str, ...] = ()
+    attribution_interval: float = 10.0
+    hpc_job_mapping_dir: Path | None = None
+    kubelet_socket: Path = DEFAULT_KUBELET_SOCKET
+    proc_root: Path = Path("/proc")
+    # a simulated node's MIG layout (--mig, agent/sim/mig_layout.py); None: MIG off
+    mig: str | None = None
+    # with --simulate: a file of real processes the simulated GPUs report (process_file.py)
+    sim_process_file: Path | None = None
+
+    @property
+    def attribution_timeout(self) -> float:
+        """The bound of one resolver's I/O (the kubelet call's deadline)."""
+        return max(0.5, min(5.0, self.attribution_interval * 0.5))
 
     @property
     def timeout(self) -> float:
@@ -108,6 +131,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
+def format_listen(host: str, port: int) -> str:
+    """The HOST:PORT form parse_listen reads back: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else list(value)
     names = tuple(dict.fromkeys(s.strip() for s in items if str(s).strip()))
@@ -121,6 +149,31 @@ def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
+def parse_attribution(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """'slurm,kubernetes' -> ('slurm', 'kubernetes'); '' or 'none' -> () (off)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(dict.fromkeys(s.strip() for s in items if str(s).strip()))
+    if names == ("none",):
+        return ()
+    unknown = [n for n in names if n not in ATTRIBUTION_MODES]
+    if unknown:
+        raise ConfigError(
+            f"unknown attribution mode {', '.join(unknown)}: choose from "
+            + ", ".join(ATTRIBUTION_MODES)
+            + " (comma-separated), or none"
+        )
+    return names
+
+
+# The one scenario syntax of every command and of NVWATCH_SCENARIO (serve, dump, doctor,
+# topology, `simulate exec`; `simulate fleet` puts NODE: in front for one node):
+#   NAME             the scenario on its default part (GPU 0, the first NVLink GPU, every
+#                    InfiniBand port, or node-wide), from its default onset
+#   NAME@TARGET      on one GPU (an index) or one HCA (mlx5_N)
+#   ,from=DURATION   begins this long after the simulated node starts (0: from the start)
+#   ,until=DURATION  is repaired this long after the node starts
+# e.g. gpu-lost@3, ib-congestion@mlx5_1, ecc-dbe@2,from=1m,until=5m. Several are
+# separated by spaces (or given as repeated --scenario flags).
 SCENARIO_SYNTAX = "NAME[@TARGET][,from=DURATION][,until=DURATION]"
 _ZERO = re.compile(r"0+(?:\.0*)?(?:ms|[smhdwy])?")
 

@@ -5,10 +5,17 @@ python -m agent.metrics_doc > docs/metrics.md
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
+from agent.series_budget import PROCESS_FAMILY, Budget, measure
+from agent.sim.profiles import PROFILES
+from agent.sources.nvml.reads import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
+    ("nvwatch_mig_", "MIG instances"),
     ("nvwatch_nvlink_", "NVLink"),
     ("nvwatch_ib_", "InfiniBand"),
     ("nvwatch_host_", "Host"),
@@ -19,7 +26,9 @@ _SECTIONS = (
 _SAMPLE_CLASS = {
     Scope.GPU: "GpuSample",
     Scope.PROCESS: "ProcessSample",
+    Scope.ALLOCATION: "Allocation",
     Scope.NVLINK: "NvLinkSample",
+    Scope.MIG: "MigDeviceSample",
     Scope.IB_DEVICE: "InfinibandDevice",
     Scope.IB_PORT: "InfinibandPort",
     Scope.HOST: "HostSample",
@@ -40,14 +49,79 @@ keeps `nvwatch_gpu_up 0` and loses its other series.
 Under each metric, a list says where its value comes from: the NVML call or field
 id, the sysfs file or the psutil call (*origin*); the sample attribute that carries it
 through the agent (*sample*, on the class named: `agent/sources/nvml/samples.py`,
-`agent/sources/infiniband.py`, `agent/sources/host.py`, `agent/poller.py`); the
+`agent/sources/infiniband.py`, `agent/sources/host.py`, `agent/poller.py`,
+`agent/sources/attribution/model.py`); the
 `nvidia-smi --query-gpu` field it must agree with (checked by `python -m
 agent.nvsmi_compare` on a real GPU); and when it is absent.
 """
 
 
+# How to use a family, where its name and labels alone do not say it.
+_USAGE: dict[str, str] = {
+    "nvwatch_gpu_allocation_info": """Usage: GPU series carry no job labels (a label per job on
+every series would multiply the node's series by its jobs and break every series when a job
+ends); join this info metric at query time on `instance` and `gpu` (add `uuid` for MIG
+instances, which share their parent's `gpu`):
+
+```promql
+# utilization of each GPU, with the job and user it is allocated to
+nvwatch_gpu_utilization_ratio
+  * on(instance, gpu) group_left(job_id, user) nvwatch_gpu_allocation_info{scheduler="slurm"}
+# GPUs per user right now
+count by (user) (nvwatch_gpu_allocation_info)
+# the pods of a namespace and their GPUs' memory use
+nvwatch_gpu_memory_used_bytes
+  * on(instance, gpu) group_left(pod, container) nvwatch_gpu_allocation_info{namespace="ml"}
+```
+
+A GPU shared by several owners (two jobs in one mapping file, time-sliced pods) has one
+series per owner, so such a join yields one result per owner; the series count is GPUs
+(or MIG instances) x owners, a few dozen per node.""",
+    "nvwatch_gpu_process_memory_bytes": """`job` is the Slurm job id of the pid, `pod` and
+`namespace` its Kubernetes pod, from attribution's cache (`--attribution`); a pid seen for
+the first time is labelled from the next refresh on (well under a second later, when the
+refresher is woken by the new pid), so its first series may have them empty. Prometheus
+stores this `job` as `exported_job`, since the scrape's own `job` target label wins
+(`honor_labels: false`, the default).""",
+}
+
+
+_BUDGET_HEADER = f"""
+## Series budget per node
+
+Measured by rendering each simulated profile (`agent/series_budget.py`: fixed seed, two
+polls a minute apart, host source included) and counting the samples Prometheus would
+ingest; target labels (`job`, `instance`, `cluster`, `rack`, `node_class`) add labels,
+not series. *ceiling* is the most one node can export: the process family at its cap of
+{MAX_PROCESSES} processes per GPU (`{PROCESS_FAMILY}` carries `pid`, and only the
+{MAX_PROCESSES} processes holding the most memory are kept). `nvwatch_gpu_xid_errors_total`
+adds one series per XID code a GPU raised this boot (none here). docs/scale.md turns
+these figures into fleet-wide series and storage.
+
+| profile | GPUs | series | ceiling | NVLink | InfiniBand | per GPU (ceiling) |
+|---|---|---|---|---|---|---|
+"""
+
+
+def budget_table(budgets: list[Budget]) -> str:
+    rows = [
+        f"| `{b.profile}` | {b.gpus} | {b.series:,} | {b.ceiling:,} | "
+        f"{b.share('nvwatch_nvlink_'):,} | {b.share('nvwatch_ib_'):,} | {b.ceiling / b.gpus:.0f} |"
+        for b in budgets
+    ]
+    return _BUDGET_HEADER + "\n".join(rows) + "\n"
+
+
+def measure_all() -> list[Budget]:
+    budgets = []
+    for profile in sorted(PROFILES):
+        with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
+            budgets.append(measure(profile, Path(root)))
+    return budgets
+
+
 def render() -> str:
-    lines = [_HEADER]
+    lines = [_HEADER, budget_table(measure_all())]
     for prefix, title in _SECTIONS:
         lines.append(f"\n## {title}\n")
         for spec in CATALOGUE:
@@ -73,6 +147,8 @@ def _entry(spec: MetricSpec) -> list[str]:
     if spec.when:
         rows.append(f"- absent: {_cell(spec.when)}")
     rows.append("")
+    if spec.name in _USAGE:
+        rows += [_USAGE[spec.name], ""]
     return rows
 
 

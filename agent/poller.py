@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
-from agent.sources import Source, SourceAbsent, SourceUnavailable
+from agent.sources import Source, SourceAbsent, SourceDegraded, SourceUnavailable
 from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,9 @@ class Poller:
                 error = f"timed out after {self.timeout:g}s"
             except SourceAbsent as exc:
                 absent = str(exc) or "no such hardware on this node"
+            except SourceDegraded as exc:
+                error = str(exc)
+                prepared = self._degraded(name, exc)
             except SourceUnavailable as exc:
                 error = str(exc)
             except Exception as exc:
@@ -252,6 +255,14 @@ class Poller:
             absent_reason=absent,
             parse_errors_total=_parse_errors(worker.source),
         )
+
+    def _degraded(self, name: str, degraded: SourceDegraded) -> object | None:
+        """The partial sample of a degraded source, rendered; None if that fails too."""
+        try:
+            return self._prepare(name, degraded.sample)
+        except Exception:
+            log.exception("rendering the partial sample of source %s failed", name)
+            return None
 
     def _log_change(self, name: str, error: str | None, absent: str | None) -> None:
         """Log a change of state; a down source is also reminded of every few minutes.

@@ -19,6 +19,12 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
     if config.simulate is None:
         if config.scenarios:
             raise ConfigError("--scenario needs --simulate PROFILE")
+        if config.mig:
+            raise ConfigError(
+                "--mig needs --simulate PROFILE (real GPUs are partitioned with nvidia-smi mig)"
+            )
+        if config.sim_process_file is not None:
+            raise ConfigError("--sim-process-file needs --simulate PROFILE")
         yield config
         return
     if config.sysfs_root != AgentConfig().sysfs_root:
@@ -30,13 +36,24 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
         )
     from agent.sim import nvml as sim_nvml
     from agent.sim.node import PollGridClock, SimulatedNode, grid_step
+    from agent.sim.process_file import ProcessFile
     from agent.sim.profiles import UnknownProfile
 
     try:
         clock = PollGridClock(grid_step(config.interval))
-        node = SimulatedNode(config.simulate, config.scenarios, seed=config.seed, clock=clock)
+        # one agent, maybe watched with nvitop: real pids for the simulated job's workers
+        node = SimulatedNode(
+            config.simulate,
+            config.scenarios,
+            seed=config.seed,
+            clock=clock,
+            worker_processes=True,
+            mig=config.mig,
+        )
     except (UnknownProfile, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
+    if config.sim_process_file is not None:
+        node.nvml.process_file = ProcessFile(config.sim_process_file, node.profile.gpu_count)
     sim_nvml.install(node.nvml)
     # the tree is rewritten only for a reader: once per poll, and never without the
     # infiniband source (the NVML side integrates lazily, on each call)

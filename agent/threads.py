@@ -20,6 +20,10 @@ Threads the agent runs (name, who starts it, why it exists):
   first successful initialisation. NVML reports XID errors only as events, so one thread
   blocks in nvmlEventSetWait and counts them, and re-reads the kernel log's Xid lines
   after each wait (agent/sources/nvml/kmsg.py).
+- ``nvwatch-attribution``: `AttributionRefresher.start`
+  (agent/sources/attribution/refresher.py), on the attribution source's first poll, only
+  with --attribution. Reads /proc, the job-mapping directory and the kubelet on its own
+  cadence, so no poll or scrape ever waits on them; polls read its cache.
 - ``nvwatch-http``: `MetricsServer.start` (agent/server/). The HTTP event loop: accepts,
   reads, answers and times out every connection without blocking on any, so an idle or
   slow client costs a socket, not a thread (agent/server/loop.py).

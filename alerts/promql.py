@@ -94,3 +94,45 @@ def _name_matchers(tokens: list[tuple[str, str]], start: int) -> set[str]:
             if kind == "string":
                 found.add(text[1:-1])
     return found
+
+
+def _label_list(tokens: list[tuple[str, str]], start: int) -> tuple[set[str], int]:
+    """The labels of a `(a, b)` list opening at `start`, and the index after it."""
+    end = _skip_group(tokens, start)
+    return {text for kind, text in tokens[start + 1 : end - 1] if kind == "ident"}, end
+
+
+def _grouping(tokens: list[tuple[str, str]], i: int) -> tuple[str, set[str], int] | None:
+    """`by (...)` / `without (...)` at token i: (clause, labels, index after) or None."""
+    clause = tokens[i][1].lower() if i < len(tokens) else ""
+    if clause in ("by", "without") and i + 1 < len(tokens) and tokens[i + 1] == ("open", "("):
+        labels, end = _label_list(tokens, i + 1)
+        return clause, labels, end
+    return None
+
+
+def cross_aggregated_names(expr: str, keep: str) -> set[str]:
+    """Metric names that `expr` aggregates away the label `keep` from.
+
+    An aggregation (sum, count, topk, ...) whose `by` list lacks `keep`, or whose
+    `without` list names it, or that has neither, folds series of different `keep`
+    values together: with keep="instance" that is a cross-node aggregate, the work a
+    recording rule should do once rather than every dashboard refresh.
+    """
+    tokens = _tokens(expr)
+    found: set[str] = set()
+    for i, (kind, text) in enumerate(tokens):
+        if kind != "ident" or text.lower() not in AGGREGATIONS:
+            continue
+        before = _grouping(tokens, i + 1)
+        arg_start = before[2] if before else i + 1
+        if arg_start >= len(tokens) or tokens[arg_start] != ("open", "("):
+            continue
+        arg_end = _skip_group(tokens, arg_start)
+        clause = before or _grouping(tokens, arg_end)
+        keeps = clause is not None and (
+            keep in clause[1] if clause[0] == "by" else keep not in clause[1]
+        )
+        if not keeps:
+            found |= metric_names("".join(f" {t}" for _, t in tokens[arg_start + 1 : arg_end - 1]))
+    return found

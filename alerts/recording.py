@@ -114,6 +114,9 @@ def node_group(cfg: MixinConfig) -> RecordingGroup:
         per_node(
             "nvwatch_nvlink_transmit_bytes:rate", rate("nvwatch_nvlink_transmit_bytes_total", s())
         ),
+        # `== bool 0` keeps a 0 for nodes with every link up, so a sum over nodes is a
+        # number rather than an empty result
+        per_node("nvwatch_nvlink_down:sum", f"nvwatch_nvlink_up{s()} == bool 0"),
     )
     return RecordingGroup("nvwatch-node.rules", rules)
 
@@ -126,8 +129,11 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
         return RecordingRule(f"cluster:{record}", f"{op} by ({c}{also_by}) ({series})")
 
     def roll_up(metric: str, op: str = "sum", by: str = c) -> RecordingRule:
+        """The per-node rule `instance:{metric}:{op}` summed (maxed) to rack or cluster;
+        per-node rates add up, so a `rate` rolls up with sum."""
         level = "rack" if by != c else "cluster"
-        return RecordingRule(f"{level}:{metric}:{op}", f"{op} by ({by}) (instance:{metric}:{op})")
+        agg = "sum" if op == "rate" else op
+        return RecordingRule(f"{level}:{metric}:{op}", f"{agg} by ({by}) (instance:{metric}:{op})")
 
     rules = (
         per_cluster("nvwatch_agent_up:sum", f"up{s()}"),
@@ -161,6 +167,10 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
         per_cluster(
             "nvwatch_ib_port_receive_bytes:rate", "instance:nvwatch_ib_port_receive_bytes:rate"
         ),
+        # a rack is a leaf switch of the fat-tree: its traffic is the leaf's host-side load
+        roll_up("nvwatch_ib_port_transmit_bytes", "rate", by=f"{c}, {cfg.rack_label}"),
+        roll_up("nvwatch_ib_port_receive_bytes", "rate", by=f"{c}, {cfg.rack_label}"),
+        roll_up("nvwatch_nvlink_down"),
         per_cluster(
             "nvwatch_gpu_throttle_seconds:rate",
             f"rate(nvwatch_gpu_throttle_seconds_total{s()}[{cfg.rate_window}])",

@@ -18,6 +18,7 @@ from dashboards.capacity_review import capacity_review
 from dashboards.cluster_overview import cluster_overview
 from dashboards.grafana import modernise
 from dashboards.infiniband import infiniband
+from dashboards.links import add_navigation
 from dashboards.node import node
 from dashboards.nvlink import nvlink
 from dashboards.thermal_power import thermal_power
@@ -41,10 +42,12 @@ def _to_json(dashboard: g.Dashboard) -> dict[str, Any]:
 
 def build_all(config: MixinConfig) -> dict[str, dict[str, Any]]:
     """File name -> Grafana 10-12 dashboard JSON of every nvwatch dashboard."""
-    return {
+    dashboards = {
         name: modernise(_to_json(make(config)), config.grafana_datasource_name)
         for name, make in DASHBOARDS.items()
     }
+    add_navigation(dashboards)
+    return dashboards
 
 
 def render(dashboard: dict[str, Any]) -> str:
@@ -59,6 +62,16 @@ def write(out_dir: Path, config: MixinConfig) -> list[Path]:
         path.write_text(render(dashboard), encoding="utf-8")
         written.append(path)
     return written
+
+
+def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
+    """The same dashboards as Grafana-sidecar ConfigMaps, one manifest file."""
+    from mixin.kubernetes import DASHBOARDS_FILE, dashboards_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / DASHBOARDS_FILE
+    path.write_text(dashboards_text(build_all(config)), encoding="utf-8")
+    return path
 
 
 def main(argv: list[str] | None = None) -> None:

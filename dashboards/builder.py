@@ -9,6 +9,7 @@ from typing import Any
 
 from grafanalib import core as g
 
+from dashboards.links import DataLink, field_config_links, from_label, label_value
 from dashboards.thresholds import OK, Steps
 from mixin.config import MixinConfig
 
@@ -67,6 +68,7 @@ class Grid:
         custom: dict[str, Any] | None = None,
         mappings: list[dict[str, Any]] | None = None,
         transformations: list[dict[str, Any]] | None = None,
+        links: Sequence[DataLink] = (),
     ) -> None:
         if self.x + w > 24:
             self.newline()
@@ -75,7 +77,12 @@ class Grid:
         optional = {"min": min_, "max": max_, "custom": custom, "mappings": mappings}
         optional = {k: v for k, v in optional.items() if v is not None and v != {} and v != []}
         defaults.update(optional)
+        data_links, overrides = field_config_links(links)
+        if data_links:
+            defaults["links"] = data_links
         extra: dict[str, Any] = {"fieldConfig": {"defaults": defaults}}
+        if overrides:
+            extra["fieldConfig"]["overrides"] = overrides
         if options:
             extra["options"] = options
         panel = _KINDS[kind](
@@ -191,3 +198,17 @@ def cluster_scope(cfg: MixinConfig) -> str:
 def node_matchers(cfg: MixinConfig) -> tuple[str, str]:
     """Matchers of the per-node dashboards: the chosen cluster and node(s)."""
     return f'{cfg.cluster_label}=~"$cluster"', f'{cfg.instance_label}=~"$instance"'
+
+
+def node_series_link(
+    cfg: MixinConfig, uid: str, what: str, *, ref_id: str | None = None
+) -> DataLink:
+    """A data link titled "`what` of NODE" from a series carrying cluster and node labels
+    to dashboard `uid` for that node (the recording rules keep both labels, so fleet
+    panels can drill down)."""
+    return DataLink(
+        uid,
+        f"{what} of {label_value(cfg.instance_label)}",
+        (from_label("cluster", cfg.cluster_label), from_label("instance", cfg.instance_label)),
+        ref_id=ref_id,
+    )

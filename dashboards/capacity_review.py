@@ -14,11 +14,17 @@ from dashboards.builder import (
     dashboard,
     kwh_in_range,
     legend,
+    node_series_link,
     variable,
 )
+from dashboards.links import CAPACITY_REVIEW, NODE, DataLink
 from mixin.config import MixinConfig
 
 _MERGE = [{"id": "merge", "options": {}}]
+
+
+def _to_node(cfg: MixinConfig) -> list[DataLink]:
+    return [node_series_link(cfg, NODE, "Node dashboard")]
 
 
 def _node_util(cfg: MixinConfig) -> str:
@@ -118,6 +124,7 @@ def _idlest_and_busiest(grid: Grid, cfg: MixinConfig) -> None:
         "consolidation or for a look at why jobs avoid them.",
         "percentunit",
         [Q(f"bottomk(10, {mean})", node, instant=True)],
+        links=_to_node(cfg),
         steps=t.utilization(cfg),
         min_=0,
         max_=1,
@@ -128,6 +135,7 @@ def _idlest_and_busiest(grid: Grid, cfg: MixinConfig) -> None:
         "The ten nodes with the highest mean GPU utilization over the range.",
         "percentunit",
         [Q(f"topk(10, {mean})", node, instant=True)],
+        links=_to_node(cfg),
         steps=t.OK,
         min_=0,
         max_=1,
@@ -148,6 +156,7 @@ def _node_headroom(grid: Grid, cfg: MixinConfig) -> None:
         "1 - the node's peak share of GPU memory in use over the range.",
         "percentunit",
         [Q(f"bottomk(10, 1 - {hbm})", node, instant=True)],
+        links=_to_node(cfg),
         steps=t.headroom(cfg),
         min_=0,
         max_=1,
@@ -158,6 +167,7 @@ def _node_headroom(grid: Grid, cfg: MixinConfig) -> None:
         "1 - the node's peak GPU power as a share of its GPUs' TDP over the range.",
         "percentunit",
         [Q(f"bottomk(10, 1 - {power})", node, instant=True)],
+        links=_to_node(cfg),
         steps=t.headroom(cfg),
         min_=0,
         max_=1,
@@ -172,6 +182,7 @@ def _energy(grid: Grid, cfg: MixinConfig) -> None:
         "GPU energy each node used in the range; the top ten.",
         "kwatth",
         [Q(f"topk(10, {energy})", legend(cfg.instance_label), instant=True)],
+        links=_to_node(cfg),
     )
 
 
@@ -189,7 +200,7 @@ _PANELS: tuple[PanelRow, ...] = (
 def capacity_review(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-capacity-review",
+        CAPACITY_REVIEW,
         "nvwatch / Capacity review (30d)",
         "Thirty days of utilization, memory, power and energy per node, for the capacity "
         "review: what is busy, what is idle, where headroom is left.",

@@ -18,8 +18,10 @@ from dashboards.builder import (
     cluster_scope,
     dashboard,
     legend,
+    node_series_link,
     variable,
 )
+from dashboards.links import CLUSTER_OVERVIEW, INFINIBAND, NODE, NVLINK
 from mixin.config import MixinConfig
 
 
@@ -117,6 +119,7 @@ def _power_and_heat(grid: Grid, cfg: MixinConfig) -> None:
             )
         ],
         steps=t.temperature(cfg),
+        links=[node_series_link(cfg, NODE, "Node dashboard")],
         # the bar's scale, not a threshold: room temperature to above any slowdown
         min_=20,
         max_=100,
@@ -174,6 +177,10 @@ def _fabric(grid: Grid, cfg: MixinConfig) -> None:
             Q(f"topk(5, instance:nvwatch_ib_port_errors:rate{c} > 0)", f"IB {node}", instant=True),
         ],
         steps=t.error_rates(cfg),
+        links=[
+            node_series_link(cfg, NVLINK, "NVLink links", ref_id="A"),
+            node_series_link(cfg, INFINIBAND, "IB ports", ref_id="B"),
+        ],
     )
 
 
@@ -190,7 +197,7 @@ _PANELS: tuple[PanelRow, ...] = (
 def cluster_overview(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-cluster-overview",
+        CLUSTER_OVERVIEW,
         "nvwatch / Cluster overview",
         "The state of the GPU fleet at a glance: nodes, GPUs, utilization, power, heat, "
         "throttling, alerts and fabric.",

@@ -14,6 +14,15 @@ from typing import Any
 JsonDict = dict[str, Any]
 
 SCHEMA_VERSION = 39
+# The Grafana versions the dashboards are written for, as the README states them; the
+# lower bound is the import's `__requires`.
+GRAFANA_VERSIONS = "10.4 to 12.x"
+GRAFANA_MIN_VERSION = "10.4.0"
+# grafana.com import: Grafana asks for a Prometheus data source for this input and writes
+# its uid wherever "${DS_PROMETHEUS}" appears, which is only the `$datasource` variable's
+# default; every panel, target and query variable reads the variable, so a viewer can
+# switch data sources.
+DATASOURCE_INPUT = "DS_PROMETHEUS"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 MODERN_PANEL_TYPES = frozenset(
     {"timeseries", "stat", "gauge", "bargauge", "heatmap", "table", "state-timeline"}
@@ -89,8 +98,10 @@ def _modernise_panel(panel: JsonDict) -> JsonDict:
     defaults = _field_defaults(panel)
     if kind in ("gauge", "bargauge"):
         # grafanalib puts gauge/bargauge settings in the Grafana 6 shape
-        for key in ("calcs", "title", "limit", "override", "values", "links"):
+        for key in ("calcs", "title", "limit", "override", "values"):
             defaults.pop(key, None)
+        if not defaults.get("links"):
+            defaults.pop("links", None)
         for key in ("showThresholdLabels", "showThresholdMarkers"):
             panel.pop(key, None)
         options = panel.get("options") or {}
@@ -157,13 +168,17 @@ def _check_layout(panels: list[JsonDict]) -> None:
                 taken[(x, y)] = panel["title"]
 
 
-def _datasource_variable(default_name: str) -> JsonDict:
+def _datasource_variable() -> JsonDict:
+    # no fixed name or regex: any Prometheus data source; the import's choice by default
+    # (provisioned from file, with "${DS_PROMETHEUS}" unreplaced, Grafana falls back to
+    # the default Prometheus data source)
+    default = "${" + DATASOURCE_INPUT + "}"
     return {
         "name": "datasource",
         "label": "Data source",
         "type": "datasource",
         "query": "prometheus",
-        "current": {"selected": False, "text": default_name, "value": default_name},
+        "current": {"selected": False, "text": default, "value": default},
         "hide": 0,
         "includeAll": False,
         "multi": False,
@@ -196,8 +211,21 @@ def _modern_variable(var: JsonDict) -> JsonDict:
     return out
 
 
+def _requires(panels: list[JsonDict]) -> list[JsonDict]:
+    """What grafana.com import checks: the Grafana version, data source and panel plugins."""
+    kinds = sorted({str(p["type"]) for p in panels})
+    return [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_MIN_VERSION},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        *({"type": "panel", "id": kind, "name": kind, "version": ""} for kind in kinds),
+    ]
+
+
 def modernise(dashboard: JsonDict, datasource_name: str) -> JsonDict:
-    """A Grafana 10-12 dashboard from grafanalib's JSON (the input is not modified)."""
+    """A Grafana 10-12 dashboard from grafanalib's JSON (the input is not modified).
+
+    `datasource_name` is what the import dialog calls the data source it asks for.
+    """
     out = copy.deepcopy(dashboard)
     for key in _LEGACY_DASHBOARD_KEYS:
         out.pop(key, None)
@@ -206,7 +234,7 @@ def modernise(dashboard: JsonDict, datasource_name: str) -> JsonDict:
     out["id"] = None
     out["__inputs"] = [
         {
-            "name": "DS_PROMETHEUS",
+            "name": DATASOURCE_INPUT,
             "label": datasource_name,
             "description": "Prometheus that scrapes the nvwatch agents",
             "type": "datasource",
@@ -214,16 +242,12 @@ def modernise(dashboard: JsonDict, datasource_name: str) -> JsonDict:
             "pluginName": "Prometheus",
         }
     ]
-    out["__requires"] = [
-        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
-        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
-    ]
     variables = [
         _modern_variable(v)
         for v in out.get("templating", {}).get("list", [])
         if v.get("type") != "datasource"
     ]
-    out["templating"] = {"list": [_datasource_variable(datasource_name), *variables]}
+    out["templating"] = {"list": [_datasource_variable(), *variables]}
     out["annotations"] = {
         "list": [
             {
@@ -242,4 +266,5 @@ def modernise(dashboard: JsonDict, datasource_name: str) -> JsonDict:
         panel["id"] = number
     _check_layout(panels)
     out["panels"] = panels
+    out["__requires"] = _requires(panels)
     return out

@@ -11,12 +11,14 @@ from dashboards.builder import (
     Grid,
     PanelRow,
     Q,
+    cluster_scope,
     dashboard,
     legend,
     node_matchers,
     rate,
     variable,
 )
+from dashboards.links import INFINIBAND, NODE, DataLink, carry, from_label, label_value
 from mixin.config import MixinConfig
 
 _STATES = [
@@ -51,6 +53,13 @@ def _throughput(grid: Grid, cfg: MixinConfig) -> None:
         "Bytes per second each port sends and receives.",
         "Bps",
         [Q(tx, port + " tx"), Q(rx, port + " rx")],
+        links=[
+            DataLink(
+                NODE,
+                f"Node dashboard of {label_value(cfg.instance_label)}",
+                (carry("cluster"), from_label("instance", cfg.instance_label)),
+            )
+        ],
     )
     grid.add(
         "timeseries",
@@ -141,8 +150,27 @@ def _tables(grid: Grid, cfg: MixinConfig) -> None:
     )
 
 
+def _racks(grid: Grid, cfg: MixinConfig) -> None:
+    c = cluster_scope(cfg)
+    rack = legend(cfg.rack_label)
+    grid.add(
+        "timeseries",
+        "Throughput per rack (leaf switch)",
+        "Bytes per second the nodes of each rack send and receive over IB, from the rack "
+        "recording rules. On a fat-tree a rack is a leaf switch: a rack far above its "
+        "siblings is where the uplinks saturate first.",
+        "Bps",
+        [
+            Q(f"rack:nvwatch_ib_port_transmit_bytes:rate{c}", rack + " tx"),
+            Q(f"rack:nvwatch_ib_port_receive_bytes:rate{c}", rack + " rx"),
+        ],
+        w=24,
+    )
+
+
 # Top to bottom, as the grid lays them out.
 _PANELS: tuple[PanelRow, ...] = (
+    _racks,
     _throughput,
     _congestion_and_errors,
     _link,
@@ -153,7 +181,7 @@ _PANELS: tuple[PanelRow, ...] = (
 def infiniband(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-infiniband",
+        INFINIBAND,
         "nvwatch / InfiniBand fabric",
         "InfiniBand ports of the selected nodes: throughput against line rate, congestion, "
         "errors, link state and rate, saturated counters and GPU affinity.",

@@ -6,6 +6,7 @@ from grafanalib import core as g
 
 from dashboards import thresholds as t
 from dashboards.builder import Grid, PanelRow, Q, dashboard, node_matchers, rate, variable
+from dashboards.links import INFINIBAND, NODE, NVLINK, DataLink, carry, from_label, label_value
 from mixin.config import MixinConfig
 
 _ACTIVE = [
@@ -27,6 +28,14 @@ def _m(cfg: MixinConfig, name: str, *matchers: str) -> str:
 def _host(cfg: MixinConfig, name: str) -> str:
     """`name` of the chosen node as a whole (host and IB series have no gpu label)."""
     return name + cfg.sel(*node_matchers(cfg))
+
+
+def _to_nvlink_of_gpu() -> DataLink:
+    return DataLink(
+        NVLINK,
+        f"NVLink links of GPU {label_value('gpu')}",
+        (carry("cluster"), carry("instance"), from_label("gpu", "gpu")),
+    )
 
 
 def _utilization_memory_power(grid: Grid, cfg: MixinConfig) -> None:
@@ -196,6 +205,7 @@ def _nvlink(grid: Grid, cfg: MixinConfig) -> None:
         "carry similar traffic in collective operations.",
         "Bps",
         [Q(rate(_m(cfg, "nvwatch_nvlink_transmit_bytes_total")), "GPU {{gpu}} link {{link}}")],
+        links=[_to_nvlink_of_gpu()],
     )
     grid.add(
         "timeseries",
@@ -210,6 +220,7 @@ def _nvlink(grid: Grid, cfg: MixinConfig) -> None:
             Q(f"{_m(cfg, 'nvwatch_nvlink_up')} == 0", "GPU {{gpu}} link {{link}} down"),
         ],
         steps=t.above(cfg.nvlink_error_rate_per_second),
+        links=[_to_nvlink_of_gpu()],
     )
 
 
@@ -223,6 +234,7 @@ def _infiniband_and_host(grid: Grid, cfg: MixinConfig) -> None:
             Q(rate(_host(cfg, "nvwatch_ib_port_transmit_bytes_total")), "{{device}}/{{port}} tx"),
             Q(rate(_host(cfg, "nvwatch_ib_port_receive_bytes_total")), "{{device}}/{{port}} rx"),
         ],
+        links=[DataLink(INFINIBAND, "IB ports of the node", (carry("cluster"), carry("instance")))],
     )
     grid.add(
         "timeseries",
@@ -255,7 +267,7 @@ _PANELS: tuple[PanelRow, ...] = (
 def node(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-node",
+        NODE,
         "nvwatch / Node",
         "Every GPU of one node: utilization, memory, power, temperature, clocks, throttling, "
         "PCIe, ECC and XIDs, NVLink links and InfiniBand ports.",

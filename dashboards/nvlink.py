@@ -17,11 +17,25 @@ from dashboards.builder import (
     rate,
     variable,
 )
+from dashboards.links import NODE, NVLINK, DataLink, carry, from_label, label_value
 from mixin.config import MixinConfig
 
 
 def _sel(cfg: MixinConfig) -> str:
-    return cfg.sel(*node_matchers(cfg))
+    return cfg.sel(*node_matchers(cfg), 'gpu=~"$gpu"')
+
+
+def _to_node(cfg: MixinConfig) -> DataLink:
+    """From a series of one GPU of one node to the node dashboard showing that GPU."""
+    return DataLink(
+        NODE,
+        f"Node dashboard of {label_value(cfg.instance_label)}, GPU {label_value('gpu')}",
+        (
+            carry("cluster"),
+            from_label("instance", cfg.instance_label),
+            from_label("gpu", "gpu"),
+        ),
+    )
 
 
 def _link_legend(cfg: MixinConfig) -> str:
@@ -52,12 +66,15 @@ def _traffic(grid: Grid, cfg: MixinConfig) -> None:
 def _link_counts(grid: Grid, cfg: MixinConfig) -> None:
     sel = _sel(cfg)
     inst = cfg.instance_label
+    # the per-node recording rule: with every node selected this is a fleet-wide count
+    scope = "{" + ", ".join(node_matchers(cfg)) + "}"
     grid.add(
         "stat",
         "Links down",
-        "NVLink links NVML reports inactive. Any is NvwatchNvlinkDown.",
+        "NVLink links NVML reports inactive (as of the last rule evaluation, 1m). Any is "
+        "NvwatchNvlinkDown.",
         "none",
-        [Q(f"count(nvwatch_nvlink_up{sel} == 0) or vector(0)", "down", instant=True)],
+        [Q(f"sum(instance:nvwatch_nvlink_down:sum{scope}) or vector(0)", "down", instant=True)],
         w=6,
         h=8,
         steps=t.ANY_BAD,
@@ -77,6 +94,7 @@ def _link_counts(grid: Grid, cfg: MixinConfig) -> None:
         ],
         w=18,
         h=8,
+        links=[_to_node(cfg)],
         steps=t.nvlinks_per_gpu(cfg),
         min_=0,
     )
@@ -98,6 +116,7 @@ def _errors_and_load(grid: Grid, cfg: MixinConfig) -> None:
             )
         ],
         steps=t.above(cfg.nvlink_error_rate_per_second),
+        links=[_to_node(cfg)],
     )
     grid.add(
         "timeseries",
@@ -112,6 +131,7 @@ def _errors_and_load(grid: Grid, cfg: MixinConfig) -> None:
             )
         ],
         steps=t.load(cfg),
+        links=[_to_node(cfg)],
         min_=0,
         max_=1,
     )
@@ -143,13 +163,14 @@ _PANELS: tuple[PanelRow, ...] = (
 def nvlink(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-nvlink",
+        NVLINK,
         "nvwatch / NVLink fabric",
         "NVLink links of the selected nodes: traffic per link, links down, errors, peers.",
         _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster"),
             variable(cfg, cfg.instance_label, "Node"),
+            variable(cfg, "gpu", "GPU"),
         ],
         time_from="now-3h",
     )

@@ -15,9 +15,15 @@ from dashboards.builder import (
     dashboard,
     kwh_in_range,
     legend,
+    node_series_link,
     variable,
 )
+from dashboards.links import NODE, THERMAL_POWER, DataLink
 from mixin.config import MixinConfig
+
+
+def _to_node(cfg: MixinConfig) -> DataLink:
+    return node_series_link(cfg, NODE, "Node dashboard")
 
 
 def _heat(grid: Grid, cfg: MixinConfig) -> None:
@@ -29,6 +35,7 @@ def _heat(grid: Grid, cfg: MixinConfig) -> None:
         "across a rack or an aisle are a cooling problem; single hot rows are a node.",
         "celsius",
         [Q(f"instance:nvwatch_gpu_temperature_celsius:max{c}", legend(cfg.instance_label))],
+        links=[_to_node(cfg)],
         w=24,
         h=10,
     )
@@ -69,6 +76,7 @@ def _headroom(grid: Grid, cfg: MixinConfig) -> None:
             )
         ],
         steps=t.power_headroom(cfg),
+        links=[_to_node(cfg)],
         min_=0,
         max_=1,
         h=10,
@@ -121,7 +129,7 @@ _PANELS: tuple[PanelRow, ...] = (_heat, _headroom, _cluster_power)
 def thermal_power(cfg: MixinConfig) -> g.Dashboard:
     return dashboard(
         cfg,
-        "nvwatch-thermal-power",
+        THERMAL_POWER,
         "nvwatch / Thermal & power",
         "Where the fleet is hot, how much time GPUs lose to throttling, and how much power "
         "headroom nodes, racks and the cluster have.",

@@ -19,7 +19,13 @@ import yaml
 from agent.durations import parse_duration, prometheus_duration
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
-_WINDOWS = ("rate_window", "evaluation_interval", "counter_gap_lookback", "pcie_degraded_window")
+_WINDOWS = (
+    "rate_window",
+    "evaluation_interval",
+    "counter_gap_lookback",
+    "pcie_degraded_window",
+    "unscraped_memory",
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,11 @@ class MixinConfig:
     # missed evaluation would otherwise resolve a condition that was never repaired and
     # page it again after its `for:`. A repaired condition resolves this much later.
     keep_firing_for: str = "5m"
+    # How long NvwatchAgentUnscraped remembers a target that no scraper scrapes any
+    # more (its scrape shard died, its file_sd entry vanished): it pages for the node
+    # until it is scraped again or this long after its last sample, whichever is first.
+    # Longer costs more: the rule reads every sample of `up` in the window.
+    unscraped_memory: str = "1h"
     # Window of every rate()/increase()/deriv() in the rules.
     rate_window: str = "5m"
     # How far back the event alerts (XIDs, IB link_downed) look for a counter's last
@@ -218,7 +229,8 @@ class MixinConfig:
     dashboard_ib_rate_ok_gbps: float = 100.0
 
     # --- presentation ---------------------------------------------------------------
-    # Default of the dashboards' datasource variable.
+    # What the grafana.com import dialog calls the Prometheus data source it asks for
+    # (the dashboards' DS_PROMETHEUS input, the default of their $datasource variable).
     grafana_datasource_name: str = "Prometheus"
     # Datasource uid the Grafana-managed alert rules query.
     grafana_datasource_uid: str = "prometheus"

@@ -13,16 +13,17 @@ import psutil
 
 from agent import logs
 from agent.cli import cli
-from agent.cli.options import option
+from agent.cli.options import option, scenario_names
 from agent.cli.sim_commands import simulate_group
 from agent.config import (
     FLEET_DURATION_BOUNDS,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
+    SCENARIO_SYNTAX,
     ConfigError,
     split_scenarios,
 )
-from agent.durations import parse_duration
+from agent.durations import DURATION_FORMAT, parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from agent.sim.fleet import Fleet
 from agent.sim.fleet_plan import (
@@ -30,6 +31,7 @@ from agent.sim.fleet_plan import (
     DEFAULT_NODES_PER_RACK,
     FleetError,
     expand_profiles,
+    parse_node_mig,
     parse_node_scenario,
 )
 
@@ -46,10 +48,16 @@ from agent.sim.fleet_plan import (
 @option(
     "--scenario",
     multiple=True,
-    metavar="NODE:NAME[@TARGET][,from=D][,until=D]",
-    help="Scenario on node NODE (0-based), optionally one GPU or IB device, optionally "
-    "from/until a simulated time since start (then repaired): 3:thermal-runaway@2, "
-    "5:ib-congestion@mlx5_1, 4:ecc-dbe@2,from=1m,until=5m. Repeatable.",
+    metavar=f"[NODE:]{SCENARIO_SYNTAX}",
+    help="A scenario in the syntax of `serve --simulate`, on node NODE (0-based) or, "
+    "without NODE:, on every node: 3:thermal-runaway@2, 5:ib-congestion@mlx5_1, "
+    f"4:ecc-dbe@2,from=1m,until=5m. Repeatable. Scenarios: {scenario_names()}.",
+)
+@option(
+    "--mig",
+    multiple=True,
+    metavar="NODE[-NODE]:LAYOUT",
+    help="MIG layout of nodes (as `serve --mig`): 0-3:all:3g.40gb,3g.40gb. Repeatable.",
 )
 @option(
     "--repair-file",
@@ -62,7 +70,8 @@ from agent.sim.fleet_plan import (
     "--interval",
     default="15s",
     show_default=True,
-    help=f"Poll and simulation tick interval, {INTERVAL_BOUNDS}.",
+    metavar="DURATION",
+    help=f"Poll and simulation tick interval, {INTERVAL_BOUNDS}; {DURATION_FORMAT}.",
 )
 @option("--listen-host", default="127.0.0.1", show_default=True, help="Address every node binds.")
 @option("--seed", type=int, default=0, show_default=True, help="Node i uses seed SEED+i.")
@@ -88,6 +97,7 @@ from agent.sim.fleet_plan import (
 )
 @option(
     "--duration",
+    metavar="DURATION",
     help=f"Stop after this long, {FLEET_DURATION_BOUNDS} (default: run until SIGTERM/SIGINT).",
 )
 @option(
@@ -110,6 +120,7 @@ def simulate_fleet(
     profile: str,
     base_port: int,
     scenario: tuple[str, ...],
+    mig: tuple[str, ...],
     repair_file: str | None,
     interval: str,
     listen_host: str,
@@ -140,6 +151,7 @@ def simulate_fleet(
         cluster=cluster,
         nodes_per_rack=nodes_per_rack,
         repair_file=Path(repair_file) if repair_file else None,
+        mig=mig,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     stop = _stop_on_signals()
@@ -167,6 +179,7 @@ def _build_fleet(
     cluster: str,
     nodes_per_rack: int,
     repair_file: Path | None = None,
+    mig: tuple[str, ...] = (),
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -185,6 +198,7 @@ def _build_fleet(
             cluster=cluster,
             nodes_per_rack=nodes_per_rack,
             repair_file=repair_file,
+            mig=[parse_node_mig(m) for m in mig],
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc

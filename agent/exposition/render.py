@@ -46,6 +46,11 @@ _RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
     "host": ("agent.sources.host", "HostSample", "agent.exposition.host"),
     "nvml": ("agent.sources.nvml.samples", "NvmlSample", "agent.exposition.gpu"),
     "infiniband": ("agent.sources.infiniband", "InfinibandSample", "agent.exposition.infiniband"),
+    "attribution": (
+        "agent.sources.attribution.model",
+        "AttributionSample",
+        "agent.exposition.allocation",
+    ),
 }
 _AGENT_PLANS = plans(of_scope(Scope.AGENT, Scope.SOURCE))
 

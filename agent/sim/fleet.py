@@ -176,7 +176,8 @@ class Fleet:
         specs: Sequence[str],
         base_port: int = 9500,
         interval: float = 15.0,
-        scenarios: Sequence[tuple[int, ScenarioSpec]] | Mapping[int, Sequence[ScenarioSpec]] = (),
+        scenarios: Sequence[tuple[int | None, ScenarioSpec]]
+        | Mapping[int, Sequence[ScenarioSpec]] = (),
         seed: int = 0,
         *,
         time_scale: float = 1.0,
@@ -185,6 +186,7 @@ class Fleet:
         nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
         hold_time: bool = False,
         repair_file: Path | None = None,
+        mig: Sequence[tuple[range, str]] = (),
     ) -> None:
         """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
         `repair_file`: repair requests, one per line, taken at every tick (`repair()`)."""
@@ -192,7 +194,7 @@ class Fleet:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
             raise FleetError("time scale must be positive")
-        pairs = (
+        pairs: list[tuple[int | None, ScenarioSpec]] = (
             [(i, s) for i, specs_of in scenarios.items() for s in specs_of]
             if isinstance(scenarios, Mapping)
             else list(scenarios)
@@ -204,6 +206,7 @@ class Fleet:
             scenarios=pairs,
             cluster=cluster,
             nodes_per_rack=nodes_per_rack,
+            mig=mig,
         )
         self.interval = interval
         self.listen_host = listen_host
@@ -253,7 +256,12 @@ class Fleet:
         sysfs.mkdir()
         try:
             sim = SimulatedNode(
-                spec.profile, spec.scenarios, seed=spec.seed, clock=self.clock, sysfs_root=sysfs
+                spec.profile,
+                spec.scenarios,
+                seed=spec.seed,
+                clock=self.clock,
+                sysfs_root=sysfs,
+                mig=spec.mig,
             )
         except ValueError as exc:
             raise FleetError(f"node {spec.index} ({spec.name}): {exc}") from exc

@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
 from agent.sim import node_scenarios
+from agent.sim.mig_layout import MigLayoutError, checked_layout
 from agent.sim.node_scenarios import UnknownScenario, known_scenarios
 from agent.sim.profiles import UnknownProfile, get_profile
 
@@ -38,6 +39,7 @@ class NodeSpec:
     cluster: str
     rack: str
     scenarios: tuple[ScenarioSpec, ...] = ()
+    mig: str | None = None  # the node's --mig layout (agent/sim/mig_layout.py)
 
 
 def expand_profiles(text: str, nodes: int | None = None) -> list[str]:
@@ -82,17 +84,19 @@ def _check_profile(name: str) -> None:
         raise FleetError(str(exc)) from exc
 
 
-_NODE_SCENARIO = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
+_NODE_SCENARIO = re.compile(r"^\s*(?:(\d+)\s*:)?\s*(\S+)\s*$")
 _REPAIR_REQUEST = re.compile(r"^\s*(\d+)\s*(?::\s*(\S+))?\s*$")
 
 
-def parse_node_scenario(text: str) -> tuple[int, ScenarioSpec]:
+def parse_node_scenario(text: str) -> tuple[int | None, ScenarioSpec]:
     """'3:thermal-runaway@2' -> (3, thermal-runaway on GPU 2); '5:ib-congestion@mlx5_1';
-    '3:ecc-dbe@2,from=1m,until=5m' -> the same, begun at 1 min and repaired at 5 min."""
+    '3:ecc-dbe@2,from=1m,until=5m' -> the same, begun at 1 min and repaired at 5 min.
+    Without NODE: the scenario of every node, (None, spec): 'gpu-lost@3' means what it
+    means to `serve --simulate` (and NVWATCH_SCENARIO reads the same for both)."""
     match = _NODE_SCENARIO.match(text)
     if not match:
         raise FleetError(
-            f"invalid fleet scenario {text!r}: use NODE:{SCENARIO_SYNTAX}, "
+            f"invalid fleet scenario {text!r}: use [NODE:]{SCENARIO_SYNTAX}, "
             "e.g. 3:gpu-lost or 3:ecc-dbe@2,until=5m"
         )
     try:
@@ -107,7 +111,23 @@ def parse_node_scenario(text: str) -> tuple[int, ScenarioSpec]:
         ) from exc
     except ValueError as exc:
         raise FleetError(f"invalid fleet scenario {text!r}: {exc}") from exc
-    return int(match.group(1)), spec
+    return (None if match.group(1) is None else int(match.group(1))), spec
+
+
+def parse_node_mig(text: str) -> tuple[range, str]:
+    """'3:all:3g.40gb*2' -> (node 3, its layout); '0-15:0-3:7g.80gb' -> nodes 0..15."""
+    nodes, sep, layout = text.partition(":")
+    match = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", nodes)
+    if not sep or match is None or not layout.strip():
+        raise FleetError(
+            f"invalid fleet MIG layout {text!r}: use NODE[-NODE]:LAYOUT, "
+            "e.g. 0-3:all:3g.40gb,3g.40gb"
+        )
+    first = int(match.group(1))
+    last = int(match.group(2) or first)
+    if last < first:
+        raise FleetError(f"invalid fleet MIG layout {text!r}: node range runs backwards")
+    return range(first, last + 1), layout.strip()
 
 
 def parse_repair_request(text: str) -> tuple[int, str | None]:
@@ -158,11 +178,14 @@ def plan_fleet(
     *,
     base_port: int,
     seed: int = 0,
-    scenarios: Sequence[tuple[int, ScenarioSpec]] = (),
+    scenarios: Sequence[tuple[int | None, ScenarioSpec]] = (),
     cluster: str | Sequence[str] = DEFAULT_CLUSTER,
     nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
+    mig: Sequence[tuple[range, str]] = (),
 ) -> list[NodeSpec]:
-    """Node specs: names, ports, per-node seeds (seed + i) and scenarios, all checked."""
+    """Node specs: names, ports, per-node seeds (seed + i) and scenarios, all checked.
+
+    A scenario for node None runs on every node."""
     if nodes_per_rack < 1:
         raise FleetError("nodes per rack must be at least 1")
     for name in profiles:
@@ -172,13 +195,19 @@ def plan_fleet(
     if len(clusters) != len(profiles):
         raise FleetError(f"{len(clusters)} cluster names for {len(profiles)} nodes")
     per_node: dict[int, list[ScenarioSpec]] = {}
-    for index, scenario in scenarios:
+    for node, scenario in scenarios:
+        if node is None:
+            for index in range(len(profiles)):
+                per_node.setdefault(index, []).append(scenario)
+            continue
+        index = node
         if not 0 <= index < len(profiles):
             raise FleetError(
                 f"scenario {scenario.name} for node {index}: the fleet has nodes "
                 f"0..{len(profiles) - 1}"
             )
         per_node.setdefault(index, []).append(scenario)
+    layouts = _mig_layouts(profiles, mig)
     specs = [
         NodeSpec(
             index=i,
@@ -189,6 +218,7 @@ def plan_fleet(
             cluster=clusters[i],
             rack=rack_name(i, nodes_per_rack),
             scenarios=tuple(per_node.get(i, ())),
+            mig=layouts.get(i),
         )
         for i, profile in enumerate(profiles)
     ]
@@ -196,6 +226,26 @@ def plan_fleet(
         for scenario in spec.scenarios:
             _check_target(spec, scenario)
     return specs
+
+
+def _mig_layouts(profiles: Sequence[str], mig: Sequence[tuple[range, str]]) -> dict[int, str]:
+    """Node index -> its MIG layout, each checked against the node's GPUs now."""
+    layouts: dict[int, str] = {}
+    for nodes, layout in mig:
+        for index in nodes:
+            if not 0 <= index < len(profiles):
+                raise FleetError(
+                    f"MIG layout for node {index}: the fleet has nodes 0..{len(profiles) - 1}"
+                )
+            if index in layouts:
+                raise FleetError(f"node {index} is given two MIG layouts")
+            gpus = [model.name for model in get_profile(profiles[index]).gpus]
+            try:
+                checked_layout(layout, gpus)
+            except MigLayoutError as exc:
+                raise FleetError(f"node {index} ({profiles[index]}): {exc}") from exc
+            layouts[index] = layout
+    return layouts
 
 
 def file_sd_groups(

@@ -23,10 +23,12 @@ from agent.config import ScenarioSpec
 from agent.sim import node_scenarios
 from agent.sim.fabric import SimulatedFabric
 from agent.sim.kmsg import SimulatedKernelLog
+from agent.sim.mig_layout import checked_layout
 from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
 from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
+from agent.sim.workers import WorkerProcesses, busy_gpus
 from agent.sim.workload import Workload
 from agent.threads import start_thread
 
@@ -40,7 +42,12 @@ SHM_MIN_FREE_BYTES = 1 << 30
 
 
 def scratch_dir() -> str | None:
-    """A directory for simulated trees: /dev/shm when usable, else None (the default)."""
+    """A directory for simulated trees: /dev/shm when usable, else None (the default).
+
+    An explicit TMPDIR wins (None: tempfile uses it): whoever set it said where this
+    process's temporary files go."""
+    if os.environ.get("TMPDIR"):
+        return None
     try:
         stats = os.statvfs(SHM_DIR)
     except OSError:
@@ -104,11 +111,18 @@ class SimulatedNode:
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sysfs_root: Path | None = None,
+        worker_processes: bool = False,
+        mig: str | None = None,
     ) -> None:
+        """`worker_processes`: start a real process per busy GPU for the simulated job's
+        worker (agent/sim/workers.py); a fleet's nodes leave it off. `mig`: a --mig
+        layout (agent/sim/mig_layout.py); None: MIG off on every GPU."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
         specs = node_scenarios.checked(self.profile, scenarios)  # before anything is made
+        gpu_names = [model.name for model in self.profile.gpus]
+        mig_plans = checked_layout(mig, gpu_names) if mig else None
         self.workload = Workload(kind=node_scenarios.node_workload(specs), seed=seed)
         self.nvml = SimulatedNvml(
             self.profile,
@@ -116,6 +130,7 @@ class SimulatedNode:
             workload=self.workload,
             seed=seed,
             clock=clock,
+            mig=mig_plans,
         )
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
@@ -123,20 +138,31 @@ class SimulatedNode:
             if sysfs_root is None
             else sysfs_root
         )
-        self.fabric = SimulatedFabric(
-            self.profile,
-            self.sysfs_root,
-            workload=self.workload,
-            seed=seed,
-            clock=clock,
-        )
-        self.started = node_scenarios.start(self.nvml, self.fabric, specs)
-        self.fabric.write()
+        try:
+            self.fabric = SimulatedFabric(
+                self.profile,
+                self.sysfs_root,
+                workload=self.workload,
+                seed=seed,
+                clock=clock,
+            )
+            self.started = node_scenarios.start(self.nvml, self.fabric, specs)
+            self.fabric.write()
+        except BaseException:
+            # a node that fails to start leaves no tree behind (the caller never gets
+            # an object to close)
+            if self._owns_root:
+                shutil.rmtree(self.sysfs_root, ignore_errors=True)
+            raise
         # the node's /dev/kmsg, for the agent's --kmsg-path: the XIDs its GPUs raise
         # (made last, so a failure above leaves no file behind)
         self.kernel_log = SimulatedKernelLog(self.profile, clock)
         self.nvml.event_sinks.append(self.kernel_log.on_event)
         self.kmsg_path = self.kernel_log.path
+        self.workers = WorkerProcesses(
+            self.profile.name, busy_gpus(self.nvml) if worker_processes else ()
+        )
+        self.nvml.worker_pids = self.workers.pids
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -197,3 +223,4 @@ class SimulatedNode:
         if self._owns_root:
             shutil.rmtree(self.sysfs_root, ignore_errors=True)
         self.kernel_log.close()
+        self.workers.close()

@@ -10,6 +10,10 @@ without a sample in one of two ways, which mean different things to an operator:
   PCI but no RDMA devices, devices gone) or any other exception (a bug, a broken
   device): the source is down, its errors are counted, and it pages.
 
+- `SourceDegraded` (a `SourceUnavailable` carrying a partial sample): part of the source
+  failed and the rest is good (one of two attribution resolvers). The source is down
+  with the reason, its errors are counted, and the partial sample is still served.
+
 When a source cannot tell (the PCI tree it would look at is unreadable), it is down:
 silence about a broken GPU costs more than a question about a missing one. Partial
 failures inside a source (one GPU lost, one port unreadable) are part of the sample,
@@ -26,6 +30,15 @@ class SourceUnavailable(Exception):
 
     The message says why, in one line, for operators.
     """
+
+
+class SourceDegraded(SourceUnavailable):
+    """Part of the source failed: down with the reason, yet `sample` (what the working
+    part read) is still rendered, so one failing part never blanks the others."""
+
+    def __init__(self, sample: object, reason: str) -> None:
+        super().__init__(reason)
+        self.sample = sample
 
 
 class SourceAbsent(Exception):

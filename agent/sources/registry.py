@@ -5,9 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.config import AgentConfig
 from agent.sources import Source
+
+if TYPE_CHECKING:
+    from agent.sources.attribution.refresher import AttributionRefresher
 
 
 def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None) -> list[Source]:
@@ -16,6 +20,7 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
     simulated time, so a repaired driver is retried on the fleet's time scale."""
     sources: list[Source] = []
     nvml = None
+    refresher = attribution_refresher(config) if config.attribution else None
     if "nvml" in config.sources:
         from agent.sources.nvml.source import NvmlSource
 
@@ -25,6 +30,7 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
             sysfs_root=config.sysfs_root,
             kmsg_path=kmsg_path(config),
             clock=time.monotonic if clock is None else clock,
+            attribution=refresher,
         )
         sources.append(nvml)
     if "infiniband" in config.sources:
@@ -44,7 +50,34 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
         from agent.sources.host import HostSource
 
         sources.append(HostSource())
-    return _in_config_order(sources, config.sources)
+    ordered = _in_config_order(sources, config.sources)
+    if refresher is not None:
+        from agent.sources.attribution.source import AttributionSource
+
+        # stale: two refreshes missed; the owners it holds may have left the GPU
+        stale = 2 * config.attribution_interval + config.attribution_timeout
+        ordered.append(AttributionSource(refresher, stale_after=stale))
+    return ordered
+
+
+def attribution_refresher(config: AgentConfig) -> AttributionRefresher:
+    """The refresher with a resolver per --attribution mode."""
+    from agent.sources.attribution.procfs import ProcFS
+    from agent.sources.attribution.refresher import AttributionRefresher, Resolver
+
+    proc = ProcFS(config.proc_root)
+    resolvers: list[Resolver] = []
+    if "slurm" in config.attribution:
+        from agent.sources.attribution.slurm import SlurmResolver
+
+        resolvers.append(SlurmResolver(proc, config.hpc_job_mapping_dir))
+    if "kubernetes" in config.attribution:
+        from agent.sources.attribution.kubernetes import KubernetesResolver
+
+        resolvers.append(
+            KubernetesResolver(proc, config.kubelet_socket, timeout=config.attribution_timeout)
+        )
+    return AttributionRefresher(resolvers, interval=config.attribution_interval)
 
 
 def kmsg_path(config: AgentConfig) -> Path | None:

@@ -16,17 +16,20 @@ from agent.exposition.families import FamilySet
 from agent.exposition.gpu import NvLinkTotals
 from agent.exposition.render import AgentState
 from agent.poller import Snapshot, SourceStatus
+from agent.series_budget import render_profile
 from agent.sim.profiles import PROFILES
+from agent.sources.attribution.model import Allocation
 from agent.sources.host import HostSample
 from agent.sources.infiniband import InfinibandDevice, InfinibandPort
-from agent.sources.nvml.samples import GpuSample, NvLinkSample, ProcessSample
-from tests.agent.test_golden import render_profile
+from agent.sources.nvml.samples import GpuSample, MigDeviceSample, NvLinkSample, ProcessSample
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.GPU: (GpuSample,),
     Scope.PROCESS: (ProcessSample,),
+    Scope.ALLOCATION: (Allocation,),
     Scope.NVLINK: (NvLinkSample, NvLinkTotals),
+    Scope.MIG: (MigDeviceSample,),
     Scope.IB_DEVICE: (InfinibandDevice,),
     Scope.IB_PORT: (InfinibandPort,),
     Scope.HOST: (HostSample,),

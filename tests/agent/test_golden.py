@@ -15,16 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
-from agent.sim import nvml as sim_nvml
-from agent.sim.clock import ManualClock
-from agent.sim.node import SimulatedNode
+from agent.series_budget import render_profile
 from agent.sim.profiles import PROFILES
-from agent.sources import Source
-from agent.sources.host import HostSource
-from agent.sources.infiniband import InfinibandSource
-from agent.sources.nvml.source import NvmlSource
 from tests.conftest import require_tool
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -43,30 +35,6 @@ def _metric_name(line: str) -> str:
     if line.startswith("#"):
         return line.split(" ")[2]
     return line.split("{")[0].split(" ")[0]
-
-
-def render_profile(profile: str, tmp_path: Path, *, with_host: bool = False) -> str:
-    """The whole exposition of a simulated `profile` after two polls a minute apart."""
-    clock = ManualClock(0.0)
-    node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=tmp_path)
-    sim_nvml.install(node.nvml)
-    # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
-    # and real time between two quick polls would make that a coin toss
-    nvml = NvmlSource(clock=clock)
-    sources: list[Source] = [nvml, InfinibandSource(tmp_path, gpu_bus_ids=nvml.gpu_bus_ids)]
-    if with_host:  # the real host's readings: not golden, but they are part of the contract
-        sources.append(HostSource())
-    poller = Poller(sources, interval=60, timeout=30, prepare=prepare)
-    try:
-        poller.poll_once()
-        clock.advance(60.0)
-        node.tick()
-        snapshot = poller.poll_once()
-    finally:
-        poller.stop(timeout=2)
-        node.close()
-        sim_nvml.uninstall()
-    return build_exposition(snapshot).text.decode()
 
 
 def _exposition(profile: str, tmp_path: Path) -> str:

@@ -19,6 +19,7 @@ from dashboards.build import build_all
 from mixin.config import MixinConfig
 from tests.e2e.conftest import FAULTS, KILLED, Fault, mixin_config
 from tests.e2e.stack import Stack, wait_for
+from tests.mixin.conftest import panel_data_links
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -130,6 +131,27 @@ def test_panels_empty_when_healthy_have_data_with_faults(stack: Stack) -> None:
         wait_for("fault panels to show data", all_have_data, ALERT_DEADLINE_S, every=2)
     except AssertionError as exc:
         raise AssertionError(f"{exc}: still empty: {empty}") from None
+
+
+def test_data_links_read_labels_their_series_have(stack: Stack) -> None:
+    """A drill-down setting `var-X=${__field.labels.L}` needs label L on every series it
+    is offered on (the panel's, or one query's for a link limited to a refId); run after
+    the faults panels have data, so the error panels have series too."""
+    checked: list[str] = []
+    for name, dashboard in build_all(mixin_config()).items():
+        for panel in panels(dashboard):
+            for ref_id, link in panel_data_links(panel):
+                labels = re.findall(r"\$\{__field\.labels\.(\w+)\}", link["url"])
+                for target in panel["targets"]:
+                    if ref_id not in (None, target["refId"]):
+                        continue
+                    series = stack.query(instantiate(target["expr"], "faults", "10m"))
+                    assert series, f"{name} / {panel['title']}: no series to check"
+                    for one in series:
+                        missing = [label for label in labels if label not in one["metric"]]
+                        assert not missing, f"{name} / {panel['title']}: {one} lacks {missing}"
+                    checked.append(f"{name} / {panel['title']}")
+    assert len(checked) > 10, checked
 
 
 def _matches(alert: dict[str, Any], fault: Fault) -> bool:

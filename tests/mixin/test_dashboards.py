@@ -123,7 +123,8 @@ def test_modernise_rewrites_legacy_shapes() -> None:
         "range": True,
     }
     assert "span" not in gauge and "height" not in gauge
-    assert out["templating"]["list"][0]["current"]["value"] == "Prom"
+    assert out["__inputs"][0]["label"] == "Prom"
+    assert out["templating"]["list"][0]["current"]["value"] == "${DS_PROMETHEUS}"
 
 
 def test_modernise_rejects_overlaps_and_legacy_types() -> None:

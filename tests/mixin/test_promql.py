@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agent.catalogue import BY_NAME
-from alerts.promql import metric_names
+from alerts.promql import cross_aggregated_names, metric_names
 from alerts.recording import recorded_names, recording_groups
 from alerts.rules import all_alerts
 from mixin.config import MixinConfig
@@ -95,6 +95,51 @@ def test_fleet_panels_read_recording_rules(dashboards: dict[str, dict[str, Any]]
             for target in panel["targets"]:
                 raw = {n for n in metric_names(target["expr"]) if n.startswith("nvwatch_")}
                 assert not raw, f"{file}: {panel['title']} reads raw {raw}"
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ('count(nvwatch_nvlink_up{a="b"} == 0) or vector(0)', {"nvwatch_nvlink_up"}),
+        ("sum by (instance, gpu) (nvwatch_nvlink_up)", set()),
+        ("sum(rate(a_total[5m])) by (instance)", set()),
+        ("sum without (gpu) (a) + topk(5, b:c:d > 0)", {"b:c:d"}),
+        ("sum without (instance) (a)", {"a"}),
+        ("max by (rack) (m) / on (instance) group_left () n", {"m"}),
+    ],
+)
+def test_cross_node_aggregation_finder(expr: str, names: set[str]) -> None:
+    assert cross_aggregated_names(expr, "instance") == names
+
+
+def test_no_panel_aggregates_raw_series_across_nodes(
+    cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
+) -> None:
+    """A cluster- or rack-level number is a recording rule's, never a query-time sum of
+    raw per-link / per-port / per-GPU series: at 124 nodes an overview refresh would
+    otherwise read every NVLink and IB series of the fleet.
+
+    Fleet dashboards read no raw series at all (above); this covers the per-node
+    dashboards too, whose node variable can select every node."""
+    for where, expr in _dashboard_exprs(dashboards):
+        raw = {
+            n for n in cross_aggregated_names(expr, cfg.instance_label) if n in BY_NAME or n == "up"
+        }
+        assert not raw, f"{where}: aggregates raw {raw} across nodes in {expr}"
+
+
+def test_rack_panels_read_rack_rules(dashboards: dict[str, dict[str, Any]]) -> None:
+    """Every panel that shows racks reads rack-level recording rules only."""
+    rack_panels = 0
+    for dash in dashboards.values():
+        for panel in dash["panels"]:
+            exprs = [t["expr"] for t in panel["targets"]]
+            if not any("rack" in t["legendFormat"] for t in panel["targets"]):
+                continue
+            rack_panels += 1
+            names = set().union(*(metric_names(e) for e in exprs))
+            assert names and all(n.startswith("rack:") for n in names), panel["title"]
+    assert rack_panels >= 2
 
 
 def test_dashboard_exprs_parse_with_promtool(

@@ -23,10 +23,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from agent.sim import scenarios
 from agent.sim.gpu_model import SimulatedGpu
 from agent.sim.gpu_state import Activity, GpuEvent
+from agent.sim.mig_layout import GpuMigPlan
+from agent.sim.mig_state import GpuMig
+from agent.sim.mig_state import build as build_mig
 from agent.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
+    ERROR_NOT_SUPPORTED,
     ERROR_UNINITIALIZED,
     address_of,
 )
@@ -60,6 +64,7 @@ class NvmlCore:
         workload: Workload | None = None,
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        mig: Mapping[int, GpuMigPlan] | None = None,
     ) -> None:
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self.scenario = scenarios.validate(scenario) if scenario is not None else None
@@ -97,24 +102,32 @@ class NvmlCore:
         # simulated kernel log writes its XID records here, as the driver logs an XID
         # when it raises it (agent/sim/kmsg.py)
         self.event_sinks: list[Callable[[GpuEvent], None]] = []
-        self._gpm_samples: dict[int, tuple[int, Activity] | None] = {}
+        # sample address -> (GPU index, or (GPU index, GPU instance id) for a MIG sample,
+        # and the activity it recorded); None until a sample was taken into it
+        self._gpm_samples: dict[int, tuple[int | tuple[int, int], Activity] | None] = {}
         self._start_time = self._time
         self.driver_faults: list[scenarios.DriverBroken] = []
         if self.scenario in scenarios.DRIVER_SCENARIOS:
             self.driver_faults.append(scenarios.DriverBroken())
         self.gpus: list[SimulatedGpu] = self._make_gpus(per_gpu)
+        for index in mig or {}:
+            self._check_gpu_index(index, "--mig")
+        # GPU index -> its MIG state (agent/sim/nvml/mig.py answers from it); GPUs the
+        # layout does not name have MIG off
+        self.mig: dict[int, GpuMig] = build_mig(self.gpus, mig or {}, seed=seed)
 
     def _checked_gpu_scenarios(self, gpu_scenarios: Mapping[int, str]) -> dict[int, str]:
         per_gpu = dict(gpu_scenarios)
         for index, name in per_gpu.items():
             scenarios.validate(name)
-            self._check_gpu_index(index, "gpu_scenarios")
+            self._check_gpu_index(index, f"{name}@{index}")
         return per_gpu
 
     def _check_gpu_index(self, index: int, what: str) -> None:
         if not 0 <= index < self.profile.gpu_count:
             raise ValueError(
-                f"{what}: no GPU {index} in {self.profile.name} ({self.profile.gpu_count} GPUs)"
+                f"{what}: no GPU {index} in {self.profile.name} "
+                f"(GPUs 0..{self.profile.gpu_count - 1})"
             )
 
     def _make_gpus(self, per_gpu: Mapping[int, str]) -> list[SimulatedGpu]:
@@ -245,6 +258,26 @@ class NvmlCore:
         """The opaque device-handle value of GPU `index` (distinct across libraries)."""
         return self._handle_base + 0x100 * index
 
+    def mig_handle_address(self, index: int, device: int) -> int:
+        """The handle of MIG device `device` (0..6) of GPU `index`: inside the GPU's
+        0x100 of handle space, so it is never a GPU handle itself."""
+        return self.handle_address(index) + 0x10 * (device + 1)
+
+    def _mig_slot(self, handle: Any) -> tuple[int, int] | None:
+        """(GPU index, MIG device index) of an existing MIG device's handle, else None."""
+        address = address_of(handle)
+        if address is None:
+            return None
+        offset = address - self._handle_base
+        index, within = divmod(offset, 0x100)
+        if offset < 0 or within == 0 or within % 0x10 or index >= len(self.gpus):
+            return None
+        state = self.mig.get(index)
+        device = within // 0x10 - 1
+        if state is None or device >= len(state.devices):
+            return None
+        return index, device
+
     def _gpu_of(self, handle: Any) -> SimulatedGpu | None:
         address = address_of(handle)
         if address is None:
@@ -287,12 +320,19 @@ def device_call(
     def call(self: L, handle: Any, /, *args: P.args, **kwargs: P.kwargs) -> int:
         with self._lock:
             gpu = self._gpu_of(handle)
+            slot = self._mig_slot(handle) if gpu is None else None
+            parent = self.gpus[slot[0]] if slot is not None else None
             # every call reaching the library counts, failed ones too (still an ioctl)
-            self.call_counts[(name, gpu.index if gpu is not None else None)] += 1
+            counted = gpu or parent
+            self.call_counts[(name, counted.index if counted is not None else None)] += 1
             if self.driver_broken():
                 return ERROR_DRIVER_NOT_LOADED
             if not self._init_count:
                 return ERROR_UNINITIALIZED
+            if parent is not None:
+                # a MIG device handle: NVML answers only a few calls per instance (those
+                # are in mig.py); GPU-wide readings are the parent's to give
+                return ERROR_GPU_IS_LOST if parent.lost else ERROR_NOT_SUPPORTED
             if gpu is None:
                 return ERROR_INVALID_ARGUMENT
             self._advance_locked()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pynvml
@@ -17,11 +19,23 @@ from agent.sim.nvml.abi import (
     set_out,
 )
 from agent.sim.nvml.core import NvmlCore, device_call
+from agent.sim.process_file import ProcessFile
 
 _TRAINING_PID_BASE = 20000
 
 
+# usedGpuMemory of a process whose memory is not known (pynvml reads it as None)
+MEMORY_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
 class MemoryQueries(NvmlCore):
+    # Real processes that also use the GPUs (`--sim-process-file`, NVWATCH_SIM_PROCESS_FILE),
+    # set by whoever builds the library: `agent.runtime`, `simulate exec`'s child.
+    process_file: ProcessFile | None = None
+    # Real pids standing for the simulated job's worker, by GPU index (agent/sim/workers.py,
+    # started by `serve --simulate` and `simulate exec`); other GPUs get placeholder pids.
+    worker_pids: Mapping[int, int] = MappingProxyType({})
+
     @device_call
     def nvmlDeviceGetUtilizationRates(self, gpu: SimulatedGpu, utilization: Any) -> int:
         util = deref(utilization)
@@ -79,14 +93,23 @@ class MemoryQueries(NvmlCore):
 
     # --- processes -------------------------------------------------------------------
 
-    def _processes(self, gpu: SimulatedGpu) -> list[tuple[int, int]]:
-        """(pid, bytes) of the compute processes: one job worker per GPU."""
+    def _processes(self, gpu: SimulatedGpu) -> list[tuple[int, int | None]]:
+        """(pid, bytes or None) of the compute processes: one job worker per busy GPU, and
+        the real processes the process file puts on it."""
+        procs: list[tuple[int, int | None]] = []
         held = gpu.process_memory_bytes
-        if not held:
-            return []
-        return [(_TRAINING_PID_BASE + 1000 * (self.seed % 40) + gpu.index, held)]
+        if held:
+            procs.append((self.worker_pid(gpu.index), held))
+        if self.process_file is not None:
+            procs += self.process_file.processes(gpu.index, self._time)
+        return procs
 
-    def _write_processes(self, procs: list[tuple[int, int]], count: Any, infos: Any) -> int:
+    def worker_pid(self, index: int) -> int:
+        """The pid of the simulated job's worker on GPU `index`."""
+        placeholder = _TRAINING_PID_BASE + 1000 * (self.seed % 40) + index
+        return self.worker_pids.get(index, placeholder)
+
+    def _write_processes(self, procs: list[tuple[int, int | None]], count: Any, infos: Any) -> int:
         available = as_int(deref(count))
         set_out(count, len(procs))
         if infos is None or available < len(procs):
@@ -94,7 +117,7 @@ class MemoryQueries(NvmlCore):
         array = deref(infos)
         for i, (pid, used) in enumerate(procs):
             array[i].pid = pid
-            array[i].usedGpuMemory = used
+            array[i].usedGpuMemory = MEMORY_NOT_AVAILABLE if used is None else used
             array[i].gpuInstanceId = NO_INSTANCE
             array[i].computeInstanceId = NO_INSTANCE
         return SUCCESS

@@ -21,6 +21,7 @@ from agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
     GpuInfo,
+    ProcessAttribution,
     ProcessSample,
 )
 from agent.sources.nvml.static import Kept
@@ -337,9 +338,11 @@ def _flag(value: float | None) -> bool | None:
     return bool(value) if value is not None else None
 
 
-def processes(dev: Device) -> tuple[ProcessSample, ...]:
+def processes(
+    dev: Device, attribution: ProcessAttribution | None = None
+) -> tuple[ProcessSample, ...]:
     """--query-compute-apps=pid,used_memory: nvmlDeviceGetComputeRunningProcesses_v3,
-    the MAX_PROCESSES holding the most memory."""
+    the MAX_PROCESSES holding the most memory; job or pod from attribution's cache."""
     procs = dev.call("processes", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
     if not procs:
         return ()
@@ -351,9 +354,18 @@ def processes(dev: Device) -> tuple[ProcessSample, ...]:
         rows.append((pid, plain_int(getattr(proc, "usedGpuMemory", None))))
     rows.sort(key=lambda row: (-(row[1] or 0), row[0]))
     return tuple(
-        ProcessSample(pid=pid, memory_bytes=memory, **_process_owner(pid))
+        ProcessSample(
+            pid=pid, memory_bytes=memory, **_process_owner(pid), **_job_labels(pid, attribution)
+        )
         for pid, memory in rows[:MAX_PROCESSES]
     )
+
+
+def _job_labels(pid: int, attribution: ProcessAttribution | None) -> dict[str, str]:
+    labels = attribution.labels_of(pid) if attribution is not None else None
+    if labels is None:
+        return {}
+    return {"job": labels.job, "pod": labels.pod, "namespace": labels.namespace}
 
 
 def _process_owner(pid: int) -> dict[str, str]:

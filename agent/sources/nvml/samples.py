@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 #: Clock-event (throttle) reason names, in the order of their NVML bits (0x1 .. 0x100);
 #: these are the `reason` label values of nvwatch_gpu_clock_event_active.
@@ -86,6 +87,51 @@ class ProcessSample:
     memory_bytes: int | None
     name: str = ""  # psutil name when readable, else ""
     user: str = ""
+    # the owner attribution placed the pid with (agent/sources/attribution); "" unknown
+    job: str = ""  # the Slurm job id
+    pod: str = ""  # the Kubernetes pod and its namespace
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessOwnerLabels:
+    """What attribution knows of a pid, for its process series: job, or pod/namespace."""
+
+    job: str = ""
+    pod: str = ""
+    namespace: str = ""
+
+
+class ProcessAttribution(Protocol):
+    """What the NVML source needs from attribution: a cached lookup per pid (a dict
+    read, on the poll path) and a look at each poll's GPUs (new pids wake the refresher,
+    which resolves them on its own thread)."""
+
+    def labels_of(self, pid: int) -> ProcessOwnerLabels | None: ...
+
+    def observe(self, gpus: tuple[GpuSample, ...]) -> None: ...
+
+
+@dataclass(frozen=True)
+class MigDeviceSample:
+    """One MIG device of a GPU in MIG mode: a GPU instance and one of its compute
+    instances, what `nvidia-smi -L` lists as "MIG 3g.40gb Device 0 (UUID: MIG-...)".
+
+    Memory and GPM activity are the GPU instance's (NVML reports them per GPU instance;
+    compute instances of one GPU instance share them). None: not read this poll, or not
+    supported (GPM before Hopper, or on the first poll).
+    """
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    mig_uuid: str  # "MIG-<uuid>", the device id CUDA_VISIBLE_DEVICES and Kubernetes use
+    profile: str  # "3g.40gb", the GPU instance's profile
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +198,11 @@ class GpuSample:
     dram_active_ratio: float | None = None
     processes: tuple[ProcessSample, ...] = ()
     nvlinks: tuple[NvLinkSample, ...] = ()
+    # MIG mode now and after the next reset (None: the GPU has no MIG), and the MIG
+    # devices of a GPU in MIG mode (agent/sources/nvml/mig.py)
+    mig_mode_current: bool | None = None
+    mig_mode_pending: bool | None = None
+    mig_devices: tuple[MigDeviceSample, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ Where each reading comes from:
   fields.py  the nvmlDeviceGetFieldValues batch per GPU and its field/call decisions
   nvlink.py  link discovery, far-end info and per-link readings
   gpm.py     GPU Performance Monitoring ratios (Hopper+)
+  mig.py     MIG mode and each MIG instance's memory and GPM (Ampere+)
   xid.py     the XID listener thread: NVML events and the kernel log (kmsg.py)
   units.py   NVML's units and the conversions to base units
   static.py  static readings (limits, thresholds, maxima), kept between slow re-reads
@@ -41,8 +42,15 @@ from agent.sources.nvml.device import (
 )
 from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
 from agent.sources.nvml.gpm import GpmSampler
+from agent.sources.nvml.mig import MigReader
 from agent.sources.nvml.nvlink import GpuLinks
-from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES, GpuInfo, GpuSample, NvmlSample
+from agent.sources.nvml.samples import (
+    NVLINK_DETAIL_CHOICES,
+    GpuInfo,
+    GpuSample,
+    NvmlSample,
+    ProcessAttribution,
+)
 from agent.sources.nvml.static import STATIC_REFRESH_S, Kept
 from agent.sources.nvml.xid import XidListener
 from agent.sources.presence import PCI_VENDOR_NVIDIA, plural, scan_pci
@@ -64,6 +72,7 @@ class _GpuState:
     fields: FieldBatch = field(default_factory=FieldBatch)
     kept: Kept = field(default_factory=Kept)
     gpm: GpmSampler | None = None
+    mig: MigReader | None = None
     info_read_at: float | None = None  # when identity was last read in full
 
 
@@ -79,6 +88,10 @@ class NvmlSource:
     `sysfs_root`: where to count the node's NVIDIA PCI functions, to tell a node without
     GPUs (absent) from GPUs NVML cannot read (down). None: not counted, and every NVML
     failure is down.
+
+    `attribution`: the job or pod of each process, from attribution's cache (a dict
+    lookup per process); it is shown each poll's GPUs so that it can resolve new pids
+    on its own thread. None: process series have empty job and pod labels.
     """
 
     name = "nvml"
@@ -92,6 +105,7 @@ class NvmlSource:
         init_retry_max: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         kmsg_path: Path | None = None,
+        attribution: ProcessAttribution | None = None,
     ) -> None:
         if nvlink_detail not in NVLINK_DETAIL_CHOICES:
             raise ValueError(
@@ -110,6 +124,7 @@ class NvmlSource:
         self._cuda_version = ""
         self._xid: XidListener | None = None
         self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
+        self._attribution = attribution
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -120,6 +135,8 @@ class NvmlSource:
     def collect(self) -> NvmlSample:
         self._ensure_initialised()
         gpus = tuple(self._collect_gpu(state) for state in self._gpus)
+        if self._attribution is not None:
+            self._attribution.observe(gpus)
         return NvmlSample(
             gpus=gpus,
             driver_version=self._driver_version,
@@ -134,6 +151,8 @@ class NvmlSource:
         for state in self._gpus:
             if state.gpm is not None:
                 state.gpm.close()
+            if state.mig is not None:
+                state.mig.close()
         self._gpus = []
         if self._session is not None:
             self._session = None
@@ -151,7 +170,7 @@ class NvmlSource:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
-            self._init_failed(self._classify(None, _init_reason(err)))
+            self._init_failed(self._classify(None, init_reason(err)))
         try:
             self._enumerate()
         except pynvml.NVMLError as err:
@@ -217,6 +236,7 @@ class NvmlSource:
             else:
                 state.device = Device(session, index, handle)
                 state.gpm = GpmSampler(state.device)
+                state.mig = MigReader(state.device)
                 try:
                     self._refresh_info(state)
                 except GpuDown as err:
@@ -296,6 +316,7 @@ class NvmlSource:
         if state.device is None:
             state.device = Device(self._session, state.index, handle)
             state.gpm = GpmSampler(state.device)
+            state.mig = MigReader(state.device)
         else:
             state.device.handle = handle
 
@@ -318,6 +339,11 @@ class NvmlSource:
         }
         if state.gpm is not None:
             readings.update(dataclasses.asdict(state.gpm.read()))
+        if state.mig is not None:
+            mig = state.mig.read()
+            readings["mig_mode_current"] = mig.mig_mode_current
+            readings["mig_mode_pending"] = mig.mig_mode_pending
+            readings["mig_devices"] = mig.mig_devices
         xid = self._xid.counts(state.index) if self._xid is not None else {}
         return GpuSample(
             index=state.index,
@@ -326,7 +352,7 @@ class NvmlSource:
             up=True,
             **readings,
             xid_counts=MappingProxyType(xid),
-            processes=reads.processes(dev),
+            processes=reads.processes(dev, self._attribution),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 
@@ -334,7 +360,7 @@ class NvmlSource:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _init_reason(err: pynvml.NVMLError) -> str:
+def init_reason(err: pynvml.NVMLError) -> str:
     """An operator-facing sentence for a failed nvmlInit."""
     if isinstance(err, pynvml.NVMLError_LibraryNotFound):
         return (

@@ -1,0 +1,118 @@
+"""How many series one node costs the monitoring backend, measured by rendering it.
+
+Each profile is simulated (fixed seed, manual clock, two polls a minute apart) and its
+whole exposition parsed with prometheus_client's own parser; the counts that come out
+are the per-node series budget docs/metrics.md states and tests/agent/test_label_hygiene
+checks. Nothing here is an estimate: a new family or label shows up in the figures.
+
+Two families can grow past what one render shows, and both are bounded:
+- `nvwatch_gpu_process_memory_bytes` carries `pid`: at most MAX_PROCESSES series per GPU
+  (the processes holding the most memory), so its worst case is MAX_PROCESSES x GPUs.
+- `nvwatch_gpu_xid_errors_total` gains one series per XID code a GPU has raised this
+  boot: a handful on a sick GPU, none on a healthy one (the simulation raises none).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.exposition.render import build_exposition, prepare
+from agent.poller import Poller
+from agent.sim import nvml as sim_nvml
+from agent.sim.clock import ManualClock
+from agent.sim.node import SimulatedNode
+from agent.sim.process_file import ProcessFile
+from agent.sources import Source
+from agent.sources.host import HostSource
+from agent.sources.infiniband import InfinibandSource
+from agent.sources.nvml.reads import MAX_PROCESSES
+from agent.sources.nvml.source import NvmlSource
+
+PROCESS_FAMILY = "nvwatch_gpu_process_memory_bytes"
+
+
+def render_profile(
+    profile: str,
+    root: Path,
+    *,
+    with_host: bool = False,
+    process_file: ProcessFile | None = None,
+) -> str:
+    """The whole exposition of a simulated `profile` after two polls a minute apart.
+
+    `root` holds the node's sysfs tree; `process_file` adds processes to its GPUs.
+    """
+    clock = ManualClock(0.0)
+    node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=root)
+    node.nvml.process_file = process_file
+    sim_nvml.install(node.nvml)
+    # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
+    # and real time between two quick polls would make that a coin toss
+    nvml = NvmlSource(clock=clock)
+    sources: list[Source] = [nvml, InfinibandSource(root, gpu_bus_ids=nvml.gpu_bus_ids)]
+    if with_host:  # the real host's readings: not golden, but they are part of the contract
+        sources.append(HostSource())
+    poller = Poller(sources, interval=60, timeout=30, prepare=prepare)
+    try:
+        poller.poll_once()
+        clock.advance(60.0)
+        node.tick()
+        snapshot = poller.poll_once()
+    finally:
+        poller.stop(timeout=2)
+        node.close()
+        sim_nvml.uninstall()
+    return build_exposition(snapshot).text.decode()
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: dict[str, str]
+
+
+def parse_series(text: str) -> list[Series]:
+    """Every sample of an exposition as (name, labels), as Prometheus would ingest it."""
+    return [
+        Series(sample.name, dict(sample.labels))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One profile's series: measured in one render, and the ceiling with every bounded
+    family at its bound."""
+
+    profile: str
+    gpus: int
+    series: int
+    per_family: dict[str, int]
+    max_own_labels: int
+
+    @property
+    def ceiling(self) -> int:
+        """Measured series, with the process family at MAX_PROCESSES per GPU."""
+        return self.series - self.per_family.get(PROCESS_FAMILY, 0) + MAX_PROCESSES * self.gpus
+
+    def share(self, prefix: str) -> int:
+        return sum(n for name, n in self.per_family.items() if name.startswith(prefix))
+
+
+def measure(profile: str, root: Path) -> Budget:
+    """Render `profile` (host source included, as `serve` runs it) and count its series."""
+    series = parse_series(render_profile(profile, root, with_host=True))
+    per_family = Counter(s.name for s in series)
+    gpus = sum(1 for s in series if s.name == "nvwatch_gpu_up")
+    return Budget(
+        profile,
+        gpus,
+        len(series),
+        dict(sorted(per_family.items())),
+        max(len(s.labels) for s in series),
+    )

@@ -1,0 +1,139 @@
+"""docs/migrating-from-dcgm-exporter.md, rendered from the table in mixin/dcgm_compat.py.
+
+`nvwatch alerts build` writes it next to docs/alerts.md; a test fails when the
+committed file and this rendering differ.
+"""
+
+from __future__ import annotations
+
+from mixin.config import MixinConfig
+from mixin.dcgm_compat import FIELDS, LABELS_RULE, DcgmField, labels, value_expr
+
+DOC_NAME = "migrating-from-dcgm-exporter.md"
+RULE_FILE = "dcgm-compat.rules.yml"
+
+_INTRO = """\
+# Migrating from dcgm-exporter
+
+Generated from `mixin/dcgm_compat.py` by `nvwatch alerts build` (which also writes the
+compatibility rules below); a test fails when this file and the table disagree.
+
+nvwatch reads NVML directly where dcgm-exporter reads DCGM (which reads NVML and, for
+the `DCGM_FI_PROF_*` fields, the profiling counters). nvwatch exports base units: bytes,
+hertz, watts, joules, seconds and ratios 0..1, where dcgm-exporter uses MiB, MHz,
+percent, mJ and ns. Each row below gives the PromQL over nvwatch series
+that returns dcgm-exporter's value **in dcgm-exporter's unit**, per GPU (the series are
+selected with the mixin's job selector, `{config.job_selector}`). *Default* says
+whether dcgm-exporter exports the field with its stock `etc/default-counters.csv`;
+the others are the opt-in fields commonly enabled.
+"""
+
+_RULES = """\
+## Compatibility recording rules (optional)
+
+`alerts/generated/{rule_file}` (written by `nvwatch alerts build`) records every field
+with an equivalent above as a `DCGM_FI_*` series with dcgm-exporter's unit and label
+names, so dashboards and alerts written for dcgm-exporter keep working while a fleet
+moves over. It is not loaded by default. To enable it, add it to Prometheus'
+`rule_files` next to the nvwatch rules:
+
+```yaml
+rule_files:
+  - /etc/prometheus/rules/nvwatch-alerts.yaml
+  - /etc/prometheus/rules/nvwatch-recording.yaml
+  - /etc/prometheus/rules/{rule_file}   # during the migration only
+```
+
+`{labels_rule}` (one series per GPU) carries the labels; each compatibility series is
+the value above joined with it on `{cluster}, {instance}, gpu`. Differences from a
+scraped dcgm-exporter: the series are written at the rule evaluation interval
+({interval}) rather than at each scrape, they carry the nvwatch target labels (`job`,
+`{instance}`, `{cluster}`, ...) as well, and they cost one series per field per GPU
+({count} per GPU). Remove the file once nothing reads `DCGM_FI_*` any more.
+"""
+
+
+def _code(text: str) -> str:
+    return "`" + text.replace("|", "\\|") + "`" if text else "–"
+
+
+def _field_row(cfg: MixinConfig, field: DcgmField) -> str:
+    promql = value_expr(cfg, field) if field.has_equivalent else ""
+    notes = "; ".join(
+        n
+        for n in (f"approximate: {field.approximate}" if field.approximate else "", field.note)
+        if n
+    )
+    return (
+        f"| `{field.name}` | {'yes' if field.default else 'opt-in'} | {field.unit} | "
+        f"{_code(field.metric)} | {_code(promql)} | {notes.replace('|', '/')} |"
+    )
+
+
+def _fields(cfg: MixinConfig) -> list[str]:
+    return [
+        "## Fields",
+        "",
+        "| dcgm-exporter | default | dcgm unit | nvwatch metric | PromQL (dcgm's unit) | notes |",
+        "|---|---|---|---|---|---|",
+        *(_field_row(cfg, f) for f in FIELDS),
+        "",
+    ]
+
+
+def _missing() -> list[str]:
+    missing = [f for f in FIELDS if not f.has_equivalent]
+    return [
+        "## Fields nvwatch has no equivalent for",
+        "",
+        *(f"- `{f.name}` ({f.help}): {f.note}." for f in missing),
+        "",
+    ]
+
+
+def _labels(cfg: MixinConfig) -> list[str]:
+    rows = []
+    for lb in labels(cfg):
+        if not lb.nvwatch:
+            source, on_compat = "none", "no"
+        elif lb.replacement != "$1" or lb.regex not in ("", "(.*)"):
+            source, on_compat = f"from `{lb.nvwatch}`: `{lb.regex}` -> `{lb.replacement}`", "yes"
+        else:
+            source, on_compat = f"`{lb.nvwatch}`", "yes"
+        rows.append(f"| `{lb.name}` | {lb.meaning} | {source} | {on_compat} |")
+    return [
+        "## Labels",
+        "",
+        "nvwatch puts `gpu` and `uuid` on every per-GPU series and the descriptive labels "
+        "on `nvwatch_gpu_info` only (join with `* on (instance, gpu) group_left (name) "
+        "nvwatch_gpu_info`). Kubernetes pod attribution (`pod`, `namespace`, `container`) "
+        "and MIG instance labels have no nvwatch equivalent; per-process device memory is "
+        "`nvwatch_gpu_process_memory_bytes` (labels `pid`, `process`, `user`, `job`). "
+        "`device` is built from the NVML index, which matches the `/dev/nvidiaN` minor "
+        "number on most nodes but not all.",
+        "",
+        "| dcgm-exporter label | meaning | nvwatch | on the compatibility series |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def render_doc(cfg: MixinConfig) -> str:
+    compat = sum(1 for f in FIELDS if f.has_equivalent)
+    rules = _RULES.format(
+        rule_file=RULE_FILE,
+        labels_rule=LABELS_RULE,
+        cluster=cfg.cluster_label,
+        instance=cfg.instance_label,
+        interval=cfg.evaluation_interval,
+        count=compat,
+    )
+    parts = [
+        _INTRO.format(config=cfg),
+        *_fields(cfg),
+        *_missing(),
+        *_labels(cfg),
+        rules,
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,137 @@
+"""Slurm attribution by each way sites run it, on real pids described by a fixture /proc."""
+
+from __future__ import annotations
+
+import pwd
+from pathlib import Path
+
+import pytest
+
+from agent.sources.attribution.model import GpuRef, InstanceRef, Owner
+from agent.sources.attribution.procfs import ProcFS
+from agent.sources.attribution.slurm import SlurmResolver
+from tests.attribution.conftest import ProcTree, Spawn
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
+UUID = "GPU-0d5a1f6e-1111-2222-3333-444455556666"
+
+# every layout of the issue, each as a whole /proc/<pid>/cgroup file
+LAYOUTS = {
+    "v2": "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0",
+    "v2-multiple-slurmd": (
+        "0::/system.slice/node17_slurmstepd.scope/job_4242/step_batch/user/task_0"
+    ),
+    "v1": (
+        f"12:freezer:/slurm/uid_{NOBODY}/job_4242/step_0\n"
+        f"4:memory:/slurm/uid_{NOBODY}/job_4242/step_0/task_0\n"
+        "1:name=systemd:/system.slice/slurmd.service"
+    ),
+    # what Debian 12's slurm-wlm 22.05 writes (measured, see the real-Slurm test)
+    "v1-slurm_host": (
+        f"6:freezer:/slurm_dgx017/uid_{NOBODY}/job_4242/step_batch\n"
+        f"4:memory:/slurm_dgx017/uid_{NOBODY}/job_4242/step_batch/task_0"
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_cgroup_path_names_the_job_and_the_uid_the_user(
+    layout: str, proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    pid = spawn().pid
+    proc_tree.add(pid, LAYOUTS[layout], uid=NOBODY)
+    found = SlurmResolver(ProcFS(proc_tree.root)).resolve([GpuRef(3, UUID, (pid,))])
+    assert found.error is None
+    assert found.pid_owners == {pid: Owner("slurm", "4242", "nobody")}
+    assert [(a.gpu, a.uuid, a.owner.job_id, a.owner.user) for a in found.allocations] == [
+        (3, UUID, "4242", "nobody")
+    ]
+
+
+def test_a_process_outside_slurm_has_no_owner(proc_tree: ProcTree, spawn: Spawn) -> None:
+    pid = spawn().pid
+    proc_tree.add(pid, "0::/user.slice/user-1000.slice/session-4.scope", uid=NOBODY)
+    found = SlurmResolver(ProcFS(proc_tree.root)).resolve([GpuRef(0, UUID, (pid,))])
+    assert found.allocations == () and dict(found.pid_owners) == {} and found.error is None
+
+
+def test_the_environment_places_a_process_no_cgroup_does(proc_tree: ProcTree, spawn: Spawn) -> None:
+    pid = spawn().pid
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "alice", "SLURM_JOB_ACCOUNT": "physics"}
+    proc_tree.add(pid, "0::/user.slice", uid=NOBODY, environ=env)
+    found = SlurmResolver(ProcFS(proc_tree.root)).resolve([GpuRef(1, UUID, (pid,))])
+    assert found.pid_owners == {pid: Owner("slurm", "77", "alice", "physics")}
+    assert [a.owner for a in found.allocations] == [Owner("slurm", "77", "alice", "physics")]
+
+
+def test_the_cgroup_wins_and_the_environment_adds_the_account(
+    proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    pid = spawn().pid
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_ACCOUNT": "physics"}
+    proc_tree.add(pid, LAYOUTS["v2"], uid=NOBODY, environ=env)
+    found = SlurmResolver(ProcFS(proc_tree.root)).resolve([GpuRef(0, UUID, (pid,))])
+    assert found.pid_owners[pid] == Owner("slurm", "4242", "nobody", "physics")
+
+
+def test_mapping_directory_in_dcgm_exporters_format(tmp_path: Path, proc_tree: ProcTree) -> None:
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "0").write_text("101\n")
+    (mapping / "1").write_text("102\n103\n102\n")  # two jobs share GPU 1; a repeat is one
+    (mapping / "2.1").write_text("104\n")  # MIG: GPU 2, GPU instance 1
+    (mapping / "README").write_text("not a GPU\n")  # ignored, as dcgm-exporter does
+    (mapping / "3").mkdir()  # a directory is ignored too
+    mig_uuid = "MIG-9a8b7c6d-0000-1111-2222-333344445555"
+    gpus = [
+        GpuRef(0, "GPU-a"),
+        GpuRef(1, "GPU-b"),
+        GpuRef(2, "GPU-c", instances=(InstanceRef(1, mig_uuid),)),
+        GpuRef(3, "GPU-d"),
+    ]
+    found = SlurmResolver(ProcFS(proc_tree.root), mapping).resolve(gpus)
+    assert found.error is None
+    assert [(a.gpu, a.uuid, a.owner.job_id) for a in found.allocations] == [
+        (0, "GPU-a", "101"),
+        (1, "GPU-b", "102"),
+        (1, "GPU-b", "103"),
+        (2, mig_uuid, "104"),
+    ]
+
+
+def test_the_mapping_file_and_the_cgroup_are_one_owner(
+    tmp_path: Path, proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "0").write_text("4242\n")
+    pid = spawn().pid
+    proc_tree.add(pid, LAYOUTS["v2"], uid=NOBODY)
+    found = SlurmResolver(ProcFS(proc_tree.root), mapping).resolve([GpuRef(0, UUID, (pid,))])
+    assert [a.owner for a in found.allocations] == [Owner("slurm", "4242", "nobody")]
+
+
+def test_a_missing_mapping_directory_is_no_jobs_yet(tmp_path: Path, proc_tree: ProcTree) -> None:
+    found = SlurmResolver(ProcFS(proc_tree.root), tmp_path / "absent").resolve([GpuRef(0, UUID)])
+    assert found.allocations == () and found.error is None
+
+
+def test_an_unreadable_proc_entry_is_an_error_and_leaves_the_others(
+    proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    good, bad = spawn().pid, spawn().pid
+    proc_tree.add(good, LAYOUTS["v2"], uid=NOBODY)
+    entry = proc_tree.add(bad, LAYOUTS["v1"], uid=NOBODY)
+    (entry / "cgroup").unlink()
+    (entry / "cgroup").mkdir()  # reading it fails with EISDIR, which even root cannot skip
+    found = SlurmResolver(ProcFS(proc_tree.root)).resolve([GpuRef(0, UUID, (good, bad))])
+    assert found.error is not None and f"{bad}/cgroup" in found.error
+    assert dict(found.pid_owners) == {good: Owner("slurm", "4242", "nobody")}
+
+
+def test_a_pid_that_exited_is_no_error(proc_tree: ProcTree, spawn: Spawn) -> None:
+    child = spawn()
+    child.kill()
+    child.wait()
+    found = SlurmResolver(ProcFS(Path("/proc"))).resolve([GpuRef(0, UUID, (child.pid,))])
+    assert found.error is None and found.allocations == ()
