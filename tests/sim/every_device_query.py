@@ -2,9 +2,9 @@
 
 Run it under `nvwatch simulate exec --profile P -- python every_device_query.py`. It uses
 nothing from nvwatch, only pynvml. Queries are the wrappers named nvmlDevice* that only
-read (setters, resets, MIG/GPU-instance creation and the like are left out by name). Each call's outcome is printed as one JSON line
-{"gpu", "fn", "outcome", "value"}; outcome "ok", "refused" (see REFUSALS) or the NVML
-error class name.
+read (setters, resets, MIG/GPU-instance creation and the like are left out by name).
+Each call's outcome is printed as one JSON line {"gpu", "fn", "outcome", "value"};
+outcome "ok", "refused" (see REFUSALS) or the NVML error class name.
 
 Exit 1, with the reason on stderr, when a query raises FunctionNotFound (the library lacks
 the C function), another NVML error that only a broken library gives for valid arguments
