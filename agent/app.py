@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.config import AgentConfig, ConfigError
+from agent.config import AgentConfig, ConfigError, format_listen
 from agent.exposition.render import Exposition, build_exposition, prepare
 from agent.poller import Poller, Snapshot
 from agent.server import Health, HttpState, MetricsServer
@@ -87,7 +87,7 @@ def make_server(agent: Agent) -> MetricsServer:
             web_config=web,
         )
     except OSError as exc:
-        where = f"{agent.config.listen_host}:{agent.config.listen_port}"
+        where = format_listen(agent.config.listen_host, agent.config.listen_port)
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
     agent.http_state = server.http_state
     return server
@@ -114,9 +114,8 @@ def serve(
     agent.poller.start(on_death=lambda _exc: stop.set())
     server.start()
     log.info(
-        "nvwatch listening on %s:%d, polling %s every %gs",
-        config.listen_host,
-        server.port,
+        "nvwatch listening on %s, polling %s every %gs",
+        format_listen(config.listen_host, server.port),
         ",".join(config.sources),
         config.interval,
     )

@@ -20,7 +20,7 @@ KNOWN_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what
 # the node runs, and a mode's reads (/proc of every GPU process, the kubelet socket) are
 # something to choose, not to discover
-ATTRIBUTION_MODES = ("slurm",)
+ATTRIBUTION_MODES = ("slurm", "kubernetes")
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 LOG_FORMATS = ("text", "json")
 
@@ -131,6 +131,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
+def format_listen(host: str, port: int) -> str:
+    """The HOST:PORT form parse_listen reads back: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else list(value)
     names = tuple(dict.fromkeys(s.strip() for s in items if str(s).strip()))
@@ -160,6 +165,15 @@ def parse_attribution(value: str | list[str] | tuple[str, ...]) -> tuple[str, ..
     return names
 
 
+# The one scenario syntax of every command and of NVWATCH_SCENARIO (serve, dump, doctor,
+# topology, `simulate exec`; `simulate fleet` puts NODE: in front for one node):
+#   NAME             the scenario on its default part (GPU 0, the first NVLink GPU, every
+#                    InfiniBand port, or node-wide), from its default onset
+#   NAME@TARGET      on one GPU (an index) or one HCA (mlx5_N)
+#   ,from=DURATION   begins this long after the simulated node starts (0: from the start)
+#   ,until=DURATION  is repaired this long after the node starts
+# e.g. gpu-lost@3, ib-congestion@mlx5_1, ecc-dbe@2,from=1m,until=5m. Several are
+# separated by spaces (or given as repeated --scenario flags).
 SCENARIO_SYNTAX = "NAME[@TARGET][,from=DURATION][,until=DURATION]"
 _ZERO = re.compile(r"0+(?:\.0*)?(?:ms|[smhdwy])?")
 

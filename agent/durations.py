@@ -33,6 +33,10 @@ _BARE = re.compile(r"\d+(?:\.\d+)?")
 _UNIT_ORDER = list(UNIT_SECONDS)
 
 
+# How --help states the grammar next to a DURATION option.
+DURATION_FORMAT = "a number and a unit (ms s m h d w y), e.g. 500ms, 5s, 1h30m, 2.5s"
+
+
 class DurationError(ValueError):
     """A duration that does not follow the grammar; the message is one line for a user."""
 

@@ -64,6 +64,16 @@ def write(out_dir: Path, config: MixinConfig) -> list[Path]:
     return written
 
 
+def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
+    """The same dashboards as Grafana-sidecar ConfigMaps, one manifest file."""
+    from mixin.kubernetes import DASHBOARDS_FILE, dashboards_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / DASHBOARDS_FILE
+    path.write_text(dashboards_text(build_all(config)), encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     from mixin.commands import dashboards_build
 

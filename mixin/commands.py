@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from agent.click_groups import HelpGroup
 from mixin.config import MixinConfig, load
 
 # The command for each committed generated file, named by the staleness test.
@@ -50,7 +51,24 @@ _out_option = _option(
 )
 
 
-@click.group("dashboards")
+_kubernetes_option = _option(
+    "--kubernetes",
+    type=click.Path(file_okay=False),
+    help="Directory for the Kubernetes manifest [default: deploy/kubernetes of the source "
+    "checkout nvwatch runs from; none when installed without one].",
+)
+_no_kubernetes_option = _option("--no-kubernetes", is_flag=True, help="No Kubernetes manifest.")
+
+
+def _kubernetes_dir(kubernetes: str | None, no_kubernetes: bool) -> Path | None:
+    from mixin.kubernetes import default_dir
+
+    if no_kubernetes and kubernetes:
+        raise click.UsageError("--kubernetes and --no-kubernetes contradict each other")
+    return None if no_kubernetes else Path(kubernetes) if kubernetes else default_dir()
+
+
+@click.group("dashboards", cls=HelpGroup)
 def dashboards_group() -> None:
     """Grafana dashboards generated from the mixin config."""
 
@@ -58,15 +76,25 @@ def dashboards_group() -> None:
 @dashboards_group.command("build")
 @_out_option
 @_config_option
-def dashboards_build(out: str, mixin_config: str | None) -> None:
-    """Write the dashboards as Grafana JSON into OUT."""
-    from dashboards.build import write
+@_kubernetes_option
+@_no_kubernetes_option
+def dashboards_build(
+    out: str, mixin_config: str | None, kubernetes: str | None, no_kubernetes: bool
+) -> None:
+    """Write the dashboards as Grafana JSON into OUT, and as Grafana-sidecar ConfigMaps
+    (nvwatch-dashboards.yaml) into the Kubernetes directory."""
+    from dashboards.build import write, write_kubernetes
 
-    for path in write(Path(out), _mixin_config(mixin_config)):
+    target = _kubernetes_dir(kubernetes, no_kubernetes)
+    config = _mixin_config(mixin_config)
+    written = write(Path(out), config)
+    if target is not None:
+        written.append(write_kubernetes(target, config))
+    for path in written:
         click.echo(str(path))
 
 
-@click.group("alerts")
+@click.group("alerts", cls=HelpGroup)
 def alerts_group() -> None:
     """Prometheus alert/recording rules and Grafana alert rules from the mixin config."""
 
@@ -80,14 +108,26 @@ def alerts_group() -> None:
     help="Where to write the alert runbooks [default: docs/alerts.md of the source "
     "checkout nvwatch runs from; none when installed without one].",
 )
-@_option("--no-docs", is_flag=True, help="Write the rule files only, no runbooks.")
-def alerts_build(out: str, mixin_config: str | None, docs: str | None, no_docs: bool) -> None:
-    """Write Prometheus rule files and Grafana alert provisioning into OUT, and the
-    runbooks (docs/alerts.md) their runbook_url points at."""
+@_option("--no-docs", is_flag=True, help="No runbooks.")
+@_kubernetes_option
+@_no_kubernetes_option
+def alerts_build(
+    out: str,
+    mixin_config: str | None,
+    docs: str | None,
+    no_docs: bool,
+    kubernetes: str | None,
+    no_kubernetes: bool,
+) -> None:
+    """Write Prometheus rule files and Grafana alert provisioning into OUT, the
+    runbooks (docs/alerts.md) their runbook_url points at, and the same rules as a
+    prometheus-operator PrometheusRule (nvwatch-rules.yaml) into the Kubernetes
+    directory."""
     from alerts.build import build, default_docs
 
     if no_docs and docs:
         raise click.UsageError("--docs and --no-docs contradict each other")
     target = None if no_docs else Path(docs) if docs else default_docs()
-    for path in build(Path(out), _mixin_config(mixin_config), target):
+    manifests = _kubernetes_dir(kubernetes, no_kubernetes)
+    for path in build(Path(out), _mixin_config(mixin_config), target, manifests):
         click.echo(str(path))

@@ -15,13 +15,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from agent import __version__, logs
 from agent.app import StartupError, poll_and_render, serve
-from agent.cli.options import build_config, option, source_options
+from agent.cli.options import agent_options, build_config, option, source_options
+from agent.click_groups import HelpGroup
 from agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
 from agent.durations import parse_duration
 from agent.exposition.families import FamilySet
@@ -29,11 +30,13 @@ from agent.runtime import runtime
 from agent.sources.registry import build_sources
 
 EXIT_BAD_INPUT = 2
+# the profile `topology` suggests without a driver: the DGX-1 cube-mesh, the one to see
+TOPOLOGY_EXAMPLE_PROFILE = "dgx1-v100"
 
 log = logging.getLogger(__name__)
 
 
-class NvwatchGroup(click.Group):
+class NvwatchGroup(HelpGroup):
     """Turns every bad-input error into one line on stderr and exit code 2."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
@@ -127,11 +130,16 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
 @option(
     "--settle",
     default="1s",
+    metavar="DURATION",
     show_default=True,
     help=f"Wait between two polls so rates and ratios have an interval, {SETTLE_BOUNDS} "
     "(0 for one poll).",
 )
-@source_options
+@agent_options(
+    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
+    "nvlink-detail", "ib-hw-counters", "kmsg-path", "attribution", "attribution-interval",
+    "hpc-job-mapping-dir", "kubelet-socket", "proc-root", "log-format",
+)  # fmt: skip
 def dump_command(output_format: str, settle: str, **params: Any) -> None:
     """Poll once and print what /metrics would serve."""
     config = build_config(params)
@@ -150,7 +158,11 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 
 
 @cli.command("doctor")
-@source_options
+@agent_options(
+    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
+    "kmsg-path", "attribution", "hpc-job-mapping-dir", "kubelet-socket", "proc-root",
+    "log-format",
+)  # fmt: skip
 def doctor_command(**params: Any) -> None:
     """One line per source: up (what it serves), absent (why) or down (why)."""
     config = build_config(params)
@@ -197,7 +209,7 @@ def _xid_history_line(config: AgentConfig) -> str:
 
 
 @cli.command("topology")
-@source_options
+@agent_options("config", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig", "log-format")
 def topology_command(**params: Any) -> None:
     """GPU x GPU NVLink/PCIe matrix and GPU <-> HCA affinity, like `nvidia-smi topo -m`."""
     from agent.sources import SourceUnavailable
@@ -209,9 +221,25 @@ def topology_command(**params: Any) -> None:
         try:
             topology = build_topology(effective.sysfs_root, _hcas(effective.sysfs_root))
         except SourceUnavailable as exc:
-            click.echo(f"nvwatch: error: {exc}", err=True)
-            sys.exit(1)
+            _fail(_no_topology(effective, str(exc)))
     click.echo(format_matrix(topology), nl=False)
+
+
+def _no_topology(config: AgentConfig, reason: str) -> str:
+    """Why there is no matrix to print, and how to see one anyway (as `doctor` says)."""
+    from agent.sources.presence import PCI_VENDOR_NVIDIA, scan_pci
+
+    scan = scan_pci(config.sysfs_root)
+    if scan.listed and not scan.nvidia_gpus():
+        reason = (
+            f"no NVIDIA GPU on this node (no PCI function with vendor "
+            f"0x{PCI_VENDOR_NVIDIA:04x} in {scan.directory}); {reason}"
+        )
+    return (
+        f"no GPU topology to show: {reason}. To see one without a GPU, run it on a "
+        f"simulated node: nvwatch topology --simulate {TOPOLOGY_EXAMPLE_PROFILE} "
+        "(profiles: nvwatch profiles)"
+    )
 
 
 def _hcas(sysfs_root: Path) -> list[tuple[str, str]]:
@@ -248,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="nvwatch")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     # one line, so it reads well in journald and in a failing systemd unit's status
     first = " ".join(message.split())
     click.echo(f"nvwatch: error: {first}", err=True)
@@ -256,4 +284,10 @@ def _fail(message: str) -> None:
 
 
 # each further command group lives in its own module; importing it registers it on `cli`
-from agent.cli import fleet_commands, mixin_commands, sim_commands  # noqa: E402, F401
+from agent.cli import (  # noqa: E402, F401
+    fleet_commands,
+    history_commands,
+    mixin_commands,
+    report_commands,
+    sim_commands,
+)

@@ -13,16 +13,17 @@ import psutil
 
 from agent import logs
 from agent.cli import cli
-from agent.cli.options import option
+from agent.cli.options import option, scenario_names
 from agent.cli.sim_commands import simulate_group
 from agent.config import (
     FLEET_DURATION_BOUNDS,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
+    SCENARIO_SYNTAX,
     ConfigError,
     split_scenarios,
 )
-from agent.durations import parse_duration
+from agent.durations import DURATION_FORMAT, parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from agent.sim.fleet import Fleet
 from agent.sim.fleet_plan import (
@@ -47,10 +48,10 @@ from agent.sim.fleet_plan import (
 @option(
     "--scenario",
     multiple=True,
-    metavar="NODE:NAME[@TARGET][,from=D][,until=D]",
-    help="Scenario on node NODE (0-based), optionally one GPU or IB device, optionally "
-    "from/until a simulated time since start (then repaired): 3:thermal-runaway@2, "
-    "5:ib-congestion@mlx5_1, 4:ecc-dbe@2,from=1m,until=5m. Repeatable.",
+    metavar=f"[NODE:]{SCENARIO_SYNTAX}",
+    help="A scenario in the syntax of `serve --simulate`, on node NODE (0-based) or, "
+    "without NODE:, on every node: 3:thermal-runaway@2, 5:ib-congestion@mlx5_1, "
+    f"4:ecc-dbe@2,from=1m,until=5m. Repeatable. Scenarios: {scenario_names()}.",
 )
 @option(
     "--mig",
@@ -69,7 +70,8 @@ from agent.sim.fleet_plan import (
     "--interval",
     default="15s",
     show_default=True,
-    help=f"Poll and simulation tick interval, {INTERVAL_BOUNDS}.",
+    metavar="DURATION",
+    help=f"Poll and simulation tick interval, {INTERVAL_BOUNDS}; {DURATION_FORMAT}.",
 )
 @option("--listen-host", default="127.0.0.1", show_default=True, help="Address every node binds.")
 @option("--seed", type=int, default=0, show_default=True, help="Node i uses seed SEED+i.")
@@ -95,6 +97,7 @@ from agent.sim.fleet_plan import (
 )
 @option(
     "--duration",
+    metavar="DURATION",
     help=f"Stop after this long, {FLEET_DURATION_BOUNDS} (default: run until SIGTERM/SIGINT).",
 )
 @option(

@@ -4,11 +4,17 @@ Precedence, highest first: command-line flag, environment variable, config file,
 Click gives flag > environment > `default_map` > default, so the config file is loaded by
 an eager `--config` callback into the context's `default_map` before the other options
 are resolved.
+
+Each command takes only the options that do something there (`agent_options(...)`):
+`topology` polls nothing, so it has no --interval or --sources. One config file serves
+them all: a key that another agent command takes (interval: in a file `doctor` reads) is
+left alone, an unknown one is an error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,8 +25,10 @@ from agent.config import (
     DEFAULT_KUBELET_SOCKET,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
+    SCENARIO_SYNTAX,
     AgentConfig,
     ConfigError,
+    ScenarioSpec,
     load_config_file,
     parse_attribution,
     parse_listen,
@@ -28,22 +36,28 @@ from agent.config import (
     parse_sources,
     split_scenarios,
 )
-from agent.durations import parse_duration
+from agent.durations import DURATION_FORMAT, DurationError, parse_duration
 from agent.sources.infiniband_parse import HW_COUNTER_CHOICES
 from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_DEFAULTS = AgentConfig()
+# options of `serve` beyond the ones below; a config file may name them for any command
+_SERVE_ONLY = frozenset({"listen", "web_config", "sim_process_file"})
+
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    allowed = {p.name for p in ctx.command.params if p.name and p.name != "config"}
+    mine = {p.name for p in ctx.command.params if p.name and p.name != "config"}
+    known = mine | _SERVE_ONLY | {name.replace("-", "_") for name in _OPTIONS}
     try:
-        loaded = load_config_file(Path(value), allowed)
+        loaded = load_config_file(Path(value), known)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx=ctx, param=_param) from exc
-    ctx.default_map = {**(ctx.default_map or {}), **loaded}
+    mine_loaded = {key: loaded[key] for key in loaded if key in mine}
+    ctx.default_map = {**(ctx.default_map or {}), **mine_loaded}
     return value
 
 
@@ -59,135 +73,204 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
-def source_options(func: F) -> F:
-    """The options every command that polls sources takes."""
-    decorators = [
-        option(
-            "--config",
-            type=click.Path(dir_okay=False),
-            is_eager=True,
-            expose_value=False,
-            callback=_load_config,
-            help="YAML file of option: value (lower precedence than flags and environment).",
-        ),
-        option(
-            "--interval",
-            default="5s",
-            show_default=True,
-            help=f"Poll interval, {INTERVAL_BOUNDS}.",
-        ),
-        option(
-            "--sources",
-            default="nvml,infiniband,host",
-            show_default=True,
-            help="Comma-separated sources to poll.",
-        ),
-        option(
-            "--sysfs-root",
-            default="/sys",
-            show_default=True,
-            type=click.Path(file_okay=False),
-            help="Root of sysfs (for InfiniBand and PCIe affinity).",
-        ),
-        option("--simulate", metavar="PROFILE", help="Run on a simulated node (see `profiles`)."),
-        option(
-            "--scenario",
-            multiple=True,
-            metavar="NAME[@TARGET]",
-            help="Simulation scenario, optionally for one GPU index or IB device; repeatable.",
-        ),
-        option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
-        option(
-            "--mig",
-            metavar="LAYOUT",
-            help="With --simulate: partition GPUs with MIG, GPUS:PROFILE,...[;GPUS:...], "
-            "e.g. all:3g.40gb,3g.40gb or 0-3:7g.80gb;4-7:1g.10gb*7 (none: MIG on, no "
-            "instances; pending: on after a reset).",
-        ),
-        option(
-            "--nvlink-detail",
-            type=click.Choice(NVLINK_DETAIL_CHOICES),
-            default="link",
-            show_default=True,
-            help="NVLink series per link, or aggregated per GPU (fewer series).",
-        ),
-        option(
-            "--ib-hw-counters",
-            type=click.Choice(HW_COUNTER_CHOICES),
-            default="default",
-            show_default=True,
-            help="mlx5 hw_counters to export: the loss and congestion ones (out_of_sequence, "
-            "local_ack_timeout_err; CNP/ECN on RoCE), or all of them.",
-        ),
-        option(
-            "--kmsg-path",
-            type=click.Path(dir_okay=False),
-            show_default="/dev/kmsg; with --simulate, the simulated node's log",
-            help="Kernel log to count XIDs from since boot (a file in /dev/kmsg's record "
-            "format or dmesg text works too); unreadable: NVML events since start only.",
-        ),
-        option(
-            "--attribution",
-            default="none",
-            show_default=True,
-            metavar="MODES",
-            help="Who uses each GPU: comma-separated slurm, kubernetes, or none "
-            "(nvwatch_gpu_allocation_info, and job/pod labels on process series).",
-        ),
-        option(
-            "--attribution-interval",
-            default="10s",
-            show_default=True,
-            help=f"How often attribution re-reads its sources, {ATTRIBUTION_INTERVAL_BOUNDS}; "
-            "a new GPU process triggers an early refresh.",
-        ),
-        option(
-            "--hpc-job-mapping-dir",
-            type=click.Path(file_okay=False),
-            help="Slurm: directory of GPU-index files holding job ids, written by a prolog "
-            "(dcgm-exporter's format and flag; see deploy/slurm/).",
-        ),
-        option(
-            "--kubelet-socket",
-            default=str(DEFAULT_KUBELET_SOCKET),
-            show_default=True,
-            type=click.Path(dir_okay=False),
-            help="Kubernetes: the kubelet pod-resources gRPC socket.",
-        ),
-        option(
-            "--proc-root",
-            default="/proc",
-            show_default=True,
-            type=click.Path(file_okay=False),
-            help="Root of procfs, for the cgroup and environment of GPU processes.",
-        ),
-        option(
-            "--log-format",
-            type=click.Choice(LOG_FORMATS),
-            default="text",
-            show_default=True,
-            help="Log as text or JSON lines.",
-        ),
-    ]
-    for decorator in reversed(decorators):
-        func = decorator(func)
-    return func
+def scenario_names() -> str:
+    """The registered scenario names, for --help (from the registry, so never stale)."""
+    from agent.sim.node_scenarios import known_scenarios
+
+    return ", ".join(known_scenarios())
+
+
+def scenario_option(func: F) -> F:
+    """--scenario in the one syntax of every command (agent.config.SCENARIO_SYNTAX)."""
+    return option(
+        "--scenario",
+        multiple=True,
+        metavar=SCENARIO_SYNTAX,
+        help="Simulation scenario on one GPU index or HCA (@TARGET), begun and repaired "
+        "at simulated times since start (from=, until=); repeatable, or several "
+        f"space-separated. Scenarios: {scenario_names()}.",
+    )(func)
+
+
+def parse_onset(text: str) -> float:
+    """--onset: 0 (at once) or a duration."""
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(text, "onset")
+    except DurationError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def with_onset(specs: Sequence[ScenarioSpec], onset: float | None) -> tuple[ScenarioSpec, ...]:
+    """`specs` with `onset` as the from= of every fault that gives none (workloads set
+    what the GPUs run from the start; they take no from=)."""
+    from agent.sim.node_scenarios import WORKLOADS
+
+    if onset is None:
+        return tuple(specs)
+    return tuple(
+        dataclasses.replace(s, from_s=onset) if s.from_s is None and s.name not in WORKLOADS else s
+        for s in specs
+    )
+
+
+_OPTIONS: dict[str, Callable[[F], F]] = {
+    "config": option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_load_config,
+        help="YAML file of option: value (lower precedence than flags and environment).",
+    ),
+    "interval": option(
+        "--interval",
+        default="5s",
+        show_default=True,
+        metavar="DURATION",
+        help=f"Poll interval, {INTERVAL_BOUNDS}; {DURATION_FORMAT}.",
+    ),
+    "sources": option(
+        "--sources",
+        default="nvml,infiniband,host",
+        show_default=True,
+        help="Comma-separated sources to poll.",
+    ),
+    "sysfs-root": option(
+        "--sysfs-root",
+        default="/sys",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="Root of sysfs (for InfiniBand and PCIe affinity).",
+    ),
+    "simulate": option(
+        "--simulate", metavar="PROFILE", help="Run on a simulated node (see `profiles`)."
+    ),
+    "scenario": scenario_option,
+    "onset": option(
+        "--onset",
+        metavar="DURATION",
+        help="With --simulate: when faults without from= begin, in simulated time since "
+        "start (0: at once) [default: 30s, 0 for InfiniBand ones].",
+    ),
+    "seed": option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
+    "mig": option(
+        "--mig",
+        metavar="LAYOUT",
+        help="With --simulate: partition GPUs with MIG, GPUS:PROFILE,...[;GPUS:...], "
+        "e.g. all:3g.40gb,3g.40gb or 0-3:7g.80gb;4-7:1g.10gb*7 (none: MIG on, no "
+        "instances; pending: on after a reset).",
+    ),
+    "nvlink-detail": option(
+        "--nvlink-detail",
+        type=click.Choice(NVLINK_DETAIL_CHOICES),
+        default="link",
+        show_default=True,
+        help="NVLink series per link, or aggregated per GPU (fewer series).",
+    ),
+    "ib-hw-counters": option(
+        "--ib-hw-counters",
+        type=click.Choice(HW_COUNTER_CHOICES),
+        default="default",
+        show_default=True,
+        help="mlx5 hw_counters to export: the loss and congestion ones (out_of_sequence, "
+        "local_ack_timeout_err; CNP/ECN on RoCE), or all of them.",
+    ),
+    "kmsg-path": option(
+        "--kmsg-path",
+        type=click.Path(dir_okay=False),
+        show_default="/dev/kmsg; with --simulate, the simulated node's log",
+        help="Kernel log to count XIDs from since boot (a file in /dev/kmsg's record "
+        "format or dmesg text works too); unreadable: NVML events since start only.",
+    ),
+    "attribution": option(
+        "--attribution",
+        default="none",
+        show_default=True,
+        metavar="MODES",
+        help="Who uses each GPU: comma-separated slurm, kubernetes, or none "
+        "(nvwatch_gpu_allocation_info, and job/pod labels on process series).",
+    ),
+    "attribution-interval": option(
+        "--attribution-interval",
+        default="10s",
+        show_default=True,
+        metavar="DURATION",
+        help=f"How often attribution re-reads its sources, {ATTRIBUTION_INTERVAL_BOUNDS}; "
+        "a new GPU process triggers an early refresh.",
+    ),
+    "hpc-job-mapping-dir": option(
+        "--hpc-job-mapping-dir",
+        type=click.Path(file_okay=False),
+        help="Slurm: directory of GPU-index files holding job ids, written by a prolog "
+        "(dcgm-exporter's format and flag; see deploy/slurm/).",
+    ),
+    "kubelet-socket": option(
+        "--kubelet-socket",
+        default=str(DEFAULT_KUBELET_SOCKET),
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help="Kubernetes: the kubelet pod-resources gRPC socket.",
+    ),
+    "proc-root": option(
+        "--proc-root",
+        default="/proc",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="Root of procfs, for the cgroup and environment of GPU processes.",
+    ),
+    "log-format": option(
+        "--log-format",
+        type=click.Choice(LOG_FORMATS),
+        default="text",
+        show_default=True,
+        help="Log as text or JSON lines.",
+    ),
+}
+
+
+def agent_options(*names: str) -> Callable[[F], F]:
+    """The named shared options (keys of _OPTIONS), in the order --help lists them."""
+    unknown = set(names) - set(_OPTIONS)
+    if unknown:
+        raise ValueError(f"no shared option {sorted(unknown)}")
+
+    def decorate(func: F) -> F:
+        for name in reversed([n for n in _OPTIONS if n in names]):
+            func = _OPTIONS[name](func)
+        return func
+
+    return decorate
+
+
+# what `serve` takes; dump, doctor and topology take the part that acts there
+source_options = agent_options(*_OPTIONS)
 
 
 def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
-    """Turn raw option values into the one config object; ConfigError on bad values."""
-    scenario_values = params.get("scenario") or ()
+    """Turn raw option values into the one config object; ConfigError on bad values.
+
+    An option the command does not take keeps AgentConfig's default."""
     # from the environment or a config file one string: keep from=/until= with their scenario
-    scenario_values = split_scenarios(scenario_values)
+    scenario_values = split_scenarios(params.get("scenario") or ())
+    onset = params.get("onset")
+    scenarios = with_onset(
+        [parse_scenario(s) for s in scenario_values],
+        None if onset is None else parse_onset(str(onset)),
+    )
     listen_host, listen_port = parse_listen(params.get("listen") or "0.0.0.0:9477")
+    interval = params.get("interval")
     config = AgentConfig(
         listen_host=listen_host,
         listen_port=listen_port,
-        interval=parse_duration(params["interval"], "interval", INTERVAL_BOUNDS),
-        sources=parse_sources(params["sources"]),
-        sysfs_root=Path(params["sysfs_root"]),
+        interval=_DEFAULTS.interval
+        if interval is None
+        else parse_duration(interval, "interval", INTERVAL_BOUNDS),
+        sources=parse_sources(params.get("sources") or ",".join(_DEFAULTS.sources)),
+        sysfs_root=Path(params.get("sysfs_root") or _DEFAULTS.sysfs_root),
         simulate=params.get("simulate"),
-        scenarios=tuple(parse_scenario(s) for s in scenario_values),
+        scenarios=scenarios,
         seed=int(params.get("seed") or 0),
         web_config=Path(params["web_config"]) if params.get("web_config") else None,
         log_format=params.get("log_format") or "text",

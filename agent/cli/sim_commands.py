@@ -9,23 +9,23 @@ import sys
 import click
 
 from agent.cli import cli
-from agent.cli.options import option
-from agent.sim.mig_layout import MigLayoutError
+from agent.cli.options import agent_options, option, parse_onset, with_onset
+from agent.click_groups import HelpGroup
+from agent.config import ConfigError, parse_scenario, split_scenarios
 from agent.sim.profiles import PROFILES, UnknownProfile, get_profile
 
 
 @cli.command("profiles")
 def profiles_command() -> None:
-    """List the simulated hardware profiles."""
+    """List the simulated hardware profiles: GPUs, NVLink, InfiniBand/RoCE ports."""
+    from agent.sim.profile_summary import summary_lines
+
     for profile in PROFILES.values():
-        links = max((len(links) for links in profile.nvlinks), default=0)
-        click.echo(
-            f"{profile.name:<20} {profile.gpu_count:>2}x {profile.gpus[0].name:<28} "
-            f"{links:>2} NVLink/GPU  {len(profile.nics)} NIC  {profile.description}"
-        )
+        for line in summary_lines(profile):
+            click.echo(line)
 
 
-@cli.group("simulate")
+@cli.group("simulate", cls=HelpGroup)
 def simulate_group() -> None:
     """Run things against simulated DGX hardware."""
 
@@ -34,11 +34,23 @@ def simulate_group() -> None:
     "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
 @option("--profile", required=True, help="Hardware profile (see `nvwatch profiles`).")
-@option("--scenario", default=None, help="GPU scenario for the whole node.")
-@option("--mig", default=None, metavar="LAYOUT", help="MIG layout, as for `serve --mig`.")
+@agent_options("scenario", "onset", "seed", "mig")
+@option(
+    "--time-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Simulated seconds per real second (faults unfold faster).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def simulate_exec(
-    profile: str, scenario: str | None, mig: str | None, command: tuple[str, ...]
+    profile: str,
+    scenario: tuple[str, ...],
+    onset: str | None,
+    seed: int,
+    mig: str | None,
+    time_scale: float,
+    command: tuple[str, ...],
 ) -> None:
     """Run COMMAND with the simulated NVML importable as `pynvml`.
 
@@ -53,12 +65,17 @@ def simulate_exec(
         get_profile(profile)
     except UnknownProfile as exc:
         raise click.BadParameter(str(exc), param_hint="--profile") from exc
+    specs = with_onset(
+        [parse_scenario(s) for s in split_scenarios(scenario)],
+        None if onset is None else parse_onset(onset),
+    )
     try:
-        env = {**os.environ, **exec_environment(profile, scenario, mig=mig)}
-    except MigLayoutError as exc:
-        raise click.UsageError(str(exc)) from exc
+        simulated = exec_environment(profile, specs, seed=seed, time_scale=time_scale, mig=mig)
+    except ValueError as exc:  # a scenario, a MIG layout or a time scale
+        raise ConfigError(str(exc)) from exc
+    env = {**os.environ, **simulated}
     # real pids for the simulated job, so process viewers find them; gone when we are
-    with simulated_job(profile, scenario) as job:
+    with simulated_job(profile, specs, seed=seed) as job:
         env[workers.ENV_VAR] = workers.to_environment(job.pids)
         try:
             completed = subprocess.run(list(command), env=env, check=False)

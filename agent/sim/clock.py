@@ -33,3 +33,17 @@ class ManualClock:
 
 def real_clock() -> float:
     return time.monotonic()
+
+
+class ScaledClock:
+    """Real time run `scale` times faster from the moment it is made (`simulate exec
+    --time-scale`): a fault 30 simulated seconds in shows after 30/scale real ones."""
+
+    def __init__(self, scale: float) -> None:
+        if scale <= 0:
+            raise ValueError("time scale must be greater than zero")
+        self.scale = scale
+        self._origin = time.monotonic()
+
+    def __call__(self) -> float:
+        return self._origin + (time.monotonic() - self._origin) * self.scale

@@ -176,7 +176,8 @@ class Fleet:
         specs: Sequence[str],
         base_port: int = 9500,
         interval: float = 15.0,
-        scenarios: Sequence[tuple[int, ScenarioSpec]] | Mapping[int, Sequence[ScenarioSpec]] = (),
+        scenarios: Sequence[tuple[int | None, ScenarioSpec]]
+        | Mapping[int, Sequence[ScenarioSpec]] = (),
         seed: int = 0,
         *,
         time_scale: float = 1.0,
@@ -193,7 +194,7 @@ class Fleet:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
             raise FleetError("time scale must be positive")
-        pairs = (
+        pairs: list[tuple[int | None, ScenarioSpec]] = (
             [(i, s) for i, specs_of in scenarios.items() for s in specs_of]
             if isinstance(scenarios, Mapping)
             else list(scenarios)

@@ -84,17 +84,19 @@ def _check_profile(name: str) -> None:
         raise FleetError(str(exc)) from exc
 
 
-_NODE_SCENARIO = re.compile(r"^\s*(\d+)\s*:\s*(\S+)\s*$")
+_NODE_SCENARIO = re.compile(r"^\s*(?:(\d+)\s*:)?\s*(\S+)\s*$")
 _REPAIR_REQUEST = re.compile(r"^\s*(\d+)\s*(?::\s*(\S+))?\s*$")
 
 
-def parse_node_scenario(text: str) -> tuple[int, ScenarioSpec]:
+def parse_node_scenario(text: str) -> tuple[int | None, ScenarioSpec]:
     """'3:thermal-runaway@2' -> (3, thermal-runaway on GPU 2); '5:ib-congestion@mlx5_1';
-    '3:ecc-dbe@2,from=1m,until=5m' -> the same, begun at 1 min and repaired at 5 min."""
+    '3:ecc-dbe@2,from=1m,until=5m' -> the same, begun at 1 min and repaired at 5 min.
+    Without NODE: the scenario of every node, (None, spec): 'gpu-lost@3' means what it
+    means to `serve --simulate` (and NVWATCH_SCENARIO reads the same for both)."""
     match = _NODE_SCENARIO.match(text)
     if not match:
         raise FleetError(
-            f"invalid fleet scenario {text!r}: use NODE:{SCENARIO_SYNTAX}, "
+            f"invalid fleet scenario {text!r}: use [NODE:]{SCENARIO_SYNTAX}, "
             "e.g. 3:gpu-lost or 3:ecc-dbe@2,until=5m"
         )
     try:
@@ -109,7 +111,7 @@ def parse_node_scenario(text: str) -> tuple[int, ScenarioSpec]:
         ) from exc
     except ValueError as exc:
         raise FleetError(f"invalid fleet scenario {text!r}: {exc}") from exc
-    return int(match.group(1)), spec
+    return (None if match.group(1) is None else int(match.group(1))), spec
 
 
 def parse_node_mig(text: str) -> tuple[range, str]:
@@ -176,12 +178,14 @@ def plan_fleet(
     *,
     base_port: int,
     seed: int = 0,
-    scenarios: Sequence[tuple[int, ScenarioSpec]] = (),
+    scenarios: Sequence[tuple[int | None, ScenarioSpec]] = (),
     cluster: str | Sequence[str] = DEFAULT_CLUSTER,
     nodes_per_rack: int = DEFAULT_NODES_PER_RACK,
     mig: Sequence[tuple[range, str]] = (),
 ) -> list[NodeSpec]:
-    """Node specs: names, ports, per-node seeds (seed + i) and scenarios, all checked."""
+    """Node specs: names, ports, per-node seeds (seed + i) and scenarios, all checked.
+
+    A scenario for node None runs on every node."""
     if nodes_per_rack < 1:
         raise FleetError("nodes per rack must be at least 1")
     for name in profiles:
@@ -191,7 +195,12 @@ def plan_fleet(
     if len(clusters) != len(profiles):
         raise FleetError(f"{len(clusters)} cluster names for {len(profiles)} nodes")
     per_node: dict[int, list[ScenarioSpec]] = {}
-    for index, scenario in scenarios:
+    for node, scenario in scenarios:
+        if node is None:
+            for index in range(len(profiles)):
+                per_node.setdefault(index, []).append(scenario)
+            continue
+        index = node
         if not 0 <= index < len(profiles):
             raise FleetError(
                 f"scenario {scenario.name} for node {index}: the fleet has nodes "

@@ -42,7 +42,12 @@ SHM_MIN_FREE_BYTES = 1 << 30
 
 
 def scratch_dir() -> str | None:
-    """A directory for simulated trees: /dev/shm when usable, else None (the default)."""
+    """A directory for simulated trees: /dev/shm when usable, else None (the default).
+
+    An explicit TMPDIR wins (None: tempfile uses it): whoever set it said where this
+    process's temporary files go."""
+    if os.environ.get("TMPDIR"):
+        return None
     try:
         stats = os.statvfs(SHM_DIR)
     except OSError:
@@ -133,15 +138,22 @@ class SimulatedNode:
             if sysfs_root is None
             else sysfs_root
         )
-        self.fabric = SimulatedFabric(
-            self.profile,
-            self.sysfs_root,
-            workload=self.workload,
-            seed=seed,
-            clock=clock,
-        )
-        self.started = node_scenarios.start(self.nvml, self.fabric, specs)
-        self.fabric.write()
+        try:
+            self.fabric = SimulatedFabric(
+                self.profile,
+                self.sysfs_root,
+                workload=self.workload,
+                seed=seed,
+                clock=clock,
+            )
+            self.started = node_scenarios.start(self.nvml, self.fabric, specs)
+            self.fabric.write()
+        except BaseException:
+            # a node that fails to start leaves no tree behind (the caller never gets
+            # an object to close)
+            if self._owns_root:
+                shutil.rmtree(self.sysfs_root, ignore_errors=True)
+            raise
         # the node's /dev/kmsg, for the agent's --kmsg-path: the XIDs its GPUs raise
         # (made last, so a failure above leaves no file behind)
         self.kernel_log = SimulatedKernelLog(self.profile, clock)

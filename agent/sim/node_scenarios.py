@@ -68,7 +68,10 @@ def check_target(profile: Profile, spec: ScenarioSpec) -> None:
         if target is not None:
             raise ValueError(f"{spec}: {name} is node-wide; it takes no @TARGET")
     elif target is not None and (spec.gpu is None or spec.gpu >= profile.gpu_count):
-        raise ValueError(f"{spec} needs a GPU index 0..{profile.gpu_count - 1}")
+        raise ValueError(
+            f"{spec}: no GPU {target} in {profile.name}; {name} needs a GPU index "
+            f"0..{profile.gpu_count - 1}"
+        )
     if name == "nvlink-degraded" and not any(profile.nvlinks):
         raise ValueError(f"{profile.name} has no NVLink for nvlink-degraded")
 

@@ -11,7 +11,8 @@ LOOPBACK = "127.0.0.1"
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port on `host` that nothing was listening on a moment ago.
+    """A TCP port on `host` (an IPv4 or IPv6 address) that nothing was listening on a
+    moment ago.
 
     The port is bound to 0 (the kernel picks) and released at once, so another process
     could take it before the caller's server binds it. That race is accepted: the callers
@@ -19,6 +20,7 @@ def free_port(host: str = LOOPBACK) -> int:
     must be told a port on its command line, and they fail loudly when the bind fails.
     A server started in this process should bind port 0 itself and read the port back.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

@@ -42,8 +42,8 @@ def unreadable_config(tmp_path: Path) -> str:
     ("args", "expected"),
     [
         (["dump", "--sources", "host,gpus"], "unknown source gpus"),
-        (["dump", "--interval", "5 parsecs"], "invalid interval"),
-        (["dump", "--interval", "-1s"], "invalid interval"),
+        (["serve", "--interval", "5 parsecs"], "invalid interval"),
+        (["serve", "--interval", "-1s"], "invalid interval"),
         (["serve", "--listen", "localhost"], "invalid listen address"),
         (["serve", "--listen", "127.0.0.1:99999"], "out of range"),
         (["dump", "--log-format", "xml"], "log-format"),
@@ -104,18 +104,19 @@ def test_precedence_flag_over_env_over_file_over_default(
 
     monkeypatch.setattr(cli_module, "poll_and_render", fake_poll)
     path = tmp_path / "nvwatch.yaml"
+    # interval: is serve's; dump leaves it to serve and takes the rest of the same file
     path.write_text("interval: 7s\nsources: [host]\nsysfs-root: /from/file\nseed: 3\n")
     args = ["dump", "--config", str(path)]
-    env = {"NVWATCH_INTERVAL": "9s", "NVWATCH_SYSFS_ROOT": "/from/env"}
-    assert _invoke([*args, "--interval", "11s"], env=env).exit_code == 0
+    env = {"NVWATCH_SEED": "9", "NVWATCH_SYSFS_ROOT": "/from/env"}
+    assert _invoke([*args, "--seed", "11"], env=env).exit_code == 0
     assert _invoke(args, env=env).exit_code == 0
     assert _invoke(args).exit_code == 0
     assert _invoke(["dump", "--sources", "host"]).exit_code == 0
     flag, from_env, from_file, default = seen
-    assert flag.interval == 11 and from_env.interval == 9 and from_file.interval == 7
-    assert default.interval == 5
+    assert flag.seed == 11 and from_env.seed == 9 and from_file.seed == 3
+    assert default.seed == 0
     assert from_env.sysfs_root == Path("/from/env") and from_file.sysfs_root == Path("/from/file")
-    assert from_file.sources == ("host",) and from_file.seed == 3
+    assert from_file.sources == ("host",)
     assert default.sysfs_root == Path("/sys")
 
 
@@ -125,9 +126,9 @@ def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
         cli_module, "poll_and_render", lambda c, s, settle: (seen.append(c), sys.exit(0))
     )
     path = tmp_path / "nvwatch.yaml"
-    path.write_text("interval: 2m\nsources: host\n")
+    path.write_text("seed: 4\nsources: host\n")
     assert _invoke(["dump"], env={"NVWATCH_CONFIG": str(path)}).exit_code == 0
-    assert seen[0].interval == 120
+    assert seen[0].seed == 4 and seen[0].sources == ("host",)
 
 
 def test_parsers() -> None:
@@ -240,7 +241,7 @@ def test_mixin_build_rejects_an_unknown_config_key(tmp_path: Path) -> None:
 
 
 def test_topology_on_a_simulated_dgx1_prints_the_cube_mesh() -> None:
-    result = _invoke(["topology", "--simulate", "dgx1-v100", "--sources", "nvml"])
+    result = _invoke(["topology", "--simulate", "dgx1-v100"])
     assert result.exit_code == 0, result.output
     rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()[1:9]}
     assert rows["GPU0"][:5] == ["X", "NV1", "NV1", "NV2", "NV2"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,14 +32,38 @@ UNBOUNDED_NAMES = {"pid", "timestamp", "time", "ts", "message", "msg", "cmdline"
 _TIMESTAMP = re.compile(r"^1[5-9]\d{8}(\.\d+)?$")
 
 
-def target_labels() -> set[str]:
-    """What the shipped deploy files add to every series of an nvwatch target."""
+# what prometheus-operator's generated scrape config sets on every ServiceMonitor target
+# before the ServiceMonitor's own relabelings run
+OPERATOR_TARGET_LABELS = {"job", "instance", "namespace", "service", "pod", "container", "endpoint"}
+
+
+def prometheus_target_labels() -> set[str]:
+    """What deploy/prometheus and deploy/inventory add to every series of a target."""
     nodes = load_inventory(REPO / "deploy" / "inventory" / "cluster.example.csv")
     groups = [g for groups in file_sd_by_class(nodes, 9477).values() for g in groups]
     from_inventory = set().union(*(g["labels"] for g in groups))
     prometheus = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
     external = set(prometheus["global"].get("external_labels", {}))
     return from_inventory | {"job", "instance"} | external
+
+
+def kubernetes_target_labels() -> set[str]:
+    """What deploy/kubernetes/servicemonitor.yaml leaves on every series of a target."""
+    monitor = yaml.safe_load((REPO / "deploy" / "kubernetes" / "servicemonitor.yaml").read_text())
+    labels = set(OPERATOR_TARGET_LABELS)
+    for endpoint in monitor["spec"]["endpoints"]:
+        for step in endpoint.get("relabelings", []):
+            action = step.get("action", "replace").lower()
+            if action == "replace":
+                labels.add(step["targetLabel"])
+            elif action == "labeldrop":
+                labels = {x for x in labels if not re.fullmatch(step["regex"], x)}
+    return labels
+
+
+def target_labels() -> set[str]:
+    """The larger of the two deploy paths' target label sets (each is checked)."""
+    return max(prometheus_target_labels(), kubernetes_target_labels(), key=len)
 
 
 def _count(own: set[str] | tuple[str, ...], targets: set[str]) -> int:
@@ -48,7 +73,10 @@ def _count(own: set[str] | tuple[str, ...], targets: set[str]) -> int:
 
 
 def test_target_labels_are_the_deploy_files() -> None:
-    assert target_labels() >= {"job", "instance", "cluster", "rack", "node_class"}
+    assert prometheus_target_labels() >= {"job", "instance", "cluster", "rack", "node_class"}
+    assert kubernetes_target_labels() >= {"job", "instance", "cluster", "node_class"}
+    # the rollout-churning pod label is dropped
+    assert "pod" not in kubernetes_target_labels()
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -59,11 +87,13 @@ def test_no_rendered_series_carries_more_than_15_labels(profile: str, tmp_path: 
         assert n <= MAX_LABELS, f"{series.name}{series.labels}: {n} labels with the target's"
 
 
-def test_no_catalogue_family_can_carry_more_than_15_labels() -> None:
+@pytest.mark.parametrize("targets", [prometheus_target_labels, kubernetes_target_labels])
+def test_no_catalogue_family_can_carry_more_than_15_labels(
+    targets: Callable[[], set[str]],
+) -> None:
     """The same bound for families no simulated profile renders (attribution, MIG)."""
-    targets = target_labels()
     for spec in CATALOGUE:
-        assert _count(spec.labels, targets) <= MAX_LABELS, spec.name
+        assert _count(spec.labels, targets()) <= MAX_LABELS, spec.name
 
 
 def test_only_the_capped_process_family_carries_an_unbounded_label_name() -> None:

@@ -56,7 +56,9 @@ def test_node_scenarios_parse_with_targets() -> None:
         ScenarioSpec("ib-congestion", "mlx5_1"),
     )
     assert parse_node_scenario("0:gpu-lost") == (0, ScenarioSpec("gpu-lost", None))
-    for bad in ("thermal-runaway", "x:gpu-lost", "3:", "3:no-such-fault"):
+    # without NODE: every node's, as NVWATCH_SCENARIO means to serve --simulate
+    assert parse_node_scenario("gpu-lost@3") == (None, ScenarioSpec("gpu-lost", "3"))
+    for bad in ("x:gpu-lost", "3:", "3:no-such-fault", "no-such-fault"):
         with pytest.raises(FleetError):
             parse_node_scenario(bad)
 

@@ -20,9 +20,11 @@ from mixin import commands
 from mixin.config import MixinConfig
 from mixin.dcgm_doc import DOC_NAME as DCGM_DOC
 from mixin.dcgm_doc import render_doc as render_dcgm_doc
+from mixin.kubernetes import default_dir as default_kubernetes_dir
 from tests.mixin.conftest import REPO
 
 DOCS = REPO / "docs" / "alerts.md"
+KUBERNETES = REPO / "deploy" / "kubernetes"
 REFRESH_ALERTS = commands.REFRESH_ALERTS
 REFRESH_DASHBOARDS = commands.REFRESH_DASHBOARDS
 
@@ -48,19 +50,34 @@ def _assert_same_dir(built: list[Path], committed_dir: Path, refresh: str) -> No
 
 
 def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path) -> None:
-    docs = tmp_path / "alerts.md"
-    written = _invoke(commands.alerts_build, "--out", str(tmp_path / "r"), "--docs", str(docs))
+    docs, k8s = tmp_path / "alerts.md", tmp_path / "k8s"
+    args = ("--out", str(tmp_path / "r"), "--docs", str(docs), "--kubernetes", str(k8s))
+    written = _invoke(commands.alerts_build, *args)
     guide = tmp_path / DCGM_DOC
-    assert written[-2:] == [docs, guide] and len(written) == 7
-    _assert_same_dir(written[:-2], REPO / "alerts" / "generated", REFRESH_ALERTS)
+    assert written[-3:-1] == [docs, guide] and written[-1].parent == k8s and len(written) == 9
+    _assert_same_dir(written[:-3], REPO / "alerts" / "generated", REFRESH_ALERTS)
     _assert_same(docs, DOCS, REFRESH_ALERTS)
     _assert_same(guide, REPO / "docs" / DCGM_DOC, REFRESH_ALERTS)
+    _assert_same(written[-1], KUBERNETES / written[-1].name, REFRESH_ALERTS)
 
 
 def test_the_dashboard_build_writes_the_committed_dashboards(tmp_path: Path) -> None:
-    written = _invoke(commands.dashboards_build, "--out", str(tmp_path))
-    assert len(written) == 6
-    _assert_same_dir(written, REPO / "dashboards" / "generated", REFRESH_DASHBOARDS)
+    k8s = tmp_path / "k8s"
+    written = _invoke(commands.dashboards_build, "--out", str(tmp_path), "--kubernetes", str(k8s))
+    assert len(written) == 7 and written[-1].parent == k8s
+    _assert_same_dir(written[:-1], REPO / "dashboards" / "generated", REFRESH_DASHBOARDS)
+    _assert_same(written[-1], KUBERNETES / written[-1].name, REFRESH_DASHBOARDS)
+
+
+def test_the_named_commands_refresh_the_kubernetes_manifests_too() -> None:
+    """Neither REFRESH command names --kubernetes: its default must be deploy/kubernetes."""
+    assert default_kubernetes_dir() == KUBERNETES
+
+
+def test_kubernetes_and_no_kubernetes_contradict(tmp_path: Path) -> None:
+    args = ["--out", str(tmp_path), "--kubernetes", str(tmp_path), "--no-kubernetes"]
+    result = CliRunner().invoke(commands.dashboards_build, args)
+    assert result.exit_code == 2 and "contradict" in result.output
 
 
 def test_the_named_command_refreshes_the_runbooks_too() -> None:
@@ -79,19 +96,22 @@ def test_dcgm_migration_guide_up_to_date(cfg: MixinConfig) -> None:
 
 
 def test_no_docs_writes_the_rules_only(tmp_path: Path) -> None:
-    written = _invoke(commands.alerts_build, "--out", str(tmp_path), "--no-docs")
+    written = _invoke(commands.alerts_build, "--out", str(tmp_path), "--no-docs", "--no-kubernetes")
     assert sorted(p.name for p in written) == sorted(alerts_build.build_all(MixinConfig()))
 
 
 def test_python_m_runs_the_same_commands(tmp_path: Path) -> None:
     for main, args in (
-        (alerts_build.main, ["--out", str(tmp_path), "--docs", str(tmp_path / "a.md")]),
-        (dashboards_build.main, ["--out", str(tmp_path)]),
+        (
+            alerts_build.main,
+            ["--out", str(tmp_path), "--docs", str(tmp_path / "a.md"), "--no-kubernetes"],
+        ),
+        (dashboards_build.main, ["--out", str(tmp_path), "--no-kubernetes"]),
     ):
         with pytest.raises(SystemExit) as exit_:
             main(args)
         assert exit_.value.code == 0
-    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 5 + 2 + 6
+    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 6 + 2 + 6
 
 
 def test_nvwatch_has_the_same_commands() -> None:
@@ -113,4 +133,4 @@ def test_docs_have_a_runbook_per_alert_and_the_xid_table(cfg: MixinConfig) -> No
 
 def test_write_returns_the_files(cfg: MixinConfig, tmp_path: Path) -> None:
     paths = dashboards_build.write(tmp_path / "d", cfg) + alerts_build.write(tmp_path / "a", cfg)
-    assert len(paths) == 11 and all(p.stat().st_size > 0 for p in paths)
+    assert len(paths) == 12 and all(p.stat().st_size > 0 for p in paths)

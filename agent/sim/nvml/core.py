@@ -120,13 +120,14 @@ class NvmlCore:
         per_gpu = dict(gpu_scenarios)
         for index, name in per_gpu.items():
             scenarios.validate(name)
-            self._check_gpu_index(index, "gpu_scenarios")
+            self._check_gpu_index(index, f"{name}@{index}")
         return per_gpu
 
     def _check_gpu_index(self, index: int, what: str) -> None:
         if not 0 <= index < self.profile.gpu_count:
             raise ValueError(
-                f"{what}: no GPU {index} in {self.profile.name} ({self.profile.gpu_count} GPUs)"
+                f"{what}: no GPU {index} in {self.profile.name} "
+                f"(GPUs 0..{self.profile.gpu_count - 1})"
             )
 
     def _make_gpus(self, per_gpu: Mapping[int, str]) -> list[SimulatedGpu]:
