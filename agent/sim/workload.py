@@ -20,6 +20,10 @@ class Workload:
     seed: int = 0
     step_seconds: float = 2.0  # one training step: compute, then gradient all-reduce
     comm_fraction: float = 0.3  # share of the step spent in the all-reduce burst
+    # The job has just started on GPUs that sat idle (the cold-start scenario): they
+    # warm up over their thermal time constant. Otherwise the simulation begins in the
+    # workload's thermal steady state, as on a node that has been running it.
+    cold_start: bool = False
     _offset: float = field(init=False, repr=False, compare=False, default=0.0)
     _period: float = field(init=False, repr=False, compare=False, default=0.0)
 
@@ -64,6 +68,13 @@ class Workload:
         if self.kind == "inference":
             return 0.02
         return 0.75 if self._phase(t) >= 1 - self.comm_fraction else 0.03
+
+    def mean_compute_intensity(self, t0: float, t1: float, gpu: int = 0, steps: int = 64) -> float:
+        """Average of compute_intensity over [t0, t1]."""
+        if t1 <= t0:
+            return self.compute_intensity(t0, gpu)
+        dt = (t1 - t0) / steps
+        return sum(self.compute_intensity(t0 + (i + 0.5) * dt, gpu) for i in range(steps)) / steps
 
     def mean_comm_intensity(self, t0: float, t1: float, steps: int = 64) -> float:
         """Average of comm_intensity over [t0, t1], for integrating byte counters."""
