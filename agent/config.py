@@ -20,7 +20,7 @@ KNOWN_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what
 # the node runs, and a mode's reads (/proc of every GPU process, the kubelet socket) are
 # something to choose, not to discover
-ATTRIBUTION_MODES = ("slurm",)
+ATTRIBUTION_MODES = ("slurm", "kubernetes")
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 LOG_FORMATS = ("text", "json")
 

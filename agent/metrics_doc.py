@@ -15,6 +15,7 @@ from agent.sources.nvml.reads import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
+    ("nvwatch_mig_", "MIG instances"),
     ("nvwatch_nvlink_", "NVLink"),
     ("nvwatch_ib_", "InfiniBand"),
     ("nvwatch_host_", "Host"),
@@ -27,6 +28,7 @@ _SAMPLE_CLASS = {
     Scope.PROCESS: "ProcessSample",
     Scope.ALLOCATION: "Allocation",
     Scope.NVLINK: "NvLinkSample",
+    Scope.MIG: "MigDeviceSample",
     Scope.IB_DEVICE: "InfinibandDevice",
     Scope.IB_PORT: "InfinibandPort",
     Scope.HOST: "HostSample",

@@ -18,7 +18,13 @@ from agent.config import load_yaml_text, read_config_text
 from agent.durations import parse_duration, prometheus_duration
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
-_WINDOWS = ("rate_window", "evaluation_interval", "counter_gap_lookback", "pcie_degraded_window")
+_WINDOWS = (
+    "rate_window",
+    "evaluation_interval",
+    "counter_gap_lookback",
+    "pcie_degraded_window",
+    "unscraped_memory",
+)
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,11 @@ class MixinConfig:
     # missed evaluation would otherwise resolve a condition that was never repaired and
     # page it again after its `for:`. A repaired condition resolves this much later.
     keep_firing_for: str = "5m"
+    # How long NvwatchAgentUnscraped remembers a target that no scraper scrapes any
+    # more (its scrape shard died, its file_sd entry vanished): it pages for the node
+    # until it is scraped again or this long after its last sample, whichever is first.
+    # Longer costs more: the rule reads every sample of `up` in the window.
+    unscraped_memory: str = "1h"
     # Window of every rate()/increase()/deriv() in the rules.
     rate_window: str = "5m"
     # How far back the event alerts (XIDs, IB link_downed) look for a counter's last

@@ -284,4 +284,9 @@ def _fail(message: str) -> NoReturn:
 
 
 # each further command group lives in its own module; importing it registers it on `cli`
-from agent.cli import fleet_commands, mixin_commands, sim_commands  # noqa: E402, F401
+from agent.cli import (  # noqa: E402, F401
+    fleet_commands,
+    history_commands,
+    mixin_commands,
+    sim_commands,
+)

@@ -125,6 +125,11 @@ class SimulatedFabric:
     def devices(self) -> tuple[str, ...]:
         return tuple(self._ports)
 
+    def port(self, device: str) -> SimulatedPort:
+        """The simulated port of HCA `device` (its counters and state, for readers that
+        skip the files: the history generator)."""
+        return self._ports[device]
+
     @property
     def scenarios(self) -> dict[str, str]:
         """Device -> the IB scenario running on it (the latest, where there are several)."""

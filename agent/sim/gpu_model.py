@@ -45,6 +45,10 @@ AMBIENT_C = 25.0  # DGX inlet air; the DGX-1 white paper allows 5-35 C
 MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
 MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
 INTENSITY_SAMPLES = 8  # samples per sub-step when averaging the workload
+# A sub-step this many workload steps long or more averages a training job exactly
+# instead of by samples, which would alias against the ~2 s step (long sub-steps come
+# from big clock jumps and from a history stepped minutes at a time).
+EXACT_MEANS_MIN_STEPS = 8
 # Proportional thermal controller: each degree above slowdown takes 10% off the dynamic
 # power (~ what nvidia-smi shows on an overheating board: clocks fall until the
 # temperature holds a few degrees above the slowdown threshold).
@@ -106,6 +110,9 @@ class SimulatedGpu:
         self.lost = False
         self.pcie_replay_rate_per_s = 0.0
         self.scenario_hooks: list[ScenarioHook] = []
+        # sub-steps one step() may take at most: fewer make a long step cheaper (a month
+        # of history at minutes per step), the thermal relaxation being exact at any length
+        self.max_substeps = MAX_SUBSTEPS
         # Under MIG (agent/sim/mig_state.py) the share of the GPU's SMs its instances keep
         # busy: it scales the workload's load, and NVLink idles (MIG has no NVLink P2P).
         # None: MIG off, the workload drives the whole GPU.
@@ -328,7 +335,7 @@ class SimulatedGpu:
         span = until - self.time
         if span <= 0:
             return
-        n = min(MAX_SUBSTEPS, max(1, math.ceil(span / MAX_SUBSTEP_S)))
+        n = min(self.max_substeps, max(1, math.ceil(span / MAX_SUBSTEP_S)))
         dt = span / n
         for _ in range(n):
             self._substep(self.time, self.time + dt)
@@ -424,6 +431,9 @@ def _workload_means(
     workload: Workload, gpu: int, t0: float, t1: float
 ) -> tuple[float, float, float]:
     """(compute intensity, utilization, comm intensity) averaged over [t0, t1]."""
+    if workload.kind == "training" and t1 - t0 >= EXACT_MEANS_MIN_STEPS * workload.step_seconds:
+        util, intensity, comm = workload.training_means(t0, t1)
+        return intensity, util, comm
     index = max(gpu, 0)
     dt = (t1 - t0) / INTENSITY_SAMPLES
     times = [t0 + (i + 0.5) * dt for i in range(INTENSITY_SAMPLES)]

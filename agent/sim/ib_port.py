@@ -34,6 +34,10 @@ CONGESTION_STALL = 0.08
 # Credit waits of a healthy port, per unit of link busy time.
 HEALTHY_STALL = 0.002
 CONGESTED_THROUGHPUT = 0.6
+# Spans at least this long, with no link flap in them, integrate the workload exactly
+# (a month of history steps minutes at a time; 8 samples a second would cost thousands
+# of samples per port per step).
+EXACT_ACTIVITY_MIN_S = 120.0
 
 MTU_BYTES = 4096
 MAD_BYTES = 256  # subnet management / SA traffic is 256-byte MADs
@@ -150,6 +154,10 @@ class SimulatedPort:
         hw_names = _HW_COUNTERS_ROCE if nic.link_layer == "Ethernet" else _HW_COUNTERS_IB
         self.hw: dict[str, float] = dict.fromkeys(hw_names, 0.0)
         self.hw["rx_write_requests"] = words * 4 / 65536
+        # False: the narrow counters count on past their width, as if an operator cleared
+        # them before they filled (a month of history would otherwise show port_xmit_wait
+        # saturated within hours and no congestion after); True is the IBA's behaviour
+        self.saturating = True
 
     # --- scenarios ---------------------------------------------------------------------
 
@@ -206,6 +214,8 @@ class SimulatedPort:
             middle = (start + end) / 2
             self._add_traffic(busy, up_time, middle)
             self._add_faults(start, end, middle)
+        if not self.saturating:
+            return
         for name, bits in NARROW_COUNTER_BITS.items():
             # The hardware saturates these instead of wrapping.
             self.counters[name] = min(self.counters[name], float((1 << bits) - 1))
@@ -214,6 +224,8 @@ class SimulatedPort:
         """(busy, up) seconds in [t0, t1): busy weighs up time by the workload's
         communication intensity, so all-reduce bursts move data and idle time does not."""
         elapsed = t1 - t0
+        if elapsed >= EXACT_ACTIVITY_MIN_S and not self._flapping_within(t0, t1):
+            return self.workload.comm_integral(t0, t1), elapsed
         # Sample 8x per second: the workload's all-reduce bursts last ~0.6 s.
         steps = min(4096, max(16, math.ceil(elapsed * 8)))
         dt = elapsed / steps
@@ -224,6 +236,9 @@ class SimulatedPort:
                 up_time += dt
                 busy += self.workload.comm_intensity(t) * dt
         return busy, up_time
+
+    def _flapping_within(self, t0: float, t1: float) -> bool:
+        return any(f.name == "ib-link-flap" and f.since < t1 and f.until > t0 for f in self.faults)
 
     def _add_traffic(self, busy: float, up_time: float, t: float) -> None:
         congested = self.active("ib-congestion", t)

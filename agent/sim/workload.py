@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 
 WORKLOAD_KINDS = ("training", "inference", "idle")
 
+# Training levels per phase: (utilization, compute intensity, comm intensity). NCCL kernels
+# count as busy, so utilization stays high in the all-reduce; a data-parallel job draws
+# near 85 % of the dynamic range while computing, less in the all-reduce (averaged, a
+# healthy node sits around 75 % of its TDP).
+TRAINING_COMPUTE = (0.97, 0.85, 0.03)
+TRAINING_ALLREDUCE = (0.88, 0.45, 0.75)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -48,8 +55,7 @@ class Workload:
             # diurnal-ish request load with per-GPU jitter
             base = 0.45 + 0.25 * math.sin(2 * math.pi * t / 600.0 + gpu)
             return max(0.05, min(1.0, base))
-        # training: kernels run in both phases (NCCL kernels count as busy too)
-        return 0.97 if self._phase(t) < 1 - self.comm_fraction else 0.88
+        return self._training_level(t)[0]
 
     def compute_intensity(self, t: float, gpu: int = 0) -> float:
         """How hard the SMs/tensor cores work, 0..1; drives power above idle."""
@@ -57,9 +63,7 @@ class Workload:
             return 0.0
         if self.kind == "inference":
             return 0.6 * self.gpu_utilization(t, gpu)
-        # ~ a data-parallel job's draw: near 85 % of the dynamic range while computing,
-        # less in the all-reduce; averaged, a healthy node sits around 75 % of its TDP
-        return 0.85 if self._phase(t) < 1 - self.comm_fraction else 0.45
+        return self._training_level(t)[1]
 
     def comm_intensity(self, t: float) -> float:
         """Fraction of the NVLink/IB line rate in use right now, 0..1."""
@@ -67,7 +71,39 @@ class Workload:
             return 0.0
         if self.kind == "inference":
             return 0.02
-        return 0.75 if self._phase(t) >= 1 - self.comm_fraction else 0.03
+        return self._training_level(t)[2]
+
+    def _training_level(self, t: float) -> tuple[float, float, float]:
+        return TRAINING_COMPUTE if self._phase(t) < 1 - self.comm_fraction else TRAINING_ALLREDUCE
+
+    def _compute_time_by(self, t: float) -> float:
+        """Seconds a training job spent computing (not in the all-reduce) from its phase 0
+        up to t: whole periods, then the part of the current one."""
+        compute_s = (1 - self.comm_fraction) * self._period
+        periods, into = divmod(t + self._offset, self._period)
+        return periods * compute_s + min(into, compute_s)
+
+    def training_means(self, t0: float, t1: float) -> tuple[float, float, float]:
+        """Exact (utilization, compute intensity, comm intensity) of a training job averaged
+        over [t0, t1]: the share of the span in the compute phase, whatever its length.
+
+        For long spans (a history generated minutes of simulated time per step) where a
+        handful of samples would alias against the step period.
+        """
+        if t1 <= t0:
+            return self._training_level(t0)
+        share = (self._compute_time_by(t1) - self._compute_time_by(t0)) / (t1 - t0)
+        (u_c, i_c, c_c), (u_a, i_a, c_a) = TRAINING_COMPUTE, TRAINING_ALLREDUCE
+        rest = 1.0 - share
+        return share * u_c + rest * u_a, share * i_c + rest * i_a, share * c_c + rest * c_a
+
+    def comm_integral(self, t0: float, t1: float) -> float:
+        """Exact integral of comm_intensity over [t0, t1] (line-rate seconds)."""
+        if t1 <= t0 or self.kind == "idle":
+            return 0.0
+        if self.kind == "inference":
+            return self.comm_intensity(t0) * (t1 - t0)
+        return self.training_means(t0, t1)[2] * (t1 - t0)
 
     def mean_compute_intensity(self, t0: float, t1: float, gpu: int = 0, steps: int = 64) -> float:
         """Average of compute_intensity over [t0, t1]."""

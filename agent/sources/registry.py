@@ -71,6 +71,12 @@ def attribution_refresher(config: AgentConfig) -> AttributionRefresher:
         from agent.sources.attribution.slurm import SlurmResolver
 
         resolvers.append(SlurmResolver(proc, config.hpc_job_mapping_dir))
+    if "kubernetes" in config.attribution:
+        from agent.sources.attribution.kubernetes import KubernetesResolver
+
+        resolvers.append(
+            KubernetesResolver(proc, config.kubelet_socket, timeout=config.attribution_timeout)
+        )
     return AttributionRefresher(resolvers, interval=config.attribution_interval)
 
 

@@ -3,6 +3,7 @@ pids described by a fixture /proc, the exposition read back as Prometheus would.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from agent.config import AgentConfig
 from agent.runtime import runtime
 from agent.sources.registry import build_sources
 from tests.attribution.conftest import ProcTree, Spawn
+from tests.attribution.kubelet_server import Pod, fake_kubelet
+from tests.attribution.test_kubernetes import SYSTEMD_CGROUP
 from tests.attribution.test_slurm import LAYOUTS, NOBODY
 
 Series = dict[str, list[tuple[dict[str, str], float]]]
@@ -133,3 +136,47 @@ def test_an_unreadable_proc_entry_degrades_to_empty_labels_never_missing_gpus(
     ]
     jobs = {x["pid"]: x["job"] for x, _ in series["nvwatch_gpu_process_memory_bytes"]}
     assert jobs[str(good)] == "4242" and jobs[str(bad)] == ""
+
+
+def test_kubernetes_pods_through_a_kubelet_that_restarts(
+    tmp_path: Path, proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    pid = spawn().pid
+    proc_tree.add(pid, SYSTEMD_CGROUP)
+    (tmp_path / "gpu-processes").write_text(f"6 {pid} 512\n")
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    config = dataclasses.replace(
+        _config(tmp_path, proc_tree), attribution=("kubernetes",), kubelet_socket=socket
+    )
+    with fake_kubelet(socket) as kubelet, running_agent(config) as agent:
+        first = poll_until(agent, lambda s: "nvwatch_gpu_info" in s)
+        uuid6 = next(x["uuid"] for x, _ in first["nvwatch_gpu_info"] if x["gpu"] == "6")
+        kubelet.set_pods(Pod("ml", "train-0", {"worker": [("nvidia.com/gpu", [uuid6])]}))
+        series = poll_until(agent, lambda s: _pod_of(s, pid) == "train-0")
+        assert [
+            (x["gpu"], x["uuid"], x["scheduler"], x["pod"], x["namespace"], x["container"])
+            for x, _ in series["nvwatch_gpu_allocation_info"]
+        ] == [("6", uuid6, "kubernetes", "train-0", "ml", "worker")]
+
+        kubelet.stop()  # dead socket: empty owners and a source error, every GPU kept
+        series = poll_until(agent, lambda s: _source_up(s, "attribution") == 0)
+        assert _source_up(series, "attribution") == 0
+        assert "nvwatch_gpu_allocation_info" not in series
+        assert _pod_of(series, pid) == ""
+        assert sorted(int(x["gpu"]) for x, v in series["nvwatch_gpu_up"] if v == 1) == list(
+            range(8)
+        )
+
+        kubelet.start()  # the kubelet is back: the agent dials it again by itself
+        series = poll_until(agent, lambda s: "nvwatch_gpu_allocation_info" in s)
+    assert _source_up(series, "attribution") == 1
+    assert [x["pod"] for x, _ in series["nvwatch_gpu_allocation_info"]] == ["train-0"]
+
+
+def _source_up(series: Series, source: str) -> float | None:
+    return next((v for x, v in series["nvwatch_agent_source_up"] if x["source"] == source), None)
+
+
+def _pod_of(series: Series, pid: int) -> str | None:
+    rows = series.get("nvwatch_gpu_process_memory_bytes", [])
+    return next((x["pod"] for x, _ in rows if x["pid"] == str(pid)), None)

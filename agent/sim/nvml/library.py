@@ -14,6 +14,7 @@ Each base class below holds the C functions of one area, in the module of that n
 
 from __future__ import annotations
 
+from agent.sim.nvml.coverage import CoverageQueries
 from agent.sim.nvml.ecc import EccQueries
 from agent.sim.nvml.events import EventQueries
 from agent.sim.nvml.fields import FieldValueQueries
@@ -28,6 +29,7 @@ from agent.sim.nvml.system import SystemCalls
 
 class SimulatedNvml(
     MigQueries,  # first: under MIG it answers some calls in place of the areas below
+    CoverageQueries,  # before MemoryQueries: its ProcessQueries extends it (coverage.py)
     SystemCalls,
     IdentityQueries,
     MemoryQueries,

@@ -36,6 +36,10 @@ class Resolver(Protocol):
 
     def resolve(self, gpus: Sequence[GpuRef]) -> Resolution: ...
 
+    def close(self) -> None:
+        """Release connections (the kubelet's channel); called once when the thread stops."""
+        ...
+
 
 @dataclass(frozen=True)
 class Cached:
@@ -103,6 +107,11 @@ class AttributionRefresher:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        for resolver in self._resolvers:
+            try:
+                resolver.close()
+            except Exception:
+                log.exception("closing attribution by %s failed", resolver.name)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -67,6 +67,9 @@ class SlurmResolver:
                 allocations += [Allocation(gpu.index, uuid, o) for o in _merged(owners)]
         return Resolution(tuple(allocations), pid_owners, errors.line())
 
+    def close(self) -> None:
+        """Nothing to release: every read opens and closes its file."""
+
     def _mapped_jobs(self, errors: _Errors) -> dict[tuple[int, int | None], tuple[str, ...]]:
         if self._mapping_dir is None:
             return {}

@@ -1,0 +1,118 @@
+"""The refresher and the attribution source: cadence, wake-up, isolation, staleness."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from agent.sim.clock import ManualClock
+from agent.sources import SourceDegraded
+from agent.sources.attribution.model import (
+    Allocation,
+    AttributionSample,
+    GpuRef,
+    Owner,
+    Resolution,
+)
+from agent.sources.attribution.refresher import AttributionRefresher
+from agent.sources.attribution.source import AttributionSource
+from agent.sources.nvml.samples import GpuInfo, GpuSample, ProcessOwnerLabels, ProcessSample
+
+
+class Recording:
+    """A resolver that owns every pid it is shown for job "7", and counts its calls."""
+
+    name = "slurm"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seen: list[tuple[int, ...]] = []
+        self.called = threading.Event()
+
+    def resolve(self, gpus: Sequence[GpuRef]) -> Resolution:
+        self.calls += 1
+        pids = tuple(pid for g in gpus for pid in g.pids)
+        self.seen.append(pids)
+        self.called.set()
+        owners = {pid: Owner("slurm", "7", "alice") for pid in pids}
+        first = [(g, g.pids[0]) for g in gpus if g.pids]
+        return Resolution(tuple(Allocation(g.index, g.uuid, owners[p]) for g, p in first), owners)
+
+    def close(self) -> None:
+        pass
+
+
+class Broken:
+    name = "kubernetes"
+
+    def resolve(self, gpus: Sequence[GpuRef]) -> Resolution:
+        raise RuntimeError("kubelet said something odd")
+
+    def close(self) -> None:
+        pass
+
+
+def _gpu(index: int, *pids: int) -> GpuSample:
+    return GpuSample(
+        index=index,
+        uuid=f"GPU-{index}",
+        info=GpuInfo(uuid=f"GPU-{index}"),
+        up=True,
+        processes=tuple(ProcessSample(pid=p, memory_bytes=1) for p in pids),
+    )
+
+
+def test_a_new_pid_wakes_the_thread_and_polls_read_the_cache() -> None:
+    resolver = Recording()
+    refresher = AttributionRefresher([resolver], interval=3600.0, min_gap=0.0)
+    refresher.start()
+    try:
+        assert resolver.called.wait(10)  # the first refresh, at start
+        resolver.called.clear()
+        refresher.observe((_gpu(0, 101),))
+        assert resolver.called.wait(10), "a new pid did not wake the refresher"
+        assert resolver.seen[-1] == (101,)
+        calls = resolver.calls
+        for _ in range(50):  # polls with the same pids read the cache, nothing else
+            refresher.observe((_gpu(0, 101),))
+            assert refresher.labels_of(101) == ProcessOwnerLabels(job="7")
+        assert resolver.calls == calls
+    finally:
+        refresher.stop(timeout=5)
+
+
+def test_one_failing_resolver_leaves_the_others_owners() -> None:
+    refresher = AttributionRefresher([Broken(), Recording()], interval=10.0)
+    refresher.observe((_gpu(2, 55),))
+    cache = refresher.refresh()
+    assert [a.owner.job_id for a in cache.allocations] == ["7"]
+    assert cache.errors == ("kubernetes: RuntimeError: kubelet said something odd",)
+    source = AttributionSource(refresher, stale_after=60.0)
+    with pytest.raises(SourceDegraded) as raised:
+        source.collect()
+    partial = raised.value.sample
+    assert isinstance(partial, AttributionSample)
+    assert [(a.gpu, a.owner.job_id) for a in partial.allocations] == [(2, "7")]
+    assert "kubelet said something odd" in str(raised.value)
+    refresher.stop(timeout=1)
+
+
+def test_a_cache_that_stopped_refreshing_is_served_as_no_owners() -> None:
+    clock = ManualClock(1000.0)
+    resolver = Recording()
+    refresher = AttributionRefresher([resolver], interval=3600.0, clock=clock)
+    refresher.observe((_gpu(0, 9),))
+    source = AttributionSource(refresher, stale_after=25.0)
+    try:
+        source.collect()  # starts the thread, which refreshes once and then waits an hour
+        assert resolver.called.wait(10)
+        assert [a.owner.job_id for a in source.collect().allocations] == ["7"]
+        clock.advance(30.0)  # no refresh for longer than stale_after: the thread is stuck
+        with pytest.raises(SourceDegraded, match=r"no attribution refresh for 30\.0s") as raised:
+            source.collect()
+        partial = raised.value.sample
+        assert isinstance(partial, AttributionSample) and partial.allocations == ()
+    finally:
+        source.close()

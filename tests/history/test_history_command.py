@@ -1,0 +1,56 @@
+"""`nvwatch simulate history`: bad input is one line and exit 2; a run writes the history
+and its ground truth, with every episode of the plan on its own node and in its week."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from agent.cli import main
+
+END = "2026-03-02T00:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "5"], "at least 6 nodes"),
+        (["--nodes", "6", "--step", "7m", "--days", "1"], "whole number of 420s steps"),
+        (["--nodes", "6", "--step", "2h"], "invalid step"),
+        (["--nodes", "6", "--profile", "geforce-workstation"], "no InfiniBand port"),
+        (["--nodes", "6", "--end", "yesterday"], "neither Unix seconds nor an ISO 8601"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "history", "--out", str(tmp_path / "h.om"), *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: Path) -> None:
+    out = tmp_path / "h.om"
+    main(["simulate", "history", "--nodes", "6", "--days", "1", "--step", "30m",
+          "--end", END, "--out", str(out)])  # fmt: skip
+    families = list(text_string_to_metric_families(out.read_text()))  # strict parser
+    samples = [s for f in families for s in f.samples]
+    assert {int(s.timestamp.sec) for s in samples} == {
+        1772409600 - 86400 + i * 1800 for i in range(49)
+    }  # 2026-03-02T00:00Z is 1772409600
+    truth = json.loads((tmp_path / "h.truth.json").read_text())
+    assert truth["end"] == 1772409600 and truth["step_seconds"] == 1800
+    kinds = {e["kind"]: e for e in truth["episodes"]}
+    assert set(kinds) == {
+        "thermal-runaway", "power-capped", "ib-congestion", "ecc-dbe", "agent-down", "idle"
+    }  # fmt: skip
+    assert len({e["node"] for e in kinds.values()}) == 6
+    instances = {s.labels["instance"] for s in samples}
+    assert instances == {n["instance"] for n in truth["nodes"]}
+    assert {s.labels["node_class"] for s in samples} == {"dgx1-v100", "dgx-a100", "dgx-h100"}
