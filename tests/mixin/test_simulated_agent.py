@@ -72,9 +72,7 @@ def test_the_example_config_builds(command: str, tmp_path: Path) -> None:
         ("a: &x 1\nb: *x\n", "aliases (*name) are not allowed"),
     ],
 )
-def test_a_bad_mixin_config_is_one_line_and_exit_2(
-    text: str, message: str, tmp_path: Path
-) -> None:
+def test_a_bad_mixin_config_is_one_line_and_exit_2(text: str, message: str, tmp_path: Path) -> None:
     path = tmp_path / "mixin.yaml"
     path.write_text(text)
     result = subprocess.run(
