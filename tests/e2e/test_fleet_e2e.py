@@ -65,6 +65,8 @@ def instantiate(expr: str, cluster: str, time_range: str = "60s") -> str:
         "cluster": cluster,
         "instance": ".*",
         "gpu": ".*",
+        "user": ".*",
+        "job_id": ".*",
         "__rate_interval": "30s",
         "__interval": "1s",
         "__range_s": str(int(time_range[:-1]) * (60 if time_range.endswith("m") else 1)),
