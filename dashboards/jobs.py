@@ -85,16 +85,12 @@ def verdict(cfg: MixinConfig) -> str:
     return "\nor\n".join(branches)
 
 
-def _to_node(cfg: MixinConfig) -> DataLink:
-    return DataLink(
-        NODE,
-        f"Node dashboard of {label_value(cfg.instance_label)}",
-        (
-            from_label("cluster", cfg.cluster_label),
-            from_label("instance", cfg.instance_label),
-            from_label("gpu", "gpu"),
-        ),
-    )
+def _to_node(cfg: MixinConfig, *, gpu: bool) -> DataLink:
+    """To the node dashboard of the clicked series' node (and its GPU, for per-GPU rows)."""
+    params = [from_label("cluster", cfg.cluster_label), from_label("instance", cfg.instance_label)]
+    if gpu:
+        params.append(from_label("gpu", "gpu"))
+    return DataLink(NODE, f"Node dashboard of {label_value(cfg.instance_label)}", tuple(params))
 
 
 def _verdict_row(grid: Grid, cfg: MixinConfig) -> None:
@@ -122,7 +118,7 @@ def _verdict_row(grid: Grid, cfg: MixinConfig) -> None:
                 },
             }
         ],
-        links=[_to_node(cfg)],
+        links=[_to_node(cfg, gpu=False)],
         w=14,
     )
     # the rules' gauges summed over time are GPU-evaluations: times the interval is time
@@ -162,7 +158,7 @@ def _gpus_row(grid: Grid, cfg: MixinConfig) -> None:
         "none",
         [Q(_allocation(cfg), instant=True, table=True)],
         transformations=HIDE_TIME_AND_VALUE,
-        links=[_to_node(cfg)],
+        links=[_to_node(cfg, gpu=True)],
         w=24,
         h=6,
     )

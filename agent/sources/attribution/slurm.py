@@ -14,7 +14,7 @@ mapping file's job id gets the cgroup's user and the environment's account).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agent.sources.attribution.mapping_dir import MappingDirUnreadable, read_mapping_dir
@@ -65,7 +65,7 @@ class SlurmResolver:
                         pid_owners[pid] = owner
                         owners.append(owner)
                 allocations += [Allocation(gpu.index, uuid, o) for o in _merged(owners)]
-        return Resolution(tuple(allocations), pid_owners, errors.line())
+        return Resolution(_per_job(allocations), pid_owners, errors.line())
 
     def close(self) -> None:
         """Nothing to release: every read opens and closes its file."""
@@ -121,3 +121,15 @@ def _merged(owners: Sequence[Owner]) -> list[Owner]:
         seen = by_job.get(owner.job_id)
         by_job[owner.job_id] = owner if seen is None else seen.merged(owner)
     return list(by_job.values())
+
+
+def _per_job(allocations: Sequence[Allocation]) -> tuple[Allocation, ...]:
+    """Each job's fields merged across all its GPUs on the node: a GPU that only the
+    mapping file gives a job (no process of the job on it yet, or an idle GPU the job
+    holds) names the user and account that the job's processes on its other GPUs show."""
+    by_job: dict[str, Owner] = {}
+    for allocation in allocations:
+        owner = allocation.owner
+        seen = by_job.get(owner.job_id)
+        by_job[owner.job_id] = owner if seen is None else seen.merged(owner)
+    return tuple(replace(a, owner=by_job[a.owner.job_id]) for a in allocations)
