@@ -21,8 +21,9 @@ from agent.sim.gpu_state import Activity
 from agent.sim.mig_layout import parse_layout
 from agent.sim.mig_state import GpuMig
 from agent.sim.node import SimulatedNode
-from agent.sim.nvml import install, uninstall
+from agent.sim.nvml import SimulatedNvml, install, uninstall
 from agent.sources.nvml.source import NvmlSource
+from agent.topology import build_topology, format_matrix
 from tests.nvml.test_exported_equals_simulated import BYTE, Comparison
 
 POLL_S = 60.0
@@ -187,3 +188,40 @@ def test_a_repartitioned_gpu_is_listed_again(h100: Polled) -> None:
     first, second = (s.gpus[0].mig_devices for s in samples)
     assert len(first) <= 1  # the vanished instances answer no more: dropped at once
     assert [(d.profile, d.mig_uuid) for d in second] == [("7g.80gb", nvml.mig[0].devices[0].uuid)]
+
+
+def test_topology_shows_each_gpu_partitioning(tmp_path: Path) -> None:
+    layout = parse_layout("0:3g.40gb,2g.20gb,1g.10gb;1:pending;2:none", 8)
+    lib = SimulatedNvml("dgx-h100", mig=layout)
+    install(lib)
+    try:
+        text = format_matrix(build_topology(tmp_path))
+    finally:
+        uninstall()
+    section = text.split("MIG partitioning", 1)[1].splitlines()
+    gpu0 = section[section.index("  GPU0   MIG enabled") + 1 :][: len(lib.mig[0].devices)]
+    for line, device in zip(gpu0, lib.mig[0].devices, strict=True):
+        start, size = device.placed.start, device.placed.profile.placement_size
+        slices = str(start) if size == 1 else f"{start}-{start + size - 1}"
+        assert line.split() == [
+            "GI", str(device.gpu_instance_id), "CI", "0", device.profile_name, "slices",
+            slices, device.uuid,
+        ]  # fmt: skip
+    used = {
+        i
+        for d in lib.mig[0].devices
+        for i in range(d.placed.start, d.placed.start + d.placed.profile.placement_size)
+    }
+    free = [str(i) for i in range(8) if i not in used]
+    assert free and f"         free slices: {','.join(free)}" in section  # one free: 7 of 8
+    assert "  GPU1   enabled after the next reset" in section
+    assert "  GPU2   MIG enabled, no instances" in section
+    assert "  GPU3   MIG disabled" in section
+
+
+def test_topology_of_a_board_without_mig_has_no_mig_section(tmp_path: Path) -> None:
+    install(SimulatedNvml("dgx1-v100"))
+    try:
+        assert "MIG" not in format_matrix(build_topology(tmp_path))
+    finally:
+        uninstall()

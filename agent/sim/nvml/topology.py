@@ -55,11 +55,9 @@ P2P_OK: int = pynvml.NVML_P2P_STATUS_OK
 P2P_NOT_SUPPORTED: int = pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
 P2P_GPU_NOT_SUPPORTED: int = pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED
 P2P_TOPOLOGY_NOT_SUPPORTED: int = pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
-_CAPS_OVER_PCIE = (
-    pynvml.NVML_P2P_CAPS_INDEX_READ,
-    pynvml.NVML_P2P_CAPS_INDEX_WRITE,
-    pynvml.NVML_P2P_CAPS_INDEX_PCI,
-)
+# nvmlGpuP2PCapsIndex_t; READ is 0 (pynvml spells it as the tuple (0,))
+P2P_READ = 0
+_CAPS_OVER_PCIE = (P2P_READ, pynvml.NVML_P2P_CAPS_INDEX_WRITE, pynvml.NVML_P2P_CAPS_INDEX_PCI)
 
 
 def sockets(profile: Profile) -> int:
@@ -173,6 +171,12 @@ class TopologyQueries(NvmlCore):
     def nvmlDeviceGetP2PStatus(
         self, gpu: SimulatedGpu, other: Any, capability: Any, status: Any
     ) -> int:
+        if isinstance(capability, tuple):
+            # pynvml defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,); ctypes refuses it
+            # before the real library is reached, so a caller passing it fails the same way
+            raise ctypes.ArgumentError(
+                "argument 3: TypeError: Don't know how to convert parameter 3"
+            )
         peer = self._peer(other)
         which = as_int(capability)
         if peer is None or not 0 <= which < pynvml.NVML_P2P_CAPS_INDEX_UNKNOWN:

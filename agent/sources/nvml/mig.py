@@ -36,14 +36,16 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class _Entry:
-    """What is static about one MIG device."""
+class MigInstance:
+    """What is static about one MIG device (`nvidia-smi mig -lgi` and `-L`)."""
 
     handle: Any
     gpu_instance_id: int
     compute_instance_id: int
     mig_uuid: str
     profile: str
+    # the GPU instance's place: (first memory slice, memory slices); None if unknown
+    placement: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -61,15 +63,21 @@ class MigReader:
     def __init__(self, device: Device) -> None:
         self._device = device
         self._mode: tuple[bool, bool] | None = None
-        self._entries: tuple[_Entry, ...] = ()
+        self._entries: tuple[MigInstance, ...] = ()
         self._read_at: float | None = None
         self._gpm: dict[int, GpmSampler] = {}  # GPU instance id -> its sampler
 
-    def read(self) -> MigReading:
+    def layout(self) -> tuple[tuple[bool, bool] | None, tuple[MigInstance, ...]]:
+        """(current, pending) mode or None without MIG, and the MIG devices; re-read from
+        NVML when due (the static cadence, or after an instance vanished)."""
         now = self._device.session.clock()
         if self._read_at is None or now - self._read_at >= STATIC_REFRESH_S:
             self._refresh_layout()
             self._read_at = now
+        return self._mode, self._entries
+
+    def read(self) -> MigReading:
+        self.layout()
         if self._mode is None:
             return MigReading()
         current, pending = self._mode
@@ -106,7 +114,7 @@ class MigReader:
         for gi_id in wanted - set(self._gpm):
             self._gpm[gi_id] = GpmSampler(dev, gpu_instance_id=gi_id)
 
-    def _list_devices(self) -> tuple[_Entry, ...]:
+    def _list_devices(self) -> tuple[MigInstance, ...]:
         dev = self._device
         count = plain_int(dev.call("mig_max", pynvml.nvmlDeviceGetMaxMigDeviceCount)) or 0
         names = self._profile_names()
@@ -120,7 +128,8 @@ class MigReader:
             uuid = text(self._mig(pynvml.nvmlDeviceGetUUID, handle))
             if gi_id is None or ci_id is None or not uuid:
                 continue
-            entries.append(_Entry(handle, gi_id, ci_id, uuid, self._profile_of(gi_id, names)))
+            profile, placement = self._instance_of(gi_id, names)
+            entries.append(MigInstance(handle, gi_id, ci_id, uuid, profile, placement))
         return tuple(sorted(entries, key=lambda e: (e.gpu_instance_id, e.compute_instance_id)))
 
     def _profile_names(self) -> dict[int, str]:
@@ -134,14 +143,18 @@ class MigReader:
                 names[int(info.id)] = text(info.name).removeprefix("MIG ")
         return names
 
-    def _profile_of(self, gi_id: int, names: dict[int, str]) -> str:
+    def _instance_of(self, gi_id: int, names: dict[int, str]) -> tuple[str, tuple[int, int] | None]:
+        """The GPU instance's profile name and placement (nvmlGpuInstanceGetInfo)."""
         instance = self._mig(pynvml.nvmlDeviceGetGpuInstanceById, self._device.handle, gi_id)
         info = self._mig(pynvml.nvmlGpuInstanceGetInfo, instance) if instance is not None else None
-        return names.get(int(info.profileId), "") if info is not None else ""
+        if info is None:
+            return "", None
+        placement = (int(info.placement.start), int(info.placement.size))
+        return names.get(int(info.profileId), ""), placement
 
     # --- per poll ----------------------------------------------------------------------
 
-    def _read_device(self, entry: _Entry) -> MigDeviceSample | None:
+    def _read_device(self, entry: MigInstance) -> MigDeviceSample | None:
         """The device's memory and GPM now; None when its handle no longer answers."""
         memory = self._mig(pynvml.nvmlDeviceGetMemoryInfo, entry.handle, pynvml.nvmlMemory_v2)
         if memory is None:
