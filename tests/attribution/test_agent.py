@@ -180,3 +180,40 @@ def _source_up(series: Series, source: str) -> float | None:
 def _pod_of(series: Series, pid: int) -> str | None:
     rows = series.get("nvwatch_gpu_process_memory_bytes", [])
     return next((x["pod"] for x, _ in rows if x["pid"] == str(pid)), None)
+
+
+def test_mig_instances_are_attributed_by_their_own_uuid(
+    tmp_path: Path, proc_tree: ProcTree
+) -> None:
+    """GPU 0 partitioned in two: one instance named by the Slurm mapping file ("0.<gi>",
+    dcgm-exporter's naming), the other held by a pod through its MIG UUID."""
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (tmp_path / "gpu-processes").write_text("")
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    config = dataclasses.replace(
+        _config(tmp_path, proc_tree, hpc_job_mapping_dir=mapping),
+        attribution=("slurm", "kubernetes"),
+        kubelet_socket=socket,
+        mig="0:3g.40gb,3g.40gb",
+    )
+    with fake_kubelet(socket) as kubelet, running_agent(config) as agent:
+        first = poll_until(agent, lambda s: "nvwatch_mig_info" in s)
+        instances = sorted(
+            (int(x["gpu_instance_id"]), x["mig_uuid"])
+            for x, _ in first["nvwatch_mig_info"]
+            if x["gpu"] == "0"
+        )
+        assert len(instances) == 2
+        (gi_a, uuid_a), (_, uuid_b) = instances
+        (mapping / f"0.{gi_a}").write_text("777\n")
+        kubelet.set_pods(Pod("ml", "small", {"c": [("nvidia.com/mig-3g.40gb", [uuid_b])]}))
+        series = poll_until(agent, lambda s: len(s.get("nvwatch_gpu_allocation_info", [])) == 2)
+    found = sorted(
+        (x["gpu"], x["uuid"], x["scheduler"], x["job_id"], x["pod"])
+        for x, _ in series["nvwatch_gpu_allocation_info"]
+    )
+    assert found == sorted(
+        [("0", uuid_a, "slurm", "777", ""), ("0", uuid_b, "kubernetes", "", "small")]
+    )
+    assert _source_up(series, "attribution") == 1

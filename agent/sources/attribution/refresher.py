@@ -150,12 +150,27 @@ class AttributionRefresher:
 
 
 def gpu_ref(gpu: GpuSample) -> GpuRef:
-    """What resolvers need of one GPU of a poll: index, UUID and its processes' pids."""
-    return GpuRef(gpu.index, gpu.uuid, tuple(p.pid for p in gpu.processes), _instances(gpu))
+    """What resolvers need of one GPU of a poll: index, UUID, the pids of its processes,
+    and its MIG devices with the pids running in each (NVML lists a MIG GPU's processes
+    with their GPU and compute instance ids)."""
+    outside = tuple(p.pid for p in gpu.processes if p.gpu_instance_id is None)
+    return GpuRef(gpu.index, gpu.uuid, outside, _instances(gpu))
 
 
 def _instances(gpu: GpuSample) -> tuple[InstanceRef, ...]:
-    return ()  # MIG instances join here once the NVML sample carries them
+    return tuple(
+        InstanceRef(
+            d.gpu_instance_id,
+            d.mig_uuid,
+            tuple(
+                p.pid
+                for p in gpu.processes
+                if (p.gpu_instance_id, p.compute_instance_id)
+                == (d.gpu_instance_id, d.compute_instance_id)
+            ),
+        )
+        for d in gpu.mig_devices
+    )
 
 
 def _pids(ref: GpuRef) -> list[int]:

@@ -351,14 +351,37 @@ def processes(
         pid = plain_int(getattr(proc, "pid", None))
         if pid is None:
             continue
-        rows.append((pid, plain_int(getattr(proc, "usedGpuMemory", None))))
+        memory = plain_int(getattr(proc, "usedGpuMemory", None))
+        rows.append(
+            (
+                pid,
+                memory,
+                _instance_id(proc, "gpuInstanceId"),
+                _instance_id(proc, "computeInstanceId"),
+            )
+        )
     rows.sort(key=lambda row: (-(row[1] or 0), row[0]))
     return tuple(
         ProcessSample(
-            pid=pid, memory_bytes=memory, **_process_owner(pid), **_job_labels(pid, attribution)
+            pid=pid,
+            memory_bytes=memory,
+            gpu_instance_id=gi,
+            compute_instance_id=ci,
+            **_process_owner(pid),
+            **_job_labels(pid, attribution),
         )
-        for pid, memory in rows[:MAX_PROCESSES]
+        for pid, memory, gi, ci in rows[:MAX_PROCESSES]
     )
+
+
+# gpuInstanceId / computeInstanceId of a process outside MIG (NVML's 0xFFFFFFFF)
+_NO_INSTANCE = 0xFFFFFFFF
+
+
+def _instance_id(proc: object, name: str) -> int | None:
+    """The MIG instance a process runs in, on a GPU in MIG mode; None outside MIG."""
+    value = plain_int(getattr(proc, name, None))
+    return None if value is None or value == _NO_INSTANCE else value
 
 
 def _job_labels(pid: int, attribution: ProcessAttribution | None) -> dict[str, str]:

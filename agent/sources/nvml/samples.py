@@ -87,6 +87,10 @@ class ProcessSample:
     memory_bytes: int | None
     name: str = ""  # psutil name when readable, else ""
     user: str = ""
+    # on a GPU in MIG mode, the instance the process runs in (None outside MIG): what
+    # attributes it to a MIG device's owner
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
     # the owner attribution placed the pid with (agent/sources/attribution); "" unknown
     job: str = ""  # the Slurm job id
     pod: str = ""  # the Kubernetes pod and its namespace
