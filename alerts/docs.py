@@ -129,7 +129,9 @@ def _xid_table(cfg: MixinConfig) -> list[str]:
 
 
 def render_docs(cfg: MixinConfig) -> str:
-    groups = alert_groups(cfg)
+    # every runbook, those of production-only alerts too: a runbook_url must resolve
+    # whichever config built the rules
+    groups = alert_groups(cfg.with_overrides(production=True))
     lines = [*_INTRO, "", *_summary_table([a for g in groups for a in g.alerts])]
     for group in groups:
         lines += ["", f"## {group.title}"]

@@ -132,8 +132,8 @@ def test_processes_of_a_mig_gpu_go_to_their_instance() -> None:
             ProcessSample(pid=12, memory_bytes=1),
         ),
         mig_devices=(
-            MigDeviceSample(1, 0, "MIG-a", "3g.40gb"),
-            MigDeviceSample(2, 0, "MIG-b", "3g.40gb"),
+            MigDeviceSample(1, 0, "MIG-a", "3g.40gb", pids=(10,)),
+            MigDeviceSample(2, 0, "MIG-b", "3g.40gb", pids=(11,)),
         ),
     )
     assert gpu_ref(gpu) == GpuRef(

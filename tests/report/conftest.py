@@ -62,14 +62,26 @@ def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
     work = tmp_path_factory.mktemp("backfill")
     history = synthetic.build()
     tsdb = work / "tsdb"
-    for path in synthetic.write_openmetrics(history, work / "openmetrics"):
-        subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(path), str(tsdb)],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        path.unlink()  # 80 MB in all: keep the temporary directory small
+    openmetrics = work / "history.om"
+    synthetic.write_openmetrics(history, openmetrics)
+    subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            # one block for the whole range: promtool reads its input once per block,
+            # and 2 h blocks would read these 80 MB 252 times
+            f"--max-block-duration={synthetic.DAYS * 24 + 48}h",
+            "openmetrics",
+            "--quiet",
+            str(openmetrics),
+            str(tsdb),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    openmetrics.unlink()
     return Backfill(tsdb, history)
 
 

@@ -329,20 +329,7 @@ def openmetrics_lines(history: History, chunk: npt.NDArray[np.bool_]) -> Iterato
     yield "# EOF\n"
 
 
-# promtool cuts blocks at multiples of 2 h and reads its whole input once per block, so
-# one input file per 2 h keeps a 21-day backfill linear in its size (one file: 252 reads).
-BLOCK_SECONDS = 7200
-FILE_SECONDS = 6 * BLOCK_SECONDS  # promtool start-up vs re-reads: 42 files of 6 blocks
-
-
-def write_openmetrics(history: History, directory: Path) -> list[Path]:
-    """One OpenMetrics file per 2 h block of the history; their paths in time order."""
-    directory.mkdir(parents=True, exist_ok=True)
-    blocks = (TIMES // FILE_SECONDS).astype(np.int64)
-    paths = []
-    for block in np.unique(blocks):
-        path = directory / f"{block}.om"
-        with path.open("w", encoding="utf-8") as handle:
-            handle.writelines(openmetrics_lines(history, blocks == block))
-        paths.append(path)
-    return paths
+def write_openmetrics(history: History, path: Path) -> None:
+    """The whole history as one OpenMetrics file."""
+    with path.open("w", encoding="utf-8") as handle:
+        handle.writelines(openmetrics_lines(history, np.ones(TIMES.size, dtype=bool)))

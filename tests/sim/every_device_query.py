@@ -1,21 +1,19 @@
 """Call every public pynvml `nvmlDevice*` query on every GPU, as a user's script would.
 
 Run it under `nvwatch simulate exec --profile P -- python every_device_query.py`. It uses
-nothing from nvwatch: only pynvml (and psutil for the pids). Queries are the wrappers
-named nvmlDevice* that only read (setters, resets, MIG/GPU-instance creation and the
-like are left out by name). Each call's outcome is printed as one JSON line
-{"gpu", "fn", "outcome", "value"}; outcome "ok" or the NVML error class name.
+nothing from nvwatch, only pynvml. Queries are the wrappers named nvmlDevice* that only
+read (setters, resets, MIG/GPU-instance creation and the like are left out by name).
+Each call's outcome is printed as one JSON line {"gpu", "fn", "outcome", "value"};
+outcome "ok", "refused" (see REFUSALS) or the NVML error class name.
 
 Exit 1, with the reason on stderr, when a query raises FunctionNotFound (the library lacks
 the C function), another NVML error that only a broken library gives for valid arguments
 (Uninitialized, InvalidArgument, ArgumentVersionMismatch, InsufficientSize, Unknown), or
-anything that is not an NVMLError (a struct pynvml cannot decode). `--allow-missing a,b`
-lists wrappers whose FunctionNotFound is expected (work another change is landing).
+anything that is not an NVMLError (a struct pynvml cannot decode).
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import inspect
 import json
@@ -287,7 +285,7 @@ def _short(value: Any) -> Any:
     return type(value).__name__
 
 
-def run(allowed_missing: set[str]) -> int:
+def run() -> int:
     pynvml.nvmlInit()
     count = pynvml.nvmlDeviceGetCount()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
@@ -295,7 +293,7 @@ def run(allowed_missing: set[str]) -> int:
     for index, handle in enumerate(handles):
         call = Call(handle, handles[(index + 1) % count])
         for name in queries():
-            failures += _call(index, name, call, allowed_missing)
+            failures += _call(index, name, call)
         failures += _lookups(index, handle)
     pynvml.nvmlShutdown()
     for failure in failures:
@@ -303,7 +301,7 @@ def run(allowed_missing: set[str]) -> int:
     return 1 if failures else 0
 
 
-def _call(index: int, name: str, call: Call, allowed_missing: set[str]) -> list[str]:
+def _call(index: int, name: str, call: Call) -> list[str]:
     fn = getattr(pynvml, name)
     builder = ARGS.get(name)
     if builder is None:
@@ -320,9 +318,7 @@ def _call(index: int, name: str, call: Call, allowed_missing: set[str]) -> list[
         outcome = "ok"
     except pynvml.NVMLError as error:
         value, outcome = None, type(error).__name__
-        if error.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND and name in allowed_missing:
-            outcome = "pending"
-        elif error.value == REFUSALS.get(name):
+        if error.value == REFUSALS.get(name):
             outcome = "refused"
         elif error.value in BROKEN:
             return [f"GPU {index} {name}: {outcome}"]
@@ -363,12 +359,5 @@ def _lookups(index: int, handle: Any) -> list[str]:
     return failures
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--allow-missing", default="", help="comma-separated wrapper names")
-    args = parser.parse_args()
-    return run({name for name in args.allow_missing.split(",") if name})
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

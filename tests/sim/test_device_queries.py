@@ -19,28 +19,6 @@ from agent.sim.profiles import PROFILES
 from tests.sim.every_device_query import queries
 
 SCRIPT = Path(__file__).with_name("every_device_query.py")
-# MIG queries: the simulated MIG support (agent/sim/nvml/mig.py) answers them; until it
-# has landed their FunctionNotFound is expected, and only theirs
-MIG_QUERIES = frozenset(
-    {
-        "nvmlDeviceGetAttributes",
-        "nvmlDeviceGetAttributes_v2",
-        "nvmlDeviceGetComputeInstanceId",
-        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
-        "nvmlDeviceGetGpuInstanceById",
-        "nvmlDeviceGetGpuInstanceId",
-        "nvmlDeviceGetGpuInstancePossiblePlacements",
-        "nvmlDeviceGetGpuInstanceProfileInfo",
-        "nvmlDeviceGetGpuInstanceProfileInfoById",
-        "nvmlDeviceGetGpuInstanceProfileInfoByIdV",
-        "nvmlDeviceGetGpuInstanceProfileInfoV",
-        "nvmlDeviceGetGpuInstanceRemainingCapacity",
-        "nvmlDeviceGetGpuInstances",
-        "nvmlDeviceGetMaxMigDeviceCount",
-        "nvmlDeviceGetMigDeviceHandleByIndex",
-        "nvmlDeviceIsMigDeviceHandle",
-    }
-)
 
 
 def c_functions(wrapper: str) -> set[str]:
@@ -71,17 +49,12 @@ def test_the_script_covers_every_device_query_pynvml_has() -> None:
 
 def test_every_query_finds_its_c_functions() -> None:
     lacking = {name: missing(name) for name in queries()}
-    lacking = {name: symbols for name, symbols in lacking.items() if symbols}
-    assert set(lacking) <= MIG_QUERIES, sorted(set(lacking) - MIG_QUERIES)
-
-
-def _pending_mig() -> list[str]:
-    return sorted(name for name in MIG_QUERIES if missing(name))
+    assert {name: symbols for name, symbols in lacking.items() if symbols} == {}
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_every_query_on_every_gpu_under_simulate_exec(profile: str) -> None:
-    command = [sys.executable, str(SCRIPT), "--allow-missing", ",".join(_pending_mig())]
+    command = [sys.executable, str(SCRIPT)]
     nvwatch = [sys.executable, "-m", "agent.cli", "simulate", "exec", "--profile", profile]
     done = subprocess.run([*nvwatch, "--", *command], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr, done.stderr
@@ -93,7 +66,7 @@ def test_every_query_on_every_gpu_under_simulate_exec(profile: str) -> None:
     assert len(rows) == gpus * per_gpu
     assert {row["gpu"] for row in rows} == set(range(gpus))
     outcomes = {row["outcome"] for row in rows}
-    assert outcomes <= {"ok", "pending", "refused", "NVMLError_NotSupported", "NVMLError_NotFound"}
+    assert outcomes <= {"ok", "refused", "NVMLError_NotSupported", "NVMLError_NotFound"}
     by_name = {(row["gpu"], row["fn"]): row for row in rows}
     # the calls issue 18 found missing: answered, with the Linux driver's answers
     for gpu in range(gpus):

@@ -150,27 +150,15 @@ class AttributionRefresher:
 
 
 def gpu_ref(gpu: GpuSample) -> GpuRef:
-    """What resolvers need of one GPU of a poll: index, UUID, the pids of its processes,
-    and its MIG devices with the pids running in each (NVML lists a MIG GPU's processes
-    with their GPU and compute instance ids)."""
-    outside = tuple(p.pid for p in gpu.processes if p.gpu_instance_id is None)
-    return GpuRef(gpu.index, gpu.uuid, outside, _instances(gpu))
+    """What resolvers need of one GPU of a poll: index, UUID and its processes' pids."""
+    # a process in a MIG instance is the instance's, not the whole GPU's
+    whole = tuple(p.pid for p in gpu.processes if p.gpu_instance_id is None)
+    return GpuRef(gpu.index, gpu.uuid, whole, _instances(gpu))
 
 
 def _instances(gpu: GpuSample) -> tuple[InstanceRef, ...]:
-    return tuple(
-        InstanceRef(
-            d.gpu_instance_id,
-            d.mig_uuid,
-            tuple(
-                p.pid
-                for p in gpu.processes
-                if (p.gpu_instance_id, p.compute_instance_id)
-                == (d.gpu_instance_id, d.compute_instance_id)
-            ),
-        )
-        for d in gpu.mig_devices
-    )
+    """The GPU's MIG devices, by their own UUID, with the pids NVML places in each."""
+    return tuple(InstanceRef(d.gpu_instance_id, d.mig_uuid, d.pids) for d in gpu.mig_devices)
 
 
 def _pids(ref: GpuRef) -> list[int]:

@@ -87,14 +87,13 @@ class ProcessSample:
     memory_bytes: int | None
     name: str = ""  # psutil name when readable, else ""
     user: str = ""
-    # on a GPU in MIG mode, the instance the process runs in (None outside MIG): what
-    # attributes it to a MIG device's owner
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
     # the owner attribution placed the pid with (agent/sources/attribution); "" unknown
     job: str = ""  # the Slurm job id
     pod: str = ""  # the Kubernetes pod and its namespace
     namespace: str = ""
+    # the MIG instance the process runs in (None outside MIG): NVML's process info ids
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +135,8 @@ class MigDeviceSample:
     sm_occupancy_ratio: float | None = None
     tensor_active_ratio: float | None = None
     dram_active_ratio: float | None = None
+    # every compute process NVML lists in this instance (not capped like `processes`)
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
