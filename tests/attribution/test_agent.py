@@ -41,8 +41,9 @@ def running_agent(config: AgentConfig) -> Iterator[Agent]:
             agent.poller.stop(timeout=2)
 
 
-def poll_until(agent: Agent, done: object, limit: float = 15.0) -> Series:
-    """Poll until `done(series)` holds (the refresher runs on its own thread), bounded."""
+def poll_until(agent: Agent, done: object, limit: float = 60.0) -> Series:
+    """Poll until `done(series)` holds (the refresher runs on its own thread), bounded:
+    generous, as a loaded machine may starve the refresher's thread for seconds."""
     deadline = time.monotonic() + limit
     while True:
         agent.poller.poll_once()
@@ -168,7 +169,10 @@ def test_kubernetes_pods_through_a_kubelet_that_restarts(
         )
 
         kubelet.start()  # the kubelet is back: the agent dials it again by itself
-        series = poll_until(agent, lambda s: "nvwatch_gpu_allocation_info" in s)
+        series = poll_until(
+            agent,
+            lambda s: "nvwatch_gpu_allocation_info" in s and _source_up(s, "attribution") == 1,
+        )
     assert _source_up(series, "attribution") == 1
     assert [x["pod"] for x, _ in series["nvwatch_gpu_allocation_info"]] == ["train-0"]
 
@@ -208,7 +212,13 @@ def test_mig_instances_are_attributed_by_their_own_uuid(
         (gi_a, uuid_a), (_, uuid_b) = instances
         (mapping / f"0.{gi_a}").write_text("777\n")
         kubelet.set_pods(Pod("ml", "small", {"c": [("nvidia.com/mig-3g.40gb", [uuid_b])]}))
-        series = poll_until(agent, lambda s: len(s.get("nvwatch_gpu_allocation_info", [])) == 2)
+        series = poll_until(
+            agent,
+            lambda s: (
+                len(s.get("nvwatch_gpu_allocation_info", [])) == 2
+                and _source_up(s, "attribution") == 1
+            ),
+        )
     found = sorted(
         (x["gpu"], x["uuid"], x["scheduler"], x["job_id"], x["pod"])
         for x, _ in series["nvwatch_gpu_allocation_info"]
