@@ -9,12 +9,13 @@ import tempfile
 from pathlib import Path
 
 from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
-from agent.series_budget import PROCESS_FAMILY, Budget, measure
+from agent.series_budget import MIG_LAYOUTS, PROCESS_FAMILY, Budget, measure
 from agent.sim.profiles import PROFILES
 from agent.sources.nvml.reads import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
+    ("nvwatch_mig_", "MIG instances"),
     ("nvwatch_nvlink_", "NVLink"),
     ("nvwatch_ib_", "InfiniBand"),
     ("nvwatch_host_", "Host"),
@@ -27,6 +28,7 @@ _SAMPLE_CLASS = {
     Scope.PROCESS: "ProcessSample",
     Scope.ALLOCATION: "Allocation",
     Scope.NVLINK: "NvLinkSample",
+    Scope.MIG: "MigDeviceSample",
     Scope.IB_DEVICE: "InfinibandDevice",
     Scope.IB_PORT: "InfinibandPort",
     Scope.HOST: "HostSample",
@@ -93,7 +95,9 @@ ingest; target labels (`job`, `instance`, `cluster`, `rack`, `node_class`) add l
 not series. *ceiling* is the most one node can export: the process family at its cap of
 {MAX_PROCESSES} processes per GPU (`{PROCESS_FAMILY}` carries `pid`, and only the
 {MAX_PROCESSES} processes holding the most memory are kept). `nvwatch_gpu_xid_errors_total`
-adds one series per XID code a GPU raised this boot (none here). docs/scale.md turns
+adds one series per XID code a GPU raised this boot (none here). The `--mig` rows split
+every GPU into seven 1g instances, the most MIG devices a GPU holds: each adds its
+`nvwatch_mig_*` series, and the GPU loses its utilization pair. docs/scale.md turns
 these figures into fleet-wide series and storage.
 
 | profile | GPUs | series | ceiling | NVLink | InfiniBand | per GPU (ceiling) |
@@ -115,6 +119,9 @@ def measure_all() -> list[Budget]:
     for profile in sorted(PROFILES):
         with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
             budgets.append(measure(profile, Path(root)))
+    for profile, layout in MIG_LAYOUTS.items():
+        with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
+            budgets.append(measure(profile, Path(root), mig=layout))
     return budgets
 
 

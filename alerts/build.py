@@ -10,7 +10,13 @@ import json
 from pathlib import Path
 
 from alerts.docs import render_docs
-from alerts.render import dump_yaml, grafana_alerts, prometheus_alerts, prometheus_recording
+from alerts.render import (
+    dump_yaml,
+    grafana_alerts,
+    prometheus_alerts,
+    prometheus_recording,
+    vmalert_alerts,
+)
 from mixin.config import MixinConfig
 from mixin.dcgm_compat import compat_rules
 from mixin.dcgm_doc import DOC_NAME as DCGM_DOC
@@ -19,6 +25,7 @@ from mixin.dcgm_doc import render_doc as render_dcgm_doc
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"
+VMALERT_ALERTS = "nvwatch-alerts-vmalert.yaml"
 GRAFANA_ALERTS_YAML = "grafana-alerts.yaml"
 GRAFANA_ALERTS_JSON = "grafana-alerts.json"
 _ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +46,8 @@ def build_all(config: MixinConfig) -> dict[str, str]:
     return {
         PROMETHEUS_ALERTS: dump_yaml(prometheus_alerts(config)),
         PROMETHEUS_RECORDING: dump_yaml(prometheus_recording(config)),
+        # for vmalert < 1.90 (deploy/scale): the same alerts without keep_firing_for
+        VMALERT_ALERTS: dump_yaml(vmalert_alerts(config)),
         GRAFANA_ALERTS_YAML: dump_yaml(grafana),
         GRAFANA_ALERTS_JSON: json.dumps(grafana, indent=2, ensure_ascii=False) + "\n",
         # optional: DCGM_FI_* series for dcgm-exporter's dashboards (docs/{DCGM_DOC})

@@ -61,6 +61,17 @@ def prometheus_alerts(cfg: MixinConfig) -> JsonDict:
     }
 
 
+def vmalert_alerts(cfg: MixinConfig) -> JsonDict:
+    """The alert groups for vmalert before v1.90 (Debian's 1.79), which rejects a rule
+    with `keep_firing_for`: the same rules without it. A scrape gap then resolves a
+    condition alert as it did before Prometheus 2.42 (docs/alerts.md)."""
+    rules = prometheus_alerts(cfg)
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule.pop("keep_firing_for", None)
+    return rules
+
+
 def prometheus_recording(cfg: MixinConfig) -> JsonDict:
     return {
         "groups": [

@@ -19,7 +19,13 @@ import yaml
 from agent.durations import parse_duration, prometheus_duration
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
-_WINDOWS = ("rate_window", "evaluation_interval", "counter_gap_lookback", "pcie_degraded_window")
+_WINDOWS = (
+    "rate_window",
+    "evaluation_interval",
+    "counter_gap_lookback",
+    "pcie_degraded_window",
+    "unscraped_memory",
+)
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,14 @@ class MixinConfig:
     # TDP for `for_default` means the node runs at its power budget: the PDU/rack plan
     # must hold this.
     node_power_budget_fraction: float = 0.9
+    # GPU power each rack's power plan allows, in kW, for `nvwatch report` (0: no plan).
+    # nvwatch measures GPU board power only: set this to the rack's circuit budget less
+    # what the rest of its nodes draw (CPUs, fans, NICs). A DGX-1 is 3.2 kW with 8 x 300 W
+    # of GPUs, so a rack of four on a 12.8 kW plan leaves 4 x 8 x 300 W = 9.6 kW for GPUs
+    # (deploy/mixin.example.yaml).
+    rack_gpu_power_budget_kw: float = 0.0
+    # Racks whose plan differs from rack_gpu_power_budget_kw: {rack label value: kW}.
+    rack_gpu_power_budgets_kw: tuple[tuple[str, float], ...] = ()
 
     # --- fabric ---------------------------------------------------------------------
     # NVLink data-link errors per second per link and type (crc, replay, recovery, ecc).
@@ -170,6 +184,11 @@ class MixinConfig:
     # missed evaluation would otherwise resolve a condition that was never repaired and
     # page it again after its `for:`. A repaired condition resolves this much later.
     keep_firing_for: str = "5m"
+    # How long NvwatchAgentUnscraped remembers a target that no scraper scrapes any
+    # more (its scrape shard died, its file_sd entry vanished): it pages for the node
+    # until it is scraped again or this long after its last sample, whichever is first.
+    # Longer costs more: the rule reads every sample of `up` in the window.
+    unscraped_memory: str = "1h"
     # Window of every rate()/increase()/deriv() in the rules.
     rate_window: str = "5m"
     # How far back the event alerts (XIDs, IB link_downed) look for a counter's last
@@ -261,6 +280,11 @@ class MixinConfig:
         """
         return min((c.nvlinks_per_gpu for c in self.node_classes if c.nvlinks_per_gpu), default=1)
 
+    def rack_gpu_power_budget_watts(self, rack: str) -> float | None:
+        """The GPU power budget of `rack` in watts; None where no plan is configured."""
+        kilowatts = dict(self.rack_gpu_power_budgets_kw).get(rack, self.rack_gpu_power_budget_kw)
+        return kilowatts * 1000 if kilowatts > 0 else None
+
     def runbook_url(self, alert_name: str) -> str:
         return f"{self.runbook_base_url}#{alert_name.lower()}"
 
@@ -277,6 +301,8 @@ class MixinConfig:
         values = dict(data)
         if "node_classes" in values:
             values["node_classes"] = _node_classes(values["node_classes"])
+        if "rack_gpu_power_budgets_kw" in values:
+            values["rack_gpu_power_budgets_kw"] = _rack_budgets(values["rack_gpu_power_budgets_kw"])
         for key in ("critical_xids", "dashboard_tags"):
             if key in values:
                 if not isinstance(values[key], list):
@@ -323,6 +349,20 @@ def _node_classes(raw: Any) -> tuple[NodeClass, ...]:
             )
         )
     return tuple(classes)
+
+
+def _rack_budgets(raw: Any) -> tuple[tuple[str, float], ...]:
+    """rack_gpu_power_budgets_kw: {rack: kW}, every budget a positive number."""
+    if not isinstance(raw, dict):
+        raise ValueError("rack_gpu_power_budgets_kw: expected a mapping of rack to kW")
+    budgets = []
+    for rack, kilowatts in raw.items():
+        if isinstance(kilowatts, bool) or not isinstance(kilowatts, (int, float)) or kilowatts <= 0:
+            raise ValueError(
+                f"rack_gpu_power_budgets_kw.{rack}: expected kW > 0, got {kilowatts!r}"
+            )
+        budgets.append((str(rack), float(kilowatts)))
+    return tuple(budgets)
 
 
 def _prometheus_form(name: str, value: object) -> str:

@@ -288,5 +288,6 @@ from agent.cli import (  # noqa: E402, F401
     fleet_commands,
     history_commands,
     mixin_commands,
+    report_commands,
     sim_commands,
 )

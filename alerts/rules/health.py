@@ -227,6 +227,41 @@ def agent_down(cfg: MixinConfig) -> Alert:
     )
 
 
+def agent_unscraped(cfg: MixinConfig) -> Alert:
+    up = f"up{cfg.sel()}"
+    return Alert(
+        "NvwatchAgentUnscraped",
+        # `up` exists only while something scrapes the target: a target it had a sample
+        # for in the window, and has none for now, left every scraper
+        f"count_over_time({up}[{cfg.unscraped_memory}]) unless {up}",
+        cfg.for_fast,
+        Severity.CRITICAL,
+        "No scraper scrapes the nvwatch agent any more.",
+        f"The nvwatch agent on {where_node(cfg)} was scraped {{{{ $value }}}} times in the "
+        f"last {cfg.unscraped_memory} and is no longer: its scrape shard (vmagent) is down, "
+        "or its target left service discovery.",
+        Runbook(
+            "The node's `up` series stopped: nothing scrapes the agent, so neither "
+            "NvwatchAgentDown (which needs a failed scrape) nor any GPU alert can fire "
+            "for it. With sharded scraping (deploy/scale) one dead vmagent shard pages "
+            "this for exactly the nodes of its half; with one Prometheus it means the "
+            "node's target left service discovery (a file_sd file deleted or broken, "
+            "a relabelling mistake).",
+            "The scrape shards' `/targets` pages (vmagent) or Prometheus' *Service "
+            "discovery* page; `systemctl status vmagent@N` on the shard host; the "
+            "file_sd files `nvwatch inventory` writes.",
+            "Restart the shard or repair the file_sd file. Retiring a node on purpose "
+            "also fires this: silence it for the retired node for "
+            f"{cfg.unscraped_memory}.",
+            "Resolves at the node's next scrape, or "
+            f"{cfg.unscraped_memory} after its last sample (the rule cannot remember "
+            "it longer: a shard still down by then is paged by its own liveness "
+            "check).",
+        ),
+        Kind.CONDITION,
+    )
+
+
 def agent_stale(cfg: MixinConfig) -> Alert:
     return Alert(
         "NvwatchAgentStale",
@@ -301,6 +336,7 @@ ALERTS: tuple[Callable[[MixinConfig], Alert], ...] = (
     gpu_down,
     gpu_missing,
     agent_down,
+    agent_unscraped,
     agent_stale,
     agent_source_down,
 )

@@ -1,8 +1,9 @@
 """One fleet, one Prometheus, one Alertmanager for the whole e2e module: started once.
 
-Layout: cluster "healthy" holds 4x dgx1-v100 + 4x dgx-a100 that must never alert; cluster
-"faults" holds one node per fault scenario, all running side by side for the same length
-of time, plus one healthy node whose agent the test kills.
+Layout: cluster "healthy" holds 4x dgx1-v100 + 4x dgx-a100 (GPUs 0-3 of the last one
+partitioned with MIG) that must never alert; cluster "faults" holds one node per fault
+scenario, all running side by side for the same length of time, plus one healthy node
+whose agent the test kills.
 
 Simulated time runs TIME_SCALE times faster than real time, so a thermal runaway that
 takes minutes on hardware crosses slowdown in seconds. Every rate a rule compares with a
@@ -45,6 +46,8 @@ class Fault:
 
 
 HEALTHY = ["dgx1-v100"] * 4 + ["dgx-a100"] * 4
+# the last healthy A100 node runs half its GPUs partitioned, for the dashboards' MIG row
+HEALTHY_MIG = (range(7, 8), "0-3:3g.20gb,2g.10gb,1g.5gb*2")
 FAULTS = (
     Fault(8, "dgx1-v100", "thermal-runaway", "2", "NvwatchGpuThermalSlowdown", {"gpu": "2"}),
     Fault(9, "dgx-a100", "power-capped", "1", "NvwatchGpuPowerCapped", {"gpu": "1"}),
@@ -120,6 +123,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # XIDs) treat a count already above 0 at a node's first scrape as history, not a
         # new event (docs/alerts.md); condition alerts would fire either way
         hold_time=True,
+        mig=[HEALTHY_MIG],
     )
     receiver = Receiver()
     result = Stack(workdir, fleet, receiver)

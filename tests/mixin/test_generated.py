@@ -54,7 +54,7 @@ def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path)
     args = ("--out", str(tmp_path / "r"), "--docs", str(docs), "--kubernetes", str(k8s))
     written = _invoke(commands.alerts_build, *args)
     guide = tmp_path / DCGM_DOC
-    assert written[-3:-1] == [docs, guide] and written[-1].parent == k8s and len(written) == 8
+    assert written[-3:-1] == [docs, guide] and written[-1].parent == k8s and len(written) == 9
     _assert_same_dir(written[:-3], REPO / "alerts" / "generated", REFRESH_ALERTS)
     _assert_same(docs, DOCS, REFRESH_ALERTS)
     _assert_same(guide, REPO / "docs" / DCGM_DOC, REFRESH_ALERTS)
@@ -111,7 +111,7 @@ def test_python_m_runs_the_same_commands(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as exit_:
             main(args)
         assert exit_.value.code == 0
-    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 5 + 2 + 6
+    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 6 + 2 + 6
 
 
 def test_nvwatch_has_the_same_commands() -> None:
@@ -133,4 +133,4 @@ def test_docs_have_a_runbook_per_alert_and_the_xid_table(cfg: MixinConfig) -> No
 
 def test_write_returns_the_files(cfg: MixinConfig, tmp_path: Path) -> None:
     paths = dashboards_build.write(tmp_path / "d", cfg) + alerts_build.write(tmp_path / "a", cfg)
-    assert len(paths) == 11 and all(p.stat().st_size > 0 for p in paths)
+    assert len(paths) == 12 and all(p.stat().st_size > 0 for p in paths)
