@@ -27,6 +27,8 @@ from agent.durations import parse_duration
 from agent.sim.history import generate
 from agent.sim.history_plan import plan_history
 
+NODES_PER_FILE = 8  # a part of ~1-2 GB at a time on disk, not the whole month
+
 
 def _cpu() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -34,21 +36,26 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _progress(done: int, total: int) -> None:
+    print(f"  node {done}/{total}", file=sys.stderr)
+
+
 def run(nodes: int, days: float, step: float, workdir: Path) -> dict[str, float]:
     plan = plan_history(nodes=nodes, days=days, step=step, end=time.time())
     history = workdir / "history.om"
     wall, cpu = time.monotonic(), _cpu()
-    result = generate(plan, history, progress=lambda done, total: print(
-        f"  node {done}/{total}", file=sys.stderr))  # fmt: skip
+    result = generate(plan, history, nodes_per_file=NODES_PER_FILE, progress=_progress)
     generated = {"generate_wall_s": time.monotonic() - wall, "generate_cpu_s": _cpu() - cpu}
-    size = history.stat().st_size
+    size = sum(path.stat().st_size for path in result.paths)
     wall, cpu = time.monotonic(), _cpu()
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", f"--max-block-duration={int(days * 24) + 48}h",
-         "openmetrics", "--quiet", str(history), str(workdir / "tsdb")],
-        check=True,
-    )  # fmt: skip
-    history.unlink()
+    for path in result.paths:  # blocks of each part side by side: Prometheus merges them
+        subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from",
+             f"--max-block-duration={int(days * 24) + 48}h", "openmetrics", "--quiet",
+             str(path), str(workdir / "tsdb")],
+            check=True,
+        )  # fmt: skip
+        path.unlink()
     return {
         **generated,
         "backfill_wall_s": time.monotonic() - wall,
