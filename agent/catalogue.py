@@ -959,6 +959,19 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         own_labels=("version",),
     ),
     MetricSpec(
+        "nvwatch_agent_simulated",
+        _G,
+        "1 when this agent reads a simulated node (--simulate PROFILE, NVWATCH_SIMULATE) "
+        "instead of real hardware, with the simulated profile; absent on real hardware. "
+        "Its GPUs, serials and UUIDs are made up: a Prometheus that must see real data "
+        "alerts on it (mixin config production: true).",
+        Scope.AGENT,
+        "the agent's configuration: --simulate PROFILE (agent/config.py AgentConfig.simulate)",
+        (Series(1.0, (_F("simulated_profile"),), present_if=_F("simulated_profile")),),
+        own_labels=("profile",),
+        when="real hardware (no --simulate), the only place it matters",
+    ),
+    MetricSpec(
         "nvwatch_agent_source_up",
         _G,
         "1 if the source's last poll succeeded, also when it found its hardware absent "

@@ -22,6 +22,7 @@ from agent.sim.mig_layout import parse_layout
 from agent.sim.mig_state import GpuMig
 from agent.sim.node import SimulatedNode
 from agent.sim.nvml import SimulatedNvml, install, uninstall
+from agent.sources.attribution.refresher import gpu_ref
 from agent.sources.nvml.source import NvmlSource
 from agent.topology import build_topology, format_matrix
 from tests.nvml.test_exported_equals_simulated import BYTE, Comparison
@@ -225,3 +226,24 @@ def test_topology_of_a_board_without_mig_has_no_mig_section(tmp_path: Path) -> N
         assert "MIG" not in format_matrix(build_topology(tmp_path))
     finally:
         uninstall()
+
+
+def test_processes_carry_their_instance_and_attribution_sees_each_instance(h100: Polled) -> None:
+    h100.clock.advance(POLL_S)
+    sample = h100.source.collect()
+    for index, state in h100.node.nvml.mig.items():
+        if not state.current:
+            continue
+        gpu = sample.gpus[index]
+        busy = {d.gpu_instance_id: state.process_pid(d) for d in state.devices if d.load}
+        expected = {
+            d.mig_uuid: ((busy[d.gpu_instance_id],) if d.gpu_instance_id in busy else ())
+            for d in gpu.mig_devices
+        }
+        assert {d.mig_uuid: d.pids for d in gpu.mig_devices} == expected
+        assert {p.pid: p.gpu_instance_id for p in gpu.processes} == {
+            pid: gi for gi, pid in busy.items()
+        }
+        ref = gpu_ref(gpu)
+        assert ref.pids == ()  # every process of a MIG GPU runs in an instance
+        assert {(i.uuid, i.pids) for i in ref.instances} == set(expected.items())

@@ -218,15 +218,15 @@ def _rack_findings(ctx: Context, section: Section, racks: Table) -> None:
     if isinstance(budget, float) and isinstance(share, float):
         section.numbers["fullest_rack_max_of_budget"] = Number("of its budget", share, "ratio")
         advice = (
-            "it is over its plan: re-plan the rack or cap its GPUs"
+            "; re-plan the rack or cap its GPUs"
             if share > 1
-            else "close to its plan: watch it"
+            else "; it is close to its plan: watch it"
             if share > ctx.cfg.dashboard_load_warn_ratio
-            else "within its plan"
+            else ", within its plan"
         )
         section.findings.append(
             f"{energy}; the fullest rack, {rack}, peaked at {units.watts(rack_max)} of GPU "
-            f"power, {units.percent(share)} of its {units.watts(budget)} budget: {advice}."
+            f"power, {units.percent(share)} of its {units.watts(budget)} budget{advice}."
         )
     else:
         section.findings.append(

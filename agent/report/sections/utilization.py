@@ -267,7 +267,7 @@ def _findings(ctx: Context, section: Section, node_util: dict[NodeKey, Array]) -
         sentence += f" and allocated {units.percent(n['allocated_ratio'].value)}"
     section.findings.append(
         sentence
-        + f"; half the GPUs averaged under {units.percent(n['gpu_mean_utilization_p50'].value)}."
+        + f"; the median GPU averaged {units.percent(n['gpu_mean_utilization_p50'].value)}."
     )
     idle = []
     for node, row in sorted(node_util.items()):

@@ -151,11 +151,14 @@ class AttributionRefresher:
 
 def gpu_ref(gpu: GpuSample) -> GpuRef:
     """What resolvers need of one GPU of a poll: index, UUID and its processes' pids."""
-    return GpuRef(gpu.index, gpu.uuid, tuple(p.pid for p in gpu.processes), _instances(gpu))
+    # a process in a MIG instance is the instance's, not the whole GPU's
+    whole = tuple(p.pid for p in gpu.processes if p.gpu_instance_id is None)
+    return GpuRef(gpu.index, gpu.uuid, whole, _instances(gpu))
 
 
 def _instances(gpu: GpuSample) -> tuple[InstanceRef, ...]:
-    return ()  # MIG instances join here once the NVML sample carries them
+    """The GPU's MIG devices, by their own UUID, with the pids NVML places in each."""
+    return tuple(InstanceRef(d.gpu_instance_id, d.mig_uuid, d.pids) for d in gpu.mig_devices)
 
 
 def _pids(ref: GpuRef) -> list[int]:

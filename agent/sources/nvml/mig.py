@@ -27,6 +27,7 @@ import pynvml
 
 from agent.sources.nvml.device import Device, error_name, plain_int, text
 from agent.sources.nvml.gpm import GpmSampler
+from agent.sources.nvml.reads import RunningProcess
 from agent.sources.nvml.samples import MigDeviceSample
 from agent.sources.nvml.static import STATIC_REFRESH_S
 
@@ -190,3 +191,21 @@ class MigReader:
                     error_name(err),
                 )
             return None
+
+
+def with_pids(
+    devices: tuple[MigDeviceSample, ...], running: tuple[RunningProcess, ...]
+) -> tuple[MigDeviceSample, ...]:
+    """Each MIG device with the pids the GPU's process list places in its instance."""
+    return tuple(
+        dataclasses.replace(
+            device,
+            pids=tuple(
+                row.pid
+                for row in running
+                if row.gpu_instance_id == device.gpu_instance_id
+                and row.compute_instance_id == device.compute_instance_id
+            ),
+        )
+        for device in devices
+    )

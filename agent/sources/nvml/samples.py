@@ -91,6 +91,9 @@ class ProcessSample:
     job: str = ""  # the Slurm job id
     pod: str = ""  # the Kubernetes pod and its namespace
     namespace: str = ""
+    # the MIG instance the process runs in (None outside MIG): NVML's process info ids
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class MigDeviceSample:
     sm_occupancy_ratio: float | None = None
     tensor_active_ratio: float | None = None
     dram_active_ratio: float | None = None
+    # every compute process NVML lists in this instance (not capped like `processes`)
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from agent.sources.nvml.device import (
 )
 from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
 from agent.sources.nvml.gpm import GpmSampler
-from agent.sources.nvml.mig import MigReader
+from agent.sources.nvml.mig import MigReader, with_pids
 from agent.sources.nvml.nvlink import GpuLinks
 from agent.sources.nvml.samples import (
     NVLINK_DETAIL_CHOICES,
@@ -339,11 +339,12 @@ class NvmlSource:
         }
         if state.gpm is not None:
             readings.update(dataclasses.asdict(state.gpm.read()))
+        running = reads.running_processes(dev)
         if state.mig is not None:
             mig = state.mig.read()
             readings["mig_mode_current"] = mig.mig_mode_current
             readings["mig_mode_pending"] = mig.mig_mode_pending
-            readings["mig_devices"] = mig.mig_devices
+            readings["mig_devices"] = with_pids(mig.mig_devices, running)
         xid = self._xid.counts(state.index) if self._xid is not None else {}
         return GpuSample(
             index=state.index,
@@ -352,7 +353,7 @@ class NvmlSource:
             up=True,
             **readings,
             xid_counts=MappingProxyType(xid),
-            processes=reads.processes(dev, self._attribution),
+            processes=reads.processes(running, self._attribution),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 
