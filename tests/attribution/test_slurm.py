@@ -135,3 +135,20 @@ def test_a_pid_that_exited_is_no_error(proc_tree: ProcTree, spawn: Spawn) -> Non
     child.wait()
     found = SlurmResolver(ProcFS(Path("/proc"))).resolve([GpuRef(0, UUID, (child.pid,))])
     assert found.error is None and found.allocations == ()
+
+
+def test_a_known_process_is_not_read_again_but_a_reused_pid_is(
+    proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    pid = spawn().pid
+    entry = proc_tree.add(pid, LAYOUTS["v2"], uid=NOBODY, start_time=100)
+    proc = ProcFS(proc_tree.root)
+    assert proc.start_time(pid) == 100
+    resolver = SlurmResolver(proc)
+    assert resolver.resolve([GpuRef(0, UUID, (pid,))]).pid_owners[pid].job_id == "4242"
+    # the same process (same start time): its cgroup is not read again
+    (entry / "cgroup").write_text(LAYOUTS["v2"].replace("4242", "999"))
+    assert resolver.resolve([GpuRef(0, UUID, (pid,))]).pid_owners[pid].job_id == "4242"
+    # the pid reused by a later process: read afresh
+    proc_tree.add(pid, LAYOUTS["v2"].replace("4242", "999"), uid=NOBODY, start_time=200)
+    assert resolver.resolve([GpuRef(0, UUID, (pid,))]).pid_owners[pid].job_id == "999"
