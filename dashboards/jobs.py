@@ -55,12 +55,13 @@ def _gpu_series(cfg: MixinConfig, name: str, *matchers: str) -> str:
     return name + cfg.sel(f'{cfg.cluster_label}=~"$cluster"', *matchers)
 
 
-def _over_life(cfg: MixinConfig, series: str) -> str:
+def _over_life(cfg: MixinConfig, series: str, across_gpus: str = "avg") -> str:
     """The mean of `series` (one per GPU) over the time each chosen job held that GPU in
-    the dashboard's range, per job and node: the join, evaluated at every step, exists
-    only while the job holds the GPU."""
+    the dashboard's range, then `across_gpus` over the job's GPUs on each node: the join,
+    evaluated at every step, exists only while the job holds the GPU."""
     by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
-    return f"avg by ({by}) (avg_over_time(({per_job_gpu(cfg, series)})[$__range:$__interval]))"
+    life = f"avg_over_time(({per_job_gpu(cfg, series)})[$__range:$__interval])"
+    return f"{across_gpus} by ({by}) ({life})"
 
 
 def _reason_active(cfg: MixinConfig, reasons: str) -> str:
@@ -73,8 +74,9 @@ def verdict(cfg: MixinConfig) -> str:
     """The verdict code of each chosen job on each node (VERDICTS), the first that holds."""
     util = _over_life(cfg, _gpu_series(cfg, "nvwatch_gpu_utilization_ratio"))
     memory = _over_life(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_utilization_ratio"))
-    thermal = _over_life(cfg, _reason_active(cfg, THERMAL_REASONS))
-    power = _over_life(cfg, _reason_active(cfg, POWER_REASONS))
+    # one throttled GPU sets the pace of a multi-GPU job: the worst GPU decides
+    thermal = _over_life(cfg, _reason_active(cfg, THERMAL_REASONS), "max")
+    power = _over_life(cfg, _reason_active(cfg, POWER_REASONS), "max")
     branches = (
         f"({util} < {cfg.gpu_allocated_idle_utilization:g}) * 0 + 1",
         f"({thermal} > {cfg.job_throttled_ratio:g}) * 0 + 2",
@@ -101,10 +103,10 @@ def _verdict_row(grid: Grid, cfg: MixinConfig) -> None:
         "Verdict per job",
         "What held each job back over its life in the range, per node it ran on: allocated "
         f"but idle (mean utilization below {cfg.gpu_allocated_idle_utilization:.0%}), "
-        "thermally throttled or power-capped (the clock-event reason active more than "
-        f"{cfg.job_throttled_ratio:.0%} of the time), memory-bound (device memory busy more "
-        f"than {cfg.job_memory_bound_ratio:.0%} of the time), else busy. The first that "
-        "holds is shown; the panels below show why.",
+        "thermally throttled or power-capped (the clock-event reason active on one of its "
+        f"GPUs more than {cfg.job_throttled_ratio:.0%} of the time), memory-bound (device "
+        f"memory busy more than {cfg.job_memory_bound_ratio:.0%} of the time), else busy. "
+        "The first that holds is shown; the panels below show why.",
         "none",
         [Q(verdict(cfg), instant=True, table=True)],
         mappings=mappings,

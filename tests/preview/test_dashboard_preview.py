@@ -24,6 +24,7 @@ import pytest
 
 from agent.config import ScenarioSpec
 from agent.sim.fleet import Fleet
+from agent.sim.fleet_jobs import FleetJob
 from agent.sim.ports import free_port
 from alerts import build as alerts_build
 from dashboards.build import build_all
@@ -51,6 +52,12 @@ SCENARIOS = [
 PROFILES = ["dgx-h100", "dgx1-v100", "dgx-a100", "dgx-a100"]
 # MIG on two of the first node's GPUs (Hopper: per-instance GPM too), for the MIG row
 MIG = [(range(FAULTY, FAULTY + 1), "6-7:3g.40gb,3g.40gb")]
+# Slurm jobs for the jobs dashboard: one on the faulty node's throttled GPUs, one on a
+# healthy node
+JOBS = [
+    FleetJob(FAULTY, (0, 1, 2, 3), "1001", "alice", "physics"),
+    FleetJob(1, None, "1002", "bob", "ml"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +75,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         time_scale=TIME_SCALE,
         hold_time=True,
         mig=MIG,
+        jobs=JOBS,
     )
     result = Stack(workdir, fleet, Receiver())
     # no Alertmanager: the dashboards read ALERTS, which Prometheus keeps by itself
