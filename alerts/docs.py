@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from alerts.recording_attribution import doc_lines as gpu_hours_doc
 from alerts.rules import Alert, alert_groups
 from alerts.rules.base import Kind
 from mixin.config import MixinConfig
@@ -138,4 +139,5 @@ def render_docs(cfg: MixinConfig) -> str:
         for a in group.alerts:
             lines += _runbook(cfg, a)
     lines += _xid_table(cfg)
+    lines += gpu_hours_doc(cfg)
     return "\n".join(lines) + "\n"

@@ -164,6 +164,20 @@ class MixinConfig:
     # ... or its CPUs are saturated above this utilization (data loading bound).
     starvation_host_cpu: float = 0.9
 
+    # --- jobs (GPU attribution) -----------------------------------------------------
+    # A GPU allocated to a job or pod (nvwatch_gpu_allocation_info) whose utilization,
+    # averaged over rate_window, stays below this ...
+    gpu_allocated_idle_utilization: float = 0.05
+    # ... this long is capacity a job holds and does not use (NvwatchGpuAllocatedIdle,
+    # info): an hour rides over a job's data loading, checkpoints and compilation.
+    gpu_allocated_idle_for: str = "1h"
+    # The jobs dashboard's verdict "memory-bound": device memory busy (nvidia-smi
+    # utilization.memory) above this share of the time, averaged over the job's life.
+    job_memory_bound_ratio: float = 0.6
+    # ... and "power-capped" / "thermally throttled": the clock-event reason active
+    # above this share of the job's life (a healthy job touches its cap in bursts).
+    job_throttled_ratio: float = 0.2
+
     # --- health ---------------------------------------------------------------------
     critical_xids: tuple[str, ...] = DEFAULT_CRITICAL_XIDS
     # This Prometheus watches production: an agent on a simulated node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,16 +47,22 @@ class Context:
         """Integral over the window of a per-step average (GPUs, GPU fractions): hours."""
         return float(np.nansum(values)) * self.window.step_hours
 
+    @functools.cached_property
+    def _several_clusters(self) -> bool:
+        labels = self.frame("gpu_up").labels
+        return len({lb.get(self.cfg.cluster_label, "") for lb in labels}) > 1
+
+    @functools.cached_property
+    def _week_of_step(self) -> Array:
+        return np.asarray(self.window.week_of_step())
+
     def node_name(self, node: NodeKey) -> str:
         """The instance, with its cluster when the report spans several."""
-        clusters = {
-            labels.get(self.cfg.cluster_label, "") for labels in self.frame("gpu_up").labels
-        }
-        return f"{node[0]}/{node[3]}" if len(clusters) > 1 else node[3]
+        return f"{node[0]}/{node[3]}" if self._several_clusters else node[3]
 
     def weekly(self, values: Array, how: str = "sum") -> list[float]:
         """Per-week sum (x step hours: hours) or mean of one row of per-step values."""
-        weeks = np.asarray(self.window.week_of_step())
+        weeks = self._week_of_step
         out: list[float] = []
         for week in range(self.window.weeks):
             chunk = values[weeks == week]

@@ -6,8 +6,9 @@ once keeps its cores busy without crowding out the dashboards people are using.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TextIO
 
@@ -31,24 +32,34 @@ def fetch_all(
     frames: dict[str, Frame] = {}
     with (
         ThreadPoolExecutor(PARALLEL_QUERIES, thread_name_prefix="nvwatch-report") as pool,
-        click.progressbar(
-            length=len(queries),
-            label="querying Prometheus",
-            file=progress,
-            show_pos=True,
-            item_show_func=lambda name: name,
-        ) as bar,
+        _progress_bar(len(queries), progress) as advance,
     ):
         futures = {pool.submit(_run, client, q, window): q for q in queries}
         try:
             for future in as_completed(futures):
                 query = futures[future]
                 frames[query.name] = future.result()
-                bar.update(1, query.name)
+                advance(query.name)
         finally:
             for future in futures:
                 future.cancel()
     return frames
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int, stream: TextIO | None) -> Iterator[Callable[[str], None]]:
+    """advance(name) after each query; a click progress bar on `stream`, none if None."""
+    if stream is None:
+        yield lambda _name: None
+        return
+    with click.progressbar(
+        length=total,
+        label="querying Prometheus",
+        file=stream,
+        show_pos=True,
+        item_show_func=lambda name: name,
+    ) as bar:
+        yield lambda name: bar.update(1, name)
 
 
 def _run(client: PrometheusClient, query: Query, window: Window) -> Frame:

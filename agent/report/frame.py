@@ -34,10 +34,15 @@ class Frame:
         values = np.full((len(result.series), columns), np.nan)
         first = window.start + window.step
         for row, (_labels, points) in enumerate(result.series):
-            for time, value in points:
-                column = 0 if single else round((time - first) / window.step)
-                if 0 <= column < columns:
-                    values[row, column] = value
+            if not points:
+                continue
+            pairs = np.asarray(points, dtype=np.float64)  # parses the value strings too
+            if single:
+                values[row, 0] = pairs[-1, 1]
+                continue
+            slots = np.rint((pairs[:, 0] - first) / window.step).astype(np.int64)
+            inside = (slots >= 0) & (slots < columns)
+            values[row, slots[inside]] = pairs[inside, 1]
         return cls([labels for labels, _ in result.series], values)
 
     def __len__(self) -> int:

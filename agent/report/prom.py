@@ -42,9 +42,11 @@ class Connection:
 
 @dataclass(frozen=True)
 class RangeResult:
-    """One range query's series: labels and (unix seconds, value) pairs."""
+    """One range query's series: labels and [unix seconds, value] pairs as Prometheus
+    sends them (the value a string: "0.5", "NaN", "+Inf"); Frame turns them into floats
+    with numpy, a query's 720,000 points at once rather than one Python float each."""
 
-    series: list[tuple[dict[str, str], list[tuple[float, float]]]]
+    series: list[tuple[dict[str, str], list[list[Any]]]]
 
 
 class PrometheusClient:
@@ -68,12 +70,7 @@ class PrometheusClient:
         )
         if data.get("resultType") != "matrix":
             raise ReportError(f"Prometheus answered {data.get('resultType')!r}, not a matrix")
-        return RangeResult(
-            [
-                (dict(s["metric"]), [(float(t), float(v)) for t, v in s["values"]])
-                for s in data["result"]
-            ]
-        )
+        return RangeResult([(dict(s["metric"]), s["values"]) for s in data["result"]])
 
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
         # POST: a 30-day query with a long selector can outgrow a GET URL's limit
