@@ -41,8 +41,9 @@ def running_agent(config: AgentConfig) -> Iterator[Agent]:
             agent.poller.stop(timeout=2)
 
 
-def poll_until(agent: Agent, done: object, limit: float = 15.0) -> Series:
-    """Poll until `done(series)` holds (the refresher runs on its own thread), bounded."""
+def poll_until(agent: Agent, done: object, limit: float = 60.0) -> Series:
+    """Poll until `done(series)` holds (the refresher runs on its own thread), bounded:
+    generous, as a loaded machine may starve the refresher's thread for seconds."""
     deadline = time.monotonic() + limit
     while True:
         agent.poller.poll_once()
@@ -168,7 +169,10 @@ def test_kubernetes_pods_through_a_kubelet_that_restarts(
         )
 
         kubelet.start()  # the kubelet is back: the agent dials it again by itself
-        series = poll_until(agent, lambda s: "nvwatch_gpu_allocation_info" in s)
+        series = poll_until(
+            agent,
+            lambda s: "nvwatch_gpu_allocation_info" in s and _source_up(s, "attribution") == 1,
+        )
     assert _source_up(series, "attribution") == 1
     assert [x["pod"] for x, _ in series["nvwatch_gpu_allocation_info"]] == ["train-0"]
 
@@ -180,3 +184,46 @@ def _source_up(series: Series, source: str) -> float | None:
 def _pod_of(series: Series, pid: int) -> str | None:
     rows = series.get("nvwatch_gpu_process_memory_bytes", [])
     return next((x["pod"] for x, _ in rows if x["pid"] == str(pid)), None)
+
+
+def test_mig_instances_are_attributed_by_their_own_uuid(
+    tmp_path: Path, proc_tree: ProcTree
+) -> None:
+    """GPU 0 partitioned in two: one instance named by the Slurm mapping file ("0.<gi>",
+    dcgm-exporter's naming), the other held by a pod through its MIG UUID."""
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (tmp_path / "gpu-processes").write_text("")
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    config = dataclasses.replace(
+        _config(tmp_path, proc_tree, hpc_job_mapping_dir=mapping),
+        attribution=("slurm", "kubernetes"),
+        kubelet_socket=socket,
+        mig="0:3g.40gb,3g.40gb",
+    )
+    with fake_kubelet(socket) as kubelet, running_agent(config) as agent:
+        first = poll_until(agent, lambda s: "nvwatch_mig_info" in s)
+        instances = sorted(
+            (int(x["gpu_instance_id"]), x["mig_uuid"])
+            for x, _ in first["nvwatch_mig_info"]
+            if x["gpu"] == "0"
+        )
+        assert len(instances) == 2
+        (gi_a, uuid_a), (_, uuid_b) = instances
+        (mapping / f"0.{gi_a}").write_text("777\n")
+        kubelet.set_pods(Pod("ml", "small", {"c": [("nvidia.com/mig-3g.40gb", [uuid_b])]}))
+        series = poll_until(
+            agent,
+            lambda s: (
+                len(s.get("nvwatch_gpu_allocation_info", [])) == 2
+                and _source_up(s, "attribution") == 1
+            ),
+        )
+    found = sorted(
+        (x["gpu"], x["uuid"], x["scheduler"], x["job_id"], x["pod"])
+        for x, _ in series["nvwatch_gpu_allocation_info"]
+    )
+    assert found == sorted(
+        [("0", uuid_a, "slurm", "777", ""), ("0", uuid_b, "kubernetes", "", "small")]
+    )
+    assert _source_up(series, "attribution") == 1

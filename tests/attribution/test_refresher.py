@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 
@@ -116,3 +117,28 @@ def test_a_cache_that_stopped_refreshing_is_served_as_no_owners() -> None:
         assert isinstance(partial, AttributionSample) and partial.allocations == ()
     finally:
         source.close()
+
+
+def test_processes_of_a_mig_gpu_go_to_their_instance() -> None:
+    from agent.sources.attribution.model import InstanceRef
+    from agent.sources.attribution.refresher import gpu_ref
+    from agent.sources.nvml.samples import MigDeviceSample
+
+    gpu = dataclasses.replace(
+        _gpu(4),
+        processes=(
+            ProcessSample(pid=10, memory_bytes=1, gpu_instance_id=1, compute_instance_id=0),
+            ProcessSample(pid=11, memory_bytes=1, gpu_instance_id=2, compute_instance_id=0),
+            ProcessSample(pid=12, memory_bytes=1),
+        ),
+        mig_devices=(
+            MigDeviceSample(1, 0, "MIG-a", "3g.40gb", pids=(10,)),
+            MigDeviceSample(2, 0, "MIG-b", "3g.40gb", pids=(11,)),
+        ),
+    )
+    assert gpu_ref(gpu) == GpuRef(
+        4,
+        "GPU-4",
+        (12,),
+        (InstanceRef(1, "MIG-a", (10,)), InstanceRef(2, "MIG-b", (11,))),
+    )

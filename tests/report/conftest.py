@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -86,8 +87,9 @@ def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
 
 
 @contextlib.contextmanager
-def prometheus_serving(tsdb: Path, workdir: Path, *extra: str) -> Iterator[str]:
-    """A Prometheus on `tsdb` (scraping nothing) on a free loopback port; its URL."""
+def prometheus_serving(tsdb: Path, workdir: Path, *extra: str, tls: bool = False) -> Iterator[str]:
+    """A Prometheus on `tsdb` (scraping nothing) on a free loopback port; its URL
+    (https when `tls`: its web config serves TLS)."""
     binary = require_tool("prometheus")
     port = free_port(HOST)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +110,7 @@ def prometheus_serving(tsdb: Path, workdir: Path, *extra: str) -> Iterator[str]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    url = f"http://{HOST}:{port}"
+    url = f"{'https' if tls else 'http'}://{HOST}:{port}"
     try:
         _wait_ready(url, process, workdir / "prometheus.log")
         yield url
@@ -127,8 +129,10 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"prometheus exited: {log.read_text(errors='replace')[-2000:]}")
+        # readiness only: checking the certificate is the tests' business
+        context = ssl._create_unverified_context() if url.startswith("https") else None
         try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2, context=context) as response:
                 if response.status == 200:
                     return
         except urllib.error.HTTPError as err:

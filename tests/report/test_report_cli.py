@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import bcrypt
 import pytest
 
 from agent.sim.ports import free_port
+from tests.agent.server_helpers import Certs, make_certs
 from tests.report.conftest import Backfill, SyntheticReport, prometheus_serving, report_args
 
 # the first test also waits for the session backfill
@@ -37,22 +41,49 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def guarded_prometheus(
-    backfill: Backfill, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def _strict_copy(
+    backfill: Backfill, work: Path, web_config: str, tls: bool = False
 ) -> Iterator[str]:
-    """The same history behind basic auth, with a sample limit every report query exceeds."""
-    work = tmp_path_factory.mktemp("guarded")
+    """The history in a second Prometheus behind `web_config`, with a sample limit every
+    report query exceeds: a report that gets through the door is then refused a query."""
     tsdb = work / "tsdb"
     shutil.copytree(
         backfill.tsdb, tsdb, ignore=shutil.ignore_patterns("lock", "wal", "chunks_head")
     )
-    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     web = work / "web.yml"
-    web.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n")
+    web.write_text(web_config)
     with prometheus_serving(
-        tsdb, work, f"--web.config.file={web}", "--query.max-samples=100"
+        tsdb, work, f"--web.config.file={web}", "--query.max-samples=100", tls=tls
     ) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def guarded_prometheus(
+    backfill: Backfill, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Behind basic auth."""
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    config = f"basic_auth_users:\n  {USER}: '{hashed}'\n"
+    with _strict_copy(backfill, tmp_path_factory.mktemp("guarded"), config) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def tls_prometheus(
+    backfill: Backfill, certs: Certs, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Over https, with a certificate for 127.0.0.1 from a CA of the test's own."""
+    config = (
+        f"tls_server_config:\n  cert_file: {certs.server_cert}\n  key_file: {certs.server_key}\n"
+    )
+    with _strict_copy(backfill, tmp_path_factory.mktemp("tls"), config, tls=True) as url:
         yield url
 
 
@@ -129,3 +160,55 @@ def test_without_matplotlib_the_report_says_how_to_install_it(tmp_path: Path) ->
         setup="import sys; sys.modules['matplotlib'] = None",
     )
     assert "pip install 'nvwatch[report]'" in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("flags", "outcome"),
+    [
+        ((), "CERTIFICATE_VERIFY_FAILED"),  # a CA the system does not know
+        (("--ca-file", "CA"), "too many samples"),  # through TLS, to the sample limit
+        (("--insecure-skip-verify",), "too many samples"),
+    ],
+)
+def test_https(
+    tls_prometheus: str, certs: Certs, tmp_path: Path, flags: tuple[str, ...], outcome: str
+) -> None:
+    args = report_args(
+        tls_prometheus, tmp_path, *(str(certs.ca) if f == "CA" else f for f in flags)
+    )
+    assert outcome in one_line_error(nvwatch(*args))
+
+
+def test_a_bearer_token_is_sent(tmp_path: Path) -> None:
+    """What the client sends, seen by a loopback server that answers as Prometheus does
+    to a query it cannot parse (Prometheus itself does not check bearer tokens)."""
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = b'{"status":"error","errorType":"bad_data","error":"parse error"}'
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("s3cret-token\n")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        args = report_args(url, tmp_path / "out", "--bearer-token-file", str(token))
+        line = one_line_error(nvwatch(*args))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert "Prometheus rejected" in line and "parse error" in line
+    assert seen and set(seen) == {"Bearer s3cret-token"}
