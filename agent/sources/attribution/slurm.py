@@ -13,6 +13,7 @@ mapping file's job id gets the cgroup's user and the environment's account).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -104,7 +105,15 @@ class SlurmResolver:
         return self._owner_from_environ(pid)
 
     def _owner_from_environ(self, pid: int) -> Owner | None:
-        env = self._proc.environ(pid)
+        """The job the environment names. Another user's environ is root's to read: not
+        being root, this way is simply not available (no error); as root, an unreadable
+        environ is as wrong as any other /proc entry."""
+        try:
+            env = self._proc.environ(pid)
+        except ProcUnreadable:
+            if os.geteuid() != 0:
+                return None
+            raise
         job_id = (env or {}).get("SLURM_JOB_ID", "")
         if env is None or not job_id:
             return None
