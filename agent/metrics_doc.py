@@ -113,7 +113,10 @@ not series. *ceiling* is the most one node can export: the process family at its
 {MAX_PROCESSES} processes holding the most memory are kept). `nvwatch_gpu_xid_errors_total`
 adds one series per XID code a GPU raised this boot (none here). The `--mig` rows split
 every GPU into seven 1g instances, the most MIG devices a GPU holds: each adds its
-`nvwatch_mig_*` series, and the GPU loses its utilization pair. docs/scale.md turns
+`nvwatch_mig_*` series, and the GPU loses its utilization pair. With `--attribution`,
+`nvwatch_gpu_allocation_info` adds one series per GPU (or MIG instance) per owner: one per
+GPU on a node allocated exclusively, as many as the jobs or pods sharing a GPU otherwise
+(64 on the attribution benchmark's dgx-h100 with 8 jobs per GPU). docs/scale.md turns
 these figures into fleet-wide series and storage.
 
 | profile | GPUs | series | ceiling | NVLink | InfiniBand | per GPU (ceiling) |

@@ -225,7 +225,11 @@ def draw(dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelRes
     rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p, _ in results), default=1)
     height = rows * GRID_UNIT_INCHES + 0.6
     figure = Figure(figsize=(FIGURE_WIDTH_INCHES, height))
-    figure.suptitle(dashboard.get("title", ""), x=0.01, ha="left", fontsize=13, weight="bold")
+    title_y = 1 - 0.12 / height  # in inches from the top, however tall the dashboard
+    figure.suptitle(
+        dashboard.get("title", ""), x=0.01, y=title_y, ha="left", va="top", fontsize=13,
+        weight="bold",
+    )  # fmt: skip
     top = 0.6 / height  # room for the title
     for panel, result in results:
         pos = panel["gridPos"]

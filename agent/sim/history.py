@@ -116,13 +116,15 @@ def generate(
     *,
     nodes_per_file: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_file: Callable[[Path], None] | None = None,
 ) -> HistoryResult:
     """Simulate `plan` and write its history to `out` and its ground truth beside it.
 
     Node by node: each node's simulator is independent of the others', and OpenMetrics
     wants each series' samples together. With `nodes_per_file`, every that many nodes
     go to a file of their own (`part_path`), each complete and backfilled on its own: a
-    month of a 124-node fleet is tens of gigabytes as one file."""
+    month of a 124-node fleet is tens of gigabytes as one file. `on_file` is called with
+    each file as soon as it is complete (to backfill it and free the disk at once)."""
     started = time.monotonic()
     group = nodes_per_file or len(plan.nodes)
     truth = GroundTruth(plan)
@@ -153,6 +155,8 @@ def generate(
                     writer.close()
                     samples += writer.samples
                     writer = None
+                    if on_file is not None:
+                        on_file(paths[-1])
                 if progress is not None:
                     progress(done + 1, len(plan.nodes))
     except BaseException:

@@ -24,6 +24,7 @@ import pytest
 
 from agent.config import ScenarioSpec
 from agent.sim.fleet import Fleet
+from agent.sim.fleet_jobs import FleetJob
 from agent.sim.ports import free_port
 from alerts import build as alerts_build
 from dashboards.build import build_all
@@ -35,7 +36,8 @@ from tests.e2e.stack import HOST, Receiver, Stack, wait_for
 # the fleet's faults take a minute and more to show; six dashboards take a while to draw
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 # the e2e suite's 2 s leaves an NVML poll of an H100 with MIG 1.6 s, which a loaded
-# machine overruns: the source goes down and the instant tables lose their series
+# machine overruns: the source goes down and the instant tables lose their series. It is
+# also the interval the preview's $__rate_interval must know: values change once a poll.
 POLL_INTERVAL = 5.0
 DOCS = Path(__file__).parents[2] / "docs" / "dashboards"
 FAULTY = 0
@@ -51,6 +53,12 @@ SCENARIOS = [
 PROFILES = ["dgx-h100", "dgx1-v100", "dgx-a100", "dgx-a100"]
 # MIG on two of the first node's GPUs (Hopper: per-instance GPM too), for the MIG row
 MIG = [(range(FAULTY, FAULTY + 1), "6-7:3g.40gb,3g.40gb")]
+# Slurm jobs for the jobs dashboard: one on the faulty node's throttled GPUs, one on a
+# healthy node
+JOBS = [
+    FleetJob(FAULTY, (0, 1, 2, 3), "1001", "alice", "physics"),
+    FleetJob(1, None, "1002", "bob", "ml"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +76,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         time_scale=TIME_SCALE,
         hold_time=True,
         mig=MIG,
+        jobs=JOBS,
     )
     result = Stack(workdir, fleet, Receiver())
     # no Alertmanager: the dashboards read ALERTS, which Prometheus keeps by itself
@@ -115,7 +124,7 @@ def _decoded_size(path: Path) -> tuple[int, int]:
 def test_every_panel_of_every_dashboard_has_data(stack: Stack, tmp_path: Path) -> None:
     dashboards = build_all(mixin_config())
     drawn = preview(
-        dashboards, Prometheus(stack.prometheus_url), tmp_path, range_s=300, scrape_s=1.0
+        dashboards, Prometheus(stack.prometheus_url), tmp_path, range_s=300, scrape_s=POLL_INTERVAL
     )
     assert set(drawn) == set(dashboards)
     empty = [f"{name}: {p.title}" for name, panels in drawn.items() for p in panels if p.empty]
@@ -142,7 +151,7 @@ def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFix
     from agent.cli import main
 
     main(["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out", str(tmp_path),
-          "--range", "5m", "--scrape-interval", "1s", "--var", "instance=dgx-000",
+          "--range", "5m", "--scrape-interval", "5s", "--var", "instance=dgx-000",
           "--strict"])  # fmt: skip
     out = capsys.readouterr().out.split()
     assert sorted(Path(p).name for p in out) == sorted(

@@ -86,6 +86,11 @@ def _allocations(series: Series) -> list[tuple[str, str, str]]:
     ]
 
 
+def _owned(job: Job) -> list[tuple[str, str, str]]:
+    """The allocation series the job should have: its GPU, its id, user nobody."""
+    return [(str(job.gpu), job.id, "nobody")]
+
+
 def _job_of_pid(series: Series, pid: int) -> str | None:
     rows = series.get("nvwatch_gpu_process_memory_bytes", [])
     return next((x["job"] for x, _ in rows if x["pid"] == str(pid)), None)
@@ -120,7 +125,10 @@ def test_cgroup_path_names_the_job_and_user(cgroup_cluster: Cluster, tmp_path: P
         assert f"/slurm_{cgroup_cluster.host}/uid_65534/job_{job.id}/" in cgroup
         # only the cgroup way: no mapping directory; the real /proc
         with running_agent(_config(tmp_path, job)) as agent:
-            series = poll_until(agent, lambda s: _job_of_pid(s, job.pid) == job.id)
+            series = poll_until(
+                agent,
+                lambda s: _job_of_pid(s, job.pid) == job.id and _allocations(s) == _owned(job),
+            )
         assert _allocations(series) == [(str(job.gpu), job.id, "nobody")]
         assert _job_of_pid(series, job.pid) == job.id
     finally:
@@ -155,7 +163,9 @@ def test_all_ways_together_and_the_series_ends_with_the_job(
     job = submit(cgroup_cluster)
     config = _config(tmp_path, job, hpc_job_mapping_dir=cgroup_cluster.map_dir)
     with running_agent(config) as agent:
-        series = poll_until(agent, lambda s: _job_of_pid(s, job.pid) == job.id)
+        series = poll_until(
+            agent, lambda s: _job_of_pid(s, job.pid) == job.id and _allocations(s) == _owned(job)
+        )
         # seen by the cgroup and the mapping file: one owner, the user from the cgroup
         assert _allocations(series) == [(str(job.gpu), job.id, "nobody")]
         cgroup_cluster.run("scancel", job.id)
@@ -178,7 +188,10 @@ def test_environment_names_the_job_where_no_cgroup_does(
     try:
         assert "job_" not in Path(f"/proc/{job.pid}/cgroup").read_text()
         with running_agent(_config(tmp_path, job)) as agent:
-            series = poll_until(agent, lambda s: _job_of_pid(s, job.pid) == job.id)
+            series = poll_until(
+                agent,
+                lambda s: _job_of_pid(s, job.pid) == job.id and _allocations(s) == _owned(job),
+            )
         assert _allocations(series) == [(str(job.gpu), job.id, "nobody")]
     finally:
         linuxproc_cluster.run("scancel", job.id)

@@ -13,8 +13,9 @@ mapping file's job id gets the cgroup's user and the environment's account).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agent.sources.attribution.mapping_dir import MappingDirUnreadable, read_mapping_dir
@@ -69,7 +70,7 @@ class SlurmResolver:
                         owners.append(owner)
                 allocations += [Allocation(gpu.index, uuid, o) for o in _merged(owners)]
         self._owners.keep_only(seen)
-        return Resolution(tuple(allocations), pid_owners, errors.line())
+        return Resolution(_per_job(allocations), pid_owners, errors.line())
 
     def close(self) -> None:
         """Nothing to release: every read opens and closes its file."""
@@ -104,7 +105,15 @@ class SlurmResolver:
         return self._owner_from_environ(pid)
 
     def _owner_from_environ(self, pid: int) -> Owner | None:
-        env = self._proc.environ(pid)
+        """The job the environment names. Another user's environ is root's to read: not
+        being root, this way is simply not available (no error); as root, an unreadable
+        environ is as wrong as any other /proc entry."""
+        try:
+            env = self._proc.environ(pid)
+        except ProcUnreadable:
+            if os.geteuid() != 0:
+                return None
+            raise
         job_id = (env or {}).get("SLURM_JOB_ID", "")
         if env is None or not job_id:
             return None
@@ -132,3 +141,15 @@ def _merged(owners: Sequence[Owner]) -> list[Owner]:
         elif seen != owner:
             by_job[owner.job_id] = seen.merged(owner)
     return list(by_job.values())
+
+
+def _per_job(allocations: Sequence[Allocation]) -> tuple[Allocation, ...]:
+    """Each job's fields merged across all its GPUs on the node: a GPU that only the
+    mapping file gives a job (no process of the job on it yet, or an idle GPU the job
+    holds) names the user and account that the job's processes on its other GPUs show."""
+    by_job: dict[str, Owner] = {}
+    for allocation in allocations:
+        owner = allocation.owner
+        seen = by_job.get(owner.job_id)
+        by_job[owner.job_id] = owner if seen is None else seen.merged(owner)
+    return tuple(replace(a, owner=by_job[a.owner.job_id]) for a in allocations)
