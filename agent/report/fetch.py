@@ -64,7 +64,7 @@ def _progress_bar(total: int, stream: TextIO | None) -> Iterator[Callable[[str],
 
 def _run(client: PrometheusClient, query: Query, window: Window) -> Frame:
     if query.static:
-        result = client.query_range(query.expr, window.end, window.end, window.step)
+        result = client.query_range(query.expr, window.static_first, window.end, window.static_step)
         return Frame.from_result(result, window, single=True)
     first = window.start + window.step
     result = client.query_range(query.expr, first, window.end, window.step)

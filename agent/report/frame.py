@@ -29,7 +29,8 @@ class Frame:
 
     @classmethod
     def from_result(cls, result: RangeResult, window: Window, single: bool = False) -> Frame:
-        """Place each (time, value) at its step; `single`: one value per series (static)."""
+        """Place each (time, value) at its step; `single`: one value per series, the
+        largest of its points (a static query's per-day maxima)."""
         columns = 1 if single else window.steps
         values = np.full((len(result.series), columns), np.nan)
         first = window.start + window.step
@@ -38,7 +39,9 @@ class Frame:
                 continue
             pairs = np.asarray(points, dtype=np.float64)  # parses the value strings too
             if single:
-                values[row, 0] = pairs[-1, 1]
+                values[row, 0] = (
+                    np.nanmax(pairs[:, 1]) if np.any(~np.isnan(pairs[:, 1])) else np.nan
+                )
                 continue
             slots = np.rint((pairs[:, 0] - first) / window.step).astype(np.int64)
             inside = (slots >= 0) & (slots < columns)

@@ -4,8 +4,8 @@ Each query is a range query at the report's step whose inner function covers exa
 one step (`avg_over_time(x[1h])` at a 1 h step), so every raw sample counts once and a
 sum of value x step is an integral. Per-GPU detail is kept where a table names GPUs;
 everything else is summed per node in Prometheus, which keeps a 1,000-GPU fleet's
-answer small. "static" queries (TDPs, line rates, thresholds) are one value per series
-over the whole range.
+answer small. "static" queries (TDPs, line rates, thresholds) give one value per
+series: the largest of their per-day maxima over the range.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ THERMAL_REASONS = "sw_thermal_slowdown|hw_thermal_slowdown"
 class Query:
     name: str
     expr: str
-    static: bool = False  # one value per series for the whole range, at its end
+    static: bool = False  # one value per series: the largest over the range
 
 
 def build_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> list[Query]:
@@ -33,7 +33,7 @@ def build_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> list
     gpu = f"{node}, gpu, uuid"
     port = f"{node}, device, port"
     step = window.step_text
-    whole = window.range_text
+    whole = window.static_step_text
 
     def sel(*matchers: str) -> str:
         return cfg.sel(extra, *matchers)

@@ -37,8 +37,23 @@ class Window:
         return prometheus_duration(self.step)
 
     @property
-    def range_text(self) -> str:
-        return prometheus_duration(self.end - self.start)
+    def static_step(self) -> float:
+        """Step of the "static" queries (TDPs, line rates, thresholds): a day, or the
+        range when shorter. A `max_over_time` over a whole month would load every sample
+        of every NVLink link at once, tens of millions on a large fleet, near
+        Prometheus' default --query.max-samples; a day at a time stays far below it."""
+        return min(max(self.step, 86400.0), self.end - self.start)
+
+    @property
+    def static_step_text(self) -> str:
+        return prometheus_duration(self.static_step)
+
+    @property
+    def static_first(self) -> float:
+        """First evaluation of a static query: whole static steps back from the end, the
+        first of them reaching back to (or past) the start."""
+        count = math.ceil((self.end - self.start) / self.static_step)
+        return self.end - (count - 1) * self.static_step
 
     @property
     def range_words(self) -> str:

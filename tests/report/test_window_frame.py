@@ -38,6 +38,16 @@ def test_the_window_ends_on_a_whole_step_and_spans_the_range() -> None:
     assert window.times()[0] == window.start + 3600 and window.times()[-1] == window.end
     assert window.weeks == 5 and window.week_of_step()[7 * 24] == 1
     assert window.range_words == "30 days"
+    # TDPs and line rates: a day at a time, the first day reaching back to the start
+    assert (window.static_step, window.static_first) == (86400.0, window.start + 86400)
+
+
+def test_static_queries_of_a_short_range_take_it_whole() -> None:
+    window = make_window("36h", None, None, NOW)
+    assert window.static_step == 86400.0
+    assert window.static_first == window.end - 86400  # its window reaches past the start
+    short = make_window("6h", None, None, NOW)
+    assert (short.static_step, short.static_first) == (6 * 3600.0, short.end)
 
 
 def test_an_explicit_step_and_end() -> None:
