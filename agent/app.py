@@ -53,7 +53,7 @@ class Agent:
     def _publish(self, snapshot: Snapshot) -> None:
         # one reference swap: a scrape sees the old or the new exposition, never a mix
         http = self.http_state() if self.http_state is not None else None
-        self._exposition = build_exposition(snapshot, http)
+        self._exposition = build_exposition(snapshot, http, self.config.simulate)
 
     def exposition(self) -> Exposition | None:
         return self._exposition

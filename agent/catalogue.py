@@ -30,6 +30,7 @@ class Scope(str, Enum):
     PROCESS = "process"  # ProcessSample, per process on a GPU that is up
     ALLOCATION = "allocation"  # Allocation, per owner of a GPU (agent.sources.attribution)
     NVLINK = "nvlink"  # NvLinkSample per link, or the per-GPU total with link="all"
+    MIG = "mig"  # MigDeviceSample, per MIG device (GPU + compute instance) of a GPU
     IB_DEVICE = "ib_device"  # InfinibandDevice (agent.sources.infiniband)
     IB_PORT = "ib_port"  # InfinibandPort
     HOST = "host"  # HostSample (agent.sources.host)
@@ -43,6 +44,7 @@ IDENTITY: dict[Scope, tuple[str, ...]] = {
     Scope.PROCESS: ("gpu", "uuid"),
     Scope.ALLOCATION: ("gpu", "uuid"),
     Scope.NVLINK: ("gpu", "uuid", "link"),
+    Scope.MIG: ("gpu", "uuid", "gpu_instance_id", "compute_instance_id"),
     Scope.IB_DEVICE: (),
     Scope.IB_PORT: ("device", "port"),
     Scope.HOST: (),
@@ -56,6 +58,7 @@ SOURCE_OF: dict[Scope, str] = {
     Scope.PROCESS: "nvml",
     Scope.ALLOCATION: "attribution",
     Scope.NVLINK: "nvml",
+    Scope.MIG: "nvml",
     Scope.IB_DEVICE: "infiniband",
     Scope.IB_PORT: "infiniband",
     Scope.HOST: "host",
@@ -181,6 +184,8 @@ def _each(path: str, *, sort: bool = False) -> tuple[Series, ...]:
     return (Series(Field(path), each=True, sort=sort),)
 
 
+# NVML: "On MIG-enabled GPUs, querying device utilization rates is not currently supported"
+_MIG_NO_UTIL = "GPUs in MIG mode (NVML does not report utilization rates under MIG)"
 _HOPPER = "GPUs before Hopper (GPM needs nvmlGpmQueryDeviceSupport), or on the first poll"
 
 GPU_METRICS: tuple[MetricSpec, ...] = (
@@ -223,6 +228,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         Scope.GPU,
         "nvmlDeviceGetUtilizationRates .gpu (percent / 100)",
         _one("utilization_ratio", NvidiaSmi("utilization.gpu", 0.01, 0.15)),
+        when=_MIG_NO_UTIL,
     ),
     MetricSpec(
         "nvwatch_gpu_memory_utilization_ratio",
@@ -232,6 +238,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         Scope.GPU,
         "nvmlDeviceGetUtilizationRates .memory (percent / 100)",
         _one("memory_utilization_ratio"),
+        when=_MIG_NO_UTIL,
     ),
     MetricSpec(
         "nvwatch_gpu_memory_total_bytes",
@@ -542,6 +549,17 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         when=_HOPPER,
     ),
     MetricSpec(
+        "nvwatch_gpu_mig_mode",
+        _G,
+        "MIG mode of the GPU: 1 enabled, 0 disabled; kind=current now, kind=pending after "
+        "the next GPU reset (nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending).",
+        Scope.GPU,
+        "nvmlDeviceGetMigMode (current, pending)",
+        _by(("current", "mig_mode_current"), ("pending", "mig_mode_pending")),
+        own_labels=("kind",),
+        when="GPUs without MIG (before Ampere, GeForce, T4)",
+    ),
+    MetricSpec(
         "nvwatch_gpu_process_memory_bytes",
         _G,
         "Device memory held by a compute process (the largest processes, capped per GPU).",
@@ -557,6 +575,80 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         ),
         own_labels=("pid", "process", "user", "job", "pod", "namespace"),
         when="no compute process on the GPU",
+    ),
+)
+
+_MIG_OFF = "GPUs not in MIG mode, and GPUs in MIG mode without instances"
+_MIG_GPM = "MIG instances before Hopper (no GPM), or on the first poll"
+
+MIG_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "nvwatch_mig_info",
+        _G,
+        "A MIG device (GPU instance + compute instance) of the GPU; value is always 1. "
+        "mig_uuid is the id CUDA_VISIBLE_DEVICES, Kubernetes and Slurm give the instance; "
+        "profile its GPU-instance profile (1g.10gb ... 7g.80gb).",
+        Scope.MIG,
+        "nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetUUID, GetGpuInstanceId, "
+        "GetComputeInstanceId on the MIG device; nvmlGpuInstanceGetInfo .profileId named by "
+        "nvmlDeviceGetGpuInstanceProfileInfo (nvidia-smi -L)",
+        (Series(1.0, (_F("mig_uuid"), _F("profile"))),),
+        own_labels=("mig_uuid", "profile"),
+        when=_MIG_OFF,
+    ),
+    MetricSpec(
+        "nvwatch_mig_memory_total_bytes",
+        _G,
+        "Device memory of the MIG device's GPU instance (shared by its compute instances).",
+        Scope.MIG,
+        "nvmlDeviceGetMemoryInfo(MIG device, nvmlMemory_v2) .total",
+        _one("memory_total_bytes"),
+        when=_MIG_OFF,
+    ),
+    MetricSpec(
+        "nvwatch_mig_memory_used_bytes",
+        _G,
+        "Device memory in use in the MIG device's GPU instance.",
+        Scope.MIG,
+        "nvmlDeviceGetMemoryInfo(MIG device, nvmlMemory_v2) .used",
+        _one("memory_used_bytes"),
+        when=_MIG_OFF,
+    ),
+    MetricSpec(
+        "nvwatch_mig_sm_active_ratio",
+        _G,
+        "GPM: fraction of time the GPU instance's SMs had a warp resident (Hopper+).",
+        Scope.MIG,
+        "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_SM_UTIL",
+        _one("sm_active_ratio"),
+        when=_MIG_GPM,
+    ),
+    MetricSpec(
+        "nvwatch_mig_sm_occupancy_ratio",
+        _G,
+        "GPM: warps resident on the GPU instance's SMs over the maximum (Hopper+).",
+        Scope.MIG,
+        "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_SM_OCCUPANCY",
+        _one("sm_occupancy_ratio"),
+        when=_MIG_GPM,
+    ),
+    MetricSpec(
+        "nvwatch_mig_tensor_active_ratio",
+        _G,
+        "GPM: fraction of time the GPU instance's tensor pipes were busy (Hopper+).",
+        Scope.MIG,
+        "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+        _one("tensor_active_ratio"),
+        when=_MIG_GPM,
+    ),
+    MetricSpec(
+        "nvwatch_mig_dram_active_ratio",
+        _G,
+        "GPM: fraction of the GPU instance's peak DRAM bandwidth used (Hopper+).",
+        Scope.MIG,
+        "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_DRAM_BW_UTIL",
+        _one("dram_active_ratio"),
+        when=_MIG_GPM,
     ),
 )
 
@@ -867,6 +959,19 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         own_labels=("version",),
     ),
     MetricSpec(
+        "nvwatch_agent_simulated",
+        _G,
+        "1 when this agent reads a simulated node (--simulate PROFILE, NVWATCH_SIMULATE) "
+        "instead of real hardware, with the simulated profile; absent on real hardware. "
+        "Its GPUs, serials and UUIDs are made up: a Prometheus that must see real data "
+        "alerts on it (mixin config production: true).",
+        Scope.AGENT,
+        "the agent's configuration: --simulate PROFILE (agent/config.py AgentConfig.simulate)",
+        (Series(1.0, (_F("simulated_profile"),), present_if=_F("simulated_profile")),),
+        own_labels=("profile",),
+        when="real hardware (no --simulate), the only place it matters",
+    ),
+    MetricSpec(
         "nvwatch_agent_source_up",
         _G,
         "1 if the source's last poll succeeded, also when it found its hardware absent "
@@ -958,6 +1063,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     *GPU_METRICS,
+    *MIG_METRICS,
     *ALLOCATION_METRICS,
     *NVLINK_METRICS,
     *INFINIBAND_METRICS,

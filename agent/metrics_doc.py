@@ -9,12 +9,13 @@ import tempfile
 from pathlib import Path
 
 from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
-from agent.series_budget import PROCESS_FAMILY, Budget, measure
+from agent.series_budget import MIG_LAYOUTS, PROCESS_FAMILY, Budget, measure
 from agent.sim.profiles import PROFILES
 from agent.sources.nvml.reads import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
+    ("nvwatch_mig_", "MIG instances"),
     ("nvwatch_nvlink_", "NVLink"),
     ("nvwatch_ib_", "InfiniBand"),
     ("nvwatch_host_", "Host"),
@@ -27,6 +28,7 @@ _SAMPLE_CLASS = {
     Scope.PROCESS: "ProcessSample",
     Scope.ALLOCATION: "Allocation",
     Scope.NVLINK: "NvLinkSample",
+    Scope.MIG: "MigDeviceSample",
     Scope.IB_DEVICE: "InfinibandDevice",
     Scope.IB_PORT: "InfinibandPort",
     Scope.HOST: "HostSample",
@@ -58,23 +60,39 @@ agent.nvsmi_compare` on a real GPU); and when it is absent.
 _USAGE: dict[str, str] = {
     "nvwatch_gpu_allocation_info": """Usage: GPU series carry no job labels (a label per job on
 every series would multiply the node's series by its jobs and break every series when a job
-ends); join this info metric at query time on `instance` and `gpu` (add `uuid` for MIG
-instances, which share their parent's `gpu`):
+ends); join this info metric at query time. Each query below is checked by promtool
+(tests/attribution/test_join_idiom.py).
 
 ```promql
-# utilization of each GPU, with the job and user it is allocated to
+# where every GPU has one owner (exclusive allocation, no MIG): a GPU series with the
+# job and user of its GPU
 nvwatch_gpu_utilization_ratio
-  * on(instance, gpu) group_left(job_id, user) nvwatch_gpu_allocation_info{scheduler="slurm"}
+  * on(instance, gpu) group_left(job_id, user) nvwatch_gpu_allocation_info
+
+# any GPU, also one shared by several owners (two jobs in one mapping file, time-sliced
+# pods): one result per owner, with all the owner's labels
+nvwatch_gpu_allocation_info{uuid!~"MIG-.*"}
+  * on(instance, gpu) group_left nvwatch_gpu_utilization_ratio
+
 # GPUs per user right now
 count by (user) (nvwatch_gpu_allocation_info)
-# the pods of a namespace and their GPUs' memory use
-nvwatch_gpu_memory_used_bytes
-  * on(instance, gpu) group_left(pod, container) nvwatch_gpu_allocation_info{namespace="ml"}
+
+# MIG: an instance's allocation carries the instance's own uuid (MIG-...); per-instance
+# series name their instance by ids, which nvwatch_mig_info maps to that uuid
+nvwatch_mig_memory_used_bytes
+  * on(instance, gpu, gpu_instance_id, compute_instance_id) group_left(mig_uuid)
+    nvwatch_mig_info
+  * on(instance, mig_uuid) group_left(job_id, user)
+    label_replace(nvwatch_gpu_allocation_info{uuid=~"MIG-.+"}, "mig_uuid", "$1", "uuid", "(.+)")
 ```
 
-A GPU shared by several owners (two jobs in one mapping file, time-sliced pods) has one
-series per owner, so such a join yields one result per owner; the series count is GPUs
-(or MIG instances) x owners, a few dozen per node.""",
+The first form is the short one, and Prometheus refuses the whole query ("many-to-many
+matching not allowed: matching labels must be unique on one side") as soon as any GPU it
+covers has several owners, or several allocated MIG instances, which share their parent's
+`gpu`: the "one" side then has two series for that GPU. The second form puts the
+allocation on the many side and works for every GPU. Prometheus drops the labels a
+scheduler leaves empty (`account`, `pod`, ... for Slurm) from stored series. Series: one
+per GPU (or MIG instance) per owner, a few dozen per node at most.""",
     "nvwatch_gpu_process_memory_bytes": """`job` is the Slurm job id of the pid, `pod` and
 `namespace` its Kubernetes pod, from attribution's cache (`--attribution`); a pid seen for
 the first time is labelled from the next refresh on (well under a second later, when the
@@ -93,7 +111,12 @@ ingest; target labels (`job`, `instance`, `cluster`, `rack`, `node_class`) add l
 not series. *ceiling* is the most one node can export: the process family at its cap of
 {MAX_PROCESSES} processes per GPU (`{PROCESS_FAMILY}` carries `pid`, and only the
 {MAX_PROCESSES} processes holding the most memory are kept). `nvwatch_gpu_xid_errors_total`
-adds one series per XID code a GPU raised this boot (none here). docs/scale.md turns
+adds one series per XID code a GPU raised this boot (none here). The `--mig` rows split
+every GPU into seven 1g instances, the most MIG devices a GPU holds: each adds its
+`nvwatch_mig_*` series, and the GPU loses its utilization pair. With `--attribution`,
+`nvwatch_gpu_allocation_info` adds one series per GPU (or MIG instance) per owner: one per
+GPU on a node allocated exclusively, as many as the jobs or pods sharing a GPU otherwise
+(64 on the attribution benchmark's dgx-h100 with 8 jobs per GPU). docs/scale.md turns
 these figures into fleet-wide series and storage.
 
 | profile | GPUs | series | ceiling | NVLink | InfiniBand | per GPU (ceiling) |
@@ -115,6 +138,9 @@ def measure_all() -> list[Budget]:
     for profile in sorted(PROFILES):
         with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
             budgets.append(measure(profile, Path(root)))
+    for profile, layout in MIG_LAYOUTS.items():
+        with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
+            budgets.append(measure(profile, Path(root), mig=layout))
     return budgets
 
 

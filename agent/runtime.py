@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator
 
 from agent.config import AgentConfig, ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -54,6 +57,13 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
         raise ConfigError(str(exc)) from exc
     if config.sim_process_file is not None:
         node.nvml.process_file = ProcessFile(config.sim_process_file, node.profile.gpu_count)
+    # a shell left with NVWATCH_SIMULATE set runs this too: say it where people look
+    log.warning(
+        "SIMULATED node %s (--simulate or NVWATCH_SIMULATE): not real hardware; every GPU "
+        'served is made up, and /metrics carries nvwatch_agent_simulated{profile="%s"} 1',
+        config.simulate,
+        config.simulate,
+    )
     sim_nvml.install(node.nvml)
     # the tree is rewritten only for a reader: once per poll, and never without the
     # infiniband source (the NVML side integrates lazily, on each call)

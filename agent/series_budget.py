@@ -10,6 +10,8 @@ Two families can grow past what one render shows, and both are bounded:
   (the processes holding the most memory), so its worst case is MAX_PROCESSES x GPUs.
 - `nvwatch_gpu_xid_errors_total` gains one series per XID code a GPU has raised this
   boot: a handful on a sick GPU, none on a healthy one (the simulation raises none).
+The `nvwatch_mig_*` families have one series per MIG device, at most seven per GPU:
+MIG_LAYOUTS renders the MIG boards with every GPU split into seven 1g instances.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from agent.sources.nvml.reads import MAX_PROCESSES
 from agent.sources.nvml.source import NvmlSource
 
 PROCESS_FAMILY = "nvwatch_gpu_process_memory_bytes"
+#: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
+MIG_LAYOUTS = {"dgx-a100": "all:1g.5gb*7", "dgx-h100": "all:1g.10gb*7"}
 
 
 def render_profile(
@@ -41,13 +45,15 @@ def render_profile(
     *,
     with_host: bool = False,
     process_file: ProcessFile | None = None,
+    mig: str | None = None,
 ) -> str:
     """The whole exposition of a simulated `profile` after two polls a minute apart.
 
-    `root` holds the node's sysfs tree; `process_file` adds processes to its GPUs.
+    `root` holds the node's sysfs tree; `process_file` adds processes to its GPUs; `mig`
+    partitions them (a --mig layout).
     """
     clock = ManualClock(0.0)
-    node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=root)
+    node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=root, mig=mig)
     node.nvml.process_file = process_file
     sim_nvml.install(node.nvml)
     # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
@@ -104,13 +110,14 @@ class Budget:
         return sum(n for name, n in self.per_family.items() if name.startswith(prefix))
 
 
-def measure(profile: str, root: Path) -> Budget:
-    """Render `profile` (host source included, as `serve` runs it) and count its series."""
-    series = parse_series(render_profile(profile, root, with_host=True))
+def measure(profile: str, root: Path, mig: str | None = None) -> Budget:
+    """Render `profile` (host source included, as `serve` runs it) and count its series;
+    with `mig`, partitioned so (the row is named `profile --mig LAYOUT`)."""
+    series = parse_series(render_profile(profile, root, with_host=True, mig=mig))
     per_family = Counter(s.name for s in series)
     gpus = sum(1 for s in series if s.name == "nvwatch_gpu_up")
     return Budget(
-        profile,
+        profile if mig is None else f"{profile} --mig {mig}",
         gpus,
         len(series),
         dict(sorted(per_family.items())),

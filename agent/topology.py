@@ -27,6 +27,7 @@ from agent.sources.nvml.device import error_name, text
 from agent.sources.nvml.source import init_reason
 from agent.sources.pci_address import sysfs_bus_id as normalise_bus_id
 from agent.sources.pci_affinity import PciPath, Resolver
+from agent.topology_mig import GpuPartition, format_partitions, read_partitions
 
 # nvmlGpuTopologyLevel_t -> nvidia-smi's legend
 _NVML_LEVELS = {
@@ -77,6 +78,7 @@ class Topology:
     gpu_matrix: tuple[tuple[str, ...], ...]  # [i][j]: "X", "NV<n>", or a PCIe relation
     gpu_hca: tuple[tuple[str, ...], ...]  # [gpu][hca]: PCIe relation
     hca_matrix: tuple[tuple[str, ...], ...]  # [hca][hca]
+    mig: tuple[GpuPartition, ...] = ()  # MIG-capable GPUs' partitioning
 
     def nvlinks_between(self, a: int, b: int) -> int:
         """NVLinks usable between GPUs a and b: direct links, else shared switch links."""
@@ -144,7 +146,8 @@ def _build(resolver: Resolver, hca_ids: Sequence[tuple[str, str]]) -> Topology:
         tuple(_pcie(resolver, gpu.pci_path, hca.pci_path) for hca in hcas) for gpu in gpus
     )
     hca_matrix = tuple(tuple(_pcie(resolver, a.pci_path, b.pci_path) for b in hcas) for a in hcas)
-    return Topology(tuple(gpus), hcas, gpu_matrix, gpu_hca, hca_matrix)
+    mig = read_partitions(handles)
+    return Topology(tuple(gpus), hcas, gpu_matrix, gpu_hca, hca_matrix, mig)
 
 
 def _gpu_relation(
@@ -219,4 +222,6 @@ def format_matrix(topology: Topology) -> str:
     width = max([len(n) for n in names] + [len(c) for row in rows for c in row] + [4]) + 2
     lines = [" " * width + "".join(n.ljust(width) for n in names).rstrip()]
     lines += ["".join(cell.ljust(width) for cell in row).rstrip() for row in rows]
-    return "\n".join(lines) + "\n\n" + LEGEND + "\n"
+    text = "\n".join(lines) + "\n\n" + LEGEND + "\n"
+    partitions = format_partitions(topology.mig)
+    return text + "\n" + partitions if partitions else text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from alerts.recording_attribution import doc_lines as gpu_hours_doc
 from alerts.rules import Alert, alert_groups
 from alerts.rules.base import Kind
 from mixin.config import MixinConfig
@@ -129,11 +130,14 @@ def _xid_table(cfg: MixinConfig) -> list[str]:
 
 
 def render_docs(cfg: MixinConfig) -> str:
-    groups = alert_groups(cfg)
+    # every runbook, those of production-only alerts too: a runbook_url must resolve
+    # whichever config built the rules
+    groups = alert_groups(cfg.with_overrides(production=True))
     lines = [*_INTRO, "", *_summary_table([a for g in groups for a in g.alerts])]
     for group in groups:
         lines += ["", f"## {group.title}"]
         for a in group.alerts:
             lines += _runbook(cfg, a)
     lines += _xid_table(cfg)
+    lines += gpu_hours_doc(cfg)
     return "\n".join(lines) + "\n"

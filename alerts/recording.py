@@ -186,7 +186,10 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
 
 
 def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
-    return (expectation_group(cfg), node_group(cfg), cluster_group(cfg))
+    # GPU-hours per owner live in their own module, which builds on this one's types
+    from alerts.recording_attribution import attribution_group
+
+    return (expectation_group(cfg), node_group(cfg), cluster_group(cfg), attribution_group(cfg))
 
 
 def recorded_names(cfg: MixinConfig) -> frozenset[str]:

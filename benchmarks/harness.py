@@ -9,11 +9,14 @@ between polls, outside every timer, so counters move but the tick is not counted
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from agent.config import AgentConfig
 from agent.exposition.render import Exposition, build_exposition, prepare
@@ -60,18 +63,29 @@ class PollTimes:
 class Harness:
     """One simulated node and an agent polling it; use as `with simulated_agent(...)`."""
 
-    def __init__(self, profile: str, nvlink_detail: str, sources: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        profile: str,
+        nvlink_detail: str,
+        sources: tuple[str, ...],
+        config_changes: Mapping[str, Any] | None = None,
+        process_file: Path | None = None,
+    ) -> None:
         from agent.sim import nvml as sim_nvml
         from agent.sim.node import SimulatedNode
+        from agent.sim.process_file import ProcessFile
 
         self.profile = profile
         self.clock = ManualClock(1000.0)
         self._root = scratch_dir(f"nvwatch-bench-{profile}-")
         self.node = SimulatedNode(profile, clock=self.clock, sysfs_root=self._root)
+        if process_file is not None:  # real pids the simulated GPUs report
+            self.node.nvml.process_file = ProcessFile(process_file, self.node.profile.gpu_count)
         sim_nvml.install(self.node.nvml)
         self.config = AgentConfig(
             sources=sources, sysfs_root=self.node.sysfs_root, nvlink_detail=nvlink_detail
         )
+        self.config = dataclasses.replace(self.config, **(config_changes or {}))
         self.times = PollTimes()
         self._recording = False
         self.exposition: Exposition | None = None
@@ -148,9 +162,16 @@ class Harness:
 
 @contextmanager
 def simulated_agent(
-    profile: str, nvlink_detail: str = "link", sources: tuple[str, ...] = SOURCES
+    profile: str,
+    nvlink_detail: str = "link",
+    sources: tuple[str, ...] = SOURCES,
+    *,
+    config_changes: Mapping[str, Any] | None = None,
+    process_file: Path | None = None,
 ) -> Iterator[Harness]:
-    harness = Harness(profile, nvlink_detail, sources)
+    """`config_changes`: AgentConfig fields to set (--attribution ...); `process_file`: the
+    simulator's file of real pids on its GPUs (agent/sim/process_file.py)."""
+    harness = Harness(profile, nvlink_detail, sources, config_changes, process_file)
     try:
         yield harness
     finally:

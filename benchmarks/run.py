@@ -26,6 +26,9 @@ if __package__ in (None, ""):
     # run as a script: make the checkout importable as `benchmarks` and `agent`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.attribution_cost import PROCESSES as ATTRIBUTION_PROCESSES
+from benchmarks.attribution_cost import PROFILE as ATTRIBUTION_PROFILE
+from benchmarks.attribution_cost import measure_attribution_cost
 from benchmarks.common import REPO_ROOT, cpu_model, package_version, tool_version
 from benchmarks.nvml_calls import measure_nvml_calls
 from benchmarks.poll_cost import (
@@ -58,6 +61,7 @@ class Settings:
     warmup: int = 5
     profile_polls: int = 20
     render_repeats: int = 30
+    attribution_polls: int = 200
     connections: tuple[int, ...] = (1, 16, 64)
     wrk_seconds: float = 5.0
     rss_polls: int = 10_000
@@ -81,6 +85,7 @@ class Settings:
             warmup=2,
             profile_polls=3,
             render_repeats=5,
+            attribution_polls=20,
             wrk_seconds=1.0,
             rss_polls=200,
             rss_warmup=5,
@@ -119,6 +124,10 @@ def collect(settings: Settings) -> Results:
         for profile in settings.profiles:
             log(f"series: {profile}")
             results.series.append(count_series_of(profile))
+        log(f"attribution: {ATTRIBUTION_PROFILE}, {ATTRIBUTION_PROCESSES} GPU processes, slurm")
+        results.attribution = measure_attribution_cost(
+            settings.attribution_polls, settings.warmup, settings.poll_seconds
+        )
         for profile in settings.profiles:
             log(f"NVML calls per GPU per poll: {profile}")
             results.nvml_calls.append(measure_nvml_calls(profile))

@@ -18,6 +18,7 @@ from dashboards.capacity_review import capacity_review
 from dashboards.cluster_overview import cluster_overview
 from dashboards.grafana import modernise
 from dashboards.infiniband import infiniband
+from dashboards.jobs import jobs
 from dashboards.links import add_navigation
 from dashboards.node import node
 from dashboards.nvlink import nvlink
@@ -31,6 +32,7 @@ DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
     "nvwatch-infiniband.json": infiniband,
     "nvwatch-thermal-power.json": thermal_power,
     "nvwatch-capacity-review.json": capacity_review,
+    "nvwatch-jobs.json": jobs,
 }
 
 

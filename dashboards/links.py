@@ -30,6 +30,7 @@ NVLINK = "nvwatch-nvlink"
 INFINIBAND = "nvwatch-infiniband"
 THERMAL_POWER = "nvwatch-thermal-power"
 CAPACITY_REVIEW = "nvwatch-capacity-review"
+JOBS = "nvwatch-jobs"
 
 # Grafana's own variable with the dashboard's time range as `from=...&to=...`.
 TIME_RANGE = "${__url_time_range}"

@@ -43,7 +43,8 @@ def _utilization_memory_power(grid: Grid, cfg: MixinConfig) -> None:
         "timeseries",
         "GPU utilization",
         "Share of time a kernel ran, per GPU. One GPU lower than the rest in a multi-GPU "
-        "job is waiting on the others or throttled.",
+        "job is waiting on the others or throttled. NVML reports none for a GPU in MIG "
+        "mode: see the MIG instances row.",
         "percentunit",
         [Q(_m(cfg, "nvwatch_gpu_utilization_ratio"), "GPU {{gpu}}")],
         min_=0,
@@ -224,6 +225,58 @@ def _nvlink(grid: Grid, cfg: MixinConfig) -> None:
     )
 
 
+def _by_instance(cfg: MixinConfig, expr: str) -> str:
+    """`expr` per MIG device with the instance's profile joined in from nvwatch_mig_info."""
+    on = "on(gpu, gpu_instance_id, compute_instance_id)"
+    return f"{expr} * {on} group_left(profile) {_m(cfg, 'nvwatch_mig_info')}"
+
+
+_INSTANCE = "GPU {{gpu}} GI {{gpu_instance_id}} {{profile}}"
+
+
+def _mig(grid: Grid, cfg: MixinConfig) -> None:
+    grid.add(
+        "table",
+        "MIG instances",
+        "MIG mode of each GPU that has MIG, and each MIG device: GPU instance, compute "
+        "instance, profile and the MIG UUID jobs and pods are given. Empty on GPUs "
+        "without MIG or with MIG off; `nvwatch topology` shows the memory slices.",
+        "none",
+        [
+            Q(_m(cfg, "nvwatch_gpu_mig_mode"), instant=True, table=True),
+            Q(_m(cfg, "nvwatch_mig_info"), instant=True, table=True),
+        ],
+        w=8,
+    )
+    used = _m(cfg, "nvwatch_mig_memory_used_bytes")
+    total = _m(cfg, "nvwatch_mig_memory_total_bytes")
+    grid.add(
+        "timeseries",
+        "MIG instance memory used",
+        "Memory in use in each MIG instance over its own total. An instance near 1 fails "
+        "to allocate however empty the rest of the GPU is: memory is carved per instance.",
+        "percentunit",
+        [Q(_by_instance(cfg, f"{used} / {total}"), _INSTANCE)],
+        min_=0,
+        max_=1,
+        w=8,
+    )
+    grid.add(
+        "timeseries",
+        "MIG instance SM and DRAM activity",
+        "GPM activity of each MIG instance, as a share of its own SMs and memory bandwidth "
+        "(Hopper; absent on the A100). The GPU-wide utilization is not reported under MIG.",
+        "percentunit",
+        [
+            Q(_by_instance(cfg, _m(cfg, "nvwatch_mig_sm_active_ratio")), f"{_INSTANCE} SM"),
+            Q(_by_instance(cfg, _m(cfg, "nvwatch_mig_dram_active_ratio")), f"{_INSTANCE} DRAM"),
+        ],
+        min_=0,
+        max_=1,
+        w=8,
+    )
+
+
 def _infiniband_and_host(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "timeseries",
@@ -255,6 +308,7 @@ def _infiniband_and_host(grid: Grid, cfg: MixinConfig) -> None:
 # Top to bottom, as the grid lays them out.
 _PANELS: tuple[PanelRow, ...] = (
     _utilization_memory_power,
+    _mig,
     _temperature_and_clocks,
     _throttling,
     _pcie,
@@ -269,8 +323,8 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         cfg,
         NODE,
         "nvwatch / Node",
-        "Every GPU of one node: utilization, memory, power, temperature, clocks, throttling, "
-        "PCIe, ECC and XIDs, NVLink links and InfiniBand ports.",
+        "Every GPU of one node: utilization, memory, power, MIG instances, temperature, "
+        "clocks, throttling, PCIe, ECC and XIDs, NVLink links and InfiniBand ports.",
         _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster", multi=False),

@@ -44,7 +44,9 @@ _config_option = _option(
     "mixin_config",
     type=click.Path(dir_okay=False),
     envvar="NVWATCH_MIXIN_CONFIG",
-    help="Mixin YAML overriding selectors and thresholds (see mixin/config.py).",
+    help="Mixin config, a YAML file of the mixin/config.py fields to override (selectors, "
+    "thresholds, durations, node classes, production: true); example: "
+    "deploy/mixin.example.yaml.",
 )
 _out_option = _option(
     "--out", required=True, type=click.Path(file_okay=False), help="Directory to write into."

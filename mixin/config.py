@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agent.config import load_yaml_text, read_config_text
 from agent.durations import parse_duration, prometheus_duration
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
@@ -124,6 +123,14 @@ class MixinConfig:
     # TDP for `for_default` means the node runs at its power budget: the PDU/rack plan
     # must hold this.
     node_power_budget_fraction: float = 0.9
+    # GPU power each rack's power plan allows, in kW, for `nvwatch report` (0: no plan).
+    # nvwatch measures GPU board power only: set this to the rack's circuit budget less
+    # what the rest of its nodes draw (CPUs, fans, NICs). A DGX-1 is 3.2 kW with 8 x 300 W
+    # of GPUs, so a rack of four on a 12.8 kW plan leaves 4 x 8 x 300 W = 9.6 kW for GPUs
+    # (deploy/mixin.example.yaml).
+    rack_gpu_power_budget_kw: float = 0.0
+    # Racks whose plan differs from rack_gpu_power_budget_kw: {rack label value: kW}.
+    rack_gpu_power_budgets_kw: tuple[tuple[str, float], ...] = ()
 
     # --- fabric ---------------------------------------------------------------------
     # NVLink data-link errors per second per link and type (crc, replay, recovery, ecc).
@@ -157,8 +164,30 @@ class MixinConfig:
     # ... or its CPUs are saturated above this utilization (data loading bound).
     starvation_host_cpu: float = 0.9
 
+    # --- jobs (GPU attribution) -----------------------------------------------------
+    # A GPU allocated to a job or pod (nvwatch_gpu_allocation_info) whose utilization,
+    # averaged over rate_window, stays below this ...
+    gpu_allocated_idle_utilization: float = 0.05
+    # ... this long is capacity a job holds and does not use (NvwatchGpuAllocatedIdle,
+    # info): an hour rides over a job's data loading, checkpoints and compilation.
+    gpu_allocated_idle_for: str = "1h"
+    # The jobs dashboard's verdict "memory-bound": device memory busy (nvidia-smi
+    # utilization.memory) above this share of the time, averaged over the job's life.
+    job_memory_bound_ratio: float = 0.6
+    # ... and "power-capped" / "thermally throttled": the clock-event reason active
+    # above this share of the job's life (a healthy job touches its cap in bursts).
+    job_throttled_ratio: float = 0.2
+
     # --- health ---------------------------------------------------------------------
     critical_xids: tuple[str, ...] = DEFAULT_CRITICAL_XIDS
+    # This Prometheus watches production: an agent on a simulated node
+    # (nvwatch_agent_simulated, e.g. from a shell left with NVWATCH_SIMULATE set) pages
+    # (NvwatchSimulatedAgentInProduction). A rule cannot see Prometheus' external labels
+    # (they are added on the way out, to alerts and remote writes), and a per-target
+    # label would have to be on every scrape config; so the rule file of a production
+    # Prometheus is built with this set. Off for test and demo stacks, which scrape
+    # simulated agents on purpose.
+    production: bool = False
     # The agent's last poll older than this means it is wedged even though /metrics
     # still answers from its cache.
     agent_stale_seconds: float = 120.0
@@ -238,6 +267,8 @@ class MixinConfig:
             if f.name.endswith("_for") or f.name.startswith("for_") or f.name in _WINDOWS:
                 # frozen: normalising in place is the one write __post_init__ makes
                 object.__setattr__(self, f.name, _prometheus_form(f.name, value))
+            elif isinstance(f.default, bool) and not isinstance(value, bool):
+                raise ValueError(f"{f.name}: expected true or false, got {value!r}")
             elif isinstance(f.default, (int, float)) and not isinstance(value, (int, float)):
                 raise ValueError(f"{f.name}: expected a number, got {value!r}")
             elif isinstance(f.default, str) and not isinstance(value, str):
@@ -272,6 +303,11 @@ class MixinConfig:
         """
         return min((c.nvlinks_per_gpu for c in self.node_classes if c.nvlinks_per_gpu), default=1)
 
+    def rack_gpu_power_budget_watts(self, rack: str) -> float | None:
+        """The GPU power budget of `rack` in watts; None where no plan is configured."""
+        kilowatts = dict(self.rack_gpu_power_budgets_kw).get(rack, self.rack_gpu_power_budget_kw)
+        return kilowatts * 1000 if kilowatts > 0 else None
+
     def runbook_url(self, alert_name: str) -> str:
         return f"{self.runbook_base_url}#{alert_name.lower()}"
 
@@ -288,6 +324,8 @@ class MixinConfig:
         values = dict(data)
         if "node_classes" in values:
             values["node_classes"] = _node_classes(values["node_classes"])
+        if "rack_gpu_power_budgets_kw" in values:
+            values["rack_gpu_power_budgets_kw"] = _rack_budgets(values["rack_gpu_power_budgets_kw"])
         for key in ("critical_xids", "dashboard_tags"):
             if key in values:
                 if not isinstance(values[key], list):
@@ -298,7 +336,8 @@ class MixinConfig:
     @classmethod
     def from_yaml(cls, path: Path) -> MixinConfig:
         """Load overrides from a YAML mapping; unknown keys are a ValueError naming them."""
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        # the agent's loader: one-line errors naming the file, a size limit, no aliases
+        data = load_yaml_text(read_config_text(path, "mixin config"), path, "mixin config")
         if data is None:
             return cls()
         if not isinstance(data, dict):
@@ -334,6 +373,20 @@ def _node_classes(raw: Any) -> tuple[NodeClass, ...]:
             )
         )
     return tuple(classes)
+
+
+def _rack_budgets(raw: Any) -> tuple[tuple[str, float], ...]:
+    """rack_gpu_power_budgets_kw: {rack: kW}, every budget a positive number."""
+    if not isinstance(raw, dict):
+        raise ValueError("rack_gpu_power_budgets_kw: expected a mapping of rack to kW")
+    budgets = []
+    for rack, kilowatts in raw.items():
+        if isinstance(kilowatts, bool) or not isinstance(kilowatts, (int, float)) or kilowatts <= 0:
+            raise ValueError(
+                f"rack_gpu_power_budgets_kw.{rack}: expected kW > 0, got {kilowatts!r}"
+            )
+        budgets.append((str(rack), float(kilowatts)))
+    return tuple(budgets)
 
 
 def _prometheus_form(name: str, value: object) -> str:

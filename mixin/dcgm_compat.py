@@ -192,8 +192,10 @@ class DcgmLabel:
     name: str
     meaning: str
     nvwatch: str  # "" = nvwatch has no such label
-    regex: str = "(.*)"  # label_replace regex over the nvwatch label ("" = not recorded)
+    regex: str = "(.*)"  # label_replace regex over the nvwatch label ("" = same name)
     replacement: str = "$1"
+    # on the compatibility series (they are per GPU; MIG labels are per MIG device)
+    per_gpu: bool = True
 
 
 def labels(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
@@ -210,8 +212,8 @@ def labels(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
         DcgmLabel("pod", "Kubernetes pod using the GPU", ""),
         DcgmLabel("namespace", "that pod's namespace", ""),
         DcgmLabel("container", "that pod's container", ""),
-        DcgmLabel("GPU_I_ID", "MIG GPU instance id", ""),
-        DcgmLabel("GPU_I_PROFILE", "MIG GPU instance profile", ""),
+        DcgmLabel("GPU_I_ID", "MIG GPU instance id", "gpu_instance_id", per_gpu=False),
+        DcgmLabel("GPU_I_PROFILE", "MIG GPU instance profile", "profile", per_gpu=False),
         DcgmLabel("err_code, err_msg", "XID code and text (DCGM_FI_DEV_XID_ERRORS)", ""),
     )
 
@@ -220,13 +222,17 @@ def labels(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
 LABELS_RULE = "gpu:nvwatch_gpu_info:dcgm_labels"
 
 
+def _on_compat(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
+    return tuple(lb for lb in labels(cfg) if lb.nvwatch and lb.per_gpu)
+
+
 def _renamed(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
-    return tuple(lb for lb in labels(cfg) if lb.nvwatch and lb.regex)
+    return tuple(lb for lb in _on_compat(cfg) if lb.regex)
 
 
 def joined_labels(cfg: MixinConfig) -> tuple[str, ...]:
     """dcgm label names the compatibility series carry beyond the value's own labels."""
-    return tuple(lb.name for lb in labels(cfg) if lb.nvwatch and lb.name != "gpu")
+    return tuple(lb.name for lb in _on_compat(cfg) if lb.name != "gpu")
 
 
 def labels_expr(cfg: MixinConfig) -> str:

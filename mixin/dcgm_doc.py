@@ -95,11 +95,12 @@ def _labels(cfg: MixinConfig) -> list[str]:
     rows = []
     for lb in labels(cfg):
         if not lb.nvwatch:
-            source, on_compat = "none", "no"
+            source = "none"
         elif lb.replacement != "$1" or lb.regex not in ("", "(.*)"):
-            source, on_compat = f"from `{lb.nvwatch}`: `{lb.regex}` -> `{lb.replacement}`", "yes"
+            source = f"from `{lb.nvwatch}`: `{lb.regex}` -> `{lb.replacement}`"
         else:
-            source, on_compat = f"`{lb.nvwatch}`", "yes"
+            source = f"`{lb.nvwatch}`"
+        on_compat = "yes" if lb.nvwatch and lb.per_gpu else "no"
         rows.append(f"| `{lb.name}` | {lb.meaning} | {source} | {on_compat} |")
     return [
         "## Labels",
@@ -107,8 +108,12 @@ def _labels(cfg: MixinConfig) -> list[str]:
         "nvwatch puts `gpu` and `uuid` on every per-GPU series and the descriptive labels "
         "on `nvwatch_gpu_info` only (join with `* on (instance, gpu) group_left (name) "
         "nvwatch_gpu_info`). Kubernetes pod attribution (`pod`, `namespace`, `container`) "
-        "and MIG instance labels have no nvwatch equivalent; per-process device memory is "
+        "has no nvwatch equivalent; per-process device memory is "
         "`nvwatch_gpu_process_memory_bytes` (labels `pid`, `process`, `user`, `job`). "
+        "MIG devices are the `nvwatch_mig_*` series (labels `gpu_instance_id`, "
+        "`compute_instance_id`; the `profile` is on `nvwatch_mig_info`); the "
+        "compatibility series are per GPU and do not repeat dcgm-exporter's per-MIG-device "
+        "series. "
         "`device` is built from the NVML index, which matches the `/dev/nvidiaN` minor "
         "number on most nodes but not all.",
         "",

@@ -159,7 +159,7 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 
 @cli.command("doctor")
 @agent_options(
-    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
+    "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "mig",
     "kmsg-path", "attribution", "hpc-job-mapping-dir", "kubelet-socket", "proc-root",
     "log-format",
 )  # fmt: skip
@@ -209,7 +209,7 @@ def _xid_history_line(config: AgentConfig) -> str:
 
 
 @cli.command("topology")
-@agent_options("config", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig", "log-format")
+@agent_options("config", "sysfs-root", "simulate", "scenario", "onset", "mig", "log-format")
 def topology_command(**params: Any) -> None:
     """GPU x GPU NVLink/PCIe matrix and GPU <-> HCA affinity, like `nvidia-smi topo -m`."""
     from agent.sources import SourceUnavailable
@@ -288,5 +288,6 @@ from agent.cli import (  # noqa: E402, F401
     fleet_commands,
     history_commands,
     mixin_commands,
+    report_commands,
     sim_commands,
 )

@@ -26,6 +26,7 @@ from agent.config import (
 from agent.durations import DURATION_FORMAT, parse_duration
 from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from agent.sim.fleet import Fleet
+from agent.sim.fleet_jobs import JOB_SYNTAX, NodeJobs, parse_job
 from agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
@@ -58,6 +59,14 @@ from agent.sim.fleet_plan import (
     multiple=True,
     metavar="NODE[-NODE]:LAYOUT",
     help="MIG layout of nodes (as `serve --mig`): 0-3:all:3g.40gb,3g.40gb. Repeatable.",
+)
+@option(
+    "--job",
+    multiple=True,
+    metavar=JOB_SYNTAX,
+    help="A simulated Slurm job on GPUs of node NODE (0-based; GPUS: N, N-M or all): "
+    "0:0-3,user=alice,account=ml. Its node's agent runs with --attribution slurm over a "
+    "job-mapping directory and /proc the fleet writes. Repeatable; ids count from 1001.",
 )
 @option(
     "--repair-file",
@@ -121,6 +130,7 @@ def simulate_fleet(
     base_port: int,
     scenario: tuple[str, ...],
     mig: tuple[str, ...],
+    job: tuple[str, ...],
     repair_file: str | None,
     interval: str,
     listen_host: str,
@@ -152,6 +162,7 @@ def simulate_fleet(
         nodes_per_rack=nodes_per_rack,
         repair_file=Path(repair_file) if repair_file else None,
         mig=mig,
+        jobs=job,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     stop = _stop_on_signals()
@@ -180,6 +191,7 @@ def _build_fleet(
     nodes_per_rack: int,
     repair_file: Path | None = None,
     mig: tuple[str, ...] = (),
+    jobs: tuple[str, ...] = (),
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -199,6 +211,7 @@ def _build_fleet(
             nodes_per_rack=nodes_per_rack,
             repair_file=repair_file,
             mig=[parse_node_mig(m) for m in mig],
+            jobs=[parse_job(text, number) for number, text in enumerate(jobs)],
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
@@ -228,12 +241,24 @@ def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
     """One line per node on stdout, then how long starting took on stderr."""
     for node in fleet.nodes:
         faults = " ".join(str(s) for s in node.spec.scenarios)
-        click.echo(f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}")
+        held = _jobs_line(fleet.node_jobs.get(node.index))
+        click.echo(
+            f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}  {held}"
+        )
     wall, cpu = started
     click.echo(
         f"fleet: {len(fleet.nodes)} nodes up in {time.monotonic() - wall:.1f}s "
         f"({time.process_time() - cpu:.1f}s CPU); Ctrl-C stops",
         err=True,
+    )
+
+
+def _jobs_line(jobs: NodeJobs | None) -> str:
+    """The simulated Slurm jobs of a node, for its start-up line."""
+    if jobs is None:
+        return ""
+    return " ".join(
+        f"job {j.job_id} ({j.user}) GPUs {','.join(map(str, jobs.gpus_of(j)))}" for j in jobs.jobs
     )
 
 

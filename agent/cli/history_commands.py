@@ -54,6 +54,12 @@ def _progress(done: int, total: int) -> None:
 @option("--end", help="Time of the last sample: Unix seconds or ISO 8601 (default: now).")
 @option("--seed", type=int, default=0, show_default=True, help="Seed of node i is SEED+i.")
 @option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="The `cluster` label.")
+@option(
+    "--nodes-per-file",
+    type=click.IntRange(min=1),
+    help="Split into files of this many nodes (FILE.000.om ...), each backfilled on its "
+    "own: a month of a large fleet is tens of GB as one file.",
+)
 def simulate_history(
     nodes: int,
     days: float,
@@ -63,6 +69,7 @@ def simulate_history(
     end: str | None,
     seed: int,
     cluster: str,
+    nodes_per_file: int | None,
 ) -> None:
     """Write D days of a simulated fleet, sampled every STEP, as OpenMetrics.
 
@@ -90,9 +97,10 @@ def simulate_history(
     except FleetError as exc:
         raise click.UsageError(str(exc)) from exc
     target = Path(out)
-    result = generate(plan, target, progress=_progress)
+    result = generate(plan, target, nodes_per_file=nodes_per_file, progress=_progress)
+    written = ", ".join(str(p) for p in result.paths)
     click.echo(
         f"{result.samples} samples of {len(plan.nodes)} nodes over {days:g} days in "
-        f"{result.seconds:.1f}s: {target} (ground truth: {truth_path_for(target)})",
+        f"{result.seconds:.1f}s: {written} (ground truth: {truth_path_for(target)})",
         err=True,
     )

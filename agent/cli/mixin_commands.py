@@ -1,14 +1,81 @@
-"""`nvwatch dashboards build` and `nvwatch alerts build`, defined in mixin/commands.py.
+"""`nvwatch dashboards build` and `nvwatch alerts build`, defined in mixin/commands.py, and
+`nvwatch dashboards preview` (dashboards/preview.py), which needs Prometheus and
+matplotlib and so lives with the agent's commands.
 
-They live with the mixin so that `python -m alerts.build` / `python -m dashboards.build`
-run the very same commands without importing the agent; this module only puts them on
-`nvwatch`.
+build and the alerts live with the mixin so that `python -m alerts.build` / `python -m
+dashboards.build` run the very same commands without importing the agent; this module
+puts them on `nvwatch`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import click
+
 from agent.cli import cli
-from mixin.commands import alerts_group, dashboards_group
+from agent.durations import DurationBounds, parse_duration
+from mixin.commands import _mixin_config, alerts_group, dashboards_group
+
+RANGE_BOUNDS = DurationBounds(60.0, 90 * 86400.0)
+SCRAPE_BOUNDS = DurationBounds(1.0, 3600.0)
+
+
+def _variables(pairs: tuple[str, ...]) -> dict[str, str]:
+    chosen = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{pair!r}: use NAME=VALUE", param_hint="--var")
+        chosen[name.strip()] = value
+    return chosen
+
+
+@dashboards_group.command("preview")
+@click.option("--prometheus", "url", required=True, help="Prometheus base URL to query.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="PNG directory.")
+@click.option("--range", "range_", default="1h", show_default=True, help="Time range drawn.")
+@click.option("--scrape-interval", default="15s", show_default=True, help="For $__rate_interval.")
+@click.option("--var", "variables", multiple=True, metavar="NAME=VALUE",
+              help="A template variable's value (default: All, or the first value).")  # fmt: skip
+@click.option("--config", "mixin_config", type=click.Path(dir_okay=False), help="Mixin YAML.")
+@click.option("--strict", is_flag=True, help="Exit 1 when a panel has no data.")
+def dashboards_preview(
+    url: str,
+    out: str,
+    range_: str,
+    scrape_interval: str,
+    variables: tuple[str, ...],
+    mixin_config: str | None,
+    strict: bool,
+) -> None:
+    """Draw every dashboard's panels (their queries, units, thresholds and layout) from
+    PROMETHEUS into one PNG per dashboard in OUT; list the panels with no data."""
+    from agent.report.style import PlottingUnavailable
+    from dashboards.build import build_all
+    from dashboards.preview import PreviewError, Prometheus, preview
+
+    range_s = parse_duration(range_, "range", RANGE_BOUNDS)
+    scrape_s = parse_duration(scrape_interval, "scrape interval", SCRAPE_BOUNDS)
+    chosen = _variables(variables)
+    dashboards = build_all(_mixin_config(mixin_config))
+    try:
+        drawn = preview(
+            dashboards, Prometheus(url), Path(out), range_s=range_s, scrape_s=scrape_s,
+            chosen=chosen,
+        )  # fmt: skip
+    except (PreviewError, PlottingUnavailable) as exc:
+        raise click.ClickException(str(exc)) from exc
+    empty = 0
+    for name, panels in drawn.items():
+        click.echo(str(Path(out) / (Path(name).stem + ".png")))
+        for panel in panels:
+            if panel.empty:
+                empty += 1
+                click.echo(f"{name}: no data in panel {panel.title!r}", err=True)
+    if strict and empty:
+        raise SystemExit(1)
+
 
 cli.add_command(dashboards_group)
 cli.add_command(alerts_group)

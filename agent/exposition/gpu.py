@@ -20,7 +20,7 @@ from agent.exposition.families import FamilySet
 from agent.exposition.series import plans
 from agent.sources.nvml.samples import NVLINK_ERROR_TYPES, GpuSample, NvLinkSample, NvmlSample
 
-_SCOPES = (Scope.GPU, Scope.PROCESS, Scope.NVLINK)
+_SCOPES = (Scope.GPU, Scope.PROCESS, Scope.NVLINK, Scope.MIG)
 # each family with the position of its scope in _objects(): a tuple index per family and
 # GPU is cheaper than hashing the scope
 _PLANS = tuple(
@@ -55,17 +55,18 @@ def render(sample: NvmlSample, out: FamilySet) -> None:
                 reader(objects[scope], out)
 
 
-def _objects(gpu: GpuSample, detail: str) -> tuple[Objects, Objects, Objects]:
+def _objects(gpu: GpuSample, detail: str) -> tuple[Objects, Objects, Objects, Objects]:
     """The objects of each scope in _SCOPES on one GPU, with their identity label values."""
     ids = (str(gpu.index), gpu.uuid)
     if not gpu.up:
         # even_when_down is a GPU-scope flag (identity and up): a lost GPU's processes and
         # links are not read
-        return [(ids, gpu)], [], []
+        return [(ids, gpu)], [], [], []
     return (
         [(ids, gpu)],
         [(ids, process) for process in gpu.processes],
         [((*ids, str(x.link)), x) for x in _links(gpu, detail)],
+        [((*ids, str(d.gpu_instance_id), str(d.compute_instance_id)), d) for d in gpu.mig_devices],
     )
 
 

@@ -8,6 +8,7 @@ prometheus_client would write for the same families (agent/exposition/client.py)
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib
 import threading
@@ -86,18 +87,21 @@ class AgentState:
     http_refused: Mapping[str, int] = field(default_factory=dict)
     http_connections_open: int | None = None
     http_connections_limit: int | None = None
+    # the profile of the simulated node the agent reads; None on real hardware
+    simulated_profile: str | None = None
 
 
-def agent_families(snapshot: Snapshot, http: HttpState | None = None) -> FamilySet:
+def agent_families(
+    snapshot: Snapshot, http: HttpState | None = None, simulated: str | None = None
+) -> FamilySet:
     out = FamilySet()
-    state = AgentState(__version__, snapshot.completed_at)
+    state = AgentState(__version__, snapshot.completed_at, simulated_profile=simulated)
     if http is not None:
-        state = AgentState(
-            state.version,
-            state.completed_at,
-            http.refused,
-            http.connections_open,
-            http.connections_limit,
+        state = dataclasses.replace(
+            state,
+            http_refused=http.refused,
+            http_connections_open=http.connections_open,
+            http_connections_limit=http.connections_limit,
         )
     agent = [((), state)]
     sources = [((name,), status) for name, status in snapshot.sources.items()]
@@ -114,6 +118,8 @@ class Exposition:
     parts: tuple[FamilySet, ...]  # the agent's own families, then each source's
     text: bytes
     text_gzip: bytes
+    # the simulated profile behind this exposition (the landing page says so); None: real
+    simulated: str | None = None
     _openmetrics: dict[bool, bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -134,8 +140,11 @@ class Exposition:
             return self._openmetrics[gzipped]
 
 
-def build_exposition(snapshot: Snapshot, http: HttpState | None = None) -> Exposition:
-    parts = [agent_families(snapshot, http)]
+def build_exposition(
+    snapshot: Snapshot, http: HttpState | None = None, simulated: str | None = None
+) -> Exposition:
+    """One poll's exposition; `simulated`: the profile when the node is simulated."""
+    parts = [agent_families(snapshot, http, simulated)]
     for status in snapshot.sources.values():
         if isinstance(status.prepared, FamilySet):
             parts.append(status.prepared)
@@ -146,4 +155,5 @@ def build_exposition(snapshot: Snapshot, http: HttpState | None = None) -> Expos
         text=text,
         # level 6: nearly the ratio of 9 at a fraction of the CPU, paid once per poll
         text_gzip=gzip.compress(text, compresslevel=6),
+        simulated=simulated,
     )

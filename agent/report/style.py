@@ -107,6 +107,8 @@ def unit_axis(axes: Axes, unit: str, axis: str = "y") -> None:
     show = units.FORMATTERS.get(unit)
 
     def tick(value: float, _position: int | None) -> str:
+        if unit == "ratio":  # ticks at round percentages need no decimal
+            return f"{100 * value:.0f} %"
         return show(value) if show is not None else f"{value:g}"
 
     target = axes.yaxis if axis == "y" else axes.xaxis

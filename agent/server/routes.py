@@ -79,8 +79,10 @@ class Router:
                 state = f"{status.state}: {why}" if why else status.state
                 rows += f"<tr><td>{html.escape(status.name)}</td><td>{html.escape(state)}</td></tr>"
         health = self._health()
+        simulated = exposition.simulated if exposition is not None else None
         return (
             "<!doctype html><html><head><title>nvwatch</title></head><body>"
+            f"{_simulated_banner(simulated) if simulated else ''}"
             f"<h1>nvwatch {html.escape(__version__)}</h1>"
             "<p>GPU, NVLink and InfiniBand telemetry for Prometheus.</p>"
             f"<p>Polling: {html.escape(health.detail)}</p>"
@@ -88,3 +90,14 @@ class Router:
             '<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a></p>'
             "</body></html>\n"
         )
+
+
+def _simulated_banner(profile: str) -> str:
+    """Top of the landing page of an agent on a simulated node: no one may take it for
+    a real one (its serials, UUIDs and driver version look real)."""
+    return (
+        '<p role="alert" style="background:#c00;color:#fff;padding:1em;font-weight:bold">'
+        f"SIMULATED: this agent reads a simulated {html.escape(profile)} node (--simulate or "
+        "NVWATCH_SIMULATE), not real hardware. Every GPU, serial and UUID it serves is "
+        "made up; /metrics says so in nvwatch_agent_simulated.</p>"
+    )

@@ -42,6 +42,7 @@ from agent.config import AgentConfig, ScenarioSpec
 from agent.exposition.render import Exposition
 from agent.server import Health, MetricsServer
 from agent.sim import nvml as sim_nvml
+from agent.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
 from agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
@@ -52,6 +53,7 @@ from agent.sim.fleet_plan import (
     plan_fleet,
 )
 from agent.sim.node import SimulatedNode, scratch_dir
+from agent.sim.profiles import get_profile
 from agent.sources.registry import build_sources
 from agent.threads import start_thread
 
@@ -187,9 +189,11 @@ class Fleet:
         hold_time: bool = False,
         repair_file: Path | None = None,
         mig: Sequence[tuple[range, str]] = (),
+        jobs: Sequence[FleetJob] = (),
     ) -> None:
         """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
-        `repair_file`: repair requests, one per line, taken at every tick (`repair()`)."""
+        `repair_file`: repair requests, one per line, taken at every tick (`repair()`).
+        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (fleet_jobs.py)."""
         if interval <= 0:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
@@ -208,6 +212,10 @@ class Fleet:
             nodes_per_rack=nodes_per_rack,
             mig=mig,
         )
+        check_jobs(jobs, [len(get_profile(s.profile).gpus) for s in self.specs])
+        self.jobs = tuple(jobs)
+        # node index -> its simulated Slurm, for the nodes that have jobs
+        self.node_jobs: dict[int, NodeJobs] = {}
         self.interval = interval
         self.listen_host = listen_host
         self.repair_file = repair_file
@@ -278,6 +286,14 @@ class Fleet:
             seed=spec.seed,
             kmsg_path=sim.kmsg_path,  # the node's XIDs, so its history survives restarts
         )
+        jobs = [job for job in self.jobs if job.node == spec.index]
+        if jobs:
+            node_jobs = NodeJobs(
+                self._root / f"{spec.name}-slurm", jobs, len(sim.profile.gpus), sim.nvml.worker_pid
+            )
+            node_jobs.write()
+            config = node_jobs.agent_config(config)
+            self.node_jobs[spec.index] = node_jobs
 
         def build() -> Agent:
             # everything created in here (the poller's threads, the XID listener they

@@ -138,6 +138,8 @@ class SimulatedGpu:
         self._activity = [0.0] * 5  # sm, occupancy, tensor, dram, graphics integrals
         self.events: list[GpuEvent] = []  # drained by the library after each step
         self._update_reasons(self._workload_util(start_time), capped=False)
+        if not workload.cold_start:
+            self._settle(start_time)
 
     # --- derived, instantaneous -----------------------------------------------------
 
@@ -301,6 +303,22 @@ class SimulatedGpu:
             else:
                 hi = mid
         return (lo + hi) / 2
+
+    def _settle(self, t: float) -> None:
+        """Begin in the workload's thermal steady state: the temperature the mean demand of
+        the last thermal time constant holds the die at, and power, clocks and reasons as
+        they are at `t` at that temperature (not a cold die drawing full power)."""
+        model = self.model
+        tau = model.thermal_time_constant_s
+        mean = self.workload.mean_compute_intensity(t - tau, t, self.index)
+        self.temperature_c = self._steady_temperature(mean * (model.tdp_watts - model.idle_watts))
+        demand = self.workload.compute_intensity(t, self.index)
+        power, factor, capped = self._power(
+            self.temperature_c, demand * (model.tdp_watts - model.idle_watts)
+        )
+        self.power_w = power
+        self.clock_factor = factor if demand > 0 else 1.0
+        self._update_reasons(self._workload_util(t), capped=capped)
 
     def _update_reasons(self, util: float, *, capped: bool) -> None:
         reasons = 0

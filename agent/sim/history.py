@@ -47,10 +47,15 @@ SUBSTEPS = 2  # sub-steps of the GPU model per history step
 
 @dataclass(frozen=True)
 class HistoryResult:
-    path: Path
+    paths: tuple[Path, ...]  # one OpenMetrics file, or one per group of nodes
     truth_path: Path
     samples: int
     seconds: float
+
+
+def part_path(out: Path, part: int) -> Path:
+    """`fleet.om` -> `fleet.003.om`: the file of the fourth group of nodes."""
+    return out.with_name(f"{out.stem}.{part:03d}{out.suffix}")
 
 
 def truth_path_for(out: Path) -> Path:
@@ -109,20 +114,34 @@ def generate(
     plan: HistoryPlan,
     out: Path,
     *,
+    nodes_per_file: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_file: Callable[[Path], None] | None = None,
 ) -> HistoryResult:
     """Simulate `plan` and write its history to `out` and its ground truth beside it.
 
     Node by node: each node's simulator is independent of the others', and OpenMetrics
-    wants each series' samples together."""
+    wants each series' samples together. With `nodes_per_file`, every that many nodes
+    go to a file of their own (`part_path`), each complete and backfilled on its own: a
+    month of a 124-node fleet is tens of gigabytes as one file. `on_file` is called with
+    each file as soon as it is complete (to backfill it and free the disk at once)."""
     started = time.monotonic()
-    writer = OpenMetricsWriter(out, FAMILIES, type_of=family_type, help_of=family_help)
+    group = nodes_per_file or len(plan.nodes)
     truth = GroundTruth(plan)
     times = [plan.start + index * plan.step for index in range(plan.steps + 1)]
     stamps = [stamp(t) for t in times]
+    paths: list[Path] = []
+    samples = 0
+    writer: OpenMetricsWriter | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="nvwatch-history-", dir=scratch_dir()) as root:
             for done, spec in enumerate(plan.nodes):
+                if writer is None:
+                    path = out if nodes_per_file is None else part_path(out, len(paths))
+                    writer = OpenMetricsWriter(
+                        path, FAMILIES, type_of=family_type, help_of=family_help
+                    )
+                    paths.append(path)
                 with _node(spec, Path(root)) as (series, clock):
                     buffer = _Buffer()
                     for index, t in enumerate(times):
@@ -132,17 +151,23 @@ def generate(
                         buffer.add(index, rows)
                         truth.observe(spec.name, t, rows)
                 buffer.write(writer, stamps)
+                if (done + 1) % group == 0 or done + 1 == len(plan.nodes):
+                    writer.close()
+                    samples += writer.samples
+                    writer = None
+                    if on_file is not None:
+                        on_file(paths[-1])
                 if progress is not None:
                     progress(done + 1, len(plan.nodes))
     except BaseException:
-        writer.discard()
+        if writer is not None:
+            writer.discard()
         raise
-    writer.close()
     truth_path = truth_path_for(out)
     truth.write(truth_path)
     seconds = time.monotonic() - started
-    log.info("history: %d samples in %.1fs -> %s", writer.samples, seconds, out)
-    return HistoryResult(out, truth_path, writer.samples, seconds)
+    log.info("history: %d samples in %.1fs -> %s", samples, seconds, out)
+    return HistoryResult(tuple(paths), truth_path, samples, seconds)
 
 
 def _sample(series: NodeSeries, plan: HistoryPlan, t: float, sim_time: float) -> list[Row]:

@@ -29,7 +29,6 @@ from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
 from agent.sim.workers import WorkerProcesses, busy_gpus
-from agent.sim.workload import Workload
 from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -123,7 +122,7 @@ class SimulatedNode:
         specs = node_scenarios.checked(self.profile, scenarios)  # before anything is made
         gpu_names = [model.name for model in self.profile.gpus]
         mig_plans = checked_layout(mig, gpu_names) if mig else None
-        self.workload = Workload(kind=node_scenarios.node_workload(specs), seed=seed)
+        self.workload = node_scenarios.node_workload(specs, seed)
         self.nvml = SimulatedNvml(
             self.profile,
             gpu_scenarios=node_scenarios.gpu_workloads(specs),

@@ -17,9 +17,10 @@ from agent.sim import scenarios
 from agent.sim.fabric import FABRIC_SCENARIOS, SimulatedFabric, default_onset, is_ib_scenario
 from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile
+from agent.sim.workload import Workload
 
 # scenarios that change what GPUs are doing rather than breaking a part of the node
-WORKLOADS = {"idle": "idle", "healthy-training": "training"}
+WORKLOADS = frozenset(scenarios.WORKLOAD_SCENARIOS)
 
 
 class UnknownScenario(ValueError):
@@ -86,15 +87,15 @@ def checked(profile: Profile, specs: Iterable[ScenarioSpec]) -> tuple[ScenarioSp
     return result
 
 
-def node_workload(specs: Sequence[ScenarioSpec]) -> str:
+def node_workload(specs: Sequence[ScenarioSpec], seed: int = 0) -> Workload:
     """The whole node's workload: the last untargeted workload scenario's, else training.
 
     A targeted one (`healthy-training@7`) sets only its GPU's, whatever the order."""
-    kind = "training"
+    name = "healthy-training"
     for spec in specs:
-        if spec.target is None:
-            kind = WORKLOADS.get(spec.name, kind)
-    return kind
+        if spec.target is None and spec.name in WORKLOADS:
+            name = spec.name
+    return scenarios.workload_of(name, Workload(seed=seed))
 
 
 def gpu_workloads(specs: Sequence[ScenarioSpec]) -> dict[int, str]:

@@ -3,13 +3,16 @@
 `nvwatch serve --simulate P --sim-process-file PATH` and NVWATCH_SIM_PROCESS_FILE (read
 by `serve` and by `nvwatch simulate exec`'s children) name a file of lines
 
-    # <gpu index> <pid> [<memory MiB>]
+    # <gpu index>[/<GPU instance id>] <pid> [<memory MiB>]
     0 41234 2048
     3 41250
+    4/9 41260 1024
 
 and each pid is listed by nvmlDeviceGetComputeRunningProcesses of that GPU, next to the
-simulated job's own worker. So a test can start a real process (a Slurm job, a process in
-a fixture cgroup) and have the agent attribute a GPU to it. Memory left out is NVML's
+simulated job's own worker; with a GPU instance id, in that MIG instance of a GPU in MIG
+mode (on its MIG device and, with the instance's ids, on the GPU). So a test can start a
+real process (a Slurm job, a process in a fixture cgroup) and have the agent attribute a
+GPU to it. Memory left out is NVML's
 "not available" (pynvml reads usedGpuMemory None): the file did not say.
 
 Cost: the file is stat()ed at most once per simulated instant (under `serve`, once per
@@ -33,7 +36,7 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 ENV_VAR = "NVWATCH_SIM_PROCESS_FILE"
-LINE_SYNTAX = "<gpu index> <pid> [<memory MiB>]"
+LINE_SYNTAX = "<gpu index>[/<GPU instance id>] <pid> [<memory MiB>]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,7 @@ class ClaimedProcess:
     gpu: int
     pid: int
     memory_bytes: int | None
+    gpu_instance_id: int | None = None  # "3/9": GPU 3's MIG GPU instance 9
 
 
 def parse_line(text: str, gpu_count: int) -> ClaimedProcess | None:
@@ -52,13 +56,15 @@ def parse_line(text: str, gpu_count: int) -> ClaimedProcess | None:
         return None
     if not 2 <= len(fields) <= 3:
         raise ValueError(f"expected {LINE_SYNTAX}")
-    gpu, pid = _natural(fields[0], "gpu index"), _natural(fields[1], "pid")
+    gpu_text, _, instance_text = fields[0].partition("/")
+    gpu, pid = _natural(gpu_text, "gpu index"), _natural(fields[1], "pid")
+    instance = _natural(instance_text, "GPU instance id") if instance_text else None
     if gpu >= gpu_count:
         raise ValueError(f"no GPU {gpu} (the node has {gpu_count})")
     if pid == 0:
         raise ValueError("pid 0 is not a process")
     memory = _natural(fields[2], "memory MiB") * MIB if len(fields) == 3 else None
-    return ClaimedProcess(gpu, pid, memory)
+    return ClaimedProcess(gpu, pid, memory, instance)
 
 
 def _natural(field: str, what: str) -> int:
@@ -119,15 +125,18 @@ class ProcessFile:
         self._missing_said = False
         self._claims: list[ClaimedProcess] = []
         self._checked_at: float | None = None
-        self._by_gpu: dict[int, list[tuple[int, int | None]]] = {}
+        self._by_gpu: dict[tuple[int, int | None], list[tuple[int, int | None]]] = {}
 
-    def processes(self, gpu: int, now: float) -> list[tuple[int, int | None]]:
-        """(pid, bytes or None) of the live processes the file puts on GPU `gpu` at `now`."""
+    def processes(
+        self, gpu: int, now: float, gpu_instance_id: int | None = None
+    ) -> list[tuple[int, int | None]]:
+        """(pid, bytes or None) of the live processes the file puts on GPU `gpu` at `now`
+        (with `gpu_instance_id`: in that MIG GPU instance of it, lines "GPU/GI PID")."""
         if now != self._checked_at:
             self._checked_at = now
             self._reload_if_changed()
             self._by_gpu = _by_gpu(c for c in self._claims if self._running(c.pid))
-        return self._by_gpu.get(gpu, [])
+        return self._by_gpu.get((gpu, gpu_instance_id), [])
 
     def _reload_if_changed(self) -> None:
         try:
@@ -155,10 +164,13 @@ class ProcessFile:
         self._claims = parse(text, self.gpu_count, str(self.path))
 
 
-def _by_gpu(claims: Iterable[ClaimedProcess]) -> dict[int, list[tuple[int, int | None]]]:
-    grouped: dict[int, list[tuple[int, int | None]]] = {}
+def _by_gpu(
+    claims: Iterable[ClaimedProcess],
+) -> dict[tuple[int, int | None], list[tuple[int, int | None]]]:
+    grouped: dict[tuple[int, int | None], list[tuple[int, int | None]]] = {}
     for claim in claims:
-        grouped.setdefault(claim.gpu, []).append((claim.pid, claim.memory_bytes))
+        key = (claim.gpu, claim.gpu_instance_id)
+        grouped.setdefault(key, []).append((claim.pid, claim.memory_bytes))
     return grouped
 
 

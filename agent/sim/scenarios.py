@@ -15,16 +15,19 @@ lost GPU, a pending retirement) clear.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from agent.sim.gpu_model import AMBIENT_C, ScenarioHook, SimulatedGpu
 from agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
+from agent.sim.workload import Workload
 
-GPU_SCENARIOS: tuple[str, ...] = (
-    "healthy-training",
-    "idle",
+# they set what the GPUs run (cold-start: training on GPUs that sat idle, which warm up;
+# the others begin in the workload's thermal steady state); nothing to repair
+WORKLOAD_SCENARIOS: tuple[str, ...] = ("healthy-training", "idle", "cold-start")
+FAULT_SCENARIOS: tuple[str, ...] = (
     "thermal-runaway",
     "power-capped",
     "nvlink-degraded",
@@ -32,8 +35,7 @@ GPU_SCENARIOS: tuple[str, ...] = (
     "gpu-lost",
     "xid-storm",
 )
-FAULT_SCENARIOS = GPU_SCENARIOS[2:]
-WORKLOAD_SCENARIOS = GPU_SCENARIOS[:2]  # they set what the GPUs run; nothing to repair
+GPU_SCENARIOS = WORKLOAD_SCENARIOS + FAULT_SCENARIOS
 # node-wide: the kernel module is missing, the GPUs' PCI functions are still there
 DRIVER_SCENARIOS: tuple[str, ...] = ("nvml-driver-broken",)
 NVML_SCENARIOS = GPU_SCENARIOS + DRIVER_SCENARIOS
@@ -58,6 +60,13 @@ def validate(name: str) -> str:
 def workload_kind(name: str) -> str:
     """The node workload a scenario runs on: faults show best under training load."""
     return "idle" if validate(name) == "idle" else "training"
+
+
+def workload_of(name: str, base: Workload) -> Workload:
+    """`base` (its seed and timing) running the workload scenario or fault `name`."""
+    return dataclasses.replace(
+        base, kind=workload_kind(name), cold_start=validate(name) == "cold-start"
+    )
 
 
 def default_victim(name: str, link_counts: Sequence[int]) -> int:

@@ -6,12 +6,13 @@ shows as "No Such Process" or, worse, as whatever unrelated process holds that n
 `WorkerProcesses` starts one real, idle process per busy GPU and the library reports
 their pids instead.
 
-Each worker is `cat` reading a pipe only this process holds the other end of, with its
-argv[0] set to a name a viewer can show ("sim-job gpu3 (nvwatch dgx-h100)"): it costs no
-CPU and ~1 MB. It goes away with its owner however the owner ends: close() kills and
-reaps it, and if the owner dies (even by SIGKILL) the kernel closes the pipe and `cat`
-exits at end of file, so no worker outlives the simulator. (PR_SET_PDEATHSIG would tie
-a worker to the *thread* that started it, which under `serve` may be a short-lived one.)
+Each worker is `cat` reading a pipe only this process holds the other end of, named
+`sim-job` and with the command line "sim-job gpu3 (nvwatch dgx-h100)" for viewers to
+show: it costs no CPU and ~1 MB. It goes away with its owner however the owner ends:
+close() kills and reaps it, and if the owner dies (even by SIGKILL) the kernel closes the
+pipe and `cat` exits at end of file, so no worker outlives the simulator.
+(PR_SET_PDEATHSIG would tie a worker to the *thread* that started it, which under
+`serve` may be a short-lived one.)
 
 Who starts them: `nvwatch simulate exec` (for every pynvml process the command runs,
 which find the pids in NVWATCH_SIM_WORKER_PIDS) and `serve --simulate` (one node). A
@@ -23,8 +24,10 @@ placeholder pids and its CPU cost does not change.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENV_VAR = "NVWATCH_SIM_WORKER_PIDS"
+PROCESS_NAME = "sim-job"  # the process name (comm) process tables show
 _REAP_TIMEOUT_S = 5.0
 
 
@@ -52,21 +56,32 @@ class WorkerProcesses:
         if cat is None:
             log.warning("no `cat` on PATH: simulated GPU processes keep placeholder pids")
             return
+        # The kernel names a process (/proc/PID/comm, what `ps` and psutil's name() show)
+        # after the file it executes: run `cat` through a link called PROCESS_NAME. The
+        # link is needed only until exec; its directory goes as soon as all have started.
+        scratch = tempfile.mkdtemp(prefix="nvwatch-sim-job-")
         try:
+            program = os.path.join(scratch, PROCESS_NAME)
+            os.symlink(cat, program)
             for gpu in gpus:
-                child = subprocess.Popen(
-                    [worker_name(node, gpu)],
-                    executable=cat,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,  # a terminal's Ctrl-C is for the owner, not them
-                )
-                self._children.append(child)
-                self.pids[gpu] = child.pid
+                self._start(program, worker_name(node, gpu), gpu)
         except OSError as exc:
             self.close()
             log.warning("cannot start simulated GPU processes (%s): placeholder pids", exc)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _start(self, program: str, name: str, gpu: int) -> None:
+        child = subprocess.Popen(
+            [name],
+            executable=program,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a terminal's Ctrl-C is for the owner, not them
+        )
+        self._children.append(child)
+        self.pids[gpu] = child.pid
 
     def close(self) -> None:
         """Stop and reap every worker (idempotent)."""

@@ -27,6 +27,10 @@ class Workload:
     seed: int = 0
     step_seconds: float = 2.0  # one training step: compute, then gradient all-reduce
     comm_fraction: float = 0.3  # share of the step spent in the all-reduce burst
+    # The job has just started on GPUs that sat idle (the cold-start scenario): they
+    # warm up over their thermal time constant. Otherwise the simulation begins in the
+    # workload's thermal steady state, as on a node that has been running it.
+    cold_start: bool = False
     _offset: float = field(init=False, repr=False, compare=False, default=0.0)
     _period: float = field(init=False, repr=False, compare=False, default=0.0)
 
@@ -100,6 +104,13 @@ class Workload:
         if self.kind == "inference":
             return self.comm_intensity(t0) * (t1 - t0)
         return self.training_means(t0, t1)[2] * (t1 - t0)
+
+    def mean_compute_intensity(self, t0: float, t1: float, gpu: int = 0, steps: int = 64) -> float:
+        """Average of compute_intensity over [t0, t1]."""
+        if t1 <= t0:
+            return self.compute_intensity(t0, gpu)
+        dt = (t1 - t0) / steps
+        return sum(self.compute_intensity(t0 + (i + 0.5) * dt, gpu) for i in range(steps)) / steps
 
     def mean_comm_intensity(self, t0: float, t1: float, steps: int = 64) -> float:
         """Average of comm_intensity over [t0, t1], for integrating byte counters."""

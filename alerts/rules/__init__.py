@@ -1,14 +1,15 @@
 """Every nvwatch alert, defined once: expression, severity, texts and runbook.
 
-One module per rule group (`thermal_power`, `fabric`, `health`), one small function per
-alert; `base` holds what an alert is made of. `alerts/render.py` turns the groups into
-Prometheus rule YAML and Grafana-managed alert rules, and `alerts/docs.py` into
-docs/alerts.md; the runbook sections are the anchors of `runbook_url`.
+One module per rule group (`thermal_power`, `fabric`, `health`, `attribution`), one
+small function per alert; `base` holds what an alert is made of. `alerts/render.py`
+turns the groups into Prometheus rule YAML and Grafana-managed alert rules, and
+`alerts/docs.py` into docs/alerts.md; the runbook sections are the anchors of
+`runbook_url`.
 """
 
 from __future__ import annotations
 
-from alerts.rules import fabric, health, thermal_power
+from alerts.rules import attribution, fabric, health, thermal_power
 from alerts.rules.base import Alert, AlertGroup, Runbook, Severity
 from mixin.config import MixinConfig
 
@@ -17,7 +18,12 @@ __all__ = ["Alert", "AlertGroup", "Runbook", "Severity", "alert_groups", "all_al
 
 def alert_groups(cfg: MixinConfig) -> tuple[AlertGroup, ...]:
     """The rule groups in the order of the rule files and of docs/alerts.md."""
-    return (thermal_power.group(cfg), fabric.group(cfg), health.group(cfg))
+    return (
+        thermal_power.group(cfg),
+        fabric.group(cfg),
+        health.group(cfg),
+        attribution.group(cfg),
+    )
 
 
 def all_alerts(cfg: MixinConfig) -> tuple[Alert, ...]:

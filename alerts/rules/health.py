@@ -327,6 +327,33 @@ def agent_source_down(cfg: MixinConfig) -> Alert:
     )
 
 
+def simulated_agent_in_production(cfg: MixinConfig) -> Alert:
+    return Alert(
+        "NvwatchSimulatedAgentInProduction",
+        f"nvwatch_agent_simulated{cfg.sel()} == 1",
+        "0s",
+        Severity.CRITICAL,
+        "A production Prometheus scrapes an nvwatch agent on simulated hardware.",
+        f"The agent on {where_node(cfg)} serves a simulated {{{{ $labels.profile }}}} node, "
+        "not the real one: its GPUs look healthy whatever the real GPUs do.",
+        Runbook(
+            "The agent was started with `--simulate` or from a shell or unit with "
+            "`NVWATCH_SIMULATE` set (`nvwatch simulate exec` sets it for its command). "
+            "Everything it serves is made up, with realistic serials and UUIDs, and no "
+            "alert of the real node can fire. Only in rule files built with "
+            "`production: true` in the mixin config.",
+            "The agent's landing page has a red SIMULATED banner; its start-up log "
+            "warns `SIMULATED node ...`; `nvwatch_agent_simulated` names the profile.",
+            "Restart the agent without `--simulate` and with `NVWATCH_SIMULATE` unset "
+            "(`systemctl show nvwatch -p Environment`); if it is a test agent, take it out "
+            "of the production scrape config.",
+            "Repaired means the agent runs on the real driver: `nvwatch_agent_simulated` is "
+            "gone from its /metrics, and the alert resolves at the next evaluation.",
+        ),
+        Kind.CONDITION,
+    )
+
+
 # In this order in the rule file and in docs/alerts.md.
 ALERTS: tuple[Callable[[MixinConfig], Alert], ...] = (
     xid_critical,
@@ -346,5 +373,7 @@ def group(cfg: MixinConfig) -> AlertGroup:
     return AlertGroup(
         "nvwatch-health",
         "Health: XID, ECC, GPUs and the agent",
-        tuple(make(cfg) for make in ALERTS),
+        tuple(make(cfg) for make in ALERTS)
+        # a test or demo stack scrapes simulated agents on purpose
+        + ((simulated_agent_in_production(cfg),) if cfg.production else ()),
     )

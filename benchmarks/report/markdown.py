@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from benchmarks.report.attribution import attribution_section
 from benchmarks.report.cost import (
     nvml_share_section,
     poll_section,
@@ -29,6 +30,7 @@ _SECTIONS: tuple[Callable[[Results], str], ...] = (
     series_section,
     nvml_calls_section,
     sim_cost_section,
+    attribution_section,
     scrape_section,
     side_by_side_section,
     rss_section,

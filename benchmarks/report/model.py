@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.attribution_cost import AttributionCost
 from benchmarks.nvml_calls import NvmlCalls
 from benchmarks.poll_cost import PollCost, ProfileSplit, Quantiles, RenderSplit, SeriesCount
 from benchmarks.real_nvml import RealNvmlResult
@@ -51,6 +52,7 @@ class Results:
     nvml_calls: list[NvmlCalls] = field(default_factory=list)
     serve_cpu: ServeCpu | None = None
     fleet_cpu: FleetCpu | None = None
+    attribution: AttributionCost | None = None
     seconds: float = 0.0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.report.attribution import attribution_verdicts
 from benchmarks.report.model import (
     MB,
     P99_ONE_CONNECTION_TARGET_S,
@@ -32,6 +33,7 @@ def verdicts(results: Results) -> list[Verdict]:
         *_series_verdicts(results),
         *nvml_calls_verdicts(results),
         *sim_cost_verdicts(results),
+        *attribution_verdicts(results),
     ]
 
 

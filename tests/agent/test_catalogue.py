@@ -21,7 +21,7 @@ from agent.sim.profiles import PROFILES
 from agent.sources.attribution.model import Allocation
 from agent.sources.host import HostSample
 from agent.sources.infiniband import InfinibandDevice, InfinibandPort
-from agent.sources.nvml.samples import GpuSample, NvLinkSample, ProcessSample
+from agent.sources.nvml.samples import GpuSample, MigDeviceSample, NvLinkSample, ProcessSample
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {
@@ -29,6 +29,7 @@ _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.PROCESS: (ProcessSample,),
     Scope.ALLOCATION: (Allocation,),
     Scope.NVLINK: (NvLinkSample, NvLinkTotals),
+    Scope.MIG: (MigDeviceSample,),
     Scope.IB_DEVICE: (InfinibandDevice,),
     Scope.IB_PORT: (InfinibandPort,),
     Scope.HOST: (HostSample,),

@@ -75,10 +75,11 @@ def _option_names(command: list[str]) -> set[str]:
     [
         # topology polls nothing and renders no exposition
         (["topology"], {"--interval", "--sources", "--nvlink-detail", "--ib-hw-counters",
-                        "--kmsg-path", "--listen", "--web-config"}),
-        # doctor reports sources, it renders no series to choose between
+                        "--kmsg-path", "--listen", "--web-config", "--seed"}),
+        # doctor reports sources, it renders no series to choose between and shows no
+        # simulated value a seed would change
         (["doctor"], {"--interval", "--nvlink-detail", "--ib-hw-counters", "--listen",
-                      "--web-config"}),
+                      "--web-config", "--seed"}),
         # dump polls --settle apart, not on an interval
         (["dump"], {"--interval", "--listen", "--web-config"}),
     ],

@@ -78,6 +78,8 @@ def test_mig_from_the_environment_partitions_dump() -> None:
     assert 'nvwatch_gpu_utilization_ratio{gpu="0"' not in result.output
     assert 'nvwatch_gpu_utilization_ratio{gpu="2"' in result.output
     assert 'nvwatch_gpu_power_watts{gpu="0"' in result.output
+    assert result.output.count("nvwatch_mig_info{") == 4  # two 3g.20gb on each of GPUs 0-1
+    assert 'nvwatch_gpu_mig_mode{gpu="2",' in result.output
 
 
 def test_simulate_exec_child_sees_the_mig_devices() -> None:

@@ -45,9 +45,13 @@ class ProcTree:
         cgroup: str = "0::/user.slice/user-0.slice/session-1.scope",
         uid: int = 0,
         environ: Mapping[str, str] | None = None,
+        start_time: int = 4242,
     ) -> Path:
         entry = self.root / str(pid)
         entry.mkdir(parents=True, exist_ok=True)
+        # /proc/<pid>/stat: field 22 is the start time (what tells a reused pid apart)
+        rest = " ".join(["0"] * 17)  # fields 5 to 21
+        (entry / "stat").write_text(f"{pid} (sleep) S 1 {rest} {start_time} 0 0\n")
         (entry / "cgroup").write_text(cgroup.strip() + "\n")
         (entry / "status").write_text(
             f"Name:\tsleep\nState:\tS (sleeping)\nPid:\t{pid}\n"

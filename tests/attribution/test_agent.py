@@ -41,8 +41,14 @@ def running_agent(config: AgentConfig) -> Iterator[Agent]:
             agent.poller.stop(timeout=2)
 
 
-def poll_until(agent: Agent, done: object, limit: float = 15.0) -> Series:
-    """Poll until `done(series)` holds (the refresher runs on its own thread), bounded."""
+def poll_until(agent: Agent, done: object, limit: float = 60.0) -> Series:
+    """Poll until `done(series)` holds (the refresher runs on its own thread), bounded:
+    generous, as a loaded machine may starve the refresher's thread for seconds.
+
+    `done` should name every part of the exposition a test then asserts on: the NVML
+    source (process labels) and the attribution source (allocations) read the cache
+    concurrently within one poll, so a refresh landing between the two reads shows up
+    in one of them a poll before the other."""
     deadline = time.monotonic() + limit
     while True:
         agent.poller.poll_once()
@@ -73,7 +79,9 @@ def test_a_job_on_a_gpu_is_an_allocation_and_labels_its_process(
     proc_tree.add(pid, LAYOUTS["v1-slurm_host"], uid=NOBODY)
     (tmp_path / "gpu-processes").write_text(f"5 {pid} 1024\n")
     with running_agent(_config(tmp_path, proc_tree)) as agent:
-        series = poll_until(agent, lambda s: "nvwatch_gpu_allocation_info" in s)
+        series = poll_until(
+            agent, lambda s: "nvwatch_gpu_allocation_info" in s and _job_of(s, pid) == "4242"
+        )
     [(labels, value)] = series["nvwatch_gpu_allocation_info"]
     gpu5 = next(x for x, _ in series["nvwatch_gpu_info"] if x["gpu"] == "5")
     assert value == 1
@@ -124,8 +132,10 @@ def test_an_unreadable_proc_entry_degrades_to_empty_labels_never_missing_gpus(
     with running_agent(_config(tmp_path, proc_tree)) as agent:
         series = poll_until(
             agent,
-            lambda s: any(
-                x["source"] == "attribution" and v == 0 for x, v in s["nvwatch_agent_source_up"]
+            lambda s: (
+                _source_up(s, "attribution") == 0
+                and "nvwatch_gpu_allocation_info" in s
+                and _job_of(s, good) == "4242"
             ),
         )
     up = {x["source"]: v for x, v in series["nvwatch_agent_source_up"]}
@@ -152,14 +162,24 @@ def test_kubernetes_pods_through_a_kubelet_that_restarts(
         first = poll_until(agent, lambda s: "nvwatch_gpu_info" in s)
         uuid6 = next(x["uuid"] for x, _ in first["nvwatch_gpu_info"] if x["gpu"] == "6")
         kubelet.set_pods(Pod("ml", "train-0", {"worker": [("nvidia.com/gpu", [uuid6])]}))
-        series = poll_until(agent, lambda s: _pod_of(s, pid) == "train-0")
+        series = poll_until(
+            agent,
+            lambda s: _pod_of(s, pid) == "train-0" and "nvwatch_gpu_allocation_info" in s,
+        )
         assert [
             (x["gpu"], x["uuid"], x["scheduler"], x["pod"], x["namespace"], x["container"])
             for x, _ in series["nvwatch_gpu_allocation_info"]
         ] == [("6", uuid6, "kubernetes", "train-0", "ml", "worker")]
 
         kubelet.stop()  # dead socket: empty owners and a source error, every GPU kept
-        series = poll_until(agent, lambda s: _source_up(s, "attribution") == 0)
+        series = poll_until(
+            agent,
+            lambda s: (
+                _source_up(s, "attribution") == 0
+                and "nvwatch_gpu_allocation_info" not in s
+                and _pod_of(s, pid) == ""
+            ),
+        )
         assert _source_up(series, "attribution") == 0
         assert "nvwatch_gpu_allocation_info" not in series
         assert _pod_of(series, pid) == ""
@@ -168,7 +188,10 @@ def test_kubernetes_pods_through_a_kubelet_that_restarts(
         )
 
         kubelet.start()  # the kubelet is back: the agent dials it again by itself
-        series = poll_until(agent, lambda s: "nvwatch_gpu_allocation_info" in s)
+        series = poll_until(
+            agent,
+            lambda s: "nvwatch_gpu_allocation_info" in s and _source_up(s, "attribution") == 1,
+        )
     assert _source_up(series, "attribution") == 1
     assert [x["pod"] for x, _ in series["nvwatch_gpu_allocation_info"]] == ["train-0"]
 
@@ -177,6 +200,54 @@ def _source_up(series: Series, source: str) -> float | None:
     return next((v for x, v in series["nvwatch_agent_source_up"] if x["source"] == source), None)
 
 
+def _job_of(series: Series, pid: int) -> str | None:
+    rows = series.get("nvwatch_gpu_process_memory_bytes", [])
+    return next((x["job"] for x, _ in rows if x["pid"] == str(pid)), None)
+
+
 def _pod_of(series: Series, pid: int) -> str | None:
     rows = series.get("nvwatch_gpu_process_memory_bytes", [])
     return next((x["pod"] for x, _ in rows if x["pid"] == str(pid)), None)
+
+
+def test_mig_instances_are_attributed_by_their_own_uuid(
+    tmp_path: Path, proc_tree: ProcTree
+) -> None:
+    """GPU 0 partitioned in two: one instance named by the Slurm mapping file ("0.<gi>",
+    dcgm-exporter's naming), the other held by a pod through its MIG UUID."""
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (tmp_path / "gpu-processes").write_text("")
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    config = dataclasses.replace(
+        _config(tmp_path, proc_tree, hpc_job_mapping_dir=mapping),
+        attribution=("slurm", "kubernetes"),
+        kubelet_socket=socket,
+        mig="0:3g.40gb,3g.40gb",
+    )
+    with fake_kubelet(socket) as kubelet, running_agent(config) as agent:
+        first = poll_until(agent, lambda s: "nvwatch_mig_info" in s)
+        instances = sorted(
+            (int(x["gpu_instance_id"]), x["mig_uuid"])
+            for x, _ in first["nvwatch_mig_info"]
+            if x["gpu"] == "0"
+        )
+        assert len(instances) == 2
+        (gi_a, uuid_a), (_, uuid_b) = instances
+        (mapping / f"0.{gi_a}").write_text("777\n")
+        kubelet.set_pods(Pod("ml", "small", {"c": [("nvidia.com/mig-3g.40gb", [uuid_b])]}))
+        series = poll_until(
+            agent,
+            lambda s: (
+                len(s.get("nvwatch_gpu_allocation_info", [])) == 2
+                and _source_up(s, "attribution") == 1
+            ),
+        )
+    found = sorted(
+        (x["gpu"], x["uuid"], x["scheduler"], x["job_id"], x["pod"])
+        for x, _ in series["nvwatch_gpu_allocation_info"]
+    )
+    assert found == sorted(
+        [("0", uuid_a, "slurm", "777", ""), ("0", uuid_b, "kubernetes", "", "small")]
+    )
+    assert _source_up(series, "attribution") == 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -16,7 +18,7 @@ from agent.sources.attribution.model import (
     Owner,
     Resolution,
 )
-from agent.sources.attribution.refresher import AttributionRefresher
+from agent.sources.attribution.refresher import AttributionRefresher, Cached
 from agent.sources.attribution.source import AttributionSource
 from agent.sources.nvml.samples import GpuInfo, GpuSample, ProcessOwnerLabels, ProcessSample
 
@@ -42,6 +44,15 @@ class Recording:
 
     def close(self) -> None:
         pass
+
+
+def _wait_published(refresher: AttributionRefresher, done: Callable[[Cached], bool]) -> None:
+    """The resolver has returned; wait (bounded) until the refresh it was part of is the
+    cache, so that what a test observes next is compared with it."""
+    deadline = time.monotonic() + 10
+    while not done(refresher.cached()):
+        assert time.monotonic() < deadline, "the refresh was never published"
+        time.sleep(0.01)
 
 
 class Broken:
@@ -74,6 +85,7 @@ def test_a_new_pid_wakes_the_thread_and_polls_read_the_cache() -> None:
         refresher.observe((_gpu(0, 101),))
         assert resolver.called.wait(10), "a new pid did not wake the refresher"
         assert resolver.seen[-1] == (101,)
+        _wait_published(refresher, lambda cache: 101 in cache.pids_seen)
         calls = resolver.calls
         for _ in range(50):  # polls with the same pids read the cache, nothing else
             refresher.observe((_gpu(0, 101),))
@@ -116,3 +128,48 @@ def test_a_cache_that_stopped_refreshing_is_served_as_no_owners() -> None:
         assert isinstance(partial, AttributionSample) and partial.allocations == ()
     finally:
         source.close()
+
+
+def test_processes_of_a_mig_gpu_go_to_their_instance() -> None:
+    from agent.sources.attribution.model import InstanceRef
+    from agent.sources.attribution.refresher import gpu_ref
+    from agent.sources.nvml.samples import MigDeviceSample
+
+    gpu = dataclasses.replace(
+        _gpu(4),
+        processes=(
+            ProcessSample(pid=10, memory_bytes=1, gpu_instance_id=1, compute_instance_id=0),
+            ProcessSample(pid=11, memory_bytes=1, gpu_instance_id=2, compute_instance_id=0),
+            ProcessSample(pid=12, memory_bytes=1),
+        ),
+        mig_devices=(
+            MigDeviceSample(1, 0, "MIG-a", "3g.40gb", pids=(10,)),
+            MigDeviceSample(2, 0, "MIG-b", "3g.40gb", pids=(11,)),
+        ),
+    )
+    assert gpu_ref(gpu) == GpuRef(
+        4,
+        "GPU-4",
+        (12,),
+        (InstanceRef(1, "MIG-a", (10,)), InstanceRef(2, "MIG-b", (11,))),
+    )
+
+
+def test_the_first_gpus_wake_the_thread_without_any_process() -> None:
+    """A node whose jobs are only in the mapping directory (no GPU process yet) is
+    attributed from the first poll's GPUs on, not an interval later."""
+    resolver = Recording()
+    refresher = AttributionRefresher([resolver], interval=3600.0, min_gap=0.0)
+    refresher.start()
+    try:
+        assert resolver.called.wait(10)  # the start-up refresh: no GPUs known yet
+        resolver.called.clear()
+        refresher.observe((_gpu(0), _gpu(1)))
+        assert resolver.called.wait(10), "the first GPUs did not wake the refresher"
+        _wait_published(refresher, lambda cache: bool(cache.units_seen))
+        calls = resolver.calls
+        refresher.observe((_gpu(0), _gpu(1)))  # the same GPUs: nothing new
+        time.sleep(0.2)  # time enough for a wrongly woken thread to call the resolver
+        assert resolver.calls == calls
+    finally:
+        refresher.stop(timeout=5)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import grp
+import os
 import pwd
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from agent.sources.attribution.model import GpuRef, InstanceRef, Owner
+from agent.sources.attribution.model import GpuRef, InstanceRef, Owner, Resolution
 from agent.sources.attribution.procfs import ProcFS
 from agent.sources.attribution.slurm import SlurmResolver
 from tests.attribution.conftest import ProcTree, Spawn
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
+NOBODY_GID = grp.getgrnam("nogroup").gr_gid
 UUID = "GPU-0d5a1f6e-1111-2222-3333-444455556666"
 
 # every layout of the issue, each as a whole /proc/<pid>/cgroup file
@@ -135,3 +141,72 @@ def test_a_pid_that_exited_is_no_error(proc_tree: ProcTree, spawn: Spawn) -> Non
     child.wait()
     found = SlurmResolver(ProcFS(Path("/proc"))).resolve([GpuRef(0, UUID, (child.pid,))])
     assert found.error is None and found.allocations == ()
+
+
+def test_a_known_process_is_not_read_again_but_a_reused_pid_is(
+    proc_tree: ProcTree, spawn: Spawn
+) -> None:
+    pid = spawn().pid
+    entry = proc_tree.add(pid, LAYOUTS["v2"], uid=NOBODY, start_time=100)
+    proc = ProcFS(proc_tree.root)
+    assert proc.start_time(pid) == 100
+    resolver = SlurmResolver(proc)
+    assert resolver.resolve([GpuRef(0, UUID, (pid,))]).pid_owners[pid].job_id == "4242"
+    # the same process (same start time): its cgroup is not read again
+    (entry / "cgroup").write_text(LAYOUTS["v2"].replace("4242", "999"))
+    assert resolver.resolve([GpuRef(0, UUID, (pid,))]).pid_owners[pid].job_id == "4242"
+    # the pid reused by a later process: read afresh
+    proc_tree.add(pid, LAYOUTS["v2"].replace("4242", "999"), uid=NOBODY, start_time=200)
+    assert resolver.resolve([GpuRef(0, UUID, (pid,))]).pid_owners[pid].job_id == "999"
+
+
+def _unreadable_environ_tree(root: Path, pid: int) -> None:
+    tree = ProcTree(root)
+    entry = tree.add(pid, "0::/user.slice/user-1000.slice/session-4.scope", uid=NOBODY)
+    (entry / "environ").chmod(0)  # like another user's environ: root's to read only
+
+
+def test_an_unreadable_environment_is_an_error_for_root(tmp_path: Path, spawn: Spawn) -> None:
+    pid = spawn().pid
+    _unreadable_environ_tree(tmp_path / "proc", pid)
+    (tmp_path / "proc" / str(pid) / "environ").unlink()
+    (tmp_path / "proc" / str(pid) / "environ").mkdir()  # unreadable even by root
+    found = SlurmResolver(ProcFS(tmp_path / "proc")).resolve([GpuRef(0, UUID, (pid,))])
+    assert found.error is not None and "environ" in found.error
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the resolver as nobody: needs root")
+def test_not_root_the_environment_way_is_quietly_unavailable(spawn: Spawn) -> None:
+    """The resolver run as nobody (a forked child that drops to that uid), where another
+    user's environ cannot be read: no owner, and no error."""
+    pid = spawn().pid
+    root = Path(tempfile.mkdtemp(prefix="nvwatch-attrib-"))
+    try:
+        root.chmod(0o755)  # nobody must reach the tree; pytest's tmp_path is root's only
+        _unreadable_environ_tree(root / "proc", pid)
+        answer = _as_nobody(
+            lambda: SlurmResolver(ProcFS(root / "proc")).resolve([GpuRef(0, UUID, (pid,))])
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert answer == "None 0"
+
+
+def _as_nobody(resolve: Callable[[], Resolution]) -> str:
+    """'<error> <allocations>' of `resolve()` run in a child process as nobody."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: drop to nobody, resolve, report, exit without cleanup
+        try:
+            os.close(read_end)
+            os.setgid(NOBODY_GID)
+            os.setuid(NOBODY)
+            found = resolve()
+            os.write(write_end, f"{found.error} {len(found.allocations)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read().decode()
+    os.waitpid(child, 0)
+    return answer

@@ -92,6 +92,7 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         warmup=1,
         profile_polls=1,
         render_repeats=2,
+        attribution_polls=3,
         connections=(1,),
         wrk_seconds=1.0,
         rss_polls=5,
@@ -117,14 +118,15 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         "## Resident memory",
         "## Real GPUs",
         "## Whole process, simulator included",
+        "## Attribution",
     ):
         assert heading in text
 
     # every target has a figure and a verdict
     judged = verdicts(results)
     # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2, NVML calls,
-    # serve process CPU, fleet CPU share
-    assert len(judged) == 11
+    # serve process CPU, fleet CPU share, attribution per poll
+    assert len(judged) == 12
     for verdict in judged:
         assert verdict.mark in ("PASS", "**MISS**")
 
@@ -161,6 +163,12 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
     fleet = results.fleet_cpu
     assert fleet is not None and fleet.nodes == 2 and fleet.share_pct > 0 and fleet.polls > 0
     assert results.rss.final_mib > 0
+
+    attribution = results.attribution
+    assert attribution is not None and attribution.processes == 64
+    # the 64 processes became owners: one allocation series per job, job labels on them
+    assert attribution.allocations == 64 and attribution.labelled > 0
+    assert attribution.refresh.median > 0 and all(v >= 0 for v in attribution.parts.values())
 
 
 def test_real_nvml_code_path_on_the_simulated_library() -> None:

@@ -1,8 +1,9 @@
 """One fleet, one Prometheus, one Alertmanager for the whole e2e module: started once.
 
-Layout: cluster "healthy" holds 4x dgx1-v100 + 4x dgx-a100 that must never alert; cluster
-"faults" holds one node per fault scenario, all running side by side for the same length
-of time, plus one healthy node whose agent the test kills.
+Layout: cluster "healthy" holds 4x dgx1-v100 + 4x dgx-a100 (GPUs 0-3 of the last one
+partitioned with MIG) that must never alert; cluster "faults" holds one node per fault
+scenario, all running side by side for the same length of time, plus one healthy node
+whose agent the test kills.
 
 Simulated time runs TIME_SCALE times faster than real time, so a thermal runaway that
 takes minutes on hardware crosses slowdown in seconds. Every rate a rule compares with a
@@ -23,6 +24,7 @@ import pytest
 from agent.config import ScenarioSpec
 from agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from agent.sim.fleet import Fleet
+from agent.sim.fleet_jobs import FleetJob
 from alerts import build as alerts_build
 from mixin.config import MixinConfig
 from tests.conftest import require_tool
@@ -45,6 +47,8 @@ class Fault:
 
 
 HEALTHY = ["dgx1-v100"] * 4 + ["dgx-a100"] * 4
+# the last healthy A100 node runs half its GPUs partitioned, for the dashboards' MIG row
+HEALTHY_MIG = (range(7, 8), "0-3:3g.20gb,2g.10gb,1g.5gb*2")
 FAULTS = (
     Fault(8, "dgx1-v100", "thermal-runaway", "2", "NvwatchGpuThermalSlowdown", {"gpu": "2"}),
     Fault(9, "dgx-a100", "power-capped", "1", "NvwatchGpuPowerCapped", {"gpu": "1"}),
@@ -55,8 +59,19 @@ FAULTS = (
     Fault(14, "dgx1-v100", "ib-link-flap", "mlx5_2", "NvwatchIbLinkDowned", {"device": "mlx5_2"}),
     Fault(15, "dgx-a100", "ib-degraded", "mlx5_3", "NvwatchIbPortRateDegraded", {"device": "mlx5_3"}),  # noqa: E501
     Fault(16, "dgx1-v100", None, None, "NvwatchAgentDown", {}),
+    # job 1004 of carol holds GPUs 2 (training) and 3 (idle): only GPU 3 is idle
+    Fault(17, "dgx1-v100", "idle", "3", "NvwatchGpuAllocatedIdle", {"gpu": "3", "job_id": "1004", "user": "carol"}),  # noqa: E501
 )  # fmt: skip
 KILLED = 16
+# Simulated Slurm jobs (agent/sim/fleet_jobs.py): alice runs two jobs and bob one in the
+# healthy cluster, all training, for the jobs dashboard and the GPU-hours rules; carol's
+# job in the faults cluster holds the idle GPU of node 17.
+JOBS = (
+    FleetJob(0, (0, 1, 2, 3), "1001", "alice", "physics"),
+    FleetJob(1, None, "1002", "alice", "physics"),
+    FleetJob(4, None, "1003", "bob", "ml"),
+    FleetJob(17, (2, 3), "1004", "carol", "ml"),
+)
 
 
 def mixin_config() -> MixinConfig:
@@ -78,6 +93,8 @@ def mixin_config() -> MixinConfig:
         thermal_slowdown_for="10s",
         power_cap_for="10s",
         hw_power_brake_for="2s",
+        # an hour of a job holding an idle GPU: 20 s of it here (6 minutes at 10x)
+        gpu_allocated_idle_for="20s",
         # per-real-second rates of simulated counters are TIME_SCALE times the real ones
         temp_rise_celsius_per_minute=base.temp_rise_celsius_per_minute * s,
         nvlink_error_rate_per_second=base.nvlink_error_rate_per_second * s,
@@ -120,6 +137,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # XIDs) treat a count already above 0 at a node's first scrape as history, not a
         # new event (docs/alerts.md); condition alerts would fire either way
         hold_time=True,
+        mig=[HEALTHY_MIG],
+        jobs=JOBS,
     )
     receiver = Receiver()
     result = Stack(workdir, fleet, receiver)

@@ -3,7 +3,9 @@
 Dashboards: every panel query returns data from the real Prometheus for a healthy
 cluster. Alerts: each fault scenario's alert arrives at a webhook behind the real
 Alertmanager with the right node/GPU/port labels; the healthy cluster, running for the
-same time, delivers none; a killed agent pages for itself only.
+same time, delivers none; a killed agent pages for itself only. Jobs: the GPU-hours
+recording rules follow the simulated Slurm jobs, and the allocated-but-idle alert names the
+one idle GPU a job holds.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agent.sim.workload import TRAINING_ALLREDUCE, TRAINING_COMPUTE
 from dashboards.build import build_all
 from mixin.config import MixinConfig
 from tests.e2e.conftest import FAULTS, KILLED, Fault, mixin_config
@@ -39,10 +42,14 @@ EMPTY_WHEN_HEALTHY = {
     ("CRC / replay / recovery error rates", "nvlink_errors"): "links with errors (> 0) only",
     ("Errors by type", "ib_port_errors"): "IB ports with errors (> 0) only",
     ("Saturated counters", "reading_saturated"): "ports with a counter at its maximum only",
+    ("MIG instance SM and DRAM activity", "mig_"): "per-instance GPM needs Hopper (no H100 here)",
 }
-# ... and those for which even the faults cluster has nothing in this short run: none
-# (the congested port's 32-bit port_xmit_wait saturates within the run)
-NEVER_IN_THIS_RUN: dict[tuple[str, str], str] = {}
+# ... and those for which even the faults cluster has nothing in this short run (the
+# congested port's 32-bit port_xmit_wait does saturate within the run)
+NEVER_IN_THIS_RUN: dict[tuple[str, str], str] = {
+    # the values are checked against the simulator in tests/nvml/test_mig.py instead
+    ("MIG instance SM and DRAM activity", "mig_"): "no H100 in either cluster",
+}
 
 
 def expected_empty(title: str, expr: str, table: dict[tuple[str, str], str]) -> bool:
@@ -61,6 +68,8 @@ def instantiate(expr: str, cluster: str, time_range: str = "60s") -> str:
         "cluster": cluster,
         "instance": ".*",
         "gpu": ".*",
+        "user": ".*",
+        "job_id": ".*",
         "__rate_interval": "30s",
         "__interval": "1s",
         "__range_s": str(int(time_range[:-1]) * (60 if time_range.endswith("m") else 1)),
@@ -200,3 +209,75 @@ def test_each_fault_pages_and_the_healthy_cluster_does_not(stack: Stack) -> None
     assert down == {f"dgx-{KILLED:03d}"}, f"agent-down fired for {down}"
     assert arrived["NvwatchAgentDown"] > 0
     assert time.monotonic() - killed_at < ALERT_DEADLINE_S
+
+
+def _by_label(series: list[dict[str, Any]], label: str) -> dict[str, float]:
+    return {s["metric"].get(label, ""): float(s["value"][1]) for s in series}
+
+
+def _held_gpus(stack: Stack, cluster: str) -> dict[str, int]:
+    """GPUs each user's jobs hold, from the fleet's own simulated Slurm."""
+    held: dict[str, int] = {}
+    for index, node_jobs in stack.fleet.node_jobs.items():
+        if stack.fleet.specs[index].cluster != cluster:
+            continue
+        for job in node_jobs.jobs:
+            held[job.user] = held.get(job.user, 0) + len(node_jobs.gpus_of(job))
+    return held
+
+
+def test_gpu_hours_per_user_follow_the_fleets_jobs(stack: Stack) -> None:
+    """The recording rules count the GPUs each user's jobs hold (alice 4 + 8, bob 8) and
+    weight them by utilization, which for training GPUs lies between the simulator's
+    all-reduce and compute levels; carol's idle GPU is allocated and not busy."""
+    held = _held_gpus(stack, "healthy")
+    assert held == {"alice": 12, "bob": 8}
+    allocated = wait_for(
+        "GPUs per user recorded for every user",
+        lambda: (
+            found
+            if len(found := stack.query('user:nvwatch_gpu_allocated:sum{cluster="healthy"}'))
+            == len(held)
+            else None
+        ),
+        DATA_DEADLINE_S,
+    )
+    assert _by_label(allocated, "user") == held
+    busy = _by_label(stack.query('user:nvwatch_gpu_busy:sum{cluster="healthy"}'), "user")
+    low, high = TRAINING_ALLREDUCE[0], TRAINING_COMPUTE[0]
+    for user, gpus in held.items():
+        assert low * gpus - 1e-6 <= busy[user] <= high * gpus + 1e-6, (user, busy[user])
+    accounts = stack.query('account:nvwatch_gpu_allocated:sum{cluster="healthy"}')
+    assert _by_label(accounts, "account") == {"physics": 12, "ml": 8}
+    # GPU-hours, as the report reads them: 8 GPUs over 20 one-second evaluations
+    hours = stack.query(
+        'sum_over_time(user:nvwatch_gpu_allocated:sum{cluster="healthy", user="bob"}[20s])'
+        " * 1 / 3600"
+    )
+    assert 8 * 19 / 3600 <= float(hours[0]["value"][1]) <= 8 * 21 / 3600
+    carol = {"cluster": "faults", "user": "carol"}
+    sel = ", ".join(f'{k}="{v}"' for k, v in carol.items())
+    assert _by_label(stack.query(f"user:nvwatch_gpu_allocated:sum{{{sel}}}"), "user") == {
+        "carol": 2
+    }
+    carol_busy = _by_label(stack.query(f"user:nvwatch_gpu_busy:sum{{{sel}}}"), "user")["carol"]
+    assert low - 1e-6 <= carol_busy <= high + 1e-6  # one training GPU; the idle one adds 0
+
+
+def test_only_the_idle_gpu_of_the_job_is_allocated_idle(stack: Stack) -> None:
+    """NvwatchGpuAllocatedIdle for GPU 3 of carol's job and nothing else: not her busy GPU
+    2, not the idle GPUs nobody holds, not the healthy cluster's training jobs."""
+    alerts = wait_for(
+        "NvwatchGpuAllocatedIdle firing",
+        lambda: stack.query('ALERTS{alertname="NvwatchGpuAllocatedIdle", alertstate="firing"}'),
+        ALERT_DEADLINE_S,
+    )
+    where = [
+        {k: a["metric"].get(k) for k in ("cluster", "instance", "gpu", "job_id", "user")}
+        for a in alerts
+    ]
+    assert where == [
+        {"cluster": "faults", "instance": "dgx-017", "gpu": "3", "job_id": "1004", "user": "carol"}
+    ]
+    pending_or_firing = stack.query('ALERTS{alertname="NvwatchGpuAllocatedIdle"}')
+    assert len(pending_or_firing) == 1

@@ -146,6 +146,7 @@ FAULTS = (
 SCENARIOS_OUTSIDE = {
     "healthy-training": "a workload, not a fault: every healthy node runs it",
     "idle": "a workload, not a fault",
+    "cold-start": "a workload, not a fault: GPUs warming up under a new job page nothing",
     "ib-congestion": (
         "its only alert, NvwatchIbPortCongested, is info (a capacity signal, never paged); "
         "and at 10x time its 32-bit port_xmit_wait saturates ~22 s into the run, after "

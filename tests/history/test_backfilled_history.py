@@ -18,6 +18,9 @@ import yaml
 from mixin.config import MixinConfig
 from tests.history.backfill import HistoryPrometheus
 
+# generating and backfilling the month (the session fixture's setup) takes ~30 s of CPU,
+# far more wall time on a loaded machine
+pytestmark = pytest.mark.timeout(400)
 KWH = 3.6e6
 WEEK_S = 7 * 86400.0
 CFG = MixinConfig()

@@ -37,20 +37,26 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: Path) -> None:
     out = tmp_path / "h.om"
-    main(["simulate", "history", "--nodes", "6", "--days", "1", "--step", "30m",
-          "--end", END, "--out", str(out)])  # fmt: skip
-    families = list(text_string_to_metric_families(out.read_text()))  # strict parser
-    samples = [s for f in families for s in f.samples]
-    assert {int(s.timestamp.sec) for s in samples} == {
-        1772409600 - 86400 + i * 1800 for i in range(49)
+    main(["simulate", "history", "--nodes", "6", "--days", "1", "--step", "1h",
+          "--end", END, "--out", str(out), "--nodes-per-file", "4"])  # fmt: skip
+    parts = sorted(tmp_path.glob("h.*.om"))
+    assert [p.name for p in parts] == ["h.000.om", "h.001.om"]
+    # the strict parser, on each part: families grouped, each series' samples together
+    samples = [
+        [s for f in text_string_to_metric_families(p.read_text()) for s in f.samples] for p in parts
+    ]
+    everything = samples[0] + samples[1]
+    assert {int(s.timestamp.sec) for s in everything} == {
+        1772409600 - 86400 + i * 3600 for i in range(25)
     }  # 2026-03-02T00:00Z is 1772409600
     truth = json.loads((tmp_path / "h.truth.json").read_text())
-    assert truth["end"] == 1772409600 and truth["step_seconds"] == 1800
+    assert truth["end"] == 1772409600 and truth["step_seconds"] == 3600
     kinds = {e["kind"]: e for e in truth["episodes"]}
     assert set(kinds) == {
         "thermal-runaway", "power-capped", "ib-congestion", "ecc-dbe", "agent-down", "idle"
     }  # fmt: skip
     assert len({e["node"] for e in kinds.values()}) == 6
-    instances = {s.labels["instance"] for s in samples}
-    assert instances == {n["instance"] for n in truth["nodes"]}
-    assert {s.labels["node_class"] for s in samples} == {"dgx1-v100", "dgx-a100", "dgx-h100"}
+    instances = [{s.labels["instance"] for s in part} for part in samples]
+    assert [len(i) for i in instances] == [4, 2]
+    assert set.union(*instances) == {n["instance"] for n in truth["nodes"]}
+    assert {s.labels["node_class"] for s in everything} == {"dgx1-v100", "dgx-a100", "dgx-h100"}

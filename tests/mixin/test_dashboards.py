@@ -15,9 +15,9 @@ LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
 LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}
 
 
-def test_six_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
-    assert len(dashboards) == 6
-    assert len({d["uid"] for d in dashboards.values()}) == 6
+def test_seven_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
+    assert len(dashboards) == 7
+    assert len({d["uid"] for d in dashboards.values()}) == 7
 
 
 @pytest.mark.parametrize(
@@ -29,6 +29,7 @@ def test_six_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
         "nvwatch-infiniband.json",
         "nvwatch-thermal-power.json",
         "nvwatch-capacity-review.json",
+        "nvwatch-jobs.json",
     ],
 )
 def test_dashboard_lint(dashboards: dict[str, dict[str, Any]], name: str) -> None:

@@ -126,3 +126,13 @@ def test_the_guide_lists_every_field_and_says_which_have_no_equivalent(cfg: Mixi
         assert (f"`{field.name}`" in missing_section) is not field.has_equivalent, field.name
     for label in labels(cfg):
         assert f"| `{label.name}` |" in text
+
+
+def test_every_mapped_label_exists_in_nvwatch(cfg: MixinConfig) -> None:
+    exported = {label for spec in BY_NAME.values() for label in spec.labels}
+    for label in labels(cfg):
+        if label.nvwatch and label.nvwatch != cfg.instance_label:  # a target label
+            assert label.nvwatch in exported, f"{label.name}: no nvwatch label {label.nvwatch}"
+    on_compat = set(yaml.safe_load(build_all(cfg)[RULE_FILE])["groups"][0]["rules"][1]["expr"]
+                    .split("group_left (", 1)[1].split(")", 1)[0].split(", "))  # fmt: skip
+    assert on_compat == {lb.name for lb in labels(cfg) if lb.nvwatch and lb.per_gpu} - {"gpu"}

@@ -64,7 +64,7 @@ def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path)
 def test_the_dashboard_build_writes_the_committed_dashboards(tmp_path: Path) -> None:
     k8s = tmp_path / "k8s"
     written = _invoke(commands.dashboards_build, "--out", str(tmp_path), "--kubernetes", str(k8s))
-    assert len(written) == 7 and written[-1].parent == k8s
+    assert len(written) == len(dashboards_build.DASHBOARDS) + 1 and written[-1].parent == k8s
     _assert_same_dir(written[:-1], REPO / "dashboards" / "generated", REFRESH_DASHBOARDS)
     _assert_same(written[-1], KUBERNETES / written[-1].name, REFRESH_DASHBOARDS)
 
@@ -111,7 +111,9 @@ def test_python_m_runs_the_same_commands(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as exit_:
             main(args)
         assert exit_.value.code == 0
-    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 6 + 2 + 6
+    rules = len(alerts_build.build_all(MixinConfig()))
+    dashboards = len(dashboards_build.DASHBOARDS)
+    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == rules + 2 + dashboards
 
 
 def test_nvwatch_has_the_same_commands() -> None:
@@ -133,4 +135,5 @@ def test_docs_have_a_runbook_per_alert_and_the_xid_table(cfg: MixinConfig) -> No
 
 def test_write_returns_the_files(cfg: MixinConfig, tmp_path: Path) -> None:
     paths = dashboards_build.write(tmp_path / "d", cfg) + alerts_build.write(tmp_path / "a", cfg)
-    assert len(paths) == 12 and all(p.stat().st_size > 0 for p in paths)
+    expected = len(dashboards_build.DASHBOARDS) + len(alerts_build.build_all(cfg))
+    assert len(paths) == expected and all(p.stat().st_size > 0 for p in paths)

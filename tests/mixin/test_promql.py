@@ -25,6 +25,8 @@ _GRAFANA_VARS = {
     "$cluster": "c1",
     "$instance": "n1",
     "$gpu": "0",
+    "$user": "alice",
+    "$job_id": "101",
 }
 
 

@@ -57,7 +57,7 @@ def test_power_is_capped_at_the_enforced_limit_with_reason_and_violation_time() 
 
 
 def test_temperature_follows_power_with_first_order_lag() -> None:
-    lib, clock = start()
+    lib, clock = start(scenario="cold-start")  # idle-cold GPUs the job starts on
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     t0 = lib.gpus[0].temperature_c
     tau = H100_SXM5_80.thermal_time_constant_s
@@ -129,7 +129,7 @@ def test_idle_gpu_parks_clocks_and_sets_the_idle_reason() -> None:
 
 
 def test_geforce_fan_tracks_temperature() -> None:
-    lib, clock = start("geforce-workstation")
+    lib, clock = start("geforce-workstation", scenario="cold-start")
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     cold = pynvml.nvmlDeviceGetFanSpeed(h)
     clock.advance(300.0)

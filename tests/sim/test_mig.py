@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import os
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from agent.sim.mig_layout import MigLayoutError, parse_layout, place
 from agent.sim.mig_profiles import MEMORY_SLICES
 from agent.sim.nvml import SimulatedNvml
+from agent.sim.process_file import ProcessFile
 from agent.sim.profiles import get_profile
 from tests.sim.conftest import start
 
@@ -209,3 +212,25 @@ def test_an_all_idle_mig_gpu_draws_idle_power() -> None:
 def test_a_layout_for_a_gpu_the_node_lacks_is_refused() -> None:
     with pytest.raises(ValueError, match="no GPU 9"):
         SimulatedNvml(get_profile("dgx-h100"), mig=_plan("9:7g.80gb", 10))  # type: ignore[arg-type]
+
+
+def test_a_process_file_places_real_processes_in_mig_instances(tmp_path: Path) -> None:
+    lib, _ = start("dgx-h100", mig=parse_layout("0:3g.40gb,3g.40gb", 8))
+    first, second = lib.mig[0].devices
+    listing = tmp_path / "procs"
+    me = os.getpid()  # a live process: the file's pids are checked for being alive
+    listing.write_text(f"0/{second.gpu_instance_id} {me} 512\n0 {os.getppid()}\n")
+    lib.process_file = ProcessFile(listing, 8)
+    parent = pynvml.nvmlDeviceGetHandleByIndex(0)
+    on_gpu = {p.pid: p for p in pynvml.nvmlDeviceGetComputeRunningProcesses(parent)}
+    assert on_gpu[me].gpuInstanceId == second.gpu_instance_id
+    assert on_gpu[me].usedGpuMemory == 512 * MIB
+    assert on_gpu[os.getppid()].gpuInstanceId == 0xFFFFFFFF  # in no instance
+    by_device = {}
+    for index, device in enumerate((first, second)):
+        handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, index)
+        by_device[device.gpu_instance_id] = {
+            p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        }
+    assert me in by_device[second.gpu_instance_id]
+    assert me not in by_device[first.gpu_instance_id]

@@ -58,8 +58,8 @@ def test_lines_name_gpu_pid_and_optional_memory() -> None:
     ("line", "reason"),
     [
         ("8 4242", "no GPU 8 (the node has 8)"),
-        ("1", "expected <gpu index> <pid> [<memory MiB>]"),
-        ("1 2 3 4", "expected <gpu index> <pid> [<memory MiB>]"),
+        ("1", "expected <gpu index>[/<GPU instance id>] <pid> [<memory MiB>]"),
+        ("1 2 3 4", "expected <gpu index>[/<GPU instance id>] <pid> [<memory MiB>]"),
         ("x 4242", "gpu index 'x' is not a whole number"),
         ("1 -5", "pid '-5' is not a whole number"),
         ("1 0", "pid 0 is not a process"),

@@ -75,6 +75,14 @@ def _idle_needs_no_repair(simulate: Simulate) -> None:
     assert all(_reasons(i) & (THERMAL | POWER_CAP) == 0 for i in range(8))
 
 
+@repair_check("cold-start")
+def _cold_start_needs_no_repair(simulate: Simulate) -> None:
+    run = simulate("cold-start")
+    assert run.node.repair() == []  # a workload: GPUs warming up are healthy
+    run.advance(600.0)
+    assert all(_reasons(i) & (THERMAL | POWER_CAP) == 0 for i in range(8))
+
+
 @repair_check("thermal-runaway")
 def _cooling_restored(simulate: Simulate) -> None:
     run = simulate("thermal-runaway@3")

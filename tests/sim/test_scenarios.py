@@ -52,6 +52,21 @@ def _trains(simulate: Simulate) -> None:
     assert pynvml.nvmlDeviceGetUtilizationRates(handle(6)).gpu == 0
 
 
+@effect("cold-start")
+def _warms_up(simulate: Simulate) -> None:
+    # GPU 3 starts cold under the job; its neighbours begin where the job holds them
+    run = simulate("cold-start@3")
+    cold, warm = (_temperature(i) for i in (3, 2))
+    assert cold < warm - 15
+    assert pynvml.nvmlDeviceGetUtilizationRates(handle(3)).gpu >= 85  # training from t=0
+    run.advance(600.0)  # ten thermal time constants: it has caught up
+    assert abs(_temperature(3) - _temperature(2)) <= 2
+
+
+def _temperature(index: int) -> int:
+    return int(pynvml.nvmlDeviceGetTemperature(handle(index), pynvml.NVML_TEMPERATURE_GPU))
+
+
 @effect("idle")
 def _idles(simulate: Simulate) -> None:
     simulate("idle").advance(60.0)

@@ -232,7 +232,7 @@ def test_uninitialized_invalid_handle_and_missing_function() -> None:
     with pytest.raises(pynvml.NVMLError_NotFound):
         pynvml.nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000")
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-        pynvml.nvmlDeviceGetGspFirmwareVersion(pynvml.nvmlDeviceGetHandleByIndex(0))
+        pynvml.nvmlUnitGetCount()  # S-class units: not simulated
     assert str(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)) == "GPU is lost"
     pynvml.nvmlShutdown()
     with pytest.raises(pynvml.NVMLError_Uninitialized):
@@ -406,7 +406,7 @@ def test_fault_injection_fails_a_fraction_of_calls() -> None:
     assert failures == flaky.injected
     assert 60 < failures < 140
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-        pynvml.nvmlDeviceGetGspFirmwareVersion(None)
+        pynvml.nvmlUnitGetCount()  # S-class units: not simulated
 
 
 def test_exec_environment_gives_child_processes_simulated_gpus() -> None:

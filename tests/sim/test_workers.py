@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pynvml
@@ -16,7 +18,13 @@ from agent.config import AgentConfig, parse_scenario
 from agent.runtime import runtime
 from agent.sim.fleet import Fleet
 from agent.sim.node import SimulatedNode
-from agent.sim.workers import WorkerProcesses, from_environment, to_environment, worker_name
+from agent.sim.workers import (
+    PROCESS_NAME,
+    WorkerProcesses,
+    from_environment,
+    to_environment,
+    worker_name,
+)
 
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:
@@ -55,9 +63,11 @@ def test_one_named_child_per_gpu_reaped_on_close() -> None:
             child = psutil.Process(pid)
             assert child.ppid() == me.pid
             assert " ".join(child.cmdline()) == worker_name("dgx-a100", gpu)
+            assert child.name() == PROCESS_NAME  # what the agent's process metric shows
             assert child.status() != psutil.STATUS_ZOMBIE
     for pid in pids.values():
         assert not psutil.pid_exists(pid)  # killed and reaped: not even a zombie is left
+    assert not list(Path(tempfile.gettempdir()).glob("nvwatch-sim-job-*"))
 
 
 def test_workers_die_with_their_owner_even_by_sigkill() -> None:

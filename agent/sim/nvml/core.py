@@ -69,8 +69,8 @@ class NvmlCore:
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self.scenario = scenarios.validate(scenario) if scenario is not None else None
         per_gpu = self._checked_gpu_scenarios(gpu_scenarios or {})
-        self.workload = workload or Workload(
-            kind=scenarios.workload_kind(self.scenario or "healthy-training"), seed=seed
+        self.workload = workload or scenarios.workload_of(
+            self.scenario or "healthy-training", Workload(seed=seed)
         )
         self.seed = seed
         self.clock = clock
@@ -136,8 +136,8 @@ class NvmlCore:
         for index, model in enumerate(self.profile.gpus):
             gpu_workload = self.workload
             own = per_gpu.get(index)
-            if own is not None and own in ("idle", "healthy-training"):
-                gpu_workload = dataclasses.replace(self.workload, kind=scenarios.workload_kind(own))
+            if own is not None and own in scenarios.WORKLOAD_SCENARIOS:
+                gpu_workload = scenarios.workload_of(own, self.workload)
             gpus.append(
                 SimulatedGpu(
                     index,

@@ -18,6 +18,10 @@ from agent.sim.nvml.abi import (
 )
 from agent.sim.nvml.core import NvmlCore, device_call
 
+# DRAM banks tracked by the row remapper per GiB of HBM (~: `nvidia-smi -q` shows 640
+# banks at "Max" on a 40 GB A100)
+BANKS_PER_GIB = 16
+
 
 def _ecc_total(gpu: SimulatedGpu, error_type: int, counter_type: int) -> int | None:
     ecc = gpu.ecc
@@ -134,3 +138,67 @@ class EccQueries(NvmlCore):
         set_out(pending, 1 if gpu.ecc.remap_pending else 0)
         set_out(failure, 1 if gpu.ecc.remap_failure else 0)
         return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetRemappedRows_v2(self, gpu: SimulatedGpu, info: Any) -> int:
+        if not gpu.model.row_remapping:
+            return ERROR_NOT_SUPPORTED
+        rows = deref(info)
+        rows.corrActiveRemaps = gpu.ecc.remapped_correctable
+        rows.uncActiveRemaps = gpu.ecc.remapped_uncorrectable
+        rows.corrInactiveRemaps = rows.uncInactiveRemaps = 0  # none undone by a reset
+        rows.bPending = 1 if gpu.ecc.remap_pending else 0
+        rows.bfailureOccurred = 1 if gpu.ecc.remap_failure else 0
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetRowRemapperHistogram(self, gpu: SimulatedGpu, histogram: Any) -> int:
+        if not gpu.model.row_remapping:
+            return ERROR_NOT_SUPPORTED
+        # banks by spare rows left; each remap takes a spare row of some bank, moving it
+        # from "max" (all spares left) to "high"
+        banks = BANKS_PER_GIB * (gpu.model.memory_bytes >> 30)
+        used = min(banks, gpu.ecc.remapped_correctable + gpu.ecc.remapped_uncorrectable)
+        values = deref(histogram)
+        values.max, values.high = banks - used, used
+        values.partial = values.low = values.none = 0
+        return SUCCESS
+
+    @device_call
+    def nvmlDeviceGetDefaultEccMode(self, gpu: SimulatedGpu, default: Any) -> int:
+        if not gpu.model.ecc:
+            return ERROR_NOT_SUPPORTED
+        set_out(default, pynvml.NVML_FEATURE_ENABLED)
+        return SUCCESS
+
+    # Deprecated: per-location counts come from nvmlDeviceGetMemoryErrorCounter, and
+    # the driver answers NotSupported here on these generations.
+    @device_call
+    def nvmlDeviceGetDetailedEccErrors(
+        self, gpu: SimulatedGpu, error_type: Any, counter_type: Any, counts: Any
+    ) -> int:
+        return ERROR_NOT_SUPPORTED
+
+    # SRAM error status, bank remapper, unrepairable-memory flag and TPC/channel repair
+    # status are Blackwell-generation reports: NotSupported on the simulated boards.
+    @device_call
+    def nvmlDeviceGetSramEccErrorStatus(self, gpu: SimulatedGpu, status: Any) -> int:
+        return ERROR_NOT_SUPPORTED
+
+    @device_call
+    def nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
+        self, gpu: SimulatedGpu, counts: Any
+    ) -> int:
+        return ERROR_NOT_SUPPORTED
+
+    @device_call
+    def nvmlDeviceGetBankRemapperStatus_v1(self, gpu: SimulatedGpu, status: Any) -> int:
+        return ERROR_NOT_SUPPORTED
+
+    @device_call
+    def nvmlDeviceGetUnrepairableMemoryFlag_v1(self, gpu: SimulatedGpu, flag: Any) -> int:
+        return ERROR_NOT_SUPPORTED
+
+    @device_call
+    def nvmlDeviceGetRepairStatus(self, gpu: SimulatedGpu, status: Any) -> int:
+        return ERROR_NOT_SUPPORTED

@@ -26,7 +26,6 @@ from agent.sim.mig_layout import checked_layout
 from agent.sim.nvml.installation import install
 from agent.sim.nvml.library import SimulatedNvml
 from agent.sim.profiles import get_profile
-from agent.sim.workload import Workload
 
 MIG_ENV_VAR = "NVWATCH_SIMULATE_MIG"  # the --mig layout of `simulate exec`
 SCENARIO_ENV_VAR = "NVWATCH_SIMULATE_SCENARIO"
@@ -109,7 +108,7 @@ def _library(
     lib = SimulatedNvml(
         model,
         gpu_scenarios=node_scenarios.gpu_workloads(specs),
-        workload=Workload(kind=node_scenarios.node_workload(specs), seed=seed),
+        workload=node_scenarios.node_workload(specs, seed),
         seed=seed,
         clock=clock,
         mig=checked_layout(mig, [gpu.name for gpu in model.gpus]) if mig else None,

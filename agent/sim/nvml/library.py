@@ -14,6 +14,7 @@ Each base class below holds the C functions of one area, in the module of that n
 
 from __future__ import annotations
 
+from agent.sim.nvml.coverage import CoverageQueries
 from agent.sim.nvml.ecc import EccQueries
 from agent.sim.nvml.events import EventQueries
 from agent.sim.nvml.fields import FieldValueQueries
@@ -21,13 +22,16 @@ from agent.sim.nvml.gpm import GpmQueries
 from agent.sim.nvml.identity import IdentityQueries
 from agent.sim.nvml.memory import MemoryQueries
 from agent.sim.nvml.mig import MigQueries
+from agent.sim.nvml.mig_capacity import MigCapacityQueries
 from agent.sim.nvml.nvlink import NvLinkQueries
 from agent.sim.nvml.power_thermal import ClockQueries, PowerQueries, ThermalQueries
 from agent.sim.nvml.system import SystemCalls
 
 
 class SimulatedNvml(
+    MigCapacityQueries,  # the MIG queries `mig` leaves out (placements, capacity, ...)
     MigQueries,  # first: under MIG it answers some calls in place of the areas below
+    CoverageQueries,  # before MemoryQueries: its ProcessQueries extends it (coverage.py)
     SystemCalls,
     IdentityQueries,
     MemoryQueries,

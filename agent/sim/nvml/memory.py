@@ -25,7 +25,7 @@ _TRAINING_PID_BASE = 20000
 
 
 # usedGpuMemory of a process whose memory is not known (pynvml reads it as None)
-_MEMORY_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+MEMORY_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 
 
 class MemoryQueries(NvmlCore):
@@ -117,7 +117,7 @@ class MemoryQueries(NvmlCore):
         array = deref(infos)
         for i, (pid, used) in enumerate(procs):
             array[i].pid = pid
-            array[i].usedGpuMemory = _MEMORY_NOT_AVAILABLE if used is None else used
+            array[i].usedGpuMemory = MEMORY_NOT_AVAILABLE if used is None else used
             array[i].gpuInstanceId = NO_INSTANCE
             array[i].computeInstanceId = NO_INSTANCE
         return SUCCESS

@@ -42,6 +42,7 @@ from agent.sim.nvml.abi import (
     ERROR_NOT_FOUND,
     ERROR_NOT_SUPPORTED,
     ERROR_UNINITIALIZED,
+    NO_INSTANCE,
     SUCCESS,
     address_of,
     as_int,
@@ -51,12 +52,14 @@ from agent.sim.nvml.abi import (
     write_string,
 )
 from agent.sim.nvml.core import NvmlCore
+from agent.sim.process_file import ProcessFile
 
 P = ParamSpec("P")
 M = TypeVar("M", bound="MigQueries")
 # fn(self, gpu, its MIG state, the MIG device or None for the GPU itself, *args)
 MigFn = Callable[Concatenate[M, SimulatedGpu, GpuMig | None, MigDevice | None, P], int]
 
+_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value  # memory not known
 _INSTANCE_SPACE = 0x4000_0000  # GPU- and compute-instance handles, past the device handles
 
 
@@ -96,6 +99,9 @@ def mig_call(
 
 
 class MigQueries(NvmlCore):
+    # the real processes a file puts on the GPUs (memory.py sets out the same attribute)
+    process_file: ProcessFile | None = None
+
     # --- handles ------------------------------------------------------------------------
 
     def _refused(self, gpu: SimulatedGpu | None) -> int | None:
@@ -260,19 +266,42 @@ class MigQueries(NvmlCore):
         infos: Any,
     ) -> int:  # fmt: skip
         assert state is not None
-        devices = state.devices if device is None else (device,)
-        procs = [d for d in devices if state.process_memory_bytes(d)]
+        procs = self._mig_processes(gpu, state, device)
         available = as_int(deref(count))
         set_out(count, len(procs))
         if infos is None or available < len(procs):
             return ERROR_INSUFFICIENT_SIZE if procs else SUCCESS
         array = deref(infos)
-        for i, d in enumerate(procs):
-            array[i].pid = state.process_pid(d)
-            array[i].usedGpuMemory = state.process_memory_bytes(d)
-            array[i].gpuInstanceId = d.gpu_instance_id
-            array[i].computeInstanceId = d.compute_instance_id
+        for i, (pid, used, gi_id, ci_id) in enumerate(procs):
+            array[i].pid = pid
+            array[i].usedGpuMemory = _NOT_AVAILABLE if used is None else used
+            array[i].gpuInstanceId = gi_id
+            array[i].computeInstanceId = ci_id
         return SUCCESS
+
+    def _mig_processes(
+        self, gpu: SimulatedGpu, state: GpuMig, device: MigDevice | None
+    ) -> list[tuple[int, int | None, int, int]]:
+        """(pid, bytes, GPU instance, compute instance) on a MIG device, or on the whole
+        GPU: each busy instance's job, and the process file's processes in it."""
+        procs: list[tuple[int, int | None, int, int]] = []
+        for d in state.devices if device is None else (device,):
+            ids = (d.gpu_instance_id, d.compute_instance_id)
+            if state.process_memory_bytes(d):
+                procs.append((state.process_pid(d), state.process_memory_bytes(d), *ids))
+            claimed = self._claimed(gpu, d.gpu_instance_id)
+            procs += [(pid, used, *ids) for pid, used in claimed]
+        if device is None:  # claimed for the GPU itself: in no instance
+            procs += [(pid, used, NO_INSTANCE, NO_INSTANCE) for pid, used in self._claimed(gpu)]
+        return procs
+
+    def _claimed(
+        self, gpu: SimulatedGpu, gpu_instance_id: int | None = None
+    ) -> list[tuple[int, int | None]]:
+        """The process file's live processes on `gpu` (in that GPU instance)."""
+        if self.process_file is None:
+            return []
+        return self.process_file.processes(gpu.index, self._time, gpu_instance_id)
 
     # --- GPU instances -------------------------------------------------------------------
 

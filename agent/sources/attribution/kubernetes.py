@@ -29,7 +29,7 @@ from agent.sources.attribution.kubepods import (
     pods_by_uid,
 )
 from agent.sources.attribution.model import Allocation, GpuRef, Owner, Resolution
-from agent.sources.attribution.procfs import ProcFS, ProcUnreadable
+from agent.sources.attribution.procfs import PerProcess, ProcFS, ProcUnreadable
 
 SCHEDULER = "kubernetes"
 Unit = tuple[int, str]  # (GPU index, uuid of the GPU or MIG instance)
@@ -48,6 +48,7 @@ class KubernetesResolver:
         self, proc: ProcFS, socket: Path, *, timeout: float, checkpoint: Path | None = None
     ) -> None:
         self._proc = proc
+        self._pod_uids: PerProcess[str | None] = PerProcess(proc)
         self.client = PodResourcesClient(socket, timeout)
         self._checkpoint = checkpoint if checkpoint is not None else checkpoint_path(socket)
 
@@ -66,6 +67,9 @@ class KubernetesResolver:
     def close(self) -> None:
         self.client.close()
 
+    def _pod_uid(self, pid: int) -> str | None:
+        return pod_uid_of(self._proc.cgroup_paths(pid) or ())
+
     def _pid_owners(
         self,
         gpus: Sequence[GpuRef],
@@ -79,11 +83,10 @@ class KubernetesResolver:
             pods = {(o.namespace, o.pod): o for o in owners.get(unit, [])}
             for pid in pids:
                 try:
-                    paths = self._proc.cgroup_paths(pid)
+                    uid = self._pod_uids.get(pid, self._pod_uid)
                 except ProcUnreadable as exc:
                     errors.append(str(exc))
                     continue
-                uid = pod_uid_of(paths or ())
                 if uid is None or not pods:
                     continue  # not a pod's process, or no pod holds this GPU
                 if len(pods) == 1:

@@ -52,6 +52,9 @@ class Cached:
     errors: tuple[str, ...] = ()
     refreshed_at: float | None = None
     pids_seen: frozenset[int] = frozenset()
+    # the GPUs and MIG devices (index, uuids) the refresh saw: a change (the first poll,
+    # a repartition) is news even without a new pid, e.g. to the mapping directory
+    units_seen: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
 
 class AttributionRefresher:
@@ -84,11 +87,16 @@ class AttributionRefresher:
         return self._cache.labels.get(pid)
 
     def observe(self, gpus: tuple[GpuSample, ...]) -> None:
-        """Keep the GPUs and pids of this poll; wake the thread for pids not yet looked at."""
+        """Keep the GPUs and pids of this poll; wake the thread for pids not yet looked at,
+        or GPUs and MIG devices other than the last refresh saw."""
         refs = tuple(gpu_ref(gpu) for gpu in gpus)
         self._gpus = refs
-        seen = self._cache.pids_seen
-        if any(pid not in seen for ref in refs for pid in _pids(ref)):
+        cache = self._cache
+        seen = cache.pids_seen
+        if (
+            any(pid not in seen for ref in refs for pid in _pids(ref))
+            or _units(refs) != cache.units_seen
+        ):
             self._wake.set()
 
     # --- the thread ---------------------------------------------------------------------
@@ -145,17 +153,25 @@ class AttributionRefresher:
             errors=tuple(errors),
             refreshed_at=self.clock(),
             pids_seen=frozenset(pid for ref in gpus for pid in _pids(ref)),
+            units_seen=_units(gpus),
         )
         return self._cache
 
 
 def gpu_ref(gpu: GpuSample) -> GpuRef:
     """What resolvers need of one GPU of a poll: index, UUID and its processes' pids."""
-    return GpuRef(gpu.index, gpu.uuid, tuple(p.pid for p in gpu.processes), _instances(gpu))
+    # a process in a MIG instance is the instance's, not the whole GPU's
+    whole = tuple(p.pid for p in gpu.processes if p.gpu_instance_id is None)
+    return GpuRef(gpu.index, gpu.uuid, whole, _instances(gpu))
 
 
 def _instances(gpu: GpuSample) -> tuple[InstanceRef, ...]:
-    return ()  # MIG instances join here once the NVML sample carries them
+    """The GPU's MIG devices, by their own UUID, with the pids NVML places in each."""
+    return tuple(InstanceRef(d.gpu_instance_id, d.mig_uuid, d.pids) for d in gpu.mig_devices)
+
+
+def _units(refs: Sequence[GpuRef]) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    return tuple((r.index, (r.uuid, *(i.uuid for i in r.instances))) for r in refs)
 
 
 def _pids(ref: GpuRef) -> list[int]:

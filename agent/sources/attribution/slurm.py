@@ -13,13 +13,14 @@ mapping file's job id gets the cgroup's user and the environment's account).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agent.sources.attribution.mapping_dir import MappingDirUnreadable, read_mapping_dir
 from agent.sources.attribution.model import Allocation, GpuRef, Owner, Resolution
-from agent.sources.attribution.procfs import ProcFS, ProcUnreadable, user_name
+from agent.sources.attribution.procfs import PerProcess, ProcFS, ProcUnreadable, user_name
 from agent.sources.attribution.slurm_cgroup import job_of
 
 SCHEDULER = "slurm"
@@ -48,24 +49,28 @@ class SlurmResolver:
     def __init__(self, proc: ProcFS, mapping_dir: Path | None = None) -> None:
         self._proc = proc
         self._mapping_dir = mapping_dir
+        self._owners: PerProcess[Owner | None] = PerProcess(proc)
 
     def resolve(self, gpus: Sequence[GpuRef]) -> Resolution:
         errors = _Errors()
         mapped = self._mapped_jobs(errors)
         pid_owners: dict[int, Owner] = {}
         allocations: list[Allocation] = []
+        seen: list[int] = []
         for gpu in gpus:
             units: list[tuple[str, int | None, tuple[int, ...]]] = [(gpu.uuid, None, gpu.pids)]
             units += [(i.uuid, i.gpu_instance_id, i.pids) for i in gpu.instances]
             for uuid, instance, pids in units:
                 owners = [Owner(SCHEDULER, job) for job in mapped.get((gpu.index, instance), ())]
+                seen += pids
                 for pid in pids:
                     owner = self._owner_of(pid, errors)
                     if owner is not None:
                         pid_owners[pid] = owner
                         owners.append(owner)
                 allocations += [Allocation(gpu.index, uuid, o) for o in _merged(owners)]
-        return Resolution(tuple(allocations), pid_owners, errors.line())
+        self._owners.keep_only(seen)
+        return Resolution(_per_job(allocations), pid_owners, errors.line())
 
     def close(self) -> None:
         """Nothing to release: every read opens and closes its file."""
@@ -82,21 +87,33 @@ class SlurmResolver:
 
     def _owner_of(self, pid: int, errors: _Errors) -> Owner | None:
         try:
-            paths = self._proc.cgroup_paths(pid)
-            if paths is None:
-                return None  # exited since NVML listed it
-            job = job_of(paths)
-            if job is not None:
-                uid = job.uid if job.uid is not None else self._proc.uid(pid)
-                user = user_name(uid) if uid is not None else ""
-                return Owner(SCHEDULER, job.job_id, user, self._account(pid, job.job_id))
-            return self._owner_from_environ(pid)
+            return self._owners.get(pid, self._read_owner)
         except ProcUnreadable as exc:
             errors.add("proc", str(exc))
             return None
 
+    def _read_owner(self, pid: int) -> Owner | None:
+        """The job of `pid` from /proc; ProcUnreadable when an entry cannot be read."""
+        paths = self._proc.cgroup_paths(pid)
+        if paths is None:
+            return None  # exited since NVML listed it
+        job = job_of(paths)
+        if job is not None:
+            uid = job.uid if job.uid is not None else self._proc.uid(pid)
+            user = user_name(uid) if uid is not None else ""
+            return Owner(SCHEDULER, job.job_id, user, self._account(pid, job.job_id))
+        return self._owner_from_environ(pid)
+
     def _owner_from_environ(self, pid: int) -> Owner | None:
-        env = self._proc.environ(pid)
+        """The job the environment names. Another user's environ is root's to read: not
+        being root, this way is simply not available (no error); as root, an unreadable
+        environ is as wrong as any other /proc entry."""
+        try:
+            env = self._proc.environ(pid)
+        except ProcUnreadable:
+            if os.geteuid() != 0:
+                return None
+            raise
         job_id = (env or {}).get("SLURM_JOB_ID", "")
         if env is None or not job_id:
             return None
@@ -119,5 +136,20 @@ def _merged(owners: Sequence[Owner]) -> list[Owner]:
     by_job: dict[str, Owner] = {}
     for owner in owners:
         seen = by_job.get(owner.job_id)
-        by_job[owner.job_id] = owner if seen is None else seen.merged(owner)
+        if seen is None:
+            by_job[owner.job_id] = owner
+        elif seen != owner:
+            by_job[owner.job_id] = seen.merged(owner)
     return list(by_job.values())
+
+
+def _per_job(allocations: Sequence[Allocation]) -> tuple[Allocation, ...]:
+    """Each job's fields merged across all its GPUs on the node: a GPU that only the
+    mapping file gives a job (no process of the job on it yet, or an idle GPU the job
+    holds) names the user and account that the job's processes on its other GPUs show."""
+    by_job: dict[str, Owner] = {}
+    for allocation in allocations:
+        owner = allocation.owner
+        seen = by_job.get(owner.job_id)
+        by_job[owner.job_id] = owner if seen is None else seen.merged(owner)
+    return tuple(replace(a, owner=by_job[a.owner.job_id]) for a in allocations)

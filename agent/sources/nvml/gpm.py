@@ -39,10 +39,15 @@ class GpmReading:
 
 
 class GpmSampler:
-    """Two GPM sample buffers per GPU, swapped each poll."""
+    """Two GPM sample buffers per GPU, or per MIG GPU instance, swapped each poll.
 
-    def __init__(self, device: Device) -> None:
+    With `gpu_instance_id`, the samples are that GPU instance's (nvmlGpmMigSampleGet on
+    the parent GPU), as ratios of the instance's own SMs and memory bandwidth.
+    """
+
+    def __init__(self, device: Device, gpu_instance_id: int | None = None) -> None:
         self._device = device
+        self._gpu_instance_id = gpu_instance_id
         self._supported: bool | None = None
         self._retry_at = 0.0
         self._previous: Any = None
@@ -89,7 +94,10 @@ class GpmSampler:
         if self._previous_at is not None and now - self._previous_at < MIN_INTERVAL_S:
             return GpmReading()
         current = self._spare
-        pynvml.nvmlGpmSampleGet(self._device.handle, current)
+        if self._gpu_instance_id is None:
+            pynvml.nvmlGpmSampleGet(self._device.handle, current)
+        else:
+            pynvml.nvmlGpmMigSampleGet(self._device.handle, self._gpu_instance_id, current)
         previous_at, self._previous_at = self._previous_at, now
         self._spare, self._previous = self._previous, current
         if previous_at is None:

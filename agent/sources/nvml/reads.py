@@ -9,6 +9,7 @@ the nvidia-smi view that shows the value, where --query-gpu has no field for it)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -338,26 +339,53 @@ def _flag(value: float | None) -> bool | None:
     return bool(value) if value is not None else None
 
 
-def processes(
-    dev: Device, attribution: ProcessAttribution | None = None
-) -> tuple[ProcessSample, ...]:
+@dataclass(frozen=True)
+class RunningProcess:
+    """One entry of NVML's compute-process list; instance ids None outside MIG."""
+
+    pid: int
+    memory_bytes: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+
+def running_processes(dev: Device) -> tuple[RunningProcess, ...]:
     """--query-compute-apps=pid,used_memory: nvmlDeviceGetComputeRunningProcesses_v3,
-    the MAX_PROCESSES holding the most memory; job or pod from attribution's cache."""
+    every process, the most memory first (on a GPU in MIG mode, with the GPU and compute
+    instance each runs in)."""
     procs = dev.call("processes", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
-    if not procs:
-        return ()
     rows = []
-    for proc in procs:
+    for proc in procs or ():
         pid = plain_int(getattr(proc, "pid", None))
         if pid is None:
             continue
-        rows.append((pid, plain_int(getattr(proc, "usedGpuMemory", None))))
-    rows.sort(key=lambda row: (-(row[1] or 0), row[0]))
+        rows.append(
+            RunningProcess(
+                pid,
+                plain_int(getattr(proc, "usedGpuMemory", None)),
+                plain_int(getattr(proc, "gpuInstanceId", None)),  # all ones outside MIG
+                plain_int(getattr(proc, "computeInstanceId", None)),
+            )
+        )
+    rows.sort(key=lambda row: (-(row.memory_bytes or 0), row.pid))
+    return tuple(rows)
+
+
+def processes(
+    running: tuple[RunningProcess, ...], attribution: ProcessAttribution | None = None
+) -> tuple[ProcessSample, ...]:
+    """The MAX_PROCESSES of `running` holding the most memory, with process name and user,
+    and job or pod from attribution's cache."""
     return tuple(
         ProcessSample(
-            pid=pid, memory_bytes=memory, **_process_owner(pid), **_job_labels(pid, attribution)
+            pid=row.pid,
+            memory_bytes=row.memory_bytes,
+            **_process_owner(row.pid),
+            **_job_labels(row.pid, attribution),
+            gpu_instance_id=row.gpu_instance_id,
+            compute_instance_id=row.compute_instance_id,
         )
-        for pid, memory in rows[:MAX_PROCESSES]
+        for row in running[:MAX_PROCESSES]
     )
 
 

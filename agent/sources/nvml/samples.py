@@ -91,6 +91,9 @@ class ProcessSample:
     job: str = ""  # the Slurm job id
     pod: str = ""  # the Kubernetes pod and its namespace
     namespace: str = ""
+    # the MIG instance the process runs in (None outside MIG): NVML's process info ids
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,30 @@ class ProcessAttribution(Protocol):
     def labels_of(self, pid: int) -> ProcessOwnerLabels | None: ...
 
     def observe(self, gpus: tuple[GpuSample, ...]) -> None: ...
+
+
+@dataclass(frozen=True)
+class MigDeviceSample:
+    """One MIG device of a GPU in MIG mode: a GPU instance and one of its compute
+    instances, what `nvidia-smi -L` lists as "MIG 3g.40gb Device 0 (UUID: MIG-...)".
+
+    Memory and GPM activity are the GPU instance's (NVML reports them per GPU instance;
+    compute instances of one GPU instance share them). None: not read this poll, or not
+    supported (GPM before Hopper, or on the first poll).
+    """
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    mig_uuid: str  # "MIG-<uuid>", the device id CUDA_VISIBLE_DEVICES and Kubernetes use
+    profile: str  # "3g.40gb", the GPU instance's profile
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    # every compute process NVML lists in this instance (not capped like `processes`)
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,6 +203,11 @@ class GpuSample:
     dram_active_ratio: float | None = None
     processes: tuple[ProcessSample, ...] = ()
     nvlinks: tuple[NvLinkSample, ...] = ()
+    # MIG mode now and after the next reset (None: the GPU has no MIG), and the MIG
+    # devices of a GPU in MIG mode (agent/sources/nvml/mig.py)
+    mig_mode_current: bool | None = None
+    mig_mode_pending: bool | None = None
+    mig_devices: tuple[MigDeviceSample, ...] = ()
 
 
 @dataclass(frozen=True)

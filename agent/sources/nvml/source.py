@@ -9,6 +9,7 @@ Where each reading comes from:
   fields.py  the nvmlDeviceGetFieldValues batch per GPU and its field/call decisions
   nvlink.py  link discovery, far-end info and per-link readings
   gpm.py     GPU Performance Monitoring ratios (Hopper+)
+  mig.py     MIG mode and each MIG instance's memory and GPM (Ampere+)
   xid.py     the XID listener thread: NVML events and the kernel log (kmsg.py)
   units.py   NVML's units and the conversions to base units
   static.py  static readings (limits, thresholds, maxima), kept between slow re-reads
@@ -41,6 +42,7 @@ from agent.sources.nvml.device import (
 )
 from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
 from agent.sources.nvml.gpm import GpmSampler
+from agent.sources.nvml.mig import MigReader, with_pids
 from agent.sources.nvml.nvlink import GpuLinks
 from agent.sources.nvml.samples import (
     NVLINK_DETAIL_CHOICES,
@@ -70,6 +72,7 @@ class _GpuState:
     fields: FieldBatch = field(default_factory=FieldBatch)
     kept: Kept = field(default_factory=Kept)
     gpm: GpmSampler | None = None
+    mig: MigReader | None = None
     info_read_at: float | None = None  # when identity was last read in full
 
 
@@ -148,6 +151,8 @@ class NvmlSource:
         for state in self._gpus:
             if state.gpm is not None:
                 state.gpm.close()
+            if state.mig is not None:
+                state.mig.close()
         self._gpus = []
         if self._session is not None:
             self._session = None
@@ -231,6 +236,7 @@ class NvmlSource:
             else:
                 state.device = Device(session, index, handle)
                 state.gpm = GpmSampler(state.device)
+                state.mig = MigReader(state.device)
                 try:
                     self._refresh_info(state)
                 except GpuDown as err:
@@ -310,6 +316,7 @@ class NvmlSource:
         if state.device is None:
             state.device = Device(self._session, state.index, handle)
             state.gpm = GpmSampler(state.device)
+            state.mig = MigReader(state.device)
         else:
             state.device.handle = handle
 
@@ -332,6 +339,12 @@ class NvmlSource:
         }
         if state.gpm is not None:
             readings.update(dataclasses.asdict(state.gpm.read()))
+        running = reads.running_processes(dev)
+        if state.mig is not None:
+            mig = state.mig.read()
+            readings["mig_mode_current"] = mig.mig_mode_current
+            readings["mig_mode_pending"] = mig.mig_mode_pending
+            readings["mig_devices"] = with_pids(mig.mig_devices, running)
         xid = self._xid.counts(state.index) if self._xid is not None else {}
         return GpuSample(
             index=state.index,
@@ -340,7 +353,7 @@ class NvmlSource:
             up=True,
             **readings,
             xid_counts=MappingProxyType(xid),
-            processes=reads.processes(dev, self._attribution),
+            processes=reads.processes(running, self._attribution),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 

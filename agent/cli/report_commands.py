@@ -1,0 +1,99 @@
+"""`nvwatch report`: the capacity review document from a Prometheus' history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agent.cli import cli
+from agent.cli.options import option
+from agent.report.errors import ReportError
+
+
+def _secret(path: str | None, what: str) -> str | None:
+    """A credential from a file (kept out of argv and shell history), stripped of newlines."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise click.BadParameter(f"cannot read {path}: {err.strerror}", param_hint=what) from None
+
+
+@cli.command("report")
+@option("--prometheus", "url", required=True, help="Prometheus (or compatible) base URL.")
+@option(
+    "--range",
+    "range_text",
+    default="30d",
+    show_default=True,
+    help="How far back, e.g. 7d, 30d, 12w.",
+)
+@option(
+    "--end",
+    "end_text",
+    default=None,
+    help="End of the range: unix seconds or 2026-11-01T00:00:00Z [default: now].",
+)
+@option("--step", "step_text", default=None, help="Query step [default: range / 720, at least 1m].")
+@option("--cluster", default=None, help="Only this value of the cluster label.")
+@option(
+    "--config",
+    "config_path",
+    envvar="NVWATCH_MIXIN_CONFIG",  # NVWATCH_CONFIG is the agent's own config file
+    type=click.Path(dir_okay=False, exists=True),
+    help="Mixin config YAML: selectors, thresholds, the rack power plan.",
+)
+@option("--out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
+@option("--basic-auth-user", default=None, help="User for HTTP basic auth.")
+@option("--basic-auth-password-file", default=None, help="File holding the basic auth password.")
+@option("--bearer-token-file", default=None, help="File holding a bearer token.")
+@option("--ca-file", type=click.Path(dir_okay=False, exists=True), help="CA bundle for https.")
+@option("--insecure-skip-verify", is_flag=True, help="Do not verify the server's certificate.")
+@option("--timeout", default=120.0, show_default=True, help="Seconds to wait for one query.")
+def report_command(
+    url: str,
+    range_text: str,
+    end_text: str | None,
+    step_text: str | None,
+    cluster: str | None,
+    config_path: str | None,
+    out: str,
+    basic_auth_user: str | None,
+    basic_auth_password_file: str | None,
+    bearer_token_file: str | None,
+    ca_file: str | None,
+    insecure_skip_verify: bool,
+    timeout: float,
+) -> None:
+    """Write report.html, report.json and CSVs: utilization, users, power, thermal,
+    fabric and health over a range, from the nvwatch series in Prometheus."""
+    from agent.report.build import ReportOptions, run_report
+    from agent.report.prom import Connection
+    from mixin.config import load
+
+    password = _secret(basic_auth_password_file, "--basic-auth-password-file")
+    if password is not None and basic_auth_user is None:
+        raise click.UsageError("--basic-auth-password-file needs --basic-auth-user")
+    try:
+        options = ReportOptions(
+            connection=Connection(
+                url=url,
+                basic_auth=(basic_auth_user, password or "") if basic_auth_user else None,
+                bearer_token=_secret(bearer_token_file, "--bearer-token-file"),
+                ca_file=Path(ca_file) if ca_file else None,
+                insecure_tls=insecure_skip_verify,
+                timeout_seconds=timeout,
+            ),
+            range_text=range_text,
+            end_text=end_text,
+            step_text=step_text,
+            cluster=cluster,
+            config=load(Path(config_path) if config_path else None),
+            out=Path(out),
+        )
+        written = run_report(options)
+    except ReportError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"wrote {written[0]} and {len(written) - 1} more file(s) in {out}", err=True)

@@ -1,0 +1,86 @@
+"""`nvwatch report` from options to files: query, analyse, summarise, write."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from agent.report import style
+from agent.report.allocation import allocations
+from agent.report.context import Context
+from agent.report.errors import ReportError
+from agent.report.fetch import fetch_all
+from agent.report.model import Report
+from agent.report.output import write_report
+from agent.report.prom import Connection, PrometheusClient
+from agent.report.queries import build_queries
+from agent.report.sections.fabric import fabric
+from agent.report.sections.health import health
+from agent.report.sections.power import power
+from agent.report.sections.thermal import thermal
+from agent.report.sections.usage import usage
+from agent.report.sections.utilization import utilization
+from agent.report.summary import executive_summary
+from agent.report.window import Window, iso_time, make_window
+from mixin.config import MixinConfig
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    connection: Connection
+    range_text: str
+    end_text: str | None
+    step_text: str | None
+    cluster: str | None
+    config: MixinConfig
+    out: Path
+
+
+def run_report(options: ReportOptions, progress: TextIO | None = sys.stderr) -> list[Path]:
+    """Make the report and write it; ReportError (one line) when it cannot be made."""
+    try:
+        style.require()
+    except style.PlottingUnavailable as err:
+        raise ReportError(str(err)) from None
+    now = time.time()
+    window = make_window(options.range_text, options.end_text, options.step_text, now)
+    client = PrometheusClient(options.connection)
+    queries = build_queries(options.config, window, options.cluster)
+    frames = fetch_all(client, queries, window, progress)
+    if not len(frames["gpu_up"]):
+        raise ReportError(
+            f"no nvwatch data between {iso_time(window.start)} and {iso_time(window.end)} at "
+            f"{options.connection.url} (nvwatch_gpu_up{options.config.sel()}"
+            + (f", cluster {options.cluster!r}" if options.cluster else "")
+            + ")"
+        )
+    report = assemble(Context(options.config, window, frames), options, now)
+    return write_report(report, options.out)
+
+
+def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
+    allocs = allocations(ctx)
+    sections = [
+        utilization(ctx, allocs),
+        usage(ctx, allocs),
+        power(ctx),
+        thermal(ctx),
+        fabric(ctx),
+        health(ctx),
+    ]
+    window: Window = ctx.window
+    title = "GPU capacity review" + (f": {options.cluster}" if options.cluster else "")
+    return Report(
+        title=title,
+        prometheus=options.connection.url,
+        cluster=options.cluster,
+        start=window.start,
+        end=window.end,
+        step=window.step,
+        generated=now,
+        summary=executive_summary(sections, window.range_words),
+        sections=sections,
+    )

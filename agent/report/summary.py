@@ -1,0 +1,57 @@
+"""The executive summary: three to five sentences with the numbers that matter and what to do.
+
+Each sentence is a section's most important finding, in the order a capacity review
+reads them: is the fleet used, does the power plan hold, is anything overheating, is the
+fabric in the way, is anything broken, who holds GPUs idle. A section that found nothing
+worth a sentence leaves room for the next; poor data coverage is always said.
+"""
+
+from __future__ import annotations
+
+import math
+
+from agent.report import units
+from agent.report.model import Section
+
+MAX_SENTENCES = 5
+# Below this share of expected samples the numbers may mislead: the summary says so.
+POOR_COVERAGE = 0.9
+# findings that say "nothing found": not worth a place in the summary
+QUIET = ("No GPU slowed down for heat.",)
+ORDER = ("utilization", "power", "thermal", "fabric", "health", "usage")
+
+
+def executive_summary(sections: list[Section], range_words: str) -> list[str]:
+    by_key = {s.key: s for s in sections}
+    candidates: list[str] = []
+    for key in ORDER:
+        section = by_key.get(key)
+        if section is None or section.absent or not section.findings:
+            continue
+        finding = section.findings[0]
+        if key == "utilization":
+            finding = f"Over the last {range_words}, {_lower_first(finding)}"
+        if finding not in QUIET:
+            candidates.append(finding)
+    # the idle nodes (utilization's second finding) matter once the rest is said
+    utilization = by_key.get("utilization")
+    if utilization is not None and len(utilization.findings) > 1:
+        candidates.append(utilization.findings[1])
+    poor = [
+        f"{s.title.lower()} {units.percent(s.coverage)}"
+        for s in sections
+        if not math.isnan(s.coverage) and s.coverage < POOR_COVERAGE
+    ]
+    room = MAX_SENTENCES - (1 if poor else 0)
+    sentences = candidates[:room]
+    if poor:
+        sentences.append("Read with care: data coverage was low for " + ", ".join(poor) + ".")
+    if len(sentences) < 3:
+        sentences.append("Nothing else needs action: the other sections found no problem.")
+    return sentences
+
+
+def _lower_first(text: str) -> str:
+    """'The 16 GPUs ...' -> 'the 16 GPUs ...' (an acronym stays as it is)."""
+    first_word = text.split(" ", 1)[0]
+    return text if first_word.isupper() else text[:1].lower() + text[1:]

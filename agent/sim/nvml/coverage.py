@@ -1,0 +1,30 @@
+"""The rest of NVML's device queries, so that every public pynvml `nvmlDevice*` query
+reaches an answer: values where the simulated hardware has them, NotSupported where
+the real driver would say so (issue 18). One class composes the areas, each in its own
+module; `SimulatedNvml` (library.py) puts it first among its bases, so that
+`ProcessQueries`, which builds on `MemoryQueries`, comes before it in the MRO.
+"""
+
+from __future__ import annotations
+
+from agent.sim.nvml.board import BoardQueries
+from agent.sim.nvml.clock_settings import ClockSettingQueries
+from agent.sim.nvml.cooling import CoolingQueries
+from agent.sim.nvml.media import MediaQueries
+from agent.sim.nvml.nvlink_usage import NvLinkUsageQueries
+from agent.sim.nvml.processes import ProcessQueries
+from agent.sim.nvml.topology import TopologyQueries
+from agent.sim.nvml.unsupported import UnsupportedQueries
+
+
+class CoverageQueries(
+    TopologyQueries,
+    ProcessQueries,
+    BoardQueries,
+    ClockSettingQueries,
+    CoolingQueries,
+    MediaQueries,
+    NvLinkUsageQueries,
+    UnsupportedQueries,
+):
+    """Device queries beyond what the agent itself reads."""

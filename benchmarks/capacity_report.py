@@ -1,0 +1,231 @@
+"""What `nvwatch report` costs over a month of the seed's 124-node cluster.
+
+    python -m benchmarks.capacity_report [--nodes 124] [--days 30] [--step 15m]
+    python -m benchmarks.capacity_report --tsdb DIR --end UNIX   # reuse a backfill
+
+Generates the history with `nvwatch simulate history`'s code (agent.sim.history),
+backfills it with promtool into a fresh TSDB, starts Prometheus on it on 127.0.0.1, then
+times the report itself (queries, analysis, plots, files) end to end. Target (issue 16):
+under 2 minutes. Generation and backfill are set-up, timed but not judged.
+
+Besides wall time it records the CPU seconds of the report process and of Prometheus
+during the report: on a shared machine wall time follows the neighbours' load, CPU time
+much less, and their sum over the cores is what the report needs of an idle machine.
+A function, not a timed test: the suite never fails on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.durations import parse_duration
+from agent.report.build import ReportOptions, run_report
+from agent.report.prom import Connection
+from agent.sim.history import generate
+from agent.sim.history_plan import plan_history
+from agent.sim.ports import free_port
+from mixin.config import MixinConfig
+
+TARGET_SECONDS = 120.0
+HOST = "127.0.0.1"
+EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "mixin.example.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportCost:
+    nodes: int | None  # None: a reused TSDB of unknown size
+    days: float
+    generate_seconds: float | None
+    backfill_seconds: float | None
+    report_seconds: float
+    report_cpu_seconds: float
+    prometheus_cpu_seconds: float
+    files: int
+
+    @property
+    def passes(self) -> bool:
+        return self.report_seconds < TARGET_SECONDS
+
+    @property
+    def idle_machine_seconds(self) -> float:
+        """Wall time on an otherwise idle machine of this many cores, at best: the CPU
+        work spread over the cores, but never less than the report's own (mostly one
+        thread: parsing and drawing)."""
+        cores = os.cpu_count() or 1
+        total = self.report_cpu_seconds + self.prometheus_cpu_seconds
+        return max(self.report_cpu_seconds, total / cores)
+
+    def summary(self) -> str:
+        verdict = "pass" if self.passes else "MISS"
+        fleet = f"{self.nodes} nodes" if self.nodes else "a reused TSDB"
+        setup = (
+            f"; set-up: history {self.generate_seconds:.0f} s, "
+            f"backfill {self.backfill_seconds:.0f} s"
+            if self.generate_seconds is not None and self.backfill_seconds is not None
+            else ""
+        )
+        return (
+            f"nvwatch report over {self.days:g} days of {fleet}: {self.report_seconds:.1f} s "
+            f"wall (target < {TARGET_SECONDS:.0f} s: {verdict}); CPU: report "
+            f"{self.report_cpu_seconds:.1f} s, Prometheus {self.prometheus_cpu_seconds:.1f} s "
+            f"(idle {os.cpu_count()}-core machine: about {self.idle_machine_seconds:.0f} s); "
+            f"{self.files} files{setup}"
+        )
+
+
+def measure_report_cost(
+    nodes: int = 124, days: float = 30.0, step: float = 900.0, workdir: Path | None = None
+) -> ReportCost:
+    """Generate, backfill and report: the whole benchmark."""
+    with contextlib.ExitStack() as stack:
+        work = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory("nvwatch-report")))
+        end = float(int(time.time() // 3600 * 3600))
+        plan = plan_history(nodes=nodes, days=days, step=step, end=end)
+        history = work / "history.om"
+        started = time.monotonic()
+        generate(plan, history)
+        generated = time.monotonic() - started
+        started = time.monotonic()
+        _backfill(history, work / "tsdb", days)
+        backfilled = time.monotonic() - started
+        history.unlink()
+        cost = measure_report_on(work / "tsdb", end, days, step, work)
+        return dataclasses.replace(
+            cost, nodes=nodes, generate_seconds=generated, backfill_seconds=backfilled
+        )
+
+
+def measure_report_on(tsdb: Path, end: float, days: float, step: float, work: Path) -> ReportCost:
+    """Time the report alone against a Prometheus started on an existing backfill."""
+    with _prometheus(tsdb, work, step) as (url, server):
+        options = ReportOptions(
+            connection=Connection(url),
+            range_text=f"{int(days)}d",
+            end_text=str(int(end)),
+            step_text=None,
+            cluster=None,
+            config=MixinConfig.from_yaml(EXAMPLE_CONFIG),
+            out=work / "report",
+        )
+        server_cpu = _cpu(server)
+        own_cpu = time.process_time()
+        started = time.monotonic()
+        written = run_report(options, progress=None)
+        reported = time.monotonic() - started
+        own_cpu = time.process_time() - own_cpu
+        server_cpu = _cpu(server) - server_cpu
+    return ReportCost(None, days, None, None, reported, own_cpu, server_cpu, len(written))
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def _backfill(history: Path, tsdb: Path, days: float) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        raise SystemExit("promtool is not installed (Debian: prometheus)")
+    subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            # one block for the range: promtool reads its input once per block
+            f"--max-block-duration={int(days * 24) + 48}h",
+            "openmetrics",
+            "--quiet",
+            str(history),
+            str(tsdb),
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+@contextlib.contextmanager
+def _prometheus(tsdb: Path, work: Path, step: float) -> Iterator[tuple[str, psutil.Process]]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise SystemExit("prometheus is not installed")
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1m\n")
+    port = free_port(HOST)
+    with (work / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tsdb}",
+                "--storage.tsdb.retention.time=100y",
+                f"--query.lookback-delta={int(step + 60)}s",
+                f"--web.listen-address={HOST}:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while not _ready(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"prometheus did not start; see {work / 'prometheus.log'}")
+            time.sleep(0.5)
+        yield url, psutil.Process(process.pid)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=124)
+    parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument("--step", default="15m", help="the history's scrape interval")
+    parser.add_argument("--tsdb", type=Path, help="reuse this backfilled TSDB (needs --end)")
+    parser.add_argument("--end", type=float, help="unix time the reused history ends")
+    args = parser.parse_args()
+    step = parse_duration(args.step, "--step")
+    if args.tsdb is not None:
+        if args.end is None:
+            parser.error("--tsdb needs --end")
+        with tempfile.TemporaryDirectory("nvwatch-report") as work:
+            cost = measure_report_on(args.tsdb, args.end, args.days, step, Path(work))
+    else:
+        cost = measure_report_cost(args.nodes, args.days, step)
+    print(cost.summary())
+    sys.exit(0 if cost.passes else 1)
+
+
+if __name__ == "__main__":
+    main()

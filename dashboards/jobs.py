@@ -1,0 +1,320 @@
+"""The jobs dashboard: pick a user or a job, see its GPUs over the job's life and a verdict.
+
+Every panel joins the GPU series with `nvwatch_gpu_allocation_info` at query time, with
+the allocation on the many side (`allocation * on(cluster, instance, gpu) group_left ()
+series`): a GPU shared by two jobs then gives one result per job instead of failing the
+whole query, and the result carries the job's labels for the legend. The allocation
+series exists only while the job holds the GPU, so a panel shows the job's life and
+nothing before or after it. MIG instances are left out (their allocation names the
+instance, whose series NVML reports apart from the GPU's; the node dashboard has them).
+"""
+
+from __future__ import annotations
+
+from grafanalib import core as g
+
+from agent.durations import parse_duration
+from alerts.recording_attribution import WHOLE_GPU, allocated, busy
+from dashboards import thresholds as t
+from dashboards.builder import HIDE_TIME_AND_VALUE, Grid, PanelRow, Q, dashboard, legend, variable
+from dashboards.links import JOBS, NODE, DataLink, from_label, label_value
+from mixin.config import MixinConfig
+
+THERMAL_REASONS = "hw_thermal_slowdown|sw_thermal_slowdown"
+POWER_REASONS = "sw_power_cap"
+# Verdict codes of the verdict table, most urgent first (the first that holds is shown).
+VERDICTS = (
+    (1, "allocated but idle", "red"),
+    (2, "thermally throttled", "red"),
+    (3, "power-capped", "orange"),
+    (4, "memory-bound", "orange"),
+    (0, "busy, no bottleneck seen", "green"),
+)
+# the owner labels per-job panels keep: a Slurm job and its user, or a Kubernetes pod
+_OWNER = "job_id, user, namespace, pod"
+# a Slurm job by its id, a Kubernetes pod by its name (the other is empty)
+_JOB_LEGEND = "{{job_id}}{{pod}}"
+_GPU_LEGEND = _JOB_LEGEND + " {{instance}} GPU {{gpu}}"
+
+
+def _allocation(cfg: MixinConfig) -> str:
+    """The chosen jobs' GPU allocations (whole GPUs)."""
+    return "nvwatch_gpu_allocation_info" + cfg.sel(
+        f'{cfg.cluster_label}=~"$cluster"', 'user=~"$user"', 'job_id=~"$job_id"', WHOLE_GPU
+    )
+
+
+def _gpu_key(cfg: MixinConfig) -> str:
+    return f"{cfg.cluster_label}, {cfg.instance_label}, gpu"
+
+
+def per_job_gpu(cfg: MixinConfig, series: str) -> str:
+    """`series` (one per GPU) of each GPU the chosen jobs hold, with the job's labels."""
+    return f"{_allocation(cfg)}\n  * on ({_gpu_key(cfg)}) group_left ()\n  {series}"
+
+
+def _gpu_series(cfg: MixinConfig, name: str, *matchers: str) -> str:
+    return name + cfg.sel(f'{cfg.cluster_label}=~"$cluster"', *matchers)
+
+
+def _over_life(cfg: MixinConfig, series: str, across_gpus: str = "avg") -> str:
+    """The mean of `series` (one per GPU) over the time each chosen job held that GPU in
+    the dashboard's range, then `across_gpus` over the job's GPUs on each node: the join,
+    evaluated at every step, exists only while the job holds the GPU."""
+    by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
+    life = f"avg_over_time(({per_job_gpu(cfg, series)})[$__range:$__interval])"
+    return f"{across_gpus} by ({by}) ({life})"
+
+
+def _reason_active(cfg: MixinConfig, reasons: str) -> str:
+    """1 while any of `reasons` holds a GPU's clocks down, per GPU."""
+    active = _gpu_series(cfg, "nvwatch_gpu_clock_event_active", 'reason=~"' + reasons + '"')
+    return f"max by ({_gpu_key(cfg)}) ({active})"
+
+
+def verdict(cfg: MixinConfig) -> str:
+    """The verdict code of each chosen job on each node (VERDICTS), the first that holds."""
+    util = _over_life(cfg, _gpu_series(cfg, "nvwatch_gpu_utilization_ratio"))
+    memory = _over_life(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_utilization_ratio"))
+    # one throttled GPU sets the pace of a multi-GPU job: the worst GPU decides
+    thermal = _over_life(cfg, _reason_active(cfg, THERMAL_REASONS), "max")
+    power = _over_life(cfg, _reason_active(cfg, POWER_REASONS), "max")
+    branches = (
+        f"({util} < {cfg.gpu_allocated_idle_utilization:g}) * 0 + 1",
+        f"({thermal} > {cfg.job_throttled_ratio:g}) * 0 + 2",
+        f"({power} > {cfg.job_throttled_ratio:g}) * 0 + 3",
+        f"({memory} > {cfg.job_memory_bound_ratio:g}) * 0 + 4",
+        f"{util} * 0",
+    )
+    return "\nor\n".join(branches)
+
+
+def _to_node(cfg: MixinConfig, *, gpu: bool) -> DataLink:
+    """To the node dashboard of the clicked series' node (and its GPU, for per-GPU rows)."""
+    params = [from_label("cluster", cfg.cluster_label), from_label("instance", cfg.instance_label)]
+    if gpu:
+        params.append(from_label("gpu", "gpu"))
+    return DataLink(NODE, f"Node dashboard of {label_value(cfg.instance_label)}", tuple(params))
+
+
+def _verdict_row(grid: Grid, cfg: MixinConfig) -> None:
+    texts = {str(code): {"text": text, "color": colour} for code, text, colour in VERDICTS}
+    mappings = [{"type": "value", "options": texts}]
+    grid.add(
+        "table",
+        "Verdict per job",
+        "What held each job back over its life in the range, per node it ran on: allocated "
+        f"but idle (mean utilization below {cfg.gpu_allocated_idle_utilization:.0%}), "
+        "thermally throttled or power-capped (the clock-event reason active on one of its "
+        f"GPUs more than {cfg.job_throttled_ratio:.0%} of the time), memory-bound (device "
+        f"memory busy more than {cfg.job_memory_bound_ratio:.0%} of the time), else busy. "
+        "The first that holds is shown; the panels below show why.",
+        "none",
+        [Q(verdict(cfg), instant=True, table=True)],
+        mappings=mappings,
+        options={"cellHeight": "sm"},
+        transformations=[
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "renameByName": {"Value": "verdict"},
+                },
+            }
+        ],
+        links=[_to_node(cfg, gpu=False)],
+        w=14,
+    )
+    # the rules' gauges summed over time are GPU-evaluations: times the interval is time
+    interval_s = parse_duration(cfg.evaluation_interval, "evaluation_interval")
+    scope = f'{{{cfg.cluster_label}=~"$cluster", user=~"$user"}}'
+    grid.add(
+        "bargauge",
+        "GPU-hours per user in the range",
+        "GPU-hours each user held (allocated) and kept busy (held GPUs weighted by their "
+        "utilization) in the range, from the recording rules user:nvwatch_gpu_allocated:sum "
+        "and user:nvwatch_gpu_busy:sum (docs/alerts.md). A GPU shared by two jobs counts "
+        "half for each.",
+        "h",
+        [
+            Q(
+                f"sum_over_time({allocated('user')}{scope}[$__range]) * {interval_s:g} / 3600",
+                "{{user}} allocated",
+                instant=True,
+            ),
+            Q(
+                f"sum_over_time({busy('user')}{scope}[$__range]) * {interval_s:g} / 3600",
+                "{{user}} busy",
+                instant=True,
+            ),
+        ],
+        min_=0,
+        w=10,
+    )
+
+
+def _gpus_row(grid: Grid, cfg: MixinConfig) -> None:
+    grid.add(
+        "table",
+        "GPUs of the chosen jobs",
+        "The GPUs each chosen job holds now: node, GPU index and UUID, job, user and "
+        "account (Slurm) or pod and namespace (Kubernetes).",
+        "none",
+        [Q(_allocation(cfg), instant=True, table=True)],
+        transformations=HIDE_TIME_AND_VALUE,
+        links=[_to_node(cfg, gpu=True)],
+        w=24,
+        h=6,
+    )
+
+
+def _activity_row(grid: Grid, cfg: MixinConfig) -> None:
+    grid.add(
+        "timeseries",
+        "GPU utilization",
+        "Share of time a kernel ran on each of the job's GPUs. Flat near 0 is a GPU the job "
+        "holds and does not use (NvwatchGpuAllocatedIdle after "
+        f"{cfg.gpu_allocated_idle_for}); one GPU below the others waits on them.",
+        "percentunit",
+        [Q(per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_utilization_ratio")), _GPU_LEGEND)],
+        steps=t.utilization(cfg),
+        min_=0,
+        max_=1,
+        w=8,
+    )
+    grid.add(
+        "timeseries",
+        "GPU memory used",
+        "Device memory in use on each of the job's GPUs. Memory held while utilization is "
+        "near 0 is a job that loaded its model and waits.",
+        "bytes",
+        [Q(per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_used_bytes")), _GPU_LEGEND)],
+        min_=0,
+        w=8,
+    )
+    grid.add(
+        "timeseries",
+        "GPU power",
+        "Board power of each of the job's GPUs. Flat at the power limit with "
+        "sw_power_cap active is a power-capped job.",
+        "watt",
+        [Q(per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_power_watts")), _GPU_LEGEND)],
+        min_=0,
+        w=8,
+    )
+
+
+def _throttle_row(grid: Grid, cfg: MixinConfig) -> None:
+    for title, reasons, what in (
+        ("Thermal slowdown active", THERMAL_REASONS, "a cooling problem, not the job's"),
+        ("Power cap active", POWER_REASONS, "the job draws what the board's limit allows"),
+    ):
+        grid.add(
+            "timeseries",
+            title,
+            f"1 while {reasons.replace('|', ' or ')} holds the clocks of one of the job's "
+            f"GPUs down: {what}.",
+            "none",
+            [Q(per_job_gpu(cfg, _reason_active(cfg, reasons)), _GPU_LEGEND)],
+            steps=t.ANY_WARN,
+            min_=0,
+            max_=1,
+            w=8,
+        )
+    grid.add(
+        "timeseries",
+        "Memory controller busy",
+        "Share of time device memory was read or written on each of the job's GPUs "
+        f"(utilization.memory). Above {cfg.job_memory_bound_ratio:.0%} for the job's life "
+        "the verdict is memory-bound.",
+        "percentunit",
+        [
+            Q(
+                per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_utilization_ratio")),
+                _GPU_LEGEND,
+            )
+        ],
+        min_=0,
+        max_=1,
+        w=8,
+    )
+
+
+def _fabric_row(grid: Grid, cfg: MixinConfig) -> None:
+    nvlink = (
+        f"sum by ({_gpu_key(cfg)}) "
+        f"(rate({_gpu_series(cfg, 'nvwatch_nvlink_transmit_bytes_total')}[$__rate_interval]))"
+    )
+    grid.add(
+        "timeseries",
+        "NVLink transmit per GPU",
+        "Bytes per second each of the job's GPUs sends over all its NVLink links: the "
+        "job's all-reduce traffic inside the node.",
+        "Bps",
+        [Q(per_job_gpu(cfg, nvlink), _GPU_LEGEND)],
+        min_=0,
+    )
+    node = f"{cfg.cluster_label}, {cfg.instance_label}"
+    ib = f'{{{cfg.cluster_label}=~"$cluster"}}'
+    grid.add(
+        "timeseries",
+        "InfiniBand traffic of the job's nodes",
+        "Bytes per second the nodes the job runs on send and receive over InfiniBand, while "
+        "the job runs there. IB ports serve the whole node: other jobs on the same node add "
+        "to it.",
+        "Bps",
+        [
+            Q(
+                f"max by ({node}, {_OWNER}) ({_allocation(cfg)})\n"
+                f"  * on ({node}) group_left ()\n  instance:nvwatch_ib_port_{way}_bytes:rate{ib}",
+                f"{_JOB_LEGEND} {legend(cfg.instance_label)} {way}",
+            )
+            for way in ("transmit", "receive")
+        ],
+        min_=0,
+    )
+
+
+def _job_variables(cfg: MixinConfig) -> list[g.Template]:
+    base = [cfg.job_selector, f'{cfg.cluster_label}=~"$cluster"', WHOLE_GPU]
+
+    def owner(name: str, label: str, scope: list[str]) -> g.Template:
+        return g.Template(
+            name=name,
+            label=label,
+            query=f"label_values(nvwatch_gpu_allocation_info{{{', '.join(scope)}}}, {name})",
+            multi=True,
+            includeAll=True,
+            allValue=".*",
+            refresh=2,
+            sort=1,
+        )
+
+    return [
+        variable(cfg, cfg.cluster_label, "Cluster"),
+        owner("user", "User", base),
+        owner("job_id", "Job", [*base, 'user=~"$user"']),
+    ]
+
+
+# Top to bottom, as the grid lays them out.
+_PANELS: tuple[PanelRow, ...] = (
+    _verdict_row,
+    _gpus_row,
+    _activity_row,
+    _throttle_row,
+    _fabric_row,
+)
+
+
+def jobs(cfg: MixinConfig) -> g.Dashboard:
+    return dashboard(
+        cfg,
+        JOBS,
+        "nvwatch / Jobs",
+        "Pick a user or a job (GPU attribution: --attribution slurm|kubernetes): its GPUs, "
+        "their utilization, memory, power and fabric traffic over the job's life, and a "
+        "verdict per job.",
+        _PANELS,
+        _job_variables(cfg),
+    )

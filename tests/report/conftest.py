@@ -1,0 +1,180 @@
+"""A real Prometheus serving the synthetic history, backfilled with promtool, and a report of it.
+
+Session-scoped: the backfill (promtool over 21 days) and the report run once for every
+test that reads them. Every process started here is stopped in a finally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from agent.cli import cli
+from agent.sim.ports import free_port
+from tests.conftest import require_tool
+from tests.report import synthetic
+
+HOST = "127.0.0.1"
+EXAMPLE_CONFIG = Path(__file__).parents[2] / "deploy" / "mixin.example.yaml"
+
+
+@dataclass(frozen=True)
+class Backfill:
+    tsdb: Path
+    history: synthetic.History
+
+
+@dataclass(frozen=True)
+class SyntheticReport:
+    out: Path
+    data: dict[str, Any]
+    url: str
+    stderr: str
+
+    def section(self, key: str) -> dict[str, Any]:
+        section: dict[str, Any] = self.data["sections"][key]
+        return section
+
+    def table(self, section: str, name: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.section(section)["tables"][name]["rows"]
+        return rows
+
+    def number(self, section: str, name: str) -> float:
+        value = self.section(section)["numbers"][name]["value"]
+        assert value is not None, f"{section}.{name} is null"
+        return float(value)
+
+
+@pytest.fixture(scope="session")
+def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
+    promtool = require_tool("promtool")
+    work = tmp_path_factory.mktemp("backfill")
+    history = synthetic.build()
+    tsdb = work / "tsdb"
+    openmetrics = work / "history.om"
+    synthetic.write_openmetrics(history, openmetrics)
+    subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            # one block for the whole range: promtool reads its input once per block,
+            # and 2 h blocks would read these 80 MB 252 times
+            f"--max-block-duration={synthetic.DAYS * 24 + 48}h",
+            "openmetrics",
+            "--quiet",
+            str(openmetrics),
+            str(tsdb),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    openmetrics.unlink()
+    return Backfill(tsdb, history)
+
+
+@contextlib.contextmanager
+def prometheus_serving(tsdb: Path, workdir: Path, *extra: str, tls: bool = False) -> Iterator[str]:
+    """A Prometheus on `tsdb` (scraping nothing) on a free loopback port; its URL
+    (https when `tls`: its web config serves TLS)."""
+    binary = require_tool("prometheus")
+    port = free_port(HOST)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1m\n")
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tsdb}",
+            # backfilled history is weeks old: keep it
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address={HOST}:{port}",
+            "--log.level=warn",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"{'https' if tls else 'http'}://{HOST}:{port}"
+    try:
+        _wait_ready(url, process, workdir / "prometheus.log")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"prometheus exited: {log.read_text(errors='replace')[-2000:]}")
+        # readiness only: checking the certificate is the tests' business
+        context = ssl._create_unverified_context() if url.startswith("https") else None
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2, context=context) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as err:
+            if err.code == 401:  # behind basic auth: answering is ready enough
+                return
+        except OSError:
+            pass  # not listening yet
+        time.sleep(0.3)
+    raise AssertionError("prometheus not ready within 60 s")
+
+
+@pytest.fixture(scope="session")
+def synthetic_prometheus(
+    backfill: Backfill, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    with prometheus_serving(backfill.tsdb, tmp_path_factory.mktemp("prometheus")) as url:
+        yield url
+
+
+def report_args(url: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "report",
+        "--prometheus",
+        url,
+        "--range",
+        f"{synthetic.DAYS}d",
+        "--end",
+        str(int(synthetic.END)),
+        "--config",
+        str(EXAMPLE_CONFIG),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def synthetic_report(
+    synthetic_prometheus: str, tmp_path_factory: pytest.TempPathFactory
+) -> SyntheticReport:
+    out = tmp_path_factory.mktemp("report")
+    result = CliRunner().invoke(cli, report_args(synthetic_prometheus, out), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "report.json").read_text())
+    return SyntheticReport(out, data, synthetic_prometheus, result.stderr)

@@ -1,0 +1,175 @@
+"""`nvwatch report` over the simulated month (tests/history: the `history` generator's
+30 days of a mixed fleet with placed episodes, backfilled into a real Prometheus).
+
+Expectations come from the generator's ground truth (its integrals over the samples it
+wrote, and where and when it placed each episode), not from the report's code. The
+report's window ends on a whole hour, up to one step before the history's end, so sums
+agree within 1 % and episode lengths within a step or two.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from agent.cli import cli
+from agent.report.window import WEEK_SECONDS
+from tests.history.backfill import HistoryPrometheus
+from tests.report.conftest import EXAMPLE_CONFIG
+
+pytestmark = pytest.mark.timeout(900)  # the first test waits for the session's backfill
+SLACK_HOURS = 2.0  # an episode's edges fall inside an hour step
+
+
+@pytest.fixture(scope="module")
+def history_report(
+    history_prometheus: HistoryPrometheus, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("history-report")
+    args = [
+        "report",
+        "--prometheus",
+        history_prometheus.url,
+        "--range",
+        "30d",
+        "--end",
+        str(int(history_prometheus.end)),
+        "--config",
+        str(EXAMPLE_CONFIG),
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(Path(out / "report.json").read_text())
+    return report
+
+
+def _rows(report: dict[str, Any], section: str, table: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = report["sections"][section]["tables"][table]["rows"]
+    return rows
+
+
+def _number(report: dict[str, Any], section: str, name: str) -> float:
+    return float(report["sections"][section]["numbers"][name]["value"])
+
+
+def _episode(history: HistoryPrometheus, kind: str) -> dict[str, Any]:
+    (episode,) = [e for e in history.truth["episodes"] if e["kind"] == kind]
+    return episode
+
+
+def _week_of(report: dict[str, Any], episode: dict[str, Any]) -> int:
+    """The report's week (1-based, from its own start) the episode began in."""
+    return int((episode["start"] - report["start"]) // WEEK_SECONDS) + 1
+
+
+def _week_label(report: dict[str, Any], week: int) -> str:
+    import datetime as dt
+
+    first = dt.datetime.fromtimestamp(report["start"] + (week - 1) * WEEK_SECONDS, dt.timezone.utc)
+    return f"week of {first:%Y-%m-%d}"
+
+
+def test_energy_and_gpu_hours_match_the_ground_truth(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    nodes = history_prometheus.truth["nodes"]
+    assert _number(history_report, "power", "energy_kwh") == pytest.approx(
+        sum(n["energy_kwh"] for n in nodes), rel=0.01
+    )
+    assert _number(history_report, "utilization", "available_gpu_hours") == pytest.approx(
+        sum(n["gpu_hours_up"] for n in nodes), rel=0.01
+    )
+    assert _number(history_report, "utilization", "busy_gpu_hours") == pytest.approx(
+        sum(n["gpu_hours_busy"] for n in nodes), rel=0.01
+    )
+    by_class = {r["group"]: r for r in _rows(history_report, "utilization", "by_class")}
+    for node_class in {n["node_class"] for n in nodes}:
+        members = [n for n in nodes if n["node_class"] == node_class]
+        assert by_class[node_class]["gpus"] == sum(n["gpus"] for n in members)
+        assert by_class[node_class]["busy_gpu_hours"] == pytest.approx(
+            sum(n["gpu_hours_busy"] for n in members), rel=0.01
+        )
+
+
+def test_the_thermal_runaway(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    episode = _episode(history_prometheus, "thermal-runaway")
+    top = _rows(history_report, "thermal", "slowdown")[0]
+    assert (top["node"], top["gpu"]) == (episode["node"], str(episode["gpu"]))
+    assert top["worst_week"] == _week_label(history_report, _week_of(history_report, episode))
+    assert top["hours"] == pytest.approx(
+        episode["measured"]["slowdown_seconds"] / 3600, abs=SLACK_HOURS
+    )
+    assert top["max_celsius"] == episode["measured"]["peak_temperature_celsius"]
+
+
+def test_the_power_capped_week(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    episode = _episode(history_prometheus, "power-capped")
+    (row,) = [
+        r for r in _rows(history_report, "power", "power_cap_weeks") if r["node"] == episode["node"]
+    ]
+    week = _week_of(history_report, episode)
+    weeks = {k: v for k, v in row.items() if k.startswith("week_")}
+    assert max(weeks, key=lambda k: weeks[k]) == f"week_{week}"
+    gpus = {n["instance"]: n["gpus"] for n in history_prometheus.truth["nodes"]}[episode["node"]]
+    assert sum(weeks.values()) == pytest.approx(
+        episode["measured"]["capped_gpu_seconds"] / 3600, abs=gpus * SLACK_HOURS
+    )
+
+
+def test_the_congestion_episode(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    episode = _episode(history_prometheus, "ib-congestion")
+    rows = _rows(history_report, "fabric", "congestion")
+    assert [(r["node"], r["port"].split("/")[0]) for r in rows] == [
+        (episode["node"], episode["device"])
+    ]
+    assert rows[0]["worst_week"] == _week_label(history_report, _week_of(history_report, episode))
+    assert rows[0]["max_wait_share"] > 0.05
+
+
+def test_the_uncorrectable_ecc_error(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    episode = _episode(history_prometheus, "ecc-dbe")
+    xids = [r for r in _rows(history_report, "health", "xids") if r["node"] == episode["node"]]
+    assert {(r["gpu"], r["xid"], r["critical"]) for r in xids} == {
+        (str(episode["gpu"]), xid, "yes") for xid in episode["measured"]["xids"]
+    }
+    label = _week_label(history_report, _week_of(history_report, episode))
+    assert {r["worst_week"] for r in xids} == {label}
+    assert _number(history_report, "health", "critical_xid_events") >= len(xids)
+
+
+def test_the_agent_downtime(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    episode = _episode(history_prometheus, "agent-down")
+    missed = {n["instance"]: n["missed_scrapes"] for n in history_prometheus.truth["nodes"]}
+    rows = {r["node"]: r for r in _rows(history_report, "health", "agent_downtime")}
+    assert rows[episode["node"]]["hours_without_data"] == pytest.approx(
+        missed[episode["node"]] * history_prometheus.step / 3600, abs=SLACK_HOURS
+    )
+
+
+def test_the_idle_node(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    episode = _episode(history_prometheus, "idle")
+    (row,) = [
+        r
+        for r in _rows(history_report, "utilization", "node_weeks")
+        if r["node"] == episode["node"]
+    ]
+    assert all(v < 0.05 for k, v in row.items() if k.startswith("week_") and v is not None)
+    assert episode["node"] in " ".join(history_report["sections"]["utilization"]["findings"])

@@ -1,0 +1,247 @@
+"""A real one-node Slurm (Debian's slurm-wlm and munge) on 127.0.0.1, in a temp dir.
+
+What works on these machines as root is in ../shared/slurm-notes.md: munged on its own
+socket, slurmctld and slurmd in the foreground from inside the directory, two fake GPUs
+as character devices for GRES, and the cgroup v1 plugin (the hybrid hierarchy has no
+usable cgroup v2). `proctrack` picks how jobs are tracked: "cgroup" puts their processes
+in `/slurm_<host>/uid_<uid>/job_<id>/...` cgroups, "linuxproc" leaves them where slurmd
+runs (then only the job's environment names it). The deploy/slurm prolog and epilog run
+for every job, writing the job-mapping directory `map_dir`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.sim.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "slurm"
+START_LIMIT_S = 60.0
+
+
+@dataclass
+class Cluster:
+    root: Path
+    env: dict[str, str]
+    host: str
+    map_dir: Path
+    out_dir: Path  # world-writable: jobs of other users write here
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            args, env=self.env, capture_output=True, text=True, timeout=60, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout.strip()
+
+    def job_state(self, job: str) -> str:
+        """RUNNING, PENDING, ...; "" once the controller has forgotten the job."""
+        return self.run("squeue", "-h", "-j", job, "-o", "%T") if job else ""
+
+    def wait_for(self, what: str, check: object, limit: float = START_LIMIT_S) -> None:
+        deadline = time.monotonic() + limit
+        while not check():  # type: ignore[operator]
+            if time.monotonic() > deadline:
+                logs = "\n".join(
+                    f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                    for p in sorted((self.root / "log").glob("*.log"))
+                )
+                raise TimeoutError(f"Slurm: {what} within {limit:g}s\n{logs}")
+            time.sleep(0.2)
+
+
+def _write_config(root: Path, host: str, proctrack: str, map_dir: Path) -> None:
+    for sub in ("munge", "state", "spool", "log"):
+        (root / sub).mkdir()
+    (root / "munge").chmod(0o755)  # the socket's directory must be world-executable
+    key = root / "munge" / "munge.key"
+    key.write_bytes(os.urandom(128))
+    key.chmod(0o400)
+    for n in (0, 1):
+        os.mknod(root / f"fakegpu{n}", 0o666 | 0o020000, os.makedev(195, n))
+    for name in ("prolog", "epilog"):
+        script = root / f"{name}.sh"
+        script.write_text(
+            f"#!/bin/sh\nNVWATCH_HPC_JOB_MAPPING_DIR={map_dir} "
+            f"exec {DEPLOY / f'nvwatch-{name}.sh'}\n"
+        )
+        script.chmod(0o755)
+    tracking = (
+        "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n"
+        if proctrack == "cgroup"
+        else "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+    )
+    (root / "slurm.conf").write_text(
+        f"""ClusterName=nvwatchtest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge/munge.sock
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+{tracking}SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+ReturnToService=2
+GresTypes=gpu
+Prolog={root}/prolog.sh
+Epilog={root}/epilog.sh
+NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+    )
+    (root / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={root}/fakegpu[0-1]\n")
+    (root / "cgroup.conf").write_text(
+        "CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainDevices=yes\n"
+    )
+
+
+@contextmanager
+def slurm_cluster(proctrack: str) -> Iterator[Cluster]:
+    """munged + slurmctld + slurmd in a fresh directory under /tmp (not pytest's, which
+    other users cannot traverse: jobs run as nobody write to its `out`); every process
+    stopped, Slurm's cgroups and the directory removed."""
+    root = Path(tempfile.mkdtemp(prefix="nvwatch-slurm-"))
+    root.chmod(0o755)
+    try:
+        with _running(root, proctrack) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def _running(root: Path, proctrack: str) -> Iterator[Cluster]:
+    host = socket.gethostname().split(".")[0]
+    map_dir = root / "job-map"
+    out_dir = root / "out"
+    out_dir.mkdir()
+    out_dir.chmod(0o1777)
+    _write_config(root, host, proctrack, map_dir)
+    env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+    daemons: list[subprocess.Popen[bytes]] = []
+    cluster = Cluster(root, env, host, map_dir, out_dir)
+    try:
+        munge = root / "munge"
+        daemons.append(
+            _start(
+                [
+                    "munged",
+                    "--foreground",
+                    f"--key-file={munge}/munge.key",
+                    f"--socket={munge}/munge.sock",
+                    f"--pid-file={munge}/munged.pid",
+                    f"--log-file={munge}/munged.log",
+                    f"--seed-file={munge}/munged.seed",
+                ],
+                root,
+                env,
+            )
+        )
+        cluster.wait_for("munged socket", (munge / "munge.sock").exists)
+        daemons.append(_start(["slurmctld", "-D"], root, env))
+        daemons.append(_start(["slurmd", "-D"], root, env))
+        cluster.wait_for(
+            "node idle",
+            lambda: _quiet(cluster, "sinfo", "-h", "-o", "%T") == "idle",
+        )
+        yield cluster
+    finally:
+        _cancel_jobs(cluster)
+        for daemon in reversed(daemons):
+            _stop(daemon)
+        _kill_stepds(root / "slurm.conf")
+        _remove_slurm_cgroups(host)
+
+
+def _cancel_jobs(cluster: Cluster) -> None:
+    """Cancel every job and wait (bounded) until slurmd has ended their steps."""
+    _quiet(cluster, "scancel", "--full", "--partition=debug")
+    deadline = time.monotonic() + 20
+    while _quiet(cluster, "squeue", "-h", "-o", "%i") and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _kill_stepds(conf: Path) -> None:
+    """A slurmstepd of this cluster that outlived slurmd (it daemonizes): killed by pid,
+    found by the SLURM_CONF in its environment, so no other Slurm on the host is touched."""
+    marker = f"SLURM_CONF={conf}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "slurmstepd":
+                continue
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+
+
+def _start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # its own session: the daemons keep their working directory and no terminal
+    return subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _quiet(cluster: Cluster, *args: str) -> str:
+    try:
+        return cluster.run(*args)
+    except (RuntimeError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _remove_slurm_cgroups(host: str) -> None:
+    """Slurm leaves /sys/fs/cgroup/<controller>/slurm_<host> behind: rmdir it, deepest
+    first (a cgroup directory is removed with rmdir, never with its files)."""
+    for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{host}"):
+        for directory in sorted(
+            (Path(d) for d, _, _ in os.walk(top)), key=lambda p: len(p.parts), reverse=True
+        ):
+            # a task still inside keeps its cgroup: not fatal to the test run
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def have_slurm() -> bool:
+    return all(shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "sbatch"))
