@@ -258,7 +258,7 @@ def test_killing_a_shard_pages_for_exactly_its_half(sharded: Sharded) -> None:
             if a["labels"]["alertname"] == "NvwatchAgentUnscraped"
         }
 
-    wait_for("a page for every node of the dead shard", lambda: unscraped() >= half, 120)
+    wait_for("a page for every node of the dead shard", lambda: unscraped() >= half, 150)
     time.sleep(5)  # anything wrongly paged for the live half would be in by now
     assert unscraped() == half
     assert not unscraped() & other

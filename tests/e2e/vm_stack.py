@@ -90,6 +90,10 @@ class Sharded:
                     "remoteRead.url": self.vm_url,
                     "notifier.url": self.stack.alertmanager_url,
                     "evaluationInterval": eval_interval,
+                    # how far back an instant query looks for a series' last sample
+                    # (default 5m, Prometheus' lookback too), shrunk with the test's
+                    # other durations: a dead shard's `up` must be gone in seconds
+                    "datasource.queryStep": "15s",
                     "httpListenAddr": f"{HOST}:{alert_port}",
                 },
             ),
