@@ -101,6 +101,9 @@ def fill(expr: str, cluster: str, range_s: int, step_s: int, scrape_s: int) -> s
     }
     for name in sorted(values, key=len, reverse=True):
         expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    # every other dashboard variable (the jobs dashboard's $user, $job_id) is a label
+    # matcher: "All"
+    expr = re.sub(r"\$\{?(?!__)\w+\}?", ".*", expr)
     if re.search(r"\$\{?\w", expr):
         raise ValueError(f"unfilled variable in {expr}")
     return expr

@@ -60,11 +60,11 @@ FLEET_POLL_INTERVAL = POLL_INTERVAL
 # Sample alignment: the engines scrape each agent at different moments and an agent's
 # value changes at each poll, and a recorded series (node, then rack) is evaluated by
 # each engine's own rule loop a second or more after its input; so VictoriaMetrics'
-# answer at t is compared with the range of Prometheus' answers from 8 s before to one
-# scrape after t; rates and
+# answer at t is compared with the range of Prometheus' answers from 15 s before (the
+# lookback vmalert's rules read their input with) to one scrape after t; rates and
 # subqueries are computed differently by the two engines (VictoriaMetrics does not
 # extrapolate to the window's edges), hence the relative slack on top.
-ALIGN_OFFSETS_S = (-8.0, -6.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0)
+ALIGN_OFFSETS_S = (-15.0, -12.0, -9.0, -6.0, -4.0, -2.0, -1.0, 0.0, 1.0)
 RELATIVE_SLACK = 0.08
 
 
@@ -240,6 +240,10 @@ def test_dashboard_queries_answer_the_same_on_both_engines(sharded: Sharded) -> 
     compared = 0
     for name, title, expr in queries:
         for cluster in ("healthy", "faults"):
+            if cluster == "faults" and "ALERTS" in expr:
+                # vmalert 1.79 has no keep_firing_for: a fault's condition that flickers
+                # resolves there and stays firing in Prometheus (README, deploy/scale)
+                continue
             query = instantiate(expr, cluster)
             result = _compare(query, sharded, at)
             compared += 1
