@@ -9,8 +9,9 @@ own. What NVML answers, per its reference:
   the instance ids, the parent's handle; anything GPU-wide (power, clocks, utilization,
   temperatures...) is NotSupported (core.device_call);
 - on a GPU in MIG mode: utilization rates are NotSupported ("On MIG-enabled GPUs,
-  querying device utilization rates is not currently supported"); memory is the whole
-  board's, used being what the instances hold; processes carry their instance ids;
+  querying device utilization rates is not currently supported"), and so is per-process
+  utilization ("... querying process utilization ..."); memory is the whole board's,
+  used being what the instances hold; processes carry their instance ids;
 - GPM per GPU instance through nvmlGpmMigSampleGet (Hopper).
 This class comes first in SimulatedNvml's bases: the calls it overrides fall through to
 the GPU's own implementation (`super()`) for GPUs that are not in MIG mode.
@@ -236,6 +237,19 @@ class MigQueries(NvmlCore):
         self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, util: Any
     ) -> int:
         return ERROR_NOT_SUPPORTED  # on a MIG device, and on a GPU in MIG mode
+
+    @mig_call()
+    def nvmlDeviceGetProcessUtilization(
+        self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, samples: Any,
+        count: Any, last_seen: Any,
+    ) -> int:  # fmt: skip
+        return ERROR_NOT_SUPPORTED  # "On MIG-enabled GPUs, querying process utilization..."
+
+    @mig_call()
+    def nvmlDeviceGetProcessesUtilizationInfo(
+        self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, info: Any
+    ) -> int:
+        return ERROR_NOT_SUPPORTED  # "... is not currently supported"
 
     @mig_call()
     def nvmlDeviceGetMemoryInfo(
