@@ -8,6 +8,8 @@ that entry while the call itself succeeds.
 
 from __future__ import annotations
 
+import ctypes
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -278,21 +280,41 @@ def field_value(gpu: SimulatedGpu, field_id: int, scope: int) -> FieldValue:
     return reader(gpu, scope) if reader is not None else _UNKNOWN_FIELD
 
 
-def _write_entry(entry: Any, result: FieldValue, timestamp: int) -> None:
-    """Fill one nvmlFieldValue_t; the value union only when the entry succeeded."""
+# nvmlFieldValue_t's layout, from pynvml's own struct so the two never disagree. The
+# batch is read and written through one memoryview with struct, not attribute by
+# attribute: each ctypes attribute access on pynvml's structs runs Python-level
+# __getattribute__/__setattr__ hooks, which made this call the simulator's largest cost.
+_ENTRY = pynvml.c_nvmlFieldValue_t
+_ENTRY_SIZE = ctypes.sizeof(_ENTRY)
+_IDS = struct.Struct("@II")  # fieldId, scopeId: the first two members
+_TIMES = struct.Struct("@qq")  # timestamp, latencyUsec
+_U32 = struct.Struct("@I")
+_DOUBLE = struct.Struct("@d")
+_U64 = struct.Struct("@Q")
+_TIMES_AT = _ENTRY.timestamp.offset
+_TYPE_AT = _ENTRY.valueType.offset
+_RETURN_AT = _ENTRY.nvmlReturn.offset
+_VALUE_AT = _ENTRY.value.offset
+assert (_ENTRY.fieldId.offset, _ENTRY.scopeId.offset) == (0, 4)
+assert _ENTRY.latencyUsec.offset == _TIMES_AT + 8
+
+
+def _write_entry(buffer: memoryview, at: int, result: FieldValue, timestamp: int) -> None:
+    """Fill the nvmlFieldValue_t at byte `at`; the value union only when it succeeded.
+
+    Values are stored as ctypes would store them (wrapped to the member's width)."""
     ret, value_type, value = result
-    entry.timestamp = timestamp
-    entry.latencyUsec = 0
-    entry.nvmlReturn = ret
+    _TIMES.pack_into(buffer, at + _TIMES_AT, timestamp, 0)
+    _U32.pack_into(buffer, at + _RETURN_AT, ret & 0xFFFFFFFF)
     if ret != SUCCESS:
         return
-    entry.valueType = value_type
+    _U32.pack_into(buffer, at + _TYPE_AT, value_type)
     if value_type == _UI:
-        entry.value.uiVal = int(value)
+        _U32.pack_into(buffer, at + _VALUE_AT, int(value) & 0xFFFFFFFF)
     elif value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
-        entry.value.dVal = float(value)
+        _DOUBLE.pack_into(buffer, at + _VALUE_AT, float(value))
     else:
-        entry.value.ullVal = int(value)
+        _U64.pack_into(buffer, at + _VALUE_AT, int(value) & 0xFFFFFFFFFFFFFFFF)
 
 
 class FieldValueQueries(NvmlCore):
@@ -300,9 +322,12 @@ class FieldValueQueries(NvmlCore):
     def nvmlDeviceGetFieldValues(self, gpu: SimulatedGpu, count: Any, values: Any) -> int:
         n = as_int(count)
         array = deref(values)
+        buffer = memoryview(array).cast("B")
+        if n < 0 or n * _ENTRY_SIZE > len(buffer):
+            return ERROR_INVALID_ARGUMENT
         timestamp = self._timestamp_us()
         for i in range(n):
-            entry = array[i]
-            result = field_value(gpu, int(entry.fieldId), int(entry.scopeId))
-            _write_entry(entry, result, timestamp)
+            at = i * _ENTRY_SIZE
+            field_id, scope_id = _IDS.unpack_from(buffer, at)
+            _write_entry(buffer, at, field_value(gpu, field_id, scope_id), timestamp)
         return SUCCESS
