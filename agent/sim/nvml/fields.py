@@ -287,34 +287,44 @@ def field_value(gpu: SimulatedGpu, field_id: int, scope: int) -> FieldValue:
 _ENTRY = pynvml.c_nvmlFieldValue_t
 _ENTRY_SIZE = ctypes.sizeof(_ENTRY)
 _IDS = struct.Struct("@II")  # fieldId, scopeId: the first two members
-_TIMES = struct.Struct("@qq")  # timestamp, latencyUsec
-_U32 = struct.Struct("@I")
-_DOUBLE = struct.Struct("@d")
-_U64 = struct.Struct("@Q")
+# timestamp, latencyUsec, valueType, nvmlReturn and the union member, contiguous from
+# timestamp on: a succeeded entry is one pack_into
 _TIMES_AT = _ENTRY.timestamp.offset
-_TYPE_AT = _ENTRY.valueType.offset
+_FILLED = {
+    _UI: struct.Struct("@qqIII"),
+    pynvml.NVML_VALUE_TYPE_DOUBLE: struct.Struct("@qqIId"),
+    _ULL: struct.Struct("@qqIIQ"),
+}
+_TIMES = struct.Struct("@qq")  # a failed entry: timestamp and latencyUsec, then its code
+_U32 = struct.Struct("@I")
 _RETURN_AT = _ENTRY.nvmlReturn.offset
-_VALUE_AT = _ENTRY.value.offset
 assert (_ENTRY.fieldId.offset, _ENTRY.scopeId.offset) == (0, 4)
-assert _ENTRY.latencyUsec.offset == _TIMES_AT + 8
+assert [_ENTRY.latencyUsec.offset, _ENTRY.valueType.offset, _RETURN_AT, _ENTRY.value.offset] == [
+    _TIMES_AT + 8,
+    _TIMES_AT + 16,
+    _TIMES_AT + 20,
+    _TIMES_AT + 24,
+]
+_MASKS = {_UI: 0xFFFFFFFF}  # every other integer type is stored as 64 bits
 
 
 def _write_entry(buffer: memoryview, at: int, result: FieldValue, timestamp: int) -> None:
     """Fill the nvmlFieldValue_t at byte `at`; the value union only when it succeeded.
 
-    Values are stored as ctypes would store them (wrapped to the member's width)."""
+    Values are stored as ctypes would store them (integers wrapped to the member's
+    width); any value type but unsigned int and double is written as unsigned long long.
+    """
     ret, value_type, value = result
-    _TIMES.pack_into(buffer, at + _TIMES_AT, timestamp, 0)
-    _U32.pack_into(buffer, at + _RETURN_AT, ret & 0xFFFFFFFF)
     if ret != SUCCESS:
+        _TIMES.pack_into(buffer, at + _TIMES_AT, timestamp, 0)
+        _U32.pack_into(buffer, at + _RETURN_AT, ret)
         return
-    _U32.pack_into(buffer, at + _TYPE_AT, value_type)
-    if value_type == _UI:
-        _U32.pack_into(buffer, at + _VALUE_AT, int(value) & 0xFFFFFFFF)
-    elif value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
-        _DOUBLE.pack_into(buffer, at + _VALUE_AT, float(value))
+    filled = _FILLED.get(value_type, _FILLED[_ULL])
+    if value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        stored: float = float(value)
     else:
-        _U64.pack_into(buffer, at + _VALUE_AT, int(value) & 0xFFFFFFFFFFFFFFFF)
+        stored = int(value) & _MASKS.get(value_type, 0xFFFFFFFFFFFFFFFF)
+    filled.pack_into(buffer, at + _TIMES_AT, timestamp, 0, value_type, ret, stored)
 
 
 class FieldValueQueries(NvmlCore):
