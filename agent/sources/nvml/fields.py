@@ -127,6 +127,30 @@ def _entry_fields(raw: Any, count: int) -> Iterator[tuple[int, float | int | Non
         yield int(entry.nvmlReturn), getattr(entry.value, member) if member else None
 
 
+# A request entry: fieldId and scopeId, the rest zero
+_REQUEST = struct.Struct(f"@II{_ENTRY_SIZE - 8}x")
+
+
+def _request_field_values(handle: Any, ids: FieldIds) -> Any:
+    """pynvml.nvmlDeviceGetFieldValues, with the request built from packed bytes.
+
+    pynvml fills its request entry by entry through its struct hooks (two per id, more
+    than the rest of the batch costs); this is the same call through pynvml's own
+    function lookup and return check. Should a future pynvml lack those helpers, its
+    public function does the job.
+    """
+    lookup = getattr(pynvml, "_nvmlGetFunctionPointer", None)
+    check = getattr(pynvml, "_nvmlCheckReturn", None)
+    if lookup is None or check is None:
+        return pynvml.nvmlDeviceGetFieldValues(handle, list(ids))
+    request = b"".join([_REQUEST.pack(field_id, scope_id) for field_id, scope_id in ids])
+    values = (_ENTRY * len(ids)).from_buffer_copy(request)
+    check(
+        lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(ids)), ctypes.byref(values))
+    )
+    return values
+
+
 def get_field_values(dev: Device, ids: FieldIds) -> list[FieldReading] | None:
     """nvmlDeviceGetFieldValues: many readings in one driver round trip.
 
@@ -136,7 +160,7 @@ def get_field_values(dev: Device, ids: FieldIds) -> list[FieldReading] | None:
     """
     if not ids:
         return []
-    raw = dev.call("field_values", pynvml.nvmlDeviceGetFieldValues, list(ids))
+    raw = dev.call("field_values", _request_field_values, ids)
     if raw is None:
         return None
     readings = []
