@@ -177,6 +177,10 @@ def _device_fields() -> dict[int, FieldReader]:
         pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: _device_field(
             lambda gpu: gpu.model.energy_counter, _ULL, lambda gpu: int(gpu.energy_mj)
         ),
+        # nvml.h: "Limit currently enforced in milliwatts", nvmlDeviceGetEnforcedPowerLimit's
+        pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: _device_field(
+            _always, _UI, lambda gpu: round(gpu.power_limit_w * 1000)
+        ),
         pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _device_field(
             _always, _UI, lambda gpu: int(gpu.pcie_replays)
         ),

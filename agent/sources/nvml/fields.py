@@ -1,8 +1,8 @@
 """Field batching: many readings of one GPU in one nvmlDeviceGetFieldValues call.
 
 The NVLink counters (data TX/RX, state, speed, error counters) and every GPU-level
-reading with a field id (GPU_FIELDS: memory temperature, energy, ECC totals, page
-retirement, remapped rows, PCIe replays, violation times) go through one
+reading with a field id (GPU_FIELDS: memory temperature, energy, enforced power limit,
+ECC totals, page retirement, remapped rows, PCIe replays, violation times) go through one
 nvmlDeviceGetFieldValues call per GPU: one ioctl into the driver for ~40-200 values,
 where the per-call functions cost one ioctl each (an H100 with 18 links would need ~130
 round trips per poll for NVLink alone). Readings without a field id, or whose field
@@ -50,6 +50,8 @@ FieldIds = Sequence[tuple[int, int]]
 GPU_FIELDS: dict[str, FieldIds] = {
     "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
     "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
+    # nvml.h: the "limit currently enforced in milliwatts", nvmlDeviceGetEnforcedPowerLimit's
+    "power_limit": [(pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, 0)],
     # the same totals as nvmlDeviceGetTotalEccErrors(type, counter)
     "ecc_sbe_vol": [(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0)],
     "ecc_dbe_vol": [(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0)],

@@ -18,6 +18,7 @@ import pynvml
 
 from agent.sources.nvml.device import Device, plain_int, plain_number, text
 from agent.sources.nvml.fields import FieldAnswers, FieldBatch
+from agent.sources.nvml.process_list import compute_processes
 from agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
@@ -95,7 +96,8 @@ def memory(dev: Device) -> Readings:
 
 
 def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
-    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit (...GetEnforcedPowerLimit),
+    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit
+    (NVML_FI_DEV_POWER_CURRENT_LIMIT, or ...GetEnforcedPowerLimit when the batch lacks it),
     power.default_limit (...GetPowerManagementDefaultLimit), all mW; and the energy
     counter in mJ (not paired with nvidia-smi; DCGM's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION):
     NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, or nvmlDeviceGetTotalEnergyConsumption when the
@@ -110,7 +112,14 @@ def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> 
     )
     return {
         "power_watts": milli(dev.call("power", h.nvmlDeviceGetPowerUsage)),
-        "power_limit_watts": milli(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+        "power_limit_watts": milli(
+            _field_or_call(
+                batch,
+                answers,
+                "power_limit",
+                lambda: plain_number(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+            )
+        ),
         "power_tdp_watts": tdp,
         "energy_joules": milli(energy),
     }
@@ -350,10 +359,10 @@ class RunningProcess:
 
 
 def running_processes(dev: Device) -> tuple[RunningProcess, ...]:
-    """--query-compute-apps=pid,used_memory: nvmlDeviceGetComputeRunningProcesses_v3,
-    every process, the most memory first (on a GPU in MIG mode, with the GPU and compute
-    instance each runs in)."""
-    procs = dev.call("processes", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
+    """--query-compute-apps=pid,used_memory: nvmlDeviceGetComputeRunningProcesses_v3
+    (one call; see process_list), every process, the most memory first (on a GPU in MIG
+    mode, with the GPU and compute instance each runs in)."""
+    procs = dev.call("processes", compute_processes)
     rows = []
     for proc in procs or ():
         pid = plain_int(getattr(proc, "pid", None))
