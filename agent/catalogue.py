@@ -285,6 +285,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         _G,
         "Power limit the driver enforces now (nvidia-smi enforced.power.limit).",
         Scope.GPU,
+        "field NVML_FI_DEV_POWER_CURRENT_LIMIT (190), else "
         "nvmlDeviceGetEnforcedPowerLimit (mW / 1000)",
         _one("power_limit_watts", NvidiaSmi("enforced.power.limit", 1.0, 0.5)),
     ),

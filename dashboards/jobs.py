@@ -32,7 +32,9 @@ VERDICTS = (
 )
 # the owner labels per-job panels keep: a Slurm job and its user, or a Kubernetes pod
 _OWNER = "job_id, user, namespace, pod"
-_GPU_LEGEND = "{{job_id}} {{instance}} GPU {{gpu}}"
+# a Slurm job by its id, a Kubernetes pod by its name (the other is empty)
+_JOB_LEGEND = "{{job_id}}{{pod}}"
+_GPU_LEGEND = _JOB_LEGEND + " {{instance}} GPU {{gpu}}"
 
 
 def _allocation(cfg: MixinConfig) -> str:
@@ -265,7 +267,7 @@ def _fabric_row(grid: Grid, cfg: MixinConfig) -> None:
             Q(
                 f"max by ({node}, {_OWNER}) ({_allocation(cfg)})\n"
                 f"  * on ({node}) group_left ()\n  instance:nvwatch_ib_port_{way}_bytes:rate{ib}",
-                f"{{{{job_id}}}} {legend(cfg.instance_label)} {way}",
+                f"{_JOB_LEGEND} {legend(cfg.instance_label)} {way}",
             )
             for way in ("transmit", "receive")
         ],

@@ -15,16 +15,16 @@ Two NVML reads per GPU per poll, one driver call each:
   GPUs without a compute process are not asked.
 
 Why not pynvml's wrappers: each asks the driver for the count first and then for the
-entries, two calls where one does. Here each call gets a buffer sized from what the poll
-knows (last poll's process count, this poll's processes) and falls back to the wrapper
-only when NVML has more entries than that; pynvml still resolves the function (a missing
-one is FunctionNotFound, as through its wrapper) and raises its errors.
+entries, two calls where one does. The list offers room up front (process_list.py); the
+utilization read offers a buffer sized for this poll's processes and falls back to the
+wrapper only when NVML has more samples than that; pynvml still resolves the function (a
+missing one is FunctionNotFound, as through its wrapper) and raises its errors.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +33,7 @@ import psutil
 import pynvml
 
 from agent.sources.nvml.device import Device, plain_int
+from agent.sources.nvml.process_list import compute_processes
 from agent.sources.nvml.samples import ProcessAttribution, ProcessSample
 from agent.sources.nvml.units import percent
 
@@ -68,17 +69,15 @@ _UNKNOWN = ProcessUtilization(None, None)
 
 
 class ProcessReader:
-    """One GPU's process reads, and what they keep between polls: the size of the last
-    process list (the next buffer's size) and the newest utilization sample seen."""
+    """One GPU's process reads, and what they keep between polls: the newest utilization
+    sample seen."""
 
     def __init__(self) -> None:
-        self._listed = 0
         self.last_seen_us = 0  # 0: everything in NVML's sample buffer, on the first read
 
     def running(self, dev: Device) -> tuple[RunningProcess, ...]:
         """Every compute process, the most memory first."""
-        slots = 2 * self._listed + 5  # room for new processes, as pynvml's wrapper leaves
-        procs = dev.call("processes", _compute_processes, slots)
+        procs = dev.call("processes", compute_processes)
         rows = []
         for proc in procs or ():
             pid = plain_int(getattr(proc, "pid", None))
@@ -92,8 +91,6 @@ class ProcessReader:
                     plain_int(getattr(proc, "computeInstanceId", None)),
                 )
             )
-        if procs is not None:
-            self._listed = len(rows)
         rows.sort(key=lambda row: (-(row.memory_bytes or 0), row.pid))
         return tuple(rows)
 
@@ -170,17 +167,6 @@ def _process_owner(pid: int) -> dict[str, str]:
 # --- the driver calls -------------------------------------------------------------------
 
 
-def _compute_processes(handle: Any, slots: int) -> list[Any]:
-    """nvmlDeviceGetComputeRunningProcesses_v3 into a buffer of `slots` entries."""
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
-    buffer = (pynvml.c_nvmlProcessInfo_v3_t * slots)()
-    count = ctypes.c_uint(slots)
-    ret = fn(handle, ctypes.byref(count), buffer)
-    return _entries(
-        ret, buffer, count, lambda: pynvml.nvmlDeviceGetComputeRunningProcesses_v3(handle)
-    )
-
-
 def _utilization_samples(handle: Any, last_seen_us: int, slots: int) -> list[Any]:
     """nvmlDeviceGetProcessUtilization's samples newer than `last_seen_us` ([] when none)."""
     fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
@@ -189,20 +175,11 @@ def _utilization_samples(handle: Any, last_seen_us: int, slots: int) -> list[Any
     ret = fn(handle, buffer, ctypes.byref(count), ctypes.c_ulonglong(last_seen_us))
     if ret == pynvml.NVML_ERROR_NOT_FOUND:
         return []  # no sample since last_seen_us: no process ran kernels in the window
-
-    def wrapper() -> list[Any]:
+    if ret == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        # more samples than room: pynvml's wrapper, which asks for the count first
         try:
             return list(pynvml.nvmlDeviceGetProcessUtilization(handle, last_seen_us))
         except pynvml.NVMLError_NotFound:
-            return []  # the samples went between the two calls
-
-    return _entries(ret, buffer, count, wrapper)
-
-
-def _entries(ret: int, buffer: Any, count: ctypes.c_uint, wrapper: Callable[[], Any]) -> list[Any]:
-    """The entries a one-call read wrote; more than the buffer holds: pynvml's wrapper,
-    which asks for the count first; an error: pynvml's NVMLError for Device.call."""
-    if ret == pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-        return list(wrapper())
-    pynvml._nvmlCheckReturn(ret)
-    return list(buffer[: min(count.value, len(buffer))])
+            return []  # the samples aged out between the two calls
+    pynvml._nvmlCheckReturn(ret)  # any other error: pynvml's NVMLError, for Device.call
+    return list(buffer[: min(count.value, slots)])

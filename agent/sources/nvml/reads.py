@@ -89,7 +89,8 @@ def memory(dev: Device) -> Readings:
 
 
 def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
-    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit (...GetEnforcedPowerLimit),
+    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit
+    (NVML_FI_DEV_POWER_CURRENT_LIMIT, or ...GetEnforcedPowerLimit when the batch lacks it),
     power.default_limit (...GetPowerManagementDefaultLimit), all mW; and the energy
     counter in mJ (not paired with nvidia-smi; DCGM's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION):
     NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, or nvmlDeviceGetTotalEnergyConsumption when the
@@ -104,7 +105,14 @@ def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> 
     )
     return {
         "power_watts": milli(dev.call("power", h.nvmlDeviceGetPowerUsage)),
-        "power_limit_watts": milli(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+        "power_limit_watts": milli(
+            _field_or_call(
+                batch,
+                answers,
+                "power_limit",
+                lambda: plain_number(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+            )
+        ),
         "power_tdp_watts": tdp,
         "energy_joules": milli(energy),
     }
