@@ -191,11 +191,18 @@ class FieldAnswers:
         return chunk[position].value if chunk is not None and position < len(chunk) else None
 
 
+#: A kept request: (families, len(FieldBatch._modes) then, families asked, their ids)
+_Plan = tuple[Mapping[str, FieldIds | None], int, dict[str, FieldIds], list[tuple[int, int]]]
+
+
 class FieldBatch:
     """One GPU's field families and the sticky field/call decision for each."""
 
     def __init__(self) -> None:
         self._modes: dict[str, str] = {}  # family -> FIELD_MODE / CALL_MODE
+        # the last request: (families, len(_modes) then, families asked, their ids);
+        # reused while neither changed, so a poll does not rebuild it per family
+        self._plan: _Plan | None = None
 
     def by_call(self, family: str) -> bool:
         """True when the family's readers must use the per-call function instead."""
@@ -205,18 +212,39 @@ class FieldBatch:
         """One nvmlDeviceGetFieldValues for every family not decided "call".
 
         `families` maps a family to its field ids, or to None when it has no field form.
+        Pass the same mapping each poll while it is unchanged: the request is kept.
         """
-        for family, ids in families.items():
-            if ids is None:
-                self._modes[family] = CALL_MODE
-        wanted = {f: ids for f, ids in families.items() if ids is not None and not self.by_call(f)}
-        readings = get_field_values(dev, [i for ids in wanted.values() for i in ids])
+        wanted, ids = self._request(families)
+        readings = get_field_values(dev, ids)
         if readings is None:
             if dev.is_unsupported("field_values"):
                 for family in wanted:
                     self._modes.setdefault(family, CALL_MODE)
             return FieldAnswers()
         return FieldAnswers(self._decide(wanted, readings))
+
+    def _request(
+        self, families: Mapping[str, FieldIds | None]
+    ) -> tuple[dict[str, FieldIds], list[tuple[int, int]]]:
+        """The families to ask the batch for, and their ids in order.
+
+        Decisions only add families to `_modes` (a family with no field form is "call"
+        from the start), so the same mapping and as many decisions give the same request.
+        """
+        plan = self._plan
+        if plan is not None and plan[0] is families and plan[1] == len(self._modes):
+            return plan[2], plan[3]
+        for family, family_ids in families.items():
+            if family_ids is None:
+                self._modes[family] = CALL_MODE
+        wanted = {
+            f: family_ids
+            for f, family_ids in families.items()
+            if family_ids is not None and not self.by_call(f)
+        }
+        ids = [i for family_ids in wanted.values() for i in family_ids]
+        self._plan = (families, len(self._modes), wanted, ids)
+        return wanted, ids
 
     def _decide(
         self, wanted: Mapping[str, FieldIds], readings: Sequence[FieldReading]

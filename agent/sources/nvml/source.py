@@ -41,7 +41,7 @@ from agent.sources.nvml.device import (
     system_call,
     text,
 )
-from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
+from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch, FieldIds
 from agent.sources.nvml.gpm import GpmSampler
 from agent.sources.nvml.mig import MigReader, with_pids
 from agent.sources.nvml.nvlink import GpuLinks
@@ -77,6 +77,17 @@ class _GpuState:
     mig: MigReader | None = None
     processes: ProcessReader = field(default_factory=ProcessReader)
     info_read_at: float | None = None  # when identity was last read in full
+    # GPU_FIELDS and the links' families as one mapping, for the NVLink families it was
+    # made of: one object while they are unchanged, so the batch keeps its request
+    batch_families: tuple[object, dict[str, FieldIds | None]] = (None, {})
+
+    def field_families(self) -> dict[str, FieldIds | None]:
+        nvlink = self.links.field_families()
+        made_of, families = self.batch_families
+        if made_of is not nvlink:
+            families = {**GPU_FIELDS, **nvlink}
+            self.batch_families = (nvlink, families)
+        return families
 
 
 class NvmlSource:
@@ -327,7 +338,7 @@ class NvmlSource:
         dev = state.device
         assert dev is not None
         state.links.refresh(dev, self._clock(), self._reprobe_interval)
-        answers = state.fields.read(dev, {**GPU_FIELDS, **state.links.field_families()})
+        answers = state.fields.read(dev, state.field_families())
         kept = state.kept
         kept.now = self._clock()
         readings: reads.Readings = {
