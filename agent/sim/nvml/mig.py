@@ -20,7 +20,8 @@ the GPU's own implementation (`super()`) for GPUs that are not in MIG mode.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import pynvml
@@ -102,6 +103,9 @@ def mig_call(
 class MigQueries(NvmlCore):
     # the real processes a file puts on the GPUs (memory.py sets out the same attribute)
     process_file: ProcessFile | None = None
+    # real pids standing for each busy instance's job, by (GPU index, GPU instance id)
+    # (agent/sim/workers.py, started by `serve --simulate`); others get placeholder pids
+    mig_worker_pids: Mapping[tuple[int, int], int] = MappingProxyType({})
 
     # --- handles ------------------------------------------------------------------------
 
@@ -302,7 +306,9 @@ class MigQueries(NvmlCore):
         for d in state.devices if device is None else (device,):
             ids = (d.gpu_instance_id, d.compute_instance_id)
             if state.process_memory_bytes(d):
-                procs.append((state.process_pid(d), state.process_memory_bytes(d), *ids))
+                pid = self.mig_worker_pids.get((gpu.index, d.gpu_instance_id))
+                pid = state.process_pid(d) if pid is None else pid
+                procs.append((pid, state.process_memory_bytes(d), *ids))
             claimed = self._claimed(gpu, d.gpu_instance_id)
             procs += [(pid, used, *ids) for pid, used in claimed]
         if device is None:  # claimed for the GPU itself: in no instance
