@@ -187,6 +187,14 @@ def _each(path: str, *, sort: bool = False) -> tuple[Series, ...]:
 # NVML: "On MIG-enabled GPUs, querying device utilization rates is not currently supported"
 _MIG_NO_UTIL = "GPUs in MIG mode (NVML does not report utilization rates under MIG)"
 _HOPPER = "GPUs before Hopper (GPM needs nvmlGpmQueryDeviceSupport), or on the first poll"
+# the process families' labels: the pid, psutil's name and user, attribution's owner
+_PROCESS_LABELS = (_F("pid"), _F("name"), _F("user"), _F("job"), _F("pod"), _F("namespace"))
+_PROCESS_OWN_LABELS = ("pid", "process", "user", "job", "pod", "namespace")
+# NVML: "On MIG-enabled GPUs, querying process utilization is not currently supported"
+_PROCESS_UTIL_ABSENT = (
+    "no compute process on the GPU; GPUs in MIG mode and boards where "
+    "nvmlDeviceGetProcessUtilization is NotSupported; a poll in which the call failed"
+)
 
 GPU_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
@@ -277,6 +285,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         _G,
         "Power limit the driver enforces now (nvidia-smi enforced.power.limit).",
         Scope.GPU,
+        "field NVML_FI_DEV_POWER_CURRENT_LIMIT (190), else "
         "nvmlDeviceGetEnforcedPowerLimit (mW / 1000)",
         _one("power_limit_watts", NvidiaSmi("enforced.power.limit", 1.0, 0.5)),
     ),
@@ -567,14 +576,35 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetComputeRunningProcesses_v3 .usedGpuMemory; process and user from "
         "psutil on the pid; job (Slurm job id), pod and namespace (Kubernetes) from "
         "attribution's cache (--attribution), empty when it is off or does not know the pid",
-        (
-            Series(
-                _F("memory_bytes"),
-                (_F("pid"), _F("name"), _F("user"), _F("job"), _F("pod"), _F("namespace")),
-            ),
-        ),
-        own_labels=("pid", "process", "user", "job", "pod", "namespace"),
+        (Series(_F("memory_bytes"), _PROCESS_LABELS),),
+        own_labels=_PROCESS_OWN_LABELS,
         when="no compute process on the GPU",
+    ),
+    MetricSpec(
+        "nvwatch_gpu_process_sm_utilization_ratio",
+        _G,
+        "Fraction of the sample period in which the process had a kernel running on the "
+        "GPU's SMs, its most recent sample since the previous poll (0 when NVML took none: "
+        "the process was idle); the same processes as nvwatch_gpu_process_memory_bytes.",
+        Scope.PROCESS,
+        "nvmlDeviceGetProcessUtilization(lastSeenTimeStamp = the newest sample of the "
+        "previous poll) .smUtil (percent / 100; nvidia-smi pmon -s u, sm); labels as "
+        "nvwatch_gpu_process_memory_bytes",
+        (Series(_F("sm_utilization_ratio"), _PROCESS_LABELS),),
+        own_labels=_PROCESS_OWN_LABELS,
+        when=_PROCESS_UTIL_ABSENT,
+    ),
+    MetricSpec(
+        "nvwatch_gpu_process_memory_utilization_ratio",
+        _G,
+        "Fraction of the sample period in which the process read or wrote device memory, its "
+        "most recent sample since the previous poll (0 when NVML took none).",
+        Scope.PROCESS,
+        "nvmlDeviceGetProcessUtilization .memUtil (percent / 100; nvidia-smi pmon -s u, "
+        "mem); labels as nvwatch_gpu_process_memory_bytes",
+        (Series(_F("memory_utilization_ratio"), _PROCESS_LABELS),),
+        own_labels=_PROCESS_OWN_LABELS,
+        when=_PROCESS_UTIL_ABSENT,
     ),
 )
 

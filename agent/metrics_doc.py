@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
-from agent.series_budget import MIG_LAYOUTS, PROCESS_FAMILY, Budget, measure
+from agent.series_budget import MIG_LAYOUTS, PROCESS_FAMILIES, Budget, measure
 from agent.sim.profiles import PROFILES
-from agent.sources.nvml.reads import MAX_PROCESSES
+from agent.sources.nvml.processes import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
@@ -99,6 +99,12 @@ the first time is labelled from the next refresh on (well under a second later, 
 refresher is woken by the new pid), so its first series may have them empty. Prometheus
 stores this `job` as `exported_job`, since the scrape's own `job` target label wins
 (`honor_labels: false`, the default).""",
+    "nvwatch_gpu_process_sm_utilization_ratio": """The same processes and labels as
+`nvwatch_gpu_process_memory_bytes` (as has the memory utilization family), so a job's
+SM use on GPUs it shares is `sum by (instance, gpu, exported_job)
+(nvwatch_gpu_process_sm_utilization_ratio)`. Each poll asks NVML for the samples after
+the newest one the previous poll saw, and keeps each pid's latest: a process that ran no
+kernels in that window has no sample and reads 0. Under MIG the family is absent.""",
 }
 
 
@@ -108,9 +114,12 @@ _BUDGET_HEADER = f"""
 Measured by rendering each simulated profile (`agent/series_budget.py`: fixed seed, two
 polls a minute apart, host source included) and counting the samples Prometheus would
 ingest; target labels (`job`, `instance`, `cluster`, `rack`, `node_class`) add labels,
-not series. *ceiling* is the most one node can export: the process family at its cap of
-{MAX_PROCESSES} processes per GPU (`{PROCESS_FAMILY}` carries `pid`, and only the
-{MAX_PROCESSES} processes holding the most memory are kept). `nvwatch_gpu_xid_errors_total`
+not series. *ceiling* is the most one node can export: the process families at their cap
+of {MAX_PROCESSES} processes per GPU. These carry `pid`, and only the {MAX_PROCESSES} processes
+holding the most memory are kept:
+{", ".join(f"`{name}`" for name in PROCESS_FAMILIES)}
+(under MIG the first alone: NVML gives no per-process utilization there).
+`nvwatch_gpu_xid_errors_total`
 adds one series per XID code a GPU raised this boot (none here). The `--mig` rows split
 every GPU into seven 1g instances, the most MIG devices a GPU holds: each adds its
 `nvwatch_mig_*` series, and the GPU loses its utilization pair. With `--attribution`,

@@ -6,8 +6,10 @@ are the per-node series budget docs/metrics.md states and tests/agent/test_label
 checks. Nothing here is an estimate: a new family or label shows up in the figures.
 
 Two families can grow past what one render shows, and both are bounded:
-- `nvwatch_gpu_process_memory_bytes` carries `pid`: at most MAX_PROCESSES series per GPU
-  (the processes holding the most memory), so its worst case is MAX_PROCESSES x GPUs.
+- the process families (`nvwatch_gpu_process_memory_bytes` and the two per-process
+  utilization ratios) carry `pid`: at most MAX_PROCESSES series each per GPU (the
+  processes holding the most memory), so their worst case is MAX_PROCESSES x GPUs each;
+  under MIG only the memory family, since NVML gives no per-process utilization there.
 - `nvwatch_gpu_xid_errors_total` gains one series per XID code a GPU has raised this
   boot: a handful on a sick GPU, none on a healthy one (the simulation raises none).
 The `nvwatch_mig_*` families have one series per MIG device, at most seven per GPU:
@@ -31,10 +33,16 @@ from agent.sim.process_file import ProcessFile
 from agent.sources import Source
 from agent.sources.host import HostSource
 from agent.sources.infiniband import InfinibandSource
-from agent.sources.nvml.reads import MAX_PROCESSES
+from agent.sources.nvml.processes import MAX_PROCESSES
 from agent.sources.nvml.source import NvmlSource
 
 PROCESS_FAMILY = "nvwatch_gpu_process_memory_bytes"
+#: every family with a series per process (the pid-carrying ones), memory first
+PROCESS_FAMILIES = (
+    PROCESS_FAMILY,
+    "nvwatch_gpu_process_sm_utilization_ratio",
+    "nvwatch_gpu_process_memory_utilization_ratio",
+)
 #: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
 MIG_LAYOUTS = {"dgx-a100": "all:1g.5gb*7", "dgx-h100": "all:1g.10gb*7"}
 
@@ -100,11 +108,15 @@ class Budget:
     series: int
     per_family: dict[str, int]
     max_own_labels: int
+    # the process families this node can export (MIG: the memory family alone)
+    process_families: tuple[str, ...] = PROCESS_FAMILIES
 
     @property
     def ceiling(self) -> int:
-        """Measured series, with the process family at MAX_PROCESSES per GPU."""
-        return self.series - self.per_family.get(PROCESS_FAMILY, 0) + MAX_PROCESSES * self.gpus
+        """Measured series, with each process family at MAX_PROCESSES per GPU."""
+        measured = sum(self.per_family.get(name, 0) for name in PROCESS_FAMILIES)
+        capped = MAX_PROCESSES * self.gpus * len(self.process_families)
+        return self.series - measured + capped
 
     def share(self, prefix: str) -> int:
         return sum(n for name, n in self.per_family.items() if name.startswith(prefix))
@@ -122,4 +134,5 @@ def measure(profile: str, root: Path, mig: str | None = None) -> Budget:
         len(series),
         dict(sorted(per_family.items())),
         max(len(s.labels) for s in series),
+        PROCESS_FAMILIES if mig is None else (PROCESS_FAMILY,),
     )

@@ -33,6 +33,12 @@ CALLS_BEFORE: dict[str, float] = {
 }
 
 
+# Readings the agent gained after *before* was measured, counted apart so that the
+# target compares the same readings: per-process utilization (one call per GPU with
+# processes, agent/sources/nvml/processes.py).
+NEW_READINGS = frozenset({"nvmlDeviceGetProcessUtilization"})
+
+
 @dataclass(frozen=True)
 class NvmlCalls:
     profile: str
@@ -41,6 +47,7 @@ class NvmlCalls:
     per_gpu_per_poll: float
     batches_per_gpu_per_poll: float  # nvmlDeviceGetFieldValues: one expected
     before: float | None  # the figure before the field batch grew, if known
+    new_per_gpu_per_poll: float = 0.0  # calls of NEW_READINGS, not in per_gpu_per_poll
 
 
 def measure_nvml_calls(profile: str, polls: int = 10, warmup: int = 2) -> NvmlCalls:
@@ -62,7 +69,10 @@ def measure_nvml_calls(profile: str, polls: int = 10, warmup: int = 2) -> NvmlCa
     counted = Counter(lib.call_counts)
     counted.subtract(before)
     gpus = lib.profile.gpu_count
-    per_gpu = sum(c for (_, gpu), c in counted.items() if gpu is not None)
+    per_gpu = sum(
+        c for (name, gpu), c in counted.items() if gpu is not None and name not in NEW_READINGS
+    )
+    new = sum(c for (name, gpu), c in counted.items() if gpu is not None and name in NEW_READINGS)
     batches = sum(c for (name, gpu), c in counted.items() if name == "nvmlDeviceGetFieldValues")
     return NvmlCalls(
         profile=profile,
@@ -71,4 +81,5 @@ def measure_nvml_calls(profile: str, polls: int = 10, warmup: int = 2) -> NvmlCa
         per_gpu_per_poll=per_gpu / gpus / polls,
         batches_per_gpu_per_poll=batches / gpus / polls,
         before=CALLS_BEFORE.get(profile),
+        new_per_gpu_per_poll=new / gpus / polls,
     )

@@ -28,7 +28,7 @@ from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
 from agent.sim.node_scenarios import known_scenarios as known_scenarios
 from agent.sim.nvml import SimulatedNvml
 from agent.sim.profiles import Profile, get_profile
-from agent.sim.workers import WorkerProcesses, busy_gpus
+from agent.sim.workers import WorkerProcesses, busy_gpus, busy_instances
 from agent.threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -113,8 +113,9 @@ class SimulatedNode:
         worker_processes: bool = False,
         mig: str | None = None,
     ) -> None:
-        """`worker_processes`: start a real process per busy GPU for the simulated job's
-        worker (agent/sim/workers.py); a fleet's nodes leave it off. `mig`: a --mig
+        """`worker_processes`: start a real process per busy GPU (and per busy MIG
+        instance) for the simulated job's worker (agent/sim/workers.py); a fleet's nodes
+        leave it off. `mig`: a --mig
         layout (agent/sim/mig_layout.py); None: MIG off on every GPU."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
@@ -159,9 +160,12 @@ class SimulatedNode:
         self.nvml.event_sinks.append(self.kernel_log.on_event)
         self.kmsg_path = self.kernel_log.path
         self.workers = WorkerProcesses(
-            self.profile.name, busy_gpus(self.nvml) if worker_processes else ()
+            self.profile.name,
+            busy_gpus(self.nvml) if worker_processes else (),
+            busy_instances(self.nvml) if worker_processes else (),
         )
         self.nvml.worker_pids = self.workers.pids
+        self.nvml.mig_worker_pids = self.workers.instance_pids
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

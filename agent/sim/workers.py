@@ -3,8 +3,8 @@
 The simulated NVML lists one compute process per busy GPU. Process viewers (nvitop,
 gpustat -p, the agent's own process metric) look each pid up in /proc, so a made-up pid
 shows as "No Such Process" or, worse, as whatever unrelated process holds that number.
-`WorkerProcesses` starts one real, idle process per busy GPU and the library reports
-their pids instead.
+`WorkerProcesses` starts one real, idle process per busy GPU (on a GPU in MIG mode, per
+busy MIG instance: "sim-job gpu0 gi9 (...)") and the library reports their pids instead.
 
 Each worker is `cat` reading a pipe only this process holds the other end of, named
 `sim-job` and with the command line "sim-job gpu3 (nvwatch dgx-h100)" for viewers to
@@ -41,17 +41,23 @@ PROCESS_NAME = "sim-job"  # the process name (comm) process tables show
 _REAP_TIMEOUT_S = 5.0
 
 
-def worker_name(node: str, gpu: int) -> str:
+def worker_name(node: str, gpu: int, gpu_instance: int | None = None) -> str:
     """What a process viewer shows as the worker's command line."""
-    return f"sim-job gpu{gpu} (nvwatch {node})"
+    instance = f" gi{gpu_instance}" if gpu_instance is not None else ""
+    return f"sim-job gpu{gpu}{instance} (nvwatch {node})"
 
 
 class WorkerProcesses:
-    """One idle child process per GPU in `gpus`; `pids` maps GPU index to its pid."""
+    """One idle child process per GPU in `gpus` and per MIG GPU instance in `instances`
+    ((GPU index, GPU instance id)); `pids` maps GPU index, `instance_pids` the instance
+    to its pid."""
 
-    def __init__(self, node: str, gpus: Iterable[int]) -> None:
+    def __init__(
+        self, node: str, gpus: Iterable[int], instances: Iterable[tuple[int, int]] = ()
+    ) -> None:
         self._children: list[subprocess.Popen[bytes]] = []
         self.pids: dict[int, int] = {}
+        self.instance_pids: dict[tuple[int, int], int] = {}
         cat = shutil.which("cat")
         if cat is None:
             log.warning("no `cat` on PATH: simulated GPU processes keep placeholder pids")
@@ -64,14 +70,17 @@ class WorkerProcesses:
             program = os.path.join(scratch, PROCESS_NAME)
             os.symlink(cat, program)
             for gpu in gpus:
-                self._start(program, worker_name(node, gpu), gpu)
+                self.pids[gpu] = self._start(program, worker_name(node, gpu))
+            for gpu, instance in instances:
+                pid = self._start(program, worker_name(node, gpu, instance))
+                self.instance_pids[(gpu, instance)] = pid
         except OSError as exc:
             self.close()
             log.warning("cannot start simulated GPU processes (%s): placeholder pids", exc)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _start(self, program: str, name: str, gpu: int) -> None:
+    def _start(self, program: str, name: str) -> int:
         child = subprocess.Popen(
             [name],
             executable=program,
@@ -81,7 +90,7 @@ class WorkerProcesses:
             start_new_session=True,  # a terminal's Ctrl-C is for the owner, not them
         )
         self._children.append(child)
-        self.pids[gpu] = child.pid
+        return child.pid
 
     def close(self) -> None:
         """Stop and reap every worker (idempotent)."""
@@ -96,6 +105,7 @@ class WorkerProcesses:
                 log.warning("simulated GPU process %d did not exit", child.pid)
         self._children.clear()
         self.pids = {}
+        self.instance_pids = {}
 
     def __enter__(self) -> WorkerProcesses:
         return self
@@ -105,8 +115,27 @@ class WorkerProcesses:
 
 
 def busy_gpus(lib: NvmlCore) -> list[int]:
-    """The GPUs whose simulated job holds memory, so NVML lists a process on them."""
-    return [gpu.index for gpu in lib.gpus if gpu.process_memory_bytes]
+    """The GPUs whose simulated job holds memory, so NVML lists a process on them (a GPU
+    in MIG mode runs its jobs in its instances: busy_instances)."""
+    return [
+        gpu.index for gpu in lib.gpus if gpu.process_memory_bytes and not _mig_on(lib, gpu.index)
+    ]
+
+
+def busy_instances(lib: NvmlCore) -> list[tuple[int, int]]:
+    """(GPU index, GPU instance id) of the MIG instances whose job holds memory."""
+    return [
+        (index, device.gpu_instance_id)
+        for index, state in sorted(lib.mig.items())
+        if state.current
+        for device in state.devices
+        if state.process_memory_bytes(device)
+    ]
+
+
+def _mig_on(lib: NvmlCore, index: int) -> bool:
+    state = lib.mig.get(index)
+    return state is not None and state.current
 
 
 def to_environment(pids: Mapping[int, int]) -> str:

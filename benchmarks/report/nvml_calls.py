@@ -39,7 +39,13 @@ def nvml_calls_section(results: Results) -> str:
             f"| {calls.profile} | {calls.gpus} | **{calls.per_gpu_per_poll:.1f}** | "
             f"{before} | {calls.batches_per_gpu_per_poll:g} |"
         )
-    lines.append("")
+    new = max(calls.new_per_gpu_per_poll for calls in results.nvml_calls)
+    lines += [
+        "",
+        "Per-process utilization (nvmlDeviceGetProcessUtilization), read after *before* was",
+        f"measured, is counted apart: at most {new:g} call per GPU per poll (GPUs with processes).",
+        "",
+    ]
     return "\n".join(lines)
 
 

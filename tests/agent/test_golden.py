@@ -22,12 +22,13 @@ from tests.conftest import require_tool
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 # host readings and poll timings belong to the machine running the test, and process
 # names come from psutil on this host for the simulated pids: kept out of the golden text
+# (tests/nvml/test_exported_equals_simulated.py checks the process families' values)
 _VOLATILE = (
     "nvwatch_host_",
     "nvwatch_agent_poll_duration_seconds",
     "nvwatch_agent_last_poll_timestamp_seconds",
     "nvwatch_agent_build_info",
-    "nvwatch_gpu_process_memory_bytes",
+    "nvwatch_gpu_process_",  # memory and utilization per process: pids and names
 )
 
 

@@ -19,10 +19,16 @@ import yaml
 
 from agent.catalogue import CATALOGUE
 from agent.inventory import file_sd_by_class, load_inventory
-from agent.series_budget import PROCESS_FAMILY, measure, parse_series, render_profile
+from agent.series_budget import (
+    PROCESS_FAMILIES,
+    PROCESS_FAMILY,
+    measure,
+    parse_series,
+    render_profile,
+)
 from agent.sim.process_file import ProcessFile
 from agent.sim.profiles import PROFILES
-from agent.sources.nvml.reads import MAX_PROCESSES
+from agent.sources.nvml.processes import MAX_PROCESSES
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_LABELS = 15  # besides the metric name; VictoriaMetrics and Thanos users ask for this
@@ -96,9 +102,9 @@ def test_no_catalogue_family_can_carry_more_than_15_labels(
         assert _count(spec.labels, targets()) <= MAX_LABELS, spec.name
 
 
-def test_only_the_capped_process_family_carries_an_unbounded_label_name() -> None:
+def test_only_the_capped_process_families_carry_an_unbounded_label_name() -> None:
     carriers = {spec.name for spec in CATALOGUE if UNBOUNDED_NAMES & set(spec.labels)}
-    assert carriers <= {PROCESS_FAMILY}
+    assert carriers <= set(PROCESS_FAMILIES)
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -134,6 +140,10 @@ def test_process_family_is_capped_per_gpu(tmp_path: Path) -> None:
     on_gpu0 = [s for s in series if s.name == PROCESS_FAMILY and s.labels["gpu"] == "0"]
     assert len(on_gpu0) == MAX_PROCESSES
     kept = {int(s.labels["pid"]) for s in on_gpu0}
+    # the utilization families carry the same processes, no more
+    for family in PROCESS_FAMILIES:
+        pids = {int(s.labels["pid"]) for s in series if s.name == family and s.labels["gpu"] == "0"}
+        assert pids == kept, family
     # the simulated job's worker holds GBs: it and the largest listed processes stay
     largest = {100_000 + i for i in range(extra - MAX_PROCESSES + 1, extra)}
     assert largest <= kept
@@ -141,7 +151,8 @@ def test_process_family_is_capped_per_gpu(tmp_path: Path) -> None:
 
 def test_ceiling_is_reached_with_every_gpu_at_the_process_cap(tmp_path: Path) -> None:
     """The budget's ceiling is a measurement too: a node with more processes than the
-    cap on every GPU exports exactly that many series."""
+    cap on every GPU exports exactly that many series (in each process family: the
+    listed processes without samples are idle, 0, not absent)."""
     gpus = PROFILES["dgx1-v100"].gpu_count
     lines = [
         f"{gpu} {100_000 + gpu * 100 + i} 64" for gpu in range(gpus) for i in range(MAX_PROCESSES)

@@ -21,6 +21,10 @@ from tests.attribution.test_kubernetes import SYSTEMD_CGROUP
 from tests.attribution.test_slurm import LAYOUTS, NOBODY
 
 Series = dict[str, list[tuple[dict[str, str], float]]]
+PROCESS_UTILIZATION = (
+    "nvwatch_gpu_process_sm_utilization_ratio",
+    "nvwatch_gpu_process_memory_utilization_ratio",
+)
 
 
 def series_of(text: str) -> Series:
@@ -98,6 +102,12 @@ def test_a_job_on_a_gpu_is_an_allocation_and_labels_its_process(
     }
     process = [x for x, _ in series["nvwatch_gpu_process_memory_bytes"] if x["pid"] == str(pid)]
     assert [(x["gpu"], x["job"], x["pod"]) for x in process] == [("5", "4242", "")]
+    # its utilization series carry the same owner (the process runs no kernels: 0)
+    for family in PROCESS_UTILIZATION:
+        rows = [(x, v) for x, v in series[family] if x["pid"] == str(pid)]
+        assert [(x["gpu"], x["job"], x["user"], v) for x, v in rows] == [
+            ("5", "4242", process[0]["user"], 0.0)
+        ], family
     # GPU series carry no job labels
     assert all("job_id" not in x and "job" not in x for x, _ in series["nvwatch_gpu_up"])
 
@@ -170,6 +180,9 @@ def test_kubernetes_pods_through_a_kubelet_that_restarts(
             (x["gpu"], x["uuid"], x["scheduler"], x["pod"], x["namespace"], x["container"])
             for x, _ in series["nvwatch_gpu_allocation_info"]
         ] == [("6", uuid6, "kubernetes", "train-0", "ml", "worker")]
+        for family in PROCESS_UTILIZATION:
+            owners = [(x["pod"], x["namespace"]) for x, _ in series[family] if x["pid"] == str(pid)]
+            assert owners == [("train-0", "ml")], family
 
         kubelet.stop()  # dead socket: empty owners and a source error, every GPU kept
         series = poll_until(

@@ -198,6 +198,15 @@ def _compare_gpu_counters(check: Comparison, gpu: SimulatedGpu) -> None:
         check.equal(gpu.process_memory_bytes, BYTE, processes, **labels)
     else:
         check.absent(processes, **labels)
+    # the job's one worker does all of the GPU's work: its share is the GPU's utilization
+    for family, state in (
+        ("nvwatch_gpu_process_sm_utilization_ratio", gpu.utilization),
+        ("nvwatch_gpu_process_memory_utilization_ratio", gpu.memory_utilization),
+    ):
+        if gpu.process_memory_bytes:
+            check.equal(state, PERCENT, family, **labels)
+        else:
+            check.absent(family, **labels)
 
 
 def _compare_nvlinks(check: Comparison, gpu: SimulatedGpu) -> None:

@@ -132,6 +132,9 @@ def test_mig_mode_per_gpu_and_absent_not_zero_under_mig(h100: Polled) -> None:
             # NVML has no utilization rates on a MIG-enabled GPU: absent, never 0
             check.absent("nvwatch_gpu_utilization_ratio", **ids)
             check.absent("nvwatch_gpu_memory_utilization_ratio", **ids)
+            # nor per-process utilization, while the processes' memory is there
+            check.absent("nvwatch_gpu_process_sm_utilization_ratio", **ids)
+            check.absent("nvwatch_gpu_process_memory_utilization_ratio", **ids)
             used = state.memory_used_total_bytes() if state is not None else 0
             check.equal(used, BYTE, "nvwatch_gpu_memory_used_bytes", **ids)
         else:
@@ -140,6 +143,8 @@ def test_mig_mode_per_gpu_and_absent_not_zero_under_mig(h100: Polled) -> None:
             check.absent("nvwatch_mig_memory_used_bytes", **ids)
         # GPU-wide readings stay: the board still has one power draw and temperature
         check.equal(gpu.power_w, 1e-3, "nvwatch_gpu_power_watts", **ids)
+    # the absences above are NVML's, not for want of processes: GPU 0's instances run jobs
+    assert check.find("nvwatch_gpu_process_memory_bytes", gpu="0")
     # GPU 6 is in MIG mode with no instances: a mode, and no instance series
     assert check.find("nvwatch_gpu_mig_mode", gpu="6", kind="current")[0].value == 1.0
     assert not check.find("nvwatch_mig_info", gpu="6")

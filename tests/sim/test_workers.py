@@ -179,3 +179,37 @@ def test_simulate_exec_children_see_real_pids_gone_after_the_command() -> None:
     assert all(alive == "True" for _, _, alive, _ in rows)
     assert [name for *_, name in rows] == [worker_name("dgx1-v100", i) for i in range(8)]
     assert all(_gone(int(pid), within_s=0) for _, pid, _, _ in rows)
+
+
+def test_mig_instances_jobs_are_real_workers_too(tmp_path: Path) -> None:
+    from agent.sim.clock import ManualClock
+    from agent.sim.nvml import install, uninstall
+
+    node = SimulatedNode(
+        "dgx-a100",
+        clock=ManualClock(0.0),
+        sysfs_root=tmp_path,
+        worker_processes=True,
+        mig="0:3g.20gb,2g.10gb,1g.5gb*2",
+    )
+    install(node.nvml)
+    pynvml.nvmlInit()
+    try:
+        state = node.nvml.mig[0]
+        busy = {d.gpu_instance_id for d in state.devices if state.process_memory_bytes(d)}
+        assert busy  # the layout's instances run the node's job
+        listed = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(0))
+        in_instances = {p.gpuInstanceId: p.pid for p in listed}
+        assert set(in_instances) == busy
+        for instance, pid in in_instances.items():
+            child = psutil.Process(pid)  # a real process, ours, named for its instance
+            assert child.ppid() == os.getpid()
+            assert " ".join(child.cmdline()) == worker_name("dgx-a100", 0, instance)
+        # the partitioned GPU gets no whole-GPU worker; the others keep theirs
+        assert 0 not in node.workers.pids and 1 in node.workers.pids
+        pids = set(in_instances.values())
+    finally:
+        pynvml.nvmlShutdown()
+        node.close()
+        uninstall()
+    assert all(_gone(pid) for pid in pids)

@@ -8,6 +8,8 @@ that entry while the call itself succeeds.
 
 from __future__ import annotations
 
+import ctypes
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -175,6 +177,10 @@ def _device_fields() -> dict[int, FieldReader]:
         pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: _device_field(
             lambda gpu: gpu.model.energy_counter, _ULL, lambda gpu: int(gpu.energy_mj)
         ),
+        # nvml.h: "Limit currently enforced in milliwatts", nvmlDeviceGetEnforcedPowerLimit's
+        pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: _device_field(
+            _always, _UI, lambda gpu: round(gpu.power_limit_w * 1000)
+        ),
         pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: _device_field(
             _always, _UI, lambda gpu: int(gpu.pcie_replays)
         ),
@@ -278,21 +284,51 @@ def field_value(gpu: SimulatedGpu, field_id: int, scope: int) -> FieldValue:
     return reader(gpu, scope) if reader is not None else _UNKNOWN_FIELD
 
 
-def _write_entry(entry: Any, result: FieldValue, timestamp: int) -> None:
-    """Fill one nvmlFieldValue_t; the value union only when the entry succeeded."""
+# nvmlFieldValue_t's layout, from pynvml's own struct so the two never disagree. The
+# batch is read and written through one memoryview with struct, not attribute by
+# attribute: each ctypes attribute access on pynvml's structs runs Python-level
+# __getattribute__/__setattr__ hooks, which made this call the simulator's largest cost.
+_ENTRY = pynvml.c_nvmlFieldValue_t
+_ENTRY_SIZE = ctypes.sizeof(_ENTRY)
+_IDS = struct.Struct("@II")  # fieldId, scopeId: the first two members
+# timestamp, latencyUsec, valueType, nvmlReturn and the union member, contiguous from
+# timestamp on: a succeeded entry is one pack_into
+_TIMES_AT = _ENTRY.timestamp.offset
+_FILLED = {
+    _UI: struct.Struct("@qqIII"),
+    pynvml.NVML_VALUE_TYPE_DOUBLE: struct.Struct("@qqIId"),
+    _ULL: struct.Struct("@qqIIQ"),
+}
+_TIMES = struct.Struct("@qq")  # a failed entry: timestamp and latencyUsec, then its code
+_U32 = struct.Struct("@I")
+_RETURN_AT = _ENTRY.nvmlReturn.offset
+assert (_ENTRY.fieldId.offset, _ENTRY.scopeId.offset) == (0, 4)
+assert [_ENTRY.latencyUsec.offset, _ENTRY.valueType.offset, _RETURN_AT, _ENTRY.value.offset] == [
+    _TIMES_AT + 8,
+    _TIMES_AT + 16,
+    _TIMES_AT + 20,
+    _TIMES_AT + 24,
+]
+_MASKS = {_UI: 0xFFFFFFFF}  # every other integer type is stored as 64 bits
+
+
+def _write_entry(buffer: memoryview, at: int, result: FieldValue, timestamp: int) -> None:
+    """Fill the nvmlFieldValue_t at byte `at`; the value union only when it succeeded.
+
+    Values are stored as ctypes would store them (integers wrapped to the member's
+    width); any value type but unsigned int and double is written as unsigned long long.
+    """
     ret, value_type, value = result
-    entry.timestamp = timestamp
-    entry.latencyUsec = 0
-    entry.nvmlReturn = ret
     if ret != SUCCESS:
+        _TIMES.pack_into(buffer, at + _TIMES_AT, timestamp, 0)
+        _U32.pack_into(buffer, at + _RETURN_AT, ret)
         return
-    entry.valueType = value_type
-    if value_type == _UI:
-        entry.value.uiVal = int(value)
-    elif value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
-        entry.value.dVal = float(value)
+    filled = _FILLED.get(value_type, _FILLED[_ULL])
+    if value_type == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        stored: float = float(value)
     else:
-        entry.value.ullVal = int(value)
+        stored = int(value) & _MASKS.get(value_type, 0xFFFFFFFFFFFFFFFF)
+    filled.pack_into(buffer, at + _TIMES_AT, timestamp, 0, value_type, ret, stored)
 
 
 class FieldValueQueries(NvmlCore):
@@ -300,9 +336,12 @@ class FieldValueQueries(NvmlCore):
     def nvmlDeviceGetFieldValues(self, gpu: SimulatedGpu, count: Any, values: Any) -> int:
         n = as_int(count)
         array = deref(values)
+        buffer = memoryview(array).cast("B")
+        if n < 0 or n * _ENTRY_SIZE > len(buffer):
+            return ERROR_INVALID_ARGUMENT
         timestamp = self._timestamp_us()
         for i in range(n):
-            entry = array[i]
-            result = field_value(gpu, int(entry.fieldId), int(entry.scopeId))
-            _write_entry(entry, result, timestamp)
+            at = i * _ENTRY_SIZE
+            field_id, scope_id = _IDS.unpack_from(buffer, at)
+            _write_entry(buffer, at, field_value(gpu, field_id, scope_id), timestamp)
         return SUCCESS

@@ -9,8 +9,9 @@ own. What NVML answers, per its reference:
   the instance ids, the parent's handle; anything GPU-wide (power, clocks, utilization,
   temperatures...) is NotSupported (core.device_call);
 - on a GPU in MIG mode: utilization rates are NotSupported ("On MIG-enabled GPUs,
-  querying device utilization rates is not currently supported"); memory is the whole
-  board's, used being what the instances hold; processes carry their instance ids;
+  querying device utilization rates is not currently supported"), and so is per-process
+  utilization ("... querying process utilization ..."); memory is the whole board's,
+  used being what the instances hold; processes carry their instance ids;
 - GPM per GPU instance through nvmlGpmMigSampleGet (Hopper).
 This class comes first in SimulatedNvml's bases: the calls it overrides fall through to
 the GPU's own implementation (`super()`) for GPUs that are not in MIG mode.
@@ -19,7 +20,8 @@ the GPU's own implementation (`super()`) for GPUs that are not in MIG mode.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import pynvml
@@ -101,6 +103,9 @@ def mig_call(
 class MigQueries(NvmlCore):
     # the real processes a file puts on the GPUs (memory.py sets out the same attribute)
     process_file: ProcessFile | None = None
+    # real pids standing for each busy instance's job, by (GPU index, GPU instance id)
+    # (agent/sim/workers.py, started by `serve --simulate`); others get placeholder pids
+    mig_worker_pids: Mapping[tuple[int, int], int] = MappingProxyType({})
 
     # --- handles ------------------------------------------------------------------------
 
@@ -238,6 +243,19 @@ class MigQueries(NvmlCore):
         return ERROR_NOT_SUPPORTED  # on a MIG device, and on a GPU in MIG mode
 
     @mig_call()
+    def nvmlDeviceGetProcessUtilization(
+        self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, samples: Any,
+        count: Any, last_seen: Any,
+    ) -> int:  # fmt: skip
+        return ERROR_NOT_SUPPORTED  # "On MIG-enabled GPUs, querying process utilization..."
+
+    @mig_call()
+    def nvmlDeviceGetProcessesUtilizationInfo(
+        self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, info: Any
+    ) -> int:
+        return ERROR_NOT_SUPPORTED  # "... is not currently supported"
+
+    @mig_call()
     def nvmlDeviceGetMemoryInfo(
         self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, memory: Any
     ) -> int:
@@ -288,7 +306,9 @@ class MigQueries(NvmlCore):
         for d in state.devices if device is None else (device,):
             ids = (d.gpu_instance_id, d.compute_instance_id)
             if state.process_memory_bytes(d):
-                procs.append((state.process_pid(d), state.process_memory_bytes(d), *ids))
+                pid = self.mig_worker_pids.get((gpu.index, d.gpu_instance_id))
+                pid = state.process_pid(d) if pid is None else pid
+                procs.append((pid, state.process_memory_bytes(d), *ids))
             claimed = self._claimed(gpu, d.gpu_instance_id)
             procs += [(pid, used, *ids) for pid, used in claimed]
         if device is None:  # claimed for the GPU itself: in no instance

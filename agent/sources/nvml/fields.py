@@ -1,8 +1,8 @@
 """Field batching: many readings of one GPU in one nvmlDeviceGetFieldValues call.
 
 The NVLink counters (data TX/RX, state, speed, error counters) and every GPU-level
-reading with a field id (GPU_FIELDS: memory temperature, energy, ECC totals, page
-retirement, remapped rows, PCIe replays, violation times) go through one
+reading with a field id (GPU_FIELDS: memory temperature, energy, enforced power limit,
+ECC totals, page retirement, remapped rows, PCIe replays, violation times) go through one
 nvmlDeviceGetFieldValues call per GPU: one ioctl into the driver for ~40-200 values,
 where the per-call functions cost one ioctl each (an H100 with 18 links would need ~130
 round trips per poll for NVLink alone). Readings without a field id, or whose field
@@ -21,8 +21,11 @@ need not agree, and a switch would look like a counter going backwards without a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import ctypes
+import struct
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import pynvml
 
@@ -47,6 +50,8 @@ FieldIds = Sequence[tuple[int, int]]
 GPU_FIELDS: dict[str, FieldIds] = {
     "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
     "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
+    # nvml.h: the "limit currently enforced in milliwatts", nvmlDeviceGetEnforcedPowerLimit's
+    "power_limit": [(pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT, 0)],
     # the same totals as nvmlDeviceGetTotalEccErrors(type, counter)
     "ecc_sbe_vol": [(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0)],
     "ecc_dbe_vol": [(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0)],
@@ -72,8 +77,7 @@ GPU_FIELDS: dict[str, FieldIds] = {
 }
 
 
-@dataclass(frozen=True)
-class FieldReading:
+class FieldReading(NamedTuple):
     """One entry of an nvmlDeviceGetFieldValues answer."""
 
     field_id: int
@@ -93,6 +97,61 @@ _VALUE_MEMBERS = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
 }
 
+# The answer is decoded from the array's bytes with struct, laid out from pynvml's own
+# struct definitions: reading it attribute by attribute runs pynvml's Python-level
+# __getattribute__ hook on every access, which was the largest cost of the NVML collect.
+_ENTRY = pynvml.c_nvmlFieldValue_t
+_ENTRY_SIZE = ctypes.sizeof(_ENTRY)
+_HEAD = struct.Struct("@II")  # valueType, nvmlReturn: adjacent members
+_HEAD_AT = _ENTRY.valueType.offset
+_VALUE_AT = _ENTRY.value.offset
+_UNION_TYPES = dict(pynvml.c_nvmlValue_t._fields_)
+# valueType -> the union member's struct format (its ctypes type code: "d", "I", "L", ...)
+_VALUE_FORMATS = {
+    value_type: struct.Struct("@" + _UNION_TYPES[member]._type_)
+    for value_type, member in _VALUE_MEMBERS.items()
+}
+_FAST_LAYOUT = _ENTRY.nvmlReturn.offset == _HEAD_AT + 4
+
+
+def _entry_fields(raw: Any, count: int) -> Iterator[tuple[int, float | int | None]]:
+    """(nvmlReturn, raw union value or None) of each of the first `count` entries."""
+    if _FAST_LAYOUT and isinstance(raw, ctypes.Array) and raw._type_ is _ENTRY:
+        buffer = memoryview(raw).cast("B")
+        for at in range(0, min(count, len(raw)) * _ENTRY_SIZE, _ENTRY_SIZE):
+            value_type, status = _HEAD.unpack_from(buffer, at + _HEAD_AT)
+            form = _VALUE_FORMATS.get(value_type)
+            value = form.unpack_from(buffer, at + _VALUE_AT)[0] if form is not None else None
+            yield status, value
+        return
+    for entry in raw:  # anything else shaped like the answer (wrapped or older bindings)
+        member = _VALUE_MEMBERS.get(int(entry.valueType))
+        yield int(entry.nvmlReturn), getattr(entry.value, member) if member else None
+
+
+# A request entry: fieldId and scopeId, the rest zero
+_REQUEST = struct.Struct(f"@II{_ENTRY_SIZE - 8}x")
+
+
+def _request_field_values(handle: Any, ids: FieldIds) -> Any:
+    """pynvml.nvmlDeviceGetFieldValues, with the request built from packed bytes.
+
+    pynvml fills its request entry by entry through its struct hooks (two per id, more
+    than the rest of the batch costs); this is the same call through pynvml's own
+    function lookup and return check. Should a future pynvml lack those helpers, its
+    public function does the job.
+    """
+    lookup = getattr(pynvml, "_nvmlGetFunctionPointer", None)
+    check = getattr(pynvml, "_nvmlCheckReturn", None)
+    if lookup is None or check is None:
+        return pynvml.nvmlDeviceGetFieldValues(handle, list(ids))
+    request = b"".join([_REQUEST.pack(field_id, scope_id) for field_id, scope_id in ids])
+    values = (_ENTRY * len(ids)).from_buffer_copy(request)
+    check(
+        lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(ids)), ctypes.byref(values))
+    )
+    return values
+
 
 def get_field_values(dev: Device, ids: FieldIds) -> list[FieldReading] | None:
     """nvmlDeviceGetFieldValues: many readings in one driver round trip.
@@ -103,17 +162,17 @@ def get_field_values(dev: Device, ids: FieldIds) -> list[FieldReading] | None:
     """
     if not ids:
         return []
-    raw = dev.call("field_values", pynvml.nvmlDeviceGetFieldValues, list(ids))
+    raw = dev.call("field_values", _request_field_values, ids)
     if raw is None:
         return None
     readings = []
-    for entry, (field_id, scope_id) in zip(raw, ids, strict=False):
-        status = int(entry.nvmlReturn)
+    success = pynvml.NVML_SUCCESS
+    for (status, raw_value), (field_id, scope_id) in zip(
+        _entry_fields(raw, len(ids)), ids, strict=False
+    ):
         value: float | None = None
-        if status == pynvml.NVML_SUCCESS:
-            member = _VALUE_MEMBERS.get(int(entry.valueType))
-            if member is not None:
-                value = plain_number(getattr(entry.value, member))
+        if status == success:
+            value = plain_number(raw_value) if raw_value is not None else None
         elif status in DOWN_CODES:
             dev.raise_if_down(pynvml.NVMLError(status))
         readings.append(FieldReading(field_id, scope_id, status, value))
@@ -132,11 +191,18 @@ class FieldAnswers:
         return chunk[position].value if chunk is not None and position < len(chunk) else None
 
 
+#: A kept request: (families, len(FieldBatch._modes) then, families asked, their ids)
+_Plan = tuple[Mapping[str, FieldIds | None], int, dict[str, FieldIds], list[tuple[int, int]]]
+
+
 class FieldBatch:
     """One GPU's field families and the sticky field/call decision for each."""
 
     def __init__(self) -> None:
         self._modes: dict[str, str] = {}  # family -> FIELD_MODE / CALL_MODE
+        # the last request: (families, len(_modes) then, families asked, their ids);
+        # reused while neither changed, so a poll does not rebuild it per family
+        self._plan: _Plan | None = None
 
     def by_call(self, family: str) -> bool:
         """True when the family's readers must use the per-call function instead."""
@@ -146,18 +212,39 @@ class FieldBatch:
         """One nvmlDeviceGetFieldValues for every family not decided "call".
 
         `families` maps a family to its field ids, or to None when it has no field form.
+        Pass the same mapping each poll while it is unchanged: the request is kept.
         """
-        for family, ids in families.items():
-            if ids is None:
-                self._modes[family] = CALL_MODE
-        wanted = {f: ids for f, ids in families.items() if ids is not None and not self.by_call(f)}
-        readings = get_field_values(dev, [i for ids in wanted.values() for i in ids])
+        wanted, ids = self._request(families)
+        readings = get_field_values(dev, ids)
         if readings is None:
             if dev.is_unsupported("field_values"):
                 for family in wanted:
                     self._modes.setdefault(family, CALL_MODE)
             return FieldAnswers()
         return FieldAnswers(self._decide(wanted, readings))
+
+    def _request(
+        self, families: Mapping[str, FieldIds | None]
+    ) -> tuple[dict[str, FieldIds], list[tuple[int, int]]]:
+        """The families to ask the batch for, and their ids in order.
+
+        Decisions only add families to `_modes` (a family with no field form is "call"
+        from the start), so the same mapping and as many decisions give the same request.
+        """
+        plan = self._plan
+        if plan is not None and plan[0] is families and plan[1] == len(self._modes):
+            return plan[2], plan[3]
+        for family, family_ids in families.items():
+            if family_ids is None:
+                self._modes[family] = CALL_MODE
+        wanted = {
+            f: family_ids
+            for f, family_ids in families.items()
+            if family_ids is not None and not self.by_call(f)
+        }
+        ids = [i for family_ids in wanted.values() for i in family_ids]
+        self._plan = (families, len(self._modes), wanted, ids)
+        return wanted, ids
 
     def _decide(
         self, wanted: Mapping[str, FieldIds], readings: Sequence[FieldReading]

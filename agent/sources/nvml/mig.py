@@ -27,7 +27,7 @@ import pynvml
 
 from agent.sources.nvml.device import Device, error_name, plain_int, text
 from agent.sources.nvml.gpm import GpmSampler
-from agent.sources.nvml.reads import RunningProcess
+from agent.sources.nvml.processes import RunningProcess
 from agent.sources.nvml.samples import MigDeviceSample
 from agent.sources.nvml.static import STATIC_REFRESH_S
 

@@ -112,6 +112,8 @@ class GpuLinks:
         # every STATIC_REFRESH_S, e.g. after a tray was recabled
         self._remote_read_at: float | None = None
         self._remote_due = True
+        # field_families of `self.links` as last computed: (links, families)
+        self._families: tuple[list[Link] | None, dict[str, FieldIds | None]] = (None, {})
 
     def refresh(self, dev: Device, now: float, reprobe_interval: float) -> None:
         read_at = self._remote_read_at
@@ -125,20 +127,13 @@ class GpuLinks:
                 self.links = found
 
     def field_families(self) -> dict[str, FieldIds | None]:
-        """Field ids per NVLink family, one per link; None for a family without fields."""
-        h = pynvml
-        numbers = [link.link for link in self.links or []]
-        if not numbers:
-            return {}
-        families: dict[str, FieldIds | None] = {
-            "nvlink_tx": [(h.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, n) for n in numbers],
-            "nvlink_rx": [(h.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, n) for n in numbers],
-            "nvlink_speed": [(h.NVML_FI_DEV_NVLINK_GET_SPEED, n) for n in numbers],
-            "nvlink_state": [(h.NVML_FI_DEV_NVLINK_GET_STATE, n) for n in numbers],
-        }
-        for kind in _ERROR_FIELD_PREFIX:
-            for n in numbers:
-                families[_error_family(kind, n)] = _error_field(kind, n)
+        """Field ids per NVLink family, one per link; None for a family without fields.
+
+        The same dict while the links are the same (the batch keeps its request)."""
+        links, families = self._families
+        if links is not self.links:
+            families = _field_families([link.link for link in self.links or []])
+            self._families = (self.links, families)
         return families
 
     def read(
@@ -155,6 +150,23 @@ class GpuLinks:
             _read_link(dev, position, link, batch, answers, bus_to_index)
             for position, link in enumerate(self.links or [])
         )
+
+
+def _field_families(numbers: list[int]) -> dict[str, FieldIds | None]:
+    """Field ids per NVLink family of links `numbers`."""
+    h = pynvml
+    if not numbers:
+        return {}
+    families: dict[str, FieldIds | None] = {
+        "nvlink_tx": [(h.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, n) for n in numbers],
+        "nvlink_rx": [(h.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, n) for n in numbers],
+        "nvlink_speed": [(h.NVML_FI_DEV_NVLINK_GET_SPEED, n) for n in numbers],
+        "nvlink_state": [(h.NVML_FI_DEV_NVLINK_GET_STATE, n) for n in numbers],
+    }
+    for kind in _ERROR_FIELD_PREFIX:
+        for n in numbers:
+            families[_error_family(kind, n)] = _error_field(kind, n)
+    return families
 
 
 def _read_link(

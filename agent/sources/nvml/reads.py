@@ -9,11 +9,9 @@ the nvidia-smi view that shows the value, where --query-gpu has no field for it)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import psutil
 import pynvml
 
 from agent.sources.nvml.device import Device, plain_int, plain_number, text
@@ -22,16 +20,12 @@ from agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
     GpuInfo,
-    ProcessAttribution,
-    ProcessSample,
 )
 from agent.sources.nvml.static import Kept
 from agent.sources.nvml.units import NS_PER_S, int_or_none, kib, mhz, milli, percent
 
 #: GpuSample field name -> value, for one area of one GPU.
 Readings = dict[str, Any]
-
-MAX_PROCESSES = 8
 
 
 def _field_or_call(
@@ -95,7 +89,8 @@ def memory(dev: Device) -> Readings:
 
 
 def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
-    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit (...GetEnforcedPowerLimit),
+    """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit
+    (NVML_FI_DEV_POWER_CURRENT_LIMIT, or ...GetEnforcedPowerLimit when the batch lacks it),
     power.default_limit (...GetPowerManagementDefaultLimit), all mW; and the energy
     counter in mJ (not paired with nvidia-smi; DCGM's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION):
     NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, or nvmlDeviceGetTotalEnergyConsumption when the
@@ -110,7 +105,14 @@ def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> 
     )
     return {
         "power_watts": milli(dev.call("power", h.nvmlDeviceGetPowerUsage)),
-        "power_limit_watts": milli(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+        "power_limit_watts": milli(
+            _field_or_call(
+                batch,
+                answers,
+                "power_limit",
+                lambda: plain_number(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
+            )
+        ),
         "power_tdp_watts": tdp,
         "energy_joules": milli(energy),
     }
@@ -337,75 +339,3 @@ def retirement(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Reading
 
 def _flag(value: float | None) -> bool | None:
     return bool(value) if value is not None else None
-
-
-@dataclass(frozen=True)
-class RunningProcess:
-    """One entry of NVML's compute-process list; instance ids None outside MIG."""
-
-    pid: int
-    memory_bytes: int | None
-    gpu_instance_id: int | None
-    compute_instance_id: int | None
-
-
-def running_processes(dev: Device) -> tuple[RunningProcess, ...]:
-    """--query-compute-apps=pid,used_memory: nvmlDeviceGetComputeRunningProcesses_v3,
-    every process, the most memory first (on a GPU in MIG mode, with the GPU and compute
-    instance each runs in)."""
-    procs = dev.call("processes", pynvml.nvmlDeviceGetComputeRunningProcesses_v3)
-    rows = []
-    for proc in procs or ():
-        pid = plain_int(getattr(proc, "pid", None))
-        if pid is None:
-            continue
-        rows.append(
-            RunningProcess(
-                pid,
-                plain_int(getattr(proc, "usedGpuMemory", None)),
-                plain_int(getattr(proc, "gpuInstanceId", None)),  # all ones outside MIG
-                plain_int(getattr(proc, "computeInstanceId", None)),
-            )
-        )
-    rows.sort(key=lambda row: (-(row.memory_bytes or 0), row.pid))
-    return tuple(rows)
-
-
-def processes(
-    running: tuple[RunningProcess, ...], attribution: ProcessAttribution | None = None
-) -> tuple[ProcessSample, ...]:
-    """The MAX_PROCESSES of `running` holding the most memory, with process name and user,
-    and job or pod from attribution's cache."""
-    return tuple(
-        ProcessSample(
-            pid=row.pid,
-            memory_bytes=row.memory_bytes,
-            **_process_owner(row.pid),
-            **_job_labels(row.pid, attribution),
-            gpu_instance_id=row.gpu_instance_id,
-            compute_instance_id=row.compute_instance_id,
-        )
-        for row in running[:MAX_PROCESSES]
-    )
-
-
-def _job_labels(pid: int, attribution: ProcessAttribution | None) -> dict[str, str]:
-    labels = attribution.labels_of(pid) if attribution is not None else None
-    if labels is None:
-        return {}
-    return {"job": labels.job, "pod": labels.pod, "namespace": labels.namespace}
-
-
-def _process_owner(pid: int) -> dict[str, str]:
-    """Process name and user from psutil; "" when the process is gone or not ours to read."""
-    try:
-        proc = psutil.Process(pid)
-        with proc.oneshot():
-            name = proc.name()
-            try:
-                user = proc.username()
-            except (KeyError, psutil.Error):
-                user = ""
-        return {"name": name, "user": user}
-    except (psutil.Error, OSError, ValueError):
-        return {"name": "", "user": ""}

@@ -94,6 +94,10 @@ class ProcessSample:
     # the MIG instance the process runs in (None outside MIG): NVML's process info ids
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    # the pid's SM and frame-buffer utilization in the poll's window (processes.py);
+    # None where NVML gives no per-process utilization (MIG mode, older boards)
+    sm_utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
 
 
 @dataclass(frozen=True)

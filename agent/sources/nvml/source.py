@@ -5,11 +5,12 @@ GPU that is lost, or one value that is garbage, never spoils the rest of the sam
 
 Where each reading comes from:
   reads.py   one GPU's readings, a small function per area (identity, memory, power,
-             thermal, clocks, PCIe, ECC and retirement, processes)
+             thermal, clocks, PCIe, ECC and retirement)
   fields.py  the nvmlDeviceGetFieldValues batch per GPU and its field/call decisions
   nvlink.py  link discovery, far-end info and per-link readings
   gpm.py     GPU Performance Monitoring ratios (Hopper+)
   mig.py     MIG mode and each MIG instance's memory and GPM (Ampere+)
+  processes.py  compute processes: memory, utilization since the previous poll, owner
   xid.py     the XID listener thread: NVML events and the kernel log (kmsg.py)
   units.py   NVML's units and the conversions to base units
   static.py  static readings (limits, thresholds, maxima), kept between slow re-reads
@@ -40,10 +41,11 @@ from agent.sources.nvml.device import (
     system_call,
     text,
 )
-from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch
+from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch, FieldIds
 from agent.sources.nvml.gpm import GpmSampler
 from agent.sources.nvml.mig import MigReader, with_pids
 from agent.sources.nvml.nvlink import GpuLinks
+from agent.sources.nvml.processes import MAX_PROCESSES, ProcessReader, processes
 from agent.sources.nvml.samples import (
     NVLINK_DETAIL_CHOICES,
     GpuInfo,
@@ -73,7 +75,19 @@ class _GpuState:
     kept: Kept = field(default_factory=Kept)
     gpm: GpmSampler | None = None
     mig: MigReader | None = None
+    processes: ProcessReader = field(default_factory=ProcessReader)
     info_read_at: float | None = None  # when identity was last read in full
+    # GPU_FIELDS and the links' families as one mapping, for the NVLink families it was
+    # made of: one object while they are unchanged, so the batch keeps its request
+    batch_families: tuple[object, dict[str, FieldIds | None]] = (None, {})
+
+    def field_families(self) -> dict[str, FieldIds | None]:
+        nvlink = self.links.field_families()
+        made_of, families = self.batch_families
+        if made_of is not nvlink:
+            families = {**GPU_FIELDS, **nvlink}
+            self.batch_families = (nvlink, families)
+        return families
 
 
 class NvmlSource:
@@ -324,7 +338,7 @@ class NvmlSource:
         dev = state.device
         assert dev is not None
         state.links.refresh(dev, self._clock(), self._reprobe_interval)
-        answers = state.fields.read(dev, {**GPU_FIELDS, **state.links.field_families()})
+        answers = state.fields.read(dev, state.field_families())
         kept = state.kept
         kept.now = self._clock()
         readings: reads.Readings = {
@@ -339,12 +353,15 @@ class NvmlSource:
         }
         if state.gpm is not None:
             readings.update(dataclasses.asdict(state.gpm.read()))
-        running = reads.running_processes(dev)
+        running = state.processes.running(dev)
         if state.mig is not None:
             mig = state.mig.read()
             readings["mig_mode_current"] = mig.mig_mode_current
             readings["mig_mode_pending"] = mig.mig_mode_pending
             readings["mig_devices"] = with_pids(mig.mig_devices, running)
+        # the processes that get series: utilization is read for them alone
+        listed = tuple(row.pid for row in running[:MAX_PROCESSES])
+        utilization = state.processes.utilization(dev, listed)
         xid = self._xid.counts(state.index) if self._xid is not None else {}
         return GpuSample(
             index=state.index,
@@ -353,7 +370,7 @@ class NvmlSource:
             up=True,
             **readings,
             xid_counts=MappingProxyType(xid),
-            processes=reads.processes(running, self._attribution),
+            processes=processes(running, self._attribution, utilization),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 
