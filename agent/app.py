@@ -10,12 +10,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.config import AgentConfig, ConfigError, format_listen
-from agent.exposition.render import Exposition, build_exposition, prepare
-from agent.poller import Poller, Snapshot
-from agent.server import Health, HttpState, MetricsServer
-from agent.sources import Source
-from agent.webconfig import WebConfig, load_web_config
+from nvwatch.agent.config import AgentConfig, ConfigError, format_listen
+from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare
+from nvwatch.agent.poller import Poller, Snapshot
+from nvwatch.agent.server import Health, HttpState, MetricsServer
+from nvwatch.agent.sources import Source
+from nvwatch.agent.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ id, the sysfs file or the psutil call; each `Series` names the sample attribute 
 the value (on the scope's sample class: `GpuSample`, `NvLinkSample`, `InfinibandPort`, ...)
 and, where one exists, the `nvidia-smi --query-gpu` field it must agree with; `when` says
 under which condition a family is absent. The exposition renders by looping over this table
-(agent/exposition/), `python -m agent.nvsmi_compare` takes its pairs from it, and
+(agent/exposition/), `python -m nvwatch.agent.nvsmi_compare` takes its pairs from it, and
 docs/metrics.md is generated from it.
 
 This module is data: it imports nothing of the agent, so a reader sees the contract alone.

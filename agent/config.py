@@ -14,7 +14,12 @@ from typing import Any
 
 import yaml
 
-from agent.durations import DurationBounds, DurationError, parse_duration, prometheus_duration
+from nvwatch.agent.durations import (
+    DurationBounds,
+    DurationError,
+    parse_duration,
+    prometheus_duration,
+)
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what

@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from agent.config import ConfigError
-from agent.sim.fleet import write_json_atomic
+from nvwatch.agent.config import ConfigError
+from nvwatch.agent.sim.fleet import write_json_atomic
 
 REQUIRED_COLUMNS = ("hostname", "address", "node_class", "rack")
 OPTIONAL_COLUMNS = ("cluster",)

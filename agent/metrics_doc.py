@@ -1,6 +1,6 @@
 """Generate docs/metrics.md from the catalogue, so the reference can never drift.
 
-python -m agent.metrics_doc > docs/metrics.md
+python -m nvwatch.agent.metrics_doc > docs/metrics.md
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
-from agent.series_budget import MIG_LAYOUTS, PROCESS_FAMILIES, Budget, measure
-from agent.sim.profiles import PROFILES
-from agent.sources.nvml.processes import MAX_PROCESSES
+from nvwatch.agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
+from nvwatch.agent.series_budget import MIG_LAYOUTS, PROCESS_FAMILIES, Budget, measure
+from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
@@ -38,7 +38,7 @@ _SAMPLE_CLASS = {
 
 _HEADER = """# Metrics reference
 
-Generated from `agent/catalogue.py` by `python -m agent.metrics_doc`; a test fails when
+Generated from `agent/catalogue.py` by `python -m nvwatch.agent.metrics_doc`; a test fails when
 this file and the code disagree. Names are a contract: dashboards and alerts use them.
 
 Conventions: base units (bytes, seconds, watts, joules, celsius, hertz, ratios 0..1);
@@ -52,7 +52,7 @@ through the agent (*sample*, on the class named: `agent/sources/nvml/samples.py`
 `agent/sources/infiniband.py`, `agent/sources/host.py`, `agent/poller.py`,
 `agent/sources/attribution/model.py`); the
 `nvidia-smi --query-gpu` field it must agree with (checked by `python -m
-agent.nvsmi_compare` on a real GPU); and when it is absent.
+nvwatch.agent.nvsmi_compare` on a real GPU); and when it is absent.
 """
 
 

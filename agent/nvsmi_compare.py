@@ -1,6 +1,6 @@
 """Compare nvwatch's exposition with `nvidia-smi --query-gpu` on a real GPU node.
 
-    python -m agent.nvsmi_compare            # runs both, prints a table, exit 1 on mismatch
+    python -m nvwatch.agent.nvsmi_compare            # runs both, prints a table, exit 1 on mismatch
 
 Each row pairs one catalogue series with the nvidia-smi field it must agree with, the
 unit conversion between them, and a tolerance: instantaneous readings (power, clocks,
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.catalogue import CATALOGUE
+from nvwatch.agent.catalogue import CATALOGUE
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def main() -> int:
         print("nvidia-smi not found: run this on a node with the NVIDIA driver", file=sys.stderr)
         return 2
     dump = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "dump", "--sources", "nvml"],
+        [sys.executable, "-m", "nvwatch.agent.cli", "dump", "--sources", "nvml"],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     smi = subprocess.run(nvidia_smi_command(), capture_output=True, text=True, check=True)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
-from agent.sources import Source, SourceAbsent, SourceDegraded, SourceUnavailable
-from agent.threads import start_thread
+from nvwatch.agent.sources import Source, SourceAbsent, SourceDegraded, SourceUnavailable
+from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Iterator
 
-from agent.config import AgentConfig, ConfigError
+from nvwatch.agent.config import AgentConfig, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,10 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
             f"--sysfs-root {config.sysfs_root} cannot be used with --simulate: the "
             "simulated node has its own sysfs tree (drop one of the two)"
         )
-    from agent.sim import nvml as sim_nvml
-    from agent.sim.node import PollGridClock, SimulatedNode, grid_step
-    from agent.sim.process_file import ProcessFile
-    from agent.sim.profiles import UnknownProfile
+    from nvwatch.agent.sim import nvml as sim_nvml
+    from nvwatch.agent.sim.node import PollGridClock, SimulatedNode, grid_step
+    from nvwatch.agent.sim.process_file import ProcessFile
+    from nvwatch.agent.sim.profiles import UnknownProfile
 
     try:
         clock = PollGridClock(grid_step(config.interval))

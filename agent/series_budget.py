@@ -24,17 +24,17 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
-from agent.sim import nvml as sim_nvml
-from agent.sim.clock import ManualClock
-from agent.sim.node import SimulatedNode
-from agent.sim.process_file import ProcessFile
-from agent.sources import Source
-from agent.sources.host import HostSource
-from agent.sources.infiniband import InfinibandSource
-from agent.sources.nvml.processes import MAX_PROCESSES
-from agent.sources.nvml.source import NvmlSource
+from nvwatch.agent.exposition.render import build_exposition, prepare
+from nvwatch.agent.poller import Poller
+from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.process_file import ProcessFile
+from nvwatch.agent.sources import Source
+from nvwatch.agent.sources.host import HostSource
+from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
+from nvwatch.agent.sources.nvml.source import NvmlSource
 
 PROCESS_FAMILY = "nvwatch_gpu_process_memory_bytes"
 #: every family with a series per process (the pid-carrying ones), memory first

@@ -3,7 +3,7 @@
 Every thread starts through `start_thread`, which runs its target in a copy of a
 `contextvars` context: the caller's current one, or one its owner captured earlier. The
 simulated fleet runs many agents in one process and binds each node's simulated NVML
-through a context variable (`agent.sim` `bind()`); a thread that lost that context would
+through a context variable (`nvwatch.agent.sim` `bind()`); a thread that lost that context would
 poll another node's GPUs, or the real driver. On a real node the copy costs nothing and
 changes nothing.
 
@@ -35,6 +35,9 @@ Threads the agent runs (name, who starts it, why it exists):
   half an interval out of phase with the polls, as the kernel's counters would move.
 - ``nvwatch-fleet-tick``: `Fleet.start` (agent/sim/fleet.py), only in a simulated
   fleet. Steps the fleet's shared simulated clock and ticks every node once per interval.
+- ``nvwatch-report``, `PARALLEL_QUERIES` of them: `thread_pool` in `fetch_all`
+  (agent/report/fetch.py), only under `nvwatch report`. Range queries to Prometheus run a
+  few at a time, so a 30-day report of a large fleet is not one slow query after another.
 - ``nvwatch-fleet-stop``: `Fleet.stop`, a few at shutdown of a simulated fleet, so 128
   agents stop in about the time one does.
 
@@ -47,6 +50,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 
 def start_thread(
@@ -67,3 +71,16 @@ def start_thread(
     thread = threading.Thread(target=run_in.run, args=(target,), name=name, daemon=daemon)
     thread.start()
     return thread
+
+
+def thread_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """A pool of `workers` threads called `name`_<n>, each running in a copy of the
+    caller's context (as `start_thread` does), for work that is a batch of calls."""
+    context = contextvars.copy_context()
+
+    def enter_context() -> None:
+        # each worker runs its tasks inside its own copy of the starter's context
+        for variable, value in context.items():
+            variable.set(value)
+
+    return ThreadPoolExecutor(workers, thread_name_prefix=name, initializer=enter_context)

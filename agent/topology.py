@@ -22,12 +22,12 @@ from typing import Any
 
 import pynvml
 
-from agent.sources import SourceUnavailable
-from agent.sources.nvml.device import error_name, text
-from agent.sources.nvml.source import init_reason
-from agent.sources.pci_address import sysfs_bus_id as normalise_bus_id
-from agent.sources.pci_affinity import PciPath, Resolver
-from agent.topology_mig import GpuPartition, format_partitions, read_partitions
+from nvwatch.agent.sources import SourceUnavailable
+from nvwatch.agent.sources.nvml.device import error_name, text
+from nvwatch.agent.sources.nvml.source import init_reason
+from nvwatch.agent.sources.pci_address import sysfs_bus_id as normalise_bus_id
+from nvwatch.agent.sources.pci_affinity import PciPath, Resolver
+from nvwatch.agent.topology_mig import GpuPartition, format_partitions, read_partitions
 
 # nvmlGpuTopologyLevel_t -> nvidia-smi's legend
 _NVML_LEVELS = {

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.sources.nvml.device import Device, NvmlSession
-from agent.sources.nvml.mig import MigInstance, MigReader
+from nvwatch.agent.sources.nvml.device import Device, NvmlSession
+from nvwatch.agent.sources.nvml.mig import MigInstance, MigReader
 
 MEMORY_SLICES = 8
 

@@ -25,8 +25,8 @@ from typing import Any
 import bcrypt
 import yaml
 
-from agent.durations import DurationError, parse_duration
-from agent.webconfig_tls import MAX_FILE_BYTES, ConfigKeyError, build_tls, enabled, text
+from nvwatch.agent.durations import DurationError, parse_duration
+from nvwatch.agent.webconfig_tls import MAX_FILE_BYTES, ConfigKeyError, build_tls, enabled, text
 
 
 class WebConfigError(ValueError):

@@ -1,6 +1,6 @@
 """Write the generated rule files and docs/alerts.md.
 
-`nvwatch alerts build --out alerts/generated` is the command; `python -m alerts.build`
+`nvwatch alerts build --out alerts/generated` is the command; `python -m nvwatch.alerts.build`
 runs that same command (same options, same `build`), so the two cannot drift apart.
 """
 
@@ -9,19 +9,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from alerts.docs import render_docs
-from alerts.render import (
+from nvwatch.alerts.docs import render_docs
+from nvwatch.alerts.render import (
     dump_yaml,
     grafana_alerts,
     prometheus_alerts,
     prometheus_recording,
     vmalert_alerts,
 )
-from mixin.config import MixinConfig
-from mixin.dcgm_compat import compat_rules
-from mixin.dcgm_doc import DOC_NAME as DCGM_DOC
-from mixin.dcgm_doc import RULE_FILE as DCGM_COMPAT
-from mixin.dcgm_doc import render_doc as render_dcgm_doc
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.dcgm_compat import compat_rules
+from nvwatch.mixin.dcgm_doc import DOC_NAME as DCGM_DOC
+from nvwatch.mixin.dcgm_doc import RULE_FILE as DCGM_COMPAT
+from nvwatch.mixin.dcgm_doc import render_doc as render_dcgm_doc
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"
@@ -76,7 +76,7 @@ def write_docs(path: Path, config: MixinConfig) -> list[Path]:
 
 def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
     """The prometheus-operator PrometheusRule holding the same rule groups."""
-    from mixin.kubernetes import RULES_FILE, rules_text
+    from nvwatch.mixin.kubernetes import RULES_FILE, rules_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RULES_FILE
@@ -99,9 +99,9 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mixin.commands import alerts_build
+    from nvwatch.mixin.commands import alerts_build
 
-    alerts_build.main(args=argv, prog_name="python -m alerts.build")
+    alerts_build.main(args=argv, prog_name="python -m nvwatch.alerts.build")
 
 
 if __name__ == "__main__":

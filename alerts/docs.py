@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from alerts.recording_attribution import doc_lines as gpu_hours_doc
-from alerts.rules import Alert, alert_groups
-from alerts.rules.base import Kind
-from mixin.config import MixinConfig
+from nvwatch.alerts.recording_attribution import doc_lines as gpu_hours_doc
+from nvwatch.alerts.rules import Alert, alert_groups
+from nvwatch.alerts.rules.base import Kind
+from nvwatch.mixin.config import MixinConfig
 
 # XID codes an operator pages on, from NVIDIA's XID catalogue (hardware-facts.md).
 XID_MEANINGS: tuple[tuple[str, str, str], ...] = (

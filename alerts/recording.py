@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 
 # Clock-event reasons that are not throttling: an idle GPU, clocks an admin pinned, or a
 # display. Counting them as "throttled" would light the overview up on every idle node.
@@ -187,7 +187,7 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
 
 def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
     # GPU-hours per owner live in their own module, which builds on this one's types
-    from alerts.recording_attribution import attribution_group
+    from nvwatch.alerts.recording_attribution import attribution_group
 
     return (expectation_group(cfg), node_group(cfg), cluster_group(cfg), attribution_group(cfg))
 

@@ -17,9 +17,9 @@ utilization for, and counting it as a GPU would inflate the hours.
 
 from __future__ import annotations
 
-from agent.durations import parse_duration
-from alerts.recording import RecordingGroup, RecordingRule
-from mixin.config import MixinConfig
+from nvwatch.agent.durations import parse_duration
+from nvwatch.alerts.recording import RecordingGroup, RecordingRule
+from nvwatch.mixin.config import MixinConfig
 
 OWNER_ALLOCATED = "owner:nvwatch_gpu_allocated:share"
 OWNER_BUSY = "owner:nvwatch_gpu_busy:share"

@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from alerts.recording import recording_groups
-from alerts.rules import Alert, alert_groups
-from alerts.rules.base import Kind
-from mixin.config import MixinConfig
+from nvwatch.alerts.recording import recording_groups
+from nvwatch.alerts.rules import Alert, alert_groups
+from nvwatch.alerts.rules.base import Kind
+from nvwatch.mixin.config import MixinConfig
 
 JsonDict = dict[str, Any]
 

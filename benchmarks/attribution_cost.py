@@ -31,14 +31,14 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import AgentConfig
-from agent.exposition.families import FamilySet
-from agent.exposition.text import render_text
-from agent.sources.attribution.source import AttributionSource
-from agent.sources.nvml.source import NvmlSource
 from benchmarks.common import percentile
 from benchmarks.harness import POLL_INTERVAL_S, Harness, simulated_agent
 from benchmarks.poll_cost import Quantiles
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.text import render_text
+from nvwatch.agent.sources.attribution.source import AttributionSource
+from nvwatch.agent.sources.nvml.source import NvmlSource
 
 ATTRIBUTION_TARGET_S = 0.001
 PROFILE = "dgx-h100"

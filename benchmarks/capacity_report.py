@@ -3,7 +3,7 @@
     python -m benchmarks.capacity_report [--nodes 124] [--days 30] [--step 15m]
     python -m benchmarks.capacity_report --tsdb DIR --end UNIX   # reuse a backfill
 
-Generates the history with `nvwatch simulate history`'s code (agent.sim.history),
+Generates the history with `nvwatch simulate history`'s code (nvwatch.agent.sim.history),
 backfills it with promtool into a fresh TSDB, starts Prometheus on it on 127.0.0.1, then
 times the report itself (queries, analysis, plots, files) end to end. Target (issue 16):
 under 2 minutes. Generation and backfill are set-up, timed but not judged.
@@ -34,13 +34,13 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.durations import parse_duration
-from agent.report.build import ReportOptions, run_report
-from agent.report.prom import Connection
-from agent.sim.history import generate
-from agent.sim.history_plan import plan_history
-from agent.sim.ports import free_port
-from mixin.config import MixinConfig
+from nvwatch.agent.durations import parse_duration
+from nvwatch.agent.report.build import ReportOptions, run_report
+from nvwatch.agent.report.prom import Connection
+from nvwatch.agent.sim.history import generate
+from nvwatch.agent.sim.history_plan import plan_history
+from nvwatch.agent.sim.ports import free_port
+from nvwatch.mixin.config import MixinConfig
 
 TARGET_SECONDS = 120.0
 HOST = "127.0.0.1"

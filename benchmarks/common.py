@@ -65,7 +65,7 @@ def scratch_dir(prefix: str) -> Path:
 
 def nvwatch_command() -> list[str]:
     """The agent as a separate process, from the same interpreter and checkout."""
-    return [sys.executable, "-m", "agent.cli"]
+    return [sys.executable, "-m", "nvwatch.agent.cli"]
 
 
 def wait_for_http(url: str, timeout: float, process: subprocess.Popen[bytes]) -> None:

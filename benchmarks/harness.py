@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.config import AgentConfig
-from agent.exposition.render import Exposition, build_exposition, prepare
-from agent.poller import Poller, Snapshot
-from agent.sim.clock import ManualClock
-from agent.sources import Source
-from agent.sources.registry import build_sources
 from benchmarks.common import scratch_dir
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare
+from nvwatch.agent.poller import Poller, Snapshot
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sources import Source
+from nvwatch.agent.sources.registry import build_sources
 
 # Simulated seconds between polls: the agent's default interval, so rates look real.
 POLL_INTERVAL_S = 5.0
@@ -71,9 +71,9 @@ class Harness:
         config_changes: Mapping[str, Any] | None = None,
         process_file: Path | None = None,
     ) -> None:
-        from agent.sim import nvml as sim_nvml
-        from agent.sim.node import SimulatedNode
-        from agent.sim.process_file import ProcessFile
+        from nvwatch.agent.sim import nvml as sim_nvml
+        from nvwatch.agent.sim.node import SimulatedNode
+        from nvwatch.agent.sim.process_file import ProcessFile
 
         self.profile = profile
         self.clock = ManualClock(1000.0)
@@ -150,7 +150,7 @@ class Harness:
         return count_samples(self.exposition.text)
 
     def close(self) -> None:
-        from agent.sim import nvml as sim_nvml
+        from nvwatch.agent.sim import nvml as sim_nvml
 
         try:
             self.poller.stop(timeout=2.0)

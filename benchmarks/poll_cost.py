@@ -12,12 +12,12 @@ from types import MappingProxyType
 
 from prometheus_client.exposition import generate_latest
 
-from agent.exposition.families import FamilySet
-from agent.exposition.render import Exposition, build_exposition, prepare, registry_of
-from agent.exposition.text import render_text
-from agent.poller import Snapshot, SourceStatus
 from benchmarks.common import percentile
 from benchmarks.harness import Harness, PollTimes, simulated_agent
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare, registry_of
+from nvwatch.agent.exposition.text import render_text
+from nvwatch.agent.poller import Snapshot, SourceStatus
 
 PROFILES = ("dgx1-v100", "dgx-a100", "dgx-h100", "dgx2")
 

@@ -117,7 +117,7 @@ def _time(fn: Callable[[], object], polls: int, deadline: float) -> Timing:
 
 
 def measure_real_nvml(polls: int, time_limit: float) -> RealNvmlResult:
-    from agent.sources.nvml.source import NvmlSource
+    from nvwatch.agent.sources.nvml.source import NvmlSource
 
     driver, handles = open_driver()
     deadline = time.monotonic() + time_limit

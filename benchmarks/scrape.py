@@ -16,12 +16,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.sim.clock import ManualClock
-from agent.sim.fabric import SimulatedFabric
-from agent.sim.ports import free_port
 from benchmarks.common import fetch, nvwatch_command, running, scratch_dir
 from benchmarks.harness import count_samples
 from benchmarks.wrk import WrkResult, run_wrk
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.fabric import SimulatedFabric
+from nvwatch.agent.sim.ports import free_port
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 CONNECTIONS = (1, 16, 64)

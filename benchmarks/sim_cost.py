@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from agent.sim.ports import free_port
 from benchmarks.common import REPO_ROOT, nvwatch_command, running
+from nvwatch.agent.sim.ports import free_port
 
 # `fleet: N nodes, CPU X% of one core over Ts, RSS M MB, P polls, ...`
 _STATS = re.compile(

@@ -1,7 +1,7 @@
 """Build the Grafana dashboards.
 
 `nvwatch dashboards build --out dashboards/generated` is the command; `python -m
-dashboards.build` runs that same command (same options, same `write`).
+nvwatch.dashboards.build` runs that same command (same options, same `write`).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from typing import Any
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from dashboards.capacity_review import capacity_review
-from dashboards.cluster_overview import cluster_overview
-from dashboards.grafana import modernise
-from dashboards.infiniband import infiniband
-from dashboards.jobs import jobs
-from dashboards.links import add_navigation
-from dashboards.node import node
-from dashboards.nvlink import nvlink
-from dashboards.thermal_power import thermal_power
-from mixin.config import MixinConfig
+from nvwatch.dashboards.capacity_review import capacity_review
+from nvwatch.dashboards.cluster_overview import cluster_overview
+from nvwatch.dashboards.grafana import modernise
+from nvwatch.dashboards.infiniband import infiniband
+from nvwatch.dashboards.jobs import jobs
+from nvwatch.dashboards.links import add_navigation
+from nvwatch.dashboards.node import node
+from nvwatch.dashboards.nvlink import nvlink
+from nvwatch.dashboards.thermal_power import thermal_power
+from nvwatch.mixin.config import MixinConfig
 
 DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
     "nvwatch-cluster-overview.json": cluster_overview,
@@ -68,7 +68,7 @@ def write(out_dir: Path, config: MixinConfig) -> list[Path]:
 
 def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
     """The same dashboards as Grafana-sidecar ConfigMaps, one manifest file."""
-    from mixin.kubernetes import DASHBOARDS_FILE, dashboards_text
+    from nvwatch.mixin.kubernetes import DASHBOARDS_FILE, dashboards_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / DASHBOARDS_FILE
@@ -77,9 +77,9 @@ def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mixin.commands import dashboards_build
+    from nvwatch.mixin.commands import dashboards_build
 
-    dashboards_build.main(args=argv, prog_name="python -m dashboards.build")
+    dashboards_build.main(args=argv, prog_name="python -m nvwatch.dashboards.build")
 
 
 if __name__ == "__main__":

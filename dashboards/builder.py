@@ -9,9 +9,9 @@ from typing import Any
 
 from grafanalib import core as g
 
-from dashboards.links import DataLink, field_config_links, from_label, label_value
-from dashboards.thresholds import OK, Steps
-from mixin.config import MixinConfig
+from nvwatch.dashboards.links import DataLink, field_config_links, from_label, label_value
+from nvwatch.dashboards.thresholds import OK, Steps
+from nvwatch.mixin.config import MixinConfig
 
 # Info-style series (value always 1) shown as a table of their labels only.
 HIDE_TIME_AND_VALUE: list[dict[str, Any]] = [

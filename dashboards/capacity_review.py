@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from dashboards import thresholds as t
-from dashboards.builder import (
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.builder import (
     Grid,
     PanelRow,
     Q,
@@ -17,8 +17,8 @@ from dashboards.builder import (
     node_series_link,
     variable,
 )
-from dashboards.links import CAPACITY_REVIEW, NODE, DataLink
-from mixin.config import MixinConfig
+from nvwatch.dashboards.links import CAPACITY_REVIEW, NODE, DataLink
+from nvwatch.mixin.config import MixinConfig
 
 _MERGE = [{"id": "merge", "options": {}}]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from dashboards import thresholds as t
-from dashboards.builder import (
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.builder import (
     HIDE_TIME_AND_VALUE,
     STACKED,
     Grid,
@@ -21,8 +21,8 @@ from dashboards.builder import (
     node_series_link,
     variable,
 )
-from dashboards.links import CLUSTER_OVERVIEW, INFINIBAND, NODE, NVLINK
-from mixin.config import MixinConfig
+from nvwatch.dashboards.links import CLUSTER_OVERVIEW, INFINIBAND, NODE, NVLINK
+from nvwatch.mixin.config import MixinConfig
 
 
 def _firing(cfg: MixinConfig) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from dashboards import thresholds as t
-from dashboards.builder import (
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.builder import (
     HIDE_TIME_AND_VALUE,
     Grid,
     PanelRow,
@@ -18,8 +18,8 @@ from dashboards.builder import (
     rate,
     variable,
 )
-from dashboards.links import INFINIBAND, NODE, DataLink, carry, from_label, label_value
-from mixin.config import MixinConfig
+from nvwatch.dashboards.links import INFINIBAND, NODE, DataLink, carry, from_label, label_value
+from nvwatch.mixin.config import MixinConfig
 
 _STATES = [
     {

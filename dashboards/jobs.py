@@ -13,12 +13,20 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from agent.durations import parse_duration
-from alerts.recording_attribution import WHOLE_GPU, allocated, busy
-from dashboards import thresholds as t
-from dashboards.builder import HIDE_TIME_AND_VALUE, Grid, PanelRow, Q, dashboard, legend, variable
-from dashboards.links import JOBS, NODE, DataLink, from_label, label_value
-from mixin.config import MixinConfig
+from nvwatch.agent.durations import parse_duration
+from nvwatch.alerts.recording_attribution import WHOLE_GPU, allocated, busy
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.builder import (
+    HIDE_TIME_AND_VALUE,
+    Grid,
+    PanelRow,
+    Q,
+    dashboard,
+    legend,
+    variable,
+)
+from nvwatch.dashboards.links import JOBS, NODE, DataLink, from_label, label_value
+from nvwatch.mixin.config import MixinConfig
 
 THERMAL_REASONS = "hw_thermal_slowdown|sw_thermal_slowdown"
 POWER_REASONS = "sw_power_cap"

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from dashboards import thresholds as t
-from dashboards.builder import Grid, PanelRow, Q, dashboard, node_matchers, rate, variable
-from dashboards.links import INFINIBAND, NODE, NVLINK, DataLink, carry, from_label, label_value
-from mixin.config import MixinConfig
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.builder import Grid, PanelRow, Q, dashboard, node_matchers, rate, variable
+from nvwatch.dashboards.links import (
+    INFINIBAND,
+    NODE,
+    NVLINK,
+    DataLink,
+    carry,
+    from_label,
+    label_value,
+)
+from nvwatch.mixin.config import MixinConfig
 
 _ACTIVE = [
     {

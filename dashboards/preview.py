@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.durations import prometheus_duration
-from dashboards.preview_panels import DRAWERS, Series, legend
+from nvwatch.agent.durations import prometheus_duration
+from nvwatch.dashboards.preview_panels import DRAWERS, Series, legend
 
 GRID_COLUMNS = 24
 GRID_UNIT_INCHES = 0.42  # height of one gridPos unit (Grafana's 30 px row plus margin)
@@ -217,7 +217,7 @@ def unit_of(panel: dict[str, Any]) -> str:
 
 def draw(dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelResult]]) -> bytes:
     """The dashboard as one PNG: each panel at its gridPos, drawn or marked No data."""
-    from agent.report.style import LIMIT_COLOUR, figure_png, require
+    from nvwatch.agent.report.style import LIMIT_COLOUR, figure_png, require
 
     require()
     from matplotlib.figure import Figure

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from dashboards import thresholds as t
-from dashboards.builder import (
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.builder import (
     STACKED,
     Grid,
     PanelRow,
@@ -18,8 +18,8 @@ from dashboards.builder import (
     node_series_link,
     variable,
 )
-from dashboards.links import NODE, THERMAL_POWER, DataLink
-from mixin.config import MixinConfig
+from nvwatch.dashboards.links import NODE, THERMAL_POWER, DataLink
+from nvwatch.mixin.config import MixinConfig
 
 
 def _to_node(cfg: MixinConfig) -> DataLink:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 
 Steps = Sequence[tuple[float | None, str]]
 

@@ -1,7 +1,7 @@
 """`nvwatch dashboards build` and `nvwatch alerts build`: the one build path of the mixin.
 
-`agent/cli` registers these groups on `nvwatch`; `python -m dashboards.build` and
-`python -m alerts.build` run the same commands, and tests/mixin/test_generated.py
+`agent/cli` registers these groups on `nvwatch`; `python -m nvwatch.dashboards.build` and
+`python -m nvwatch.alerts.build` run the same commands, and tests/mixin/test_generated.py
 compares the committed files with what they write. They live here rather than in
 agent/cli so that building the mixin needs the mixin only, not the whole agent.
 """
@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from agent.click_groups import HelpGroup
-from mixin.config import MixinConfig, load
+from nvwatch.agent.click_groups import HelpGroup
+from nvwatch.mixin.config import MixinConfig, load
 
 # The command for each committed generated file, named by the staleness test.
 REFRESH_ALERTS = "nvwatch alerts build --out alerts/generated"
@@ -63,7 +63,7 @@ _no_kubernetes_option = _option("--no-kubernetes", is_flag=True, help="No Kubern
 
 
 def _kubernetes_dir(kubernetes: str | None, no_kubernetes: bool) -> Path | None:
-    from mixin.kubernetes import default_dir
+    from nvwatch.mixin.kubernetes import default_dir
 
     if no_kubernetes and kubernetes:
         raise click.UsageError("--kubernetes and --no-kubernetes contradict each other")
@@ -85,7 +85,7 @@ def dashboards_build(
 ) -> None:
     """Write the dashboards as Grafana JSON into OUT, and as Grafana-sidecar ConfigMaps
     (nvwatch-dashboards.yaml) into the Kubernetes directory."""
-    from dashboards.build import write, write_kubernetes
+    from nvwatch.dashboards.build import write, write_kubernetes
 
     target = _kubernetes_dir(kubernetes, no_kubernetes)
     config = _mixin_config(mixin_config)
@@ -125,7 +125,7 @@ def alerts_build(
     runbooks (docs/alerts.md) their runbook_url points at, and the same rules as a
     prometheus-operator PrometheusRule (nvwatch-rules.yaml) into the Kubernetes
     directory."""
-    from alerts.build import build, default_docs
+    from nvwatch.alerts.build import build, default_docs
 
     if no_docs and docs:
         raise click.UsageError("--docs and --no-docs contradict each other")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.config import load_yaml_text, read_config_text
-from agent.durations import parse_duration, prometheus_duration
+from nvwatch.agent.config import load_yaml_text, read_config_text
+from nvwatch.agent.durations import parse_duration, prometheus_duration
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
 _WINDOWS = (

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.catalogue import BY_NAME
-from mixin.config import MixinConfig
+from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.mixin.config import MixinConfig
 
 MIB = 1024 * 1024
 

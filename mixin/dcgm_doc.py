@@ -6,8 +6,8 @@ committed file and this rendering differ.
 
 from __future__ import annotations
 
-from mixin.config import MixinConfig
-from mixin.dcgm_compat import FIELDS, LABELS_RULE, DcgmField, labels, value_expr
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.dcgm_compat import FIELDS, LABELS_RULE, DcgmField, labels, value_expr
 
 DOC_NAME = "migrating-from-dcgm-exporter.md"
 RULE_FILE = "dcgm-compat.rules.yml"

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from alerts.render import dump_yaml, prometheus_alerts, prometheus_recording
-from mixin.config import MixinConfig
+from nvwatch.alerts.render import dump_yaml, prometheus_alerts, prometheus_recording
+from nvwatch.mixin.config import MixinConfig
 
 NAMESPACE = "monitoring"  # where deploy/kubernetes puts the DaemonSet and ServiceMonitor
 RULES_FILE = "nvwatch-rules.yaml"
@@ -47,7 +47,7 @@ _DASHBOARDS_HEADER = f"""\
 
 def default_dir() -> Path | None:
     """deploy/kubernetes of the source checkout nvwatch runs from; None when installed
-    without one (as alerts.build.default_docs)."""
+    without one (as nvwatch.alerts.build.default_docs)."""
     return _ROOT / "deploy" / "kubernetes" if (_ROOT / "pyproject.toml").is_file() else None
 
 

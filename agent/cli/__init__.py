@@ -19,15 +19,15 @@ from typing import Any, NoReturn
 
 import click
 
-from agent import __version__, logs
-from agent.app import StartupError, poll_and_render, serve
-from agent.cli.options import agent_options, build_config, option, source_options
-from agent.click_groups import HelpGroup
-from agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
-from agent.durations import parse_duration
-from agent.exposition.families import FamilySet
-from agent.runtime import runtime
-from agent.sources.registry import build_sources
+from nvwatch.agent import __version__, logs
+from nvwatch.agent.app import StartupError, poll_and_render, serve
+from nvwatch.agent.cli.options import agent_options, build_config, option, source_options
+from nvwatch.agent.click_groups import HelpGroup
+from nvwatch.agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
+from nvwatch.agent.durations import parse_duration
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sources.registry import build_sources
 
 EXIT_BAD_INPUT = 2
 # the profile `topology` suggests without a driver: the DGX-1 cube-mesh, the one to see
@@ -195,8 +195,8 @@ def doctor_command(**params: Any) -> None:
 
 def _xid_history_line(config: AgentConfig) -> str:
     """Where XID counts come from: the kernel log (the whole boot) or NVML events only."""
-    from agent.sources.nvml.kmsg import probe
-    from agent.sources.registry import kmsg_path
+    from nvwatch.agent.sources.nvml.kmsg import probe
+    from nvwatch.agent.sources.registry import kmsg_path
 
     path = kmsg_path(config)
     reason = probe(path) if path is not None else "no kernel log for a simulated node"
@@ -212,8 +212,8 @@ def _xid_history_line(config: AgentConfig) -> str:
 @agent_options("config", "sysfs-root", "simulate", "scenario", "onset", "mig", "log-format")
 def topology_command(**params: Any) -> None:
     """GPU x GPU NVLink/PCIe matrix and GPU <-> HCA affinity, like `nvidia-smi topo -m`."""
-    from agent.sources import SourceUnavailable
-    from agent.topology import build_topology, format_matrix
+    from nvwatch.agent.sources import SourceUnavailable
+    from nvwatch.agent.topology import build_topology, format_matrix
 
     config = build_config(params)
     logs.configure(config.log_format)
@@ -227,7 +227,7 @@ def topology_command(**params: Any) -> None:
 
 def _no_topology(config: AgentConfig, reason: str) -> str:
     """Why there is no matrix to print, and how to see one anyway (as `doctor` says)."""
-    from agent.sources.presence import PCI_VENDOR_NVIDIA, scan_pci
+    from nvwatch.agent.sources.presence import PCI_VENDOR_NVIDIA, scan_pci
 
     scan = scan_pci(config.sysfs_root)
     if scan.listed and not scan.nvidia_gpus():
@@ -284,7 +284,7 @@ def _fail(message: str) -> NoReturn:
 
 
 # each further command group lives in its own module; importing it registers it on `cli`
-from agent.cli import (  # noqa: E402, F401
+from nvwatch.agent.cli import (  # noqa: E402, F401
     fleet_commands,
     history_commands,
     mixin_commands,

@@ -11,11 +11,11 @@ from types import FrameType
 import click
 import psutil
 
-from agent import logs
-from agent.cli import cli
-from agent.cli.options import option, scenario_names
-from agent.cli.sim_commands import simulate_group
-from agent.config import (
+from nvwatch.agent import logs
+from nvwatch.agent.cli import cli
+from nvwatch.agent.cli.options import option, scenario_names
+from nvwatch.agent.cli.sim_commands import simulate_group
+from nvwatch.agent.config import (
     FLEET_DURATION_BOUNDS,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
@@ -23,11 +23,11 @@ from agent.config import (
     ConfigError,
     split_scenarios,
 )
-from agent.durations import DURATION_FORMAT, parse_duration
-from agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
-from agent.sim.fleet import Fleet
-from agent.sim.fleet_jobs import JOB_SYNTAX, NodeJobs, parse_job
-from agent.sim.fleet_plan import (
+from nvwatch.agent.durations import DURATION_FORMAT, parse_duration
+from nvwatch.agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.fleet_jobs import JOB_SYNTAX, NodeJobs, parse_job
+from nvwatch.agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
     FleetError,

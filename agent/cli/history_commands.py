@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from agent.cli.options import option
-from agent.cli.sim_commands import simulate_group
-from agent.durations import DurationBounds, parse_duration
-from agent.sim.fleet_plan import DEFAULT_CLUSTER, FleetError
+from nvwatch.agent.cli.options import option
+from nvwatch.agent.cli.sim_commands import simulate_group
+from nvwatch.agent.durations import DurationBounds, parse_duration
+from nvwatch.agent.sim.fleet_plan import DEFAULT_CLUSTER, FleetError
 
 STEP_BOUNDS = DurationBounds(1.0, 3600.0)
 
@@ -80,8 +80,8 @@ def simulate_history(
     of what was written. Backfill with
     `promtool tsdb create-blocks-from --max-block-duration=800h openmetrics FILE DIR`.
     """
-    from agent.sim.history import generate, truth_path_for
-    from agent.sim.history_plan import plan_history
+    from nvwatch.agent.sim.history import generate, truth_path_for
+    from nvwatch.agent.sim.history_plan import plan_history
 
     step_s = parse_duration(step, "step", STEP_BOUNDS)
     try:

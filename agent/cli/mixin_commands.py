@@ -2,8 +2,8 @@
 `nvwatch dashboards preview` (dashboards/preview.py), which needs Prometheus and
 matplotlib and so lives with the agent's commands.
 
-build and the alerts live with the mixin so that `python -m alerts.build` / `python -m
-dashboards.build` run the very same commands without importing the agent; this module
+build and the alerts live with the mixin so that `python -m nvwatch.alerts.build` / `python -m
+nvwatch.dashboards.build` run the very same commands without importing the agent; this module
 puts them on `nvwatch`.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import click
 
-from agent.cli import cli
-from agent.durations import DurationBounds, parse_duration
-from mixin.commands import _mixin_config, alerts_group, dashboards_group
+from nvwatch.agent.cli import cli
+from nvwatch.agent.durations import DurationBounds, parse_duration
+from nvwatch.mixin.commands import _mixin_config, alerts_group, dashboards_group
 
 RANGE_BOUNDS = DurationBounds(60.0, 90 * 86400.0)
 SCRAPE_BOUNDS = DurationBounds(1.0, 3600.0)
@@ -51,9 +51,9 @@ def dashboards_preview(
 ) -> None:
     """Draw every dashboard's panels (their queries, units, thresholds and layout) from
     PROMETHEUS into one PNG per dashboard in OUT; list the panels with no data."""
-    from agent.report.style import PlottingUnavailable
-    from dashboards.build import build_all
-    from dashboards.preview import PreviewError, Prometheus, preview
+    from nvwatch.agent.report.style import PlottingUnavailable
+    from nvwatch.dashboards.build import build_all
+    from nvwatch.dashboards.preview import PreviewError, Prometheus, preview
 
     range_s = parse_duration(range_, "range", RANGE_BOUNDS)
     scrape_s = parse_duration(scrape_interval, "scrape interval", SCRAPE_BOUNDS)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
-from agent.config import (
+from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     DEFAULT_KUBELET_SOCKET,
     INTERVAL_BOUNDS,
@@ -36,9 +36,9 @@ from agent.config import (
     parse_sources,
     split_scenarios,
 )
-from agent.durations import DURATION_FORMAT, DurationError, parse_duration
-from agent.sources.infiniband_parse import HW_COUNTER_CHOICES
-from agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
+from nvwatch.agent.durations import DURATION_FORMAT, DurationError, parse_duration
+from nvwatch.agent.sources.infiniband_parse import HW_COUNTER_CHOICES
+from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,13 +75,13 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
 
 def scenario_names() -> str:
     """The registered scenario names, for --help (from the registry, so never stale)."""
-    from agent.sim.node_scenarios import known_scenarios
+    from nvwatch.agent.sim.node_scenarios import known_scenarios
 
     return ", ".join(known_scenarios())
 
 
 def scenario_option(func: F) -> F:
-    """--scenario in the one syntax of every command (agent.config.SCENARIO_SYNTAX)."""
+    """--scenario in the one syntax of every command (nvwatch.agent.config.SCENARIO_SYNTAX)."""
     return option(
         "--scenario",
         multiple=True,
@@ -105,7 +105,7 @@ def parse_onset(text: str) -> float:
 def with_onset(specs: Sequence[ScenarioSpec], onset: float | None) -> tuple[ScenarioSpec, ...]:
     """`specs` with `onset` as the from= of every fault that gives none (workloads set
     what the GPUs run from the start; they take no from=)."""
-    from agent.sim.node_scenarios import WORKLOADS
+    from nvwatch.agent.sim.node_scenarios import WORKLOADS
 
     if onset is None:
         return tuple(specs)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from agent.cli import cli
-from agent.cli.options import option
-from agent.report.errors import ReportError
+from nvwatch.agent.cli import cli
+from nvwatch.agent.cli.options import option
+from nvwatch.agent.report.errors import ReportError
 
 
 def _secret(path: str | None, what: str) -> str | None:
@@ -69,9 +69,9 @@ def report_command(
 ) -> None:
     """Write report.html, report.json and CSVs: utilization, users, power, thermal,
     fabric and health over a range, from the nvwatch series in Prometheus."""
-    from agent.report.build import ReportOptions, run_report
-    from agent.report.prom import Connection
-    from mixin.config import load
+    from nvwatch.agent.report.build import ReportOptions, run_report
+    from nvwatch.agent.report.prom import Connection
+    from nvwatch.mixin.config import load
 
     password = _secret(basic_auth_password_file, "--basic-auth-password-file")
     if password is not None and basic_auth_user is None:

@@ -8,17 +8,17 @@ import sys
 
 import click
 
-from agent.cli import cli
-from agent.cli.options import agent_options, option, parse_onset, with_onset
-from agent.click_groups import HelpGroup
-from agent.config import ConfigError, parse_scenario, split_scenarios
-from agent.sim.profiles import PROFILES, UnknownProfile, get_profile
+from nvwatch.agent.cli import cli
+from nvwatch.agent.cli.options import agent_options, option, parse_onset, with_onset
+from nvwatch.agent.click_groups import HelpGroup
+from nvwatch.agent.config import ConfigError, parse_scenario, split_scenarios
+from nvwatch.agent.sim.profiles import PROFILES, UnknownProfile, get_profile
 
 
 @cli.command("profiles")
 def profiles_command() -> None:
     """List the simulated hardware profiles: GPUs, NVLink, InfiniBand/RoCE ports."""
-    from agent.sim.profile_summary import summary_lines
+    from nvwatch.agent.sim.profile_summary import summary_lines
 
     for profile in PROFILES.values():
         for line in summary_lines(profile):
@@ -57,9 +57,9 @@ def simulate_exec(
     Any pynvml-based tool or script in COMMAND sees the simulated GPUs, e.g.
     `nvwatch simulate exec --profile dgx-h100 -- python my_script.py`.
     """
-    from agent.sim import workers
-    from agent.sim.nvml import exec_environment
-    from agent.sim.nvml.exec_env import simulated_job
+    from nvwatch.agent.sim import workers
+    from nvwatch.agent.sim.nvml import exec_environment
+    from nvwatch.agent.sim.nvml.exec_env import simulated_job
 
     try:
         get_profile(profile)

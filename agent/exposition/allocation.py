@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agent.catalogue import Scope, of_scope
-from agent.exposition.families import FamilySet
-from agent.exposition.series import emit_all, plans
-from agent.sources.attribution.model import AttributionSample
+from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.sources.attribution.model import AttributionSample
 
 _PLANS = plans(of_scope(Scope.ALLOCATION))
 

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from agent.catalogue import MetricSpec, MetricType
+from nvwatch.agent.catalogue import MetricSpec, MetricType
 
 Family = GaugeMetricFamily | CounterMetricFamily
 

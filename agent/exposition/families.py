@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client.core import Metric
 
-from agent.catalogue import MetricSpec, spec
-from agent.exposition import client
-from agent.exposition.slots import FamilyTable, Slot, table_of
+from nvwatch.agent.catalogue import MetricSpec, spec
+from nvwatch.agent.exposition import client
+from nvwatch.agent.exposition.slots import FamilyTable, Slot, table_of
 
 
 class Family:

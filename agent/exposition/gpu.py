@@ -15,10 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.catalogue import Scope, of_scope
-from agent.exposition.families import FamilySet
-from agent.exposition.series import plans
-from agent.sources.nvml.samples import NVLINK_ERROR_TYPES, GpuSample, NvLinkSample, NvmlSample
+from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.series import plans
+from nvwatch.agent.sources.nvml.samples import (
+    NVLINK_ERROR_TYPES,
+    GpuSample,
+    NvLinkSample,
+    NvmlSample,
+)
 
 _SCOPES = (Scope.GPU, Scope.PROCESS, Scope.NVLINK, Scope.MIG)
 # each family with the position of its scope in _objects(): a tuple index per family and

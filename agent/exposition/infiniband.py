@@ -8,10 +8,10 @@ like all Prometheus samples, exact up to 2^53.
 
 from __future__ import annotations
 
-from agent.catalogue import Scope, of_scope
-from agent.exposition.families import FamilySet
-from agent.exposition.series import emit_all, plans
-from agent.sources.infiniband import InfinibandSample
+from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.sources.infiniband import InfinibandSample
 
 _DEVICE_PLANS = plans(of_scope(Scope.IB_DEVICE))
 _PORT_PLANS = plans(of_scope(Scope.IB_PORT))

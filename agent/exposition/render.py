@@ -21,16 +21,16 @@ from prometheus_client.openmetrics.exposition import (
     CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE,
 )
 
-from agent import __version__
-from agent.catalogue import Scope, of_scope
-from agent.exposition.client import registry_of as registry_of
-from agent.exposition.families import FamilySet
-from agent.exposition.series import emit_all, plans
-from agent.exposition.text import render_openmetrics, render_text
-from agent.poller import Snapshot
+from nvwatch.agent import __version__
+from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.exposition.client import registry_of as registry_of
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.text import render_openmetrics, render_text
+from nvwatch.agent.poller import Snapshot
 
 if TYPE_CHECKING:
-    from agent.server.limits import HttpState
+    from nvwatch.agent.server.limits import HttpState
 
 # Explicit, not prometheus_client's CONTENT_TYPE_LATEST (1.0.0 in recent releases), so
 # Prometheus 2.x servers keep parsing us; names and labels are ASCII, so the bytes are
@@ -44,13 +44,17 @@ Renderer = Callable[[object, FamilySet], None]
 # use, so a broken import in one source's code only fails that source; import_module is a
 # sys.modules lookup after the first time, so no cache of our own is needed.
 _RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
-    "host": ("agent.sources.host", "HostSample", "agent.exposition.host"),
-    "nvml": ("agent.sources.nvml.samples", "NvmlSample", "agent.exposition.gpu"),
-    "infiniband": ("agent.sources.infiniband", "InfinibandSample", "agent.exposition.infiniband"),
+    "host": ("nvwatch.agent.sources.host", "HostSample", "nvwatch.agent.exposition.host"),
+    "nvml": ("nvwatch.agent.sources.nvml.samples", "NvmlSample", "nvwatch.agent.exposition.gpu"),
+    "infiniband": (
+        "nvwatch.agent.sources.infiniband",
+        "InfinibandSample",
+        "nvwatch.agent.exposition.infiniband",
+    ),
     "attribution": (
-        "agent.sources.attribution.model",
+        "nvwatch.agent.sources.attribution.model",
         "AttributionSample",
-        "agent.exposition.allocation",
+        "nvwatch.agent.exposition.allocation",
     ),
 }
 _AGENT_PLANS = plans(of_scope(Scope.AGENT, Scope.SOURCE))

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
 
-from agent.catalogue import Field, MetricSpec, Series
-from agent.exposition.families import FamilySet
+from nvwatch.agent.catalogue import Field, MetricSpec, Series
+from nvwatch.agent.exposition.families import FamilySet
 
 Objects = Sequence[tuple[tuple[str, ...], object]]  # (identity label values, object)
 # adds the series of one family for a run of objects (one GPU's links, every HCA's ports):

@@ -21,8 +21,8 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 
-from agent.catalogue import MetricSpec, MetricType
-from agent.exposition import client
+from nvwatch.agent.catalogue import MetricSpec, MetricType
+from nvwatch.agent.exposition import client
 
 # Names prometheus_client writes verbatim in every release we allow and in both formats;
 # anything else (a colon, UTF-8) is quoted or escaped differently by version and format.

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.utils import floatToGoString
 
-from agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.families import FamilySet
 
 # prometheus_client's value formatting, reused rather than rewritten (Go's float text:
 # +Inf, NaN, exponents from 1e+21). Typed here once: the library leaves it untyped.

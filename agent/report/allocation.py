@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.report.context import Context, NodeKey
-from agent.report.frame import Array
+from nvwatch.agent.report.context import Context, NodeKey
+from nvwatch.agent.report.frame import Array
 
 OWNER_LABELS = ("scheduler", "job_id", "user", "account", "pod", "namespace", "container")
 

@@ -8,24 +8,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from agent.report import style
-from agent.report.allocation import allocations
-from agent.report.context import Context
-from agent.report.errors import ReportError
-from agent.report.fetch import fetch_all
-from agent.report.model import Report
-from agent.report.output import write_report
-from agent.report.prom import Connection, PrometheusClient
-from agent.report.queries import build_queries
-from agent.report.sections.fabric import fabric
-from agent.report.sections.health import health
-from agent.report.sections.power import power
-from agent.report.sections.thermal import thermal
-from agent.report.sections.usage import usage
-from agent.report.sections.utilization import utilization
-from agent.report.summary import executive_summary
-from agent.report.window import Window, iso_time, make_window
-from mixin.config import MixinConfig
+from nvwatch.agent.report import style
+from nvwatch.agent.report.allocation import allocations
+from nvwatch.agent.report.context import Context
+from nvwatch.agent.report.errors import ReportError
+from nvwatch.agent.report.fetch import fetch_all
+from nvwatch.agent.report.model import Report
+from nvwatch.agent.report.output import write_report
+from nvwatch.agent.report.prom import Connection, PrometheusClient
+from nvwatch.agent.report.queries import build_queries
+from nvwatch.agent.report.sections.fabric import fabric
+from nvwatch.agent.report.sections.health import health
+from nvwatch.agent.report.sections.power import power
+from nvwatch.agent.report.sections.thermal import thermal
+from nvwatch.agent.report.sections.usage import usage
+from nvwatch.agent.report.sections.utilization import utilization
+from nvwatch.agent.report.summary import executive_summary
+from nvwatch.agent.report.window import Window, iso_time, make_window
+from nvwatch.mixin.config import MixinConfig
 
 
 @dataclass(frozen=True)

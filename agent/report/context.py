@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.report import stats
-from agent.report.frame import Array, Frame
-from agent.report.window import Window
-from mixin.config import MixinConfig
+from nvwatch.agent.report import stats
+from nvwatch.agent.report.frame import Array, Frame
+from nvwatch.agent.report.window import Window
+from nvwatch.mixin.config import MixinConfig
 
 # (cluster, rack, node_class, instance): a node's identity in every table
 NodeKey = tuple[str, str, str, str]

@@ -9,15 +9,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from typing import TextIO
 
 import click
 
-from agent.report.frame import Frame
-from agent.report.prom import PrometheusClient
-from agent.report.queries import Query
-from agent.report.window import Window
+from nvwatch.agent.report.frame import Frame
+from nvwatch.agent.report.prom import PrometheusClient
+from nvwatch.agent.report.queries import Query
+from nvwatch.agent.report.window import Window
+from nvwatch.agent.threads import thread_pool
 
 PARALLEL_QUERIES = 4
 
@@ -31,7 +32,7 @@ def fetch_all(
     """Every query's result as a Frame, by query name; the first ReportError stops it all."""
     frames: dict[str, Frame] = {}
     with (
-        ThreadPoolExecutor(PARALLEL_QUERIES, thread_name_prefix="nvwatch-report") as pool,
+        thread_pool("nvwatch-report", PARALLEL_QUERIES) as pool,
         _progress_bar(len(queries), progress) as advance,
     ):
         futures = {pool.submit(_run, client, q, window): q for q in queries}

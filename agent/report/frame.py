@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from agent.report.prom import RangeResult
-from agent.report.window import Window
+from nvwatch.agent.report.prom import RangeResult
+from nvwatch.agent.report.window import Window
 
 Array = npt.NDArray[np.float64]
 

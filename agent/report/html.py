@@ -10,11 +10,11 @@ import math
 from html import escape
 from string import Template
 
-from agent import __version__
-from agent.report import units
-from agent.report.model import Report, Section, Table
-from agent.report.style import data_uri
-from agent.report.window import iso_time
+from nvwatch.agent import __version__
+from nvwatch.agent.report import units
+from nvwatch.agent.report.model import Report, Section, Table
+from nvwatch.agent.report.style import data_uri
+from nvwatch.agent.report.window import iso_time
 
 CSS = """
 :root { color-scheme: light; }

@@ -7,8 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from agent.report.html import render_html
-from agent.report.model import Report, Table
+from nvwatch.agent.report.html import render_html
+from nvwatch.agent.report.model import Report, Table
 
 
 def write_report(report: Report, out: Path) -> list[Path]:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from agent.report import style, units
-from agent.report.model import Plot
+from nvwatch.agent.report import style, units
+from nvwatch.agent.report.model import Plot
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

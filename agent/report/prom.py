@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.report.errors import ReportError
+from nvwatch.agent.report.errors import ReportError
 
 
 @dataclass(frozen=True)

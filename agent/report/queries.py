@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from agent.report.window import Window
-from mixin.config import MixinConfig
+from nvwatch.agent.report.window import Window
+from nvwatch.mixin.config import MixinConfig
 
 THERMAL_REASONS = "sw_thermal_slowdown|hw_thermal_slowdown"
 

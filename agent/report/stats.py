@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from agent.report.frame import Array
+from nvwatch.agent.report.frame import Array
 
 
 def _values(values: Array | Iterable[float]) -> Array:

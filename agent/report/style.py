@@ -16,7 +16,7 @@ import io
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from agent.report import units
+from nvwatch.agent.report import units
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from agent.report import units
-from agent.report.model import Section
+from nvwatch.agent.report import units
+from nvwatch.agent.report.model import Section
 
 MAX_SENTENCES = 5
 # Below this share of expected samples the numbers may mislead: the summary says so.

@@ -1,7 +1,7 @@
 """Numbers as people read them in a report: W, kW, kWh, °C, bytes/s, ratios as %.
 
 Pure Python (no matplotlib) so the tables, the summary and the axis formatters in
-`agent.report.style` print a value the same way.
+`nvwatch.agent.report.style` print a value the same way.
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ import socket
 import threading
 from collections.abc import Callable
 
-from agent.exposition.render import Exposition
-from agent.server.auth import BasicAuth, BcryptPool
-from agent.server.limits import REFUSAL_REASONS, HttpState, HttpStats, ServerLimits
-from agent.server.loop import EventLoop
-from agent.server.negotiation import gzip_accepted, wants_openmetrics
-from agent.server.routes import Health, Router
-from agent.threads import start_thread
-from agent.webconfig import WebConfig
+from nvwatch.agent.exposition.render import Exposition
+from nvwatch.agent.server.auth import BasicAuth, BcryptPool
+from nvwatch.agent.server.limits import REFUSAL_REASONS, HttpState, HttpStats, ServerLimits
+from nvwatch.agent.server.loop import EventLoop
+from nvwatch.agent.server.negotiation import gzip_accepted, wants_openmetrics
+from nvwatch.agent.server.routes import Health, Router
+from nvwatch.agent.threads import start_thread
+from nvwatch.agent.webconfig import WebConfig
 
 __all__ = [
     "REFUSAL_REASONS",

@@ -9,13 +9,13 @@ import selectors
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from agent.server.auth import BasicAuth, BcryptPool, Pending
-from agent.server.connection import Connection
-from agent.server.limits import RateLimiter, ServerLimits
-from agent.server.request import Request
-from agent.server.responses import Response
-from agent.server.routes import AUTH_BUSY, RATE_LIMITED, UNAUTHORIZED
-from agent.webconfig import WebConfig
+from nvwatch.agent.server.auth import BasicAuth, BcryptPool, Pending
+from nvwatch.agent.server.connection import Connection
+from nvwatch.agent.server.limits import RateLimiter, ServerLimits
+from nvwatch.agent.server.request import Request
+from nvwatch.agent.server.responses import Response
+from nvwatch.agent.server.routes import AUTH_BUSY, RATE_LIMITED, UNAUTHORIZED
+from nvwatch.agent.webconfig import WebConfig
 
 # decide()'s answer when a bcrypt worker is checking the request: wait for `finished`
 CHECKING = None

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import bcrypt
 
-from agent.threads import start_thread
+from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import socket
 import ssl
 from collections import deque
 
-from agent.server.request import Request
+from nvwatch.agent.server.request import Request
 
 _READ_CHUNK = 64 * 1024
 # TLS: one record per send, so a send retried after SSLWantWriteError is the same buffer

@@ -20,15 +20,15 @@ import socket
 import ssl
 import time
 
-from agent.server.admission import CHECKING, Admission, answer, trusted_first
-from agent.server.auth import BasicAuth, BcryptPool
-from agent.server.connection import Connection, State
-from agent.server.limits import HttpStats, ServerLimits
-from agent.server.request import HttpError, Request, take_request
-from agent.server.responses import Response, encode, refusal
-from agent.server.routes import ALLOWED_METHODS, METHOD_NOT_ALLOWED, Router
-from agent.webconfig import WebConfig
-from agent.webconfig_tls import san_allowed
+from nvwatch.agent.server.admission import CHECKING, Admission, answer, trusted_first
+from nvwatch.agent.server.auth import BasicAuth, BcryptPool
+from nvwatch.agent.server.connection import Connection, State
+from nvwatch.agent.server.limits import HttpStats, ServerLimits
+from nvwatch.agent.server.request import HttpError, Request, take_request
+from nvwatch.agent.server.responses import Response, encode, refusal
+from nvwatch.agent.server.routes import ALLOWED_METHODS, METHOD_NOT_ALLOWED, Router
+from nvwatch.agent.webconfig import WebConfig
+from nvwatch.agent.webconfig_tls import san_allowed
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.server.limits import ServerLimits
+from nvwatch.agent.server.limits import ServerLimits
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TOKEN_BYTES = frozenset(

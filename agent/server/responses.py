@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from agent import __version__
+from nvwatch.agent import __version__
 
 TEXT_UTF8 = "text/plain; charset=utf-8"
 SERVER = f"nvwatch/{__version__}"

@@ -9,11 +9,11 @@ import html
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent import __version__
-from agent.exposition.render import OPENMETRICS_TYPE, TEXT_CONTENT_TYPE, Exposition
-from agent.server.negotiation import gzip_accepted, wants_openmetrics
-from agent.server.request import Request
-from agent.server.responses import Response, refusal
+from nvwatch.agent import __version__
+from nvwatch.agent.exposition.render import OPENMETRICS_TYPE, TEXT_CONTENT_TYPE, Exposition
+from nvwatch.agent.server.negotiation import gzip_accepted, wants_openmetrics
+from nvwatch.agent.server.request import Request
+from nvwatch.agent.server.responses import Response, refusal
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ down>/<endpoint>`, `bus/pci/devices/<bus id>` links) for every GPU and NIC from
 `profiles.pci_path`, so the InfiniBand source and the GPU <-> HCA affinity run the same
 code path as on a real DGX. Counters integrate the shared `Workload` (the same all-reduce
 bursts the simulated NVML shows as NVLink traffic) over an injectable clock; one port's
-counters and scenarios are in `agent.sim.ib_port`.
+counters and scenarios are in `nvwatch.agent.sim.ib_port`.
 
 Files are replaced atomically (write a dot-file, then os.replace), and only when their
 text changes, so a reader polling concurrently never sees half a number; the static
-structure and the file writing live in `agent.sim.fabric_tree`. An HCA whose driver is
+structure and the file writing live in `nvwatch.agent.sim.fabric_tree`. An HCA whose driver is
 unloaded (ib-hca-vanish) leaves `class/infiniband` whole, with one rename, and comes back
 the same way; its PCI function stays, as on a real node.
 """
@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from agent.sim.fabric_tree import TreeWriter, write_structure
-from agent.sim.ib_port import (
+from nvwatch.agent.sim.fabric_tree import TreeWriter, write_structure
+from nvwatch.agent.sim.ib_port import (
     CONGESTION_STALL,
     FLAP_DOWN_S,
     FLAP_PERIOD_S,
@@ -33,9 +33,9 @@ from agent.sim.ib_port import (
     SimulatedPort,
     degraded_rate,
 )
-from agent.sim.profiles import Profile, get_profile, gpu_pci_bus_id
-from agent.sim.scenarios import FAULT_ONSET_S
-from agent.sim.workload import Workload
+from nvwatch.agent.sim.profiles import Profile, get_profile, gpu_pci_bus_id
+from nvwatch.agent.sim.scenarios import FAULT_ONSET_S
+from nvwatch.agent.sim.workload import Workload
 
 __all__ = [
     "CONGESTION_STALL",

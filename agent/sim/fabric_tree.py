@@ -11,7 +11,7 @@ import os
 import random
 from pathlib import Path
 
-from agent.sim.profiles import Profile, pci_path
+from nvwatch.agent.sim.profiles import Profile, pci_path
 
 PCI_VENDOR_NVIDIA = "0x10de"
 PCI_VENDOR_MELLANOX = "0x15b3"

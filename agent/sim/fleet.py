@@ -19,7 +19,7 @@ cluster. What makes 128 nodes fit on two cores:
   removes) at its next step, so an operator can repair a fault without a restart.
 
 The host source reads the real machine: every simulated node reports the same host.
-Planning (profiles, scenarios, names, ports, racks) is in `agent.sim.fleet_plan`.
+Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.agent.sim.fleet_plan`.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.app import Agent
-from agent.config import AgentConfig, ScenarioSpec
-from agent.exposition.render import Exposition
-from agent.server import Health, MetricsServer
-from agent.sim import nvml as sim_nvml
-from agent.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
-from agent.sim.fleet_plan import (
+from nvwatch.agent.app import Agent
+from nvwatch.agent.config import AgentConfig, ScenarioSpec
+from nvwatch.agent.exposition.render import Exposition
+from nvwatch.agent.server import Health, MetricsServer
+from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
+from nvwatch.agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
     FleetError,
@@ -52,10 +52,10 @@ from agent.sim.fleet_plan import (
     parse_repair_request,
     plan_fleet,
 )
-from agent.sim.node import SimulatedNode, scratch_dir
-from agent.sim.profiles import get_profile
-from agent.sources.registry import build_sources
-from agent.threads import start_thread
+from nvwatch.agent.sim.node import SimulatedNode, scratch_dir
+from nvwatch.agent.sim.profiles import get_profile
+from nvwatch.agent.sources.registry import build_sources
+from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 

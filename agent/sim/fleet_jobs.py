@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.config import AgentConfig
-from agent.sim.fleet_plan import FleetError
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sim.fleet_plan import FleetError
 
 JOB_SYNTAX = "NODE:GPUS[,user=NAME][,account=NAME][,id=JOBID]"
 FIRST_JOB_ID = 1001

@@ -1,7 +1,7 @@
 """Planning a simulated fleet before anything runs: profiles, scenarios, names, ports, racks.
 
 Everything here is pure and checked up front, so a bad `--profile`, `--scenario` or port
-range fails with one line before a single node starts; `agent.sim.fleet` runs the plan.
+range fails with one line before a single node starts; `nvwatch.agent.sim.fleet` runs the plan.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
-from agent.sim import node_scenarios
-from agent.sim.mig_layout import MigLayoutError, checked_layout
-from agent.sim.node_scenarios import UnknownScenario, known_scenarios
-from agent.sim.profiles import UnknownProfile, get_profile
+from nvwatch.agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
+from nvwatch.agent.sim import node_scenarios
+from nvwatch.agent.sim.mig_layout import MigLayoutError, checked_layout
+from nvwatch.agent.sim.node_scenarios import UnknownScenario, known_scenarios
+from nvwatch.agent.sim.profiles import UnknownProfile, get_profile
 
 DEFAULT_CLUSTER = "sim"
 DEFAULT_NODES_PER_RACK = 4  # four DGX-1 (3.2 kW each) per ~13 kW rack

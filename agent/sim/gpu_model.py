@@ -1,8 +1,8 @@
 """Physical state and dynamics of one simulated GPU.
 
-The simulated NVML library (`agent.sim.nvml`) reads everything it reports from a
+The simulated NVML library (`nvwatch.agent.sim.nvml`) reads everything it reports from a
 `SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. The records
-it integrates (links, ECC, events, activity) are in `agent.sim.gpu_state`. State moves
+it integrates (links, ECC, events, activity) are in `nvwatch.agent.sim.gpu_state`. State moves
 only in `step()`, which integrates up to a given time in bounded sub-steps, so a clock
 jump of an hour costs a few hundred cheap iterations and stays stable.
 
@@ -27,7 +27,7 @@ import math
 import uuid as uuid_module
 from typing import Protocol
 
-from agent.sim.gpu_state import (
+from nvwatch.agent.sim.gpu_state import (
     EVENT_XID,
     REASON_GPU_IDLE,
     REASON_HW_THERMAL,
@@ -38,8 +38,8 @@ from agent.sim.gpu_state import (
     GpuEvent,
     LinkState,
 )
-from agent.sim.profiles import GIB, MIB, GpuModel, LinkEnd
-from agent.sim.workload import Workload
+from nvwatch.agent.sim.profiles import GIB, MIB, GpuModel, LinkEnd
+from nvwatch.agent.sim.workload import Workload
 
 AMBIENT_C = 25.0  # DGX inlet air; the DGX-1 white paper allows 5-35 C
 MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
@@ -66,7 +66,7 @@ def _stable_digest(*parts: object) -> bytes:
 
 
 class ScenarioHook(Protocol):
-    """A fault on one GPU (`agent.sim.scenarios`): called at every sub-step with the
+    """A fault on one GPU (`nvwatch.agent.sim.scenarios`): called at every sub-step with the
     seconds since the simulation started; `end()` stops it and repairs what it broke."""
 
     @property

@@ -1,6 +1,6 @@
 """The records a simulated GPU keeps and hands out: link and ECC state, events, activity.
 
-Plain data, split from `agent.sim.gpu_model` (which integrates them) so that the
+Plain data, split from `nvwatch.agent.sim.gpu_model` (which integrates them) so that the
 simulated NVML can read a GPU's state without reading its dynamics. The bit values are
 NVML's own, because the simulated library passes them through unchanged.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.sim.profiles import LinkEnd
+from nvwatch.agent.sim.profiles import LinkEnd
 
 # Clock-event / throttle reason bits (NVML header, nvmlClocksEventReason*).
 REASON_GPU_IDLE = 0x1

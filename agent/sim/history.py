@@ -1,12 +1,12 @@
 """A simulated fleet's history: days of simulated time as one OpenMetrics file to backfill.
 
 `nvwatch simulate history --nodes N --days D --step S --out FILE` builds the nodes of a
-fleet plan (agent.sim.history_plan: mixed profiles, episodes in known weeks), steps each
+fleet plan (nvwatch.agent.sim.history_plan: mixed profiles, episodes in known weeks), steps each
 one's simulator (the same `SimulatedNode`, NVML model and InfiniBand ports the agent
 reads) through the range on one manual clock, and at every step writes what a scrape
-would have recorded (agent.sim.history_series), with its timestamp. Beside FILE goes
+would have recorded (nvwatch.agent.sim.history_series), with its timestamp. Beside FILE goes
 FILE's stem + `.truth.json`: the plan's episodes and the integrals a test checks
-(agent.sim.history_truth).
+(nvwatch.agent.sim.history_truth).
 
 Backfill it with `promtool tsdb create-blocks-from --max-block-duration=...
 openmetrics FILE DIR` and start Prometheus on DIR (tests/history does both).
@@ -32,13 +32,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.sim.clock import ManualClock
-from agent.sim.fleet_plan import NodeSpec
-from agent.sim.history_plan import HistoryPlan
-from agent.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
-from agent.sim.history_truth import GroundTruth
-from agent.sim.node import SimulatedNode, scratch_dir
-from agent.sim.openmetrics_out import OpenMetricsWriter, stamp
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.fleet_plan import NodeSpec
+from nvwatch.agent.sim.history_plan import HistoryPlan
+from nvwatch.agent.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
+from nvwatch.agent.sim.history_truth import GroundTruth
+from nvwatch.agent.sim.node import SimulatedNode, scratch_dir
+from nvwatch.agent.sim.openmetrics_out import OpenMetricsWriter, stamp
 
 log = logging.getLogger(__name__)
 

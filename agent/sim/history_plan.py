@@ -1,7 +1,7 @@
 """Planning a simulated history: which nodes, which range, and where its episodes fall.
 
 `nvwatch simulate history` steps a simulated fleet through days of simulated time and
-writes what Prometheus would have scraped (agent.sim.history). Its episodes, the faults
+writes what Prometheus would have scraped (nvwatch.agent.sim.history). Its episodes, the faults
 a capacity review must find, are placed here in known weeks of the range and on known
 nodes, so a test can ask for each one where it happened:
 
@@ -24,9 +24,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.config import ScenarioSpec
-from agent.sim.fleet_plan import FleetError, NodeSpec, expand_profiles, plan_fleet
-from agent.sim.profiles import get_profile
+from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.sim.fleet_plan import FleetError, NodeSpec, expand_profiles, plan_fleet
+from nvwatch.agent.sim.profiles import get_profile
 
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S

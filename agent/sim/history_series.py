@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agent.catalogue import BY_NAME, MetricType
-from agent.sim.fleet_plan import NodeSpec
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
-from agent.sim.ib_port import SimulatedPort
-from agent.sim.node import SimulatedNode
-from agent.sources.infiniband_parse import parse_rate
+from nvwatch.agent.catalogue import BY_NAME, MetricType
+from nvwatch.agent.sim.fleet_plan import NodeSpec
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
+from nvwatch.agent.sim.ib_port import SimulatedPort
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sources.infiniband_parse import parse_rate
 
 JOB = "nvwatch"
 UP = "up"  # what Prometheus records for every scrape; not an nvwatch family

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.sim.history_plan import HistoryPlan
-from agent.sim.history_series import UP, Row
-from agent.sim.ib_port import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.agent.sim.history_plan import HistoryPlan
+from nvwatch.agent.sim.history_series import UP, Row
+from nvwatch.agent.sim.ib_port import XMIT_WAIT_TICKS_PER_SECOND
 
 _KWH = 3.6e6
 

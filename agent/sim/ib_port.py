@@ -15,9 +15,9 @@ import random
 from dataclasses import dataclass
 from fractions import Fraction
 
-from agent.sim.profiles import Nic
-from agent.sim.workload import Workload
-from agent.sources.infiniband_parse import NARROW_COUNTER_BITS, format_rate, parse_rate
+from nvwatch.agent.sim.profiles import Nic
+from nvwatch.agent.sim.workload import Workload
+from nvwatch.agent.sources.infiniband_parse import NARROW_COUNTER_BITS, format_rate, parse_rate
 
 # Link flap cycle: up for FLAP_PERIOD_S - FLAP_DOWN_S, then down (Polling) for
 # FLAP_DOWN_S, starting FLAP_PERIOD_S - FLAP_DOWN_S after the scenario begins.

@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.sim.gpu_state import EVENT_XID, GpuEvent
-from agent.sim.profiles import Profile, gpu_pci_bus_id
+from nvwatch.agent.sim.gpu_state import EVENT_XID, GpuEvent
+from nvwatch.agent.sim.profiles import Profile, gpu_pci_bus_id
 
 #: How long the simulated node had been up when the simulation started.
 UPTIME_AT_START_S = 600.0

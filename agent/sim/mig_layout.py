@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.sim.mig_profiles import (
+from nvwatch.agent.sim.mig_profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
     GpuInstanceProfile,

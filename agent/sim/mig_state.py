@@ -18,10 +18,10 @@ import uuid as uuid_module
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import Activity
-from agent.sim.mig_layout import GpuMigPlan, PlacedInstance, place
-from agent.sim.mig_profiles import COMPUTE_SLICES
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import Activity
+from nvwatch.agent.sim.mig_layout import GpuMigPlan, PlacedInstance, place
+from nvwatch.agent.sim.mig_profiles import COMPUTE_SLICES
 
 MIB = 1024 * 1024
 CONTEXT_BYTES = 256 * MIB  # ~ a CUDA context on a MIG instance, outside the job's tensors

@@ -19,17 +19,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agent.config import ScenarioSpec
-from agent.sim import node_scenarios
-from agent.sim.fabric import SimulatedFabric
-from agent.sim.kmsg import SimulatedKernelLog
-from agent.sim.mig_layout import checked_layout
-from agent.sim.node_scenarios import UnknownScenario as UnknownScenario
-from agent.sim.node_scenarios import known_scenarios as known_scenarios
-from agent.sim.nvml import SimulatedNvml
-from agent.sim.profiles import Profile, get_profile
-from agent.sim.workers import WorkerProcesses, busy_gpus, busy_instances
-from agent.threads import start_thread
+from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.sim import node_scenarios
+from nvwatch.agent.sim.fabric import SimulatedFabric
+from nvwatch.agent.sim.kmsg import SimulatedKernelLog
+from nvwatch.agent.sim.mig_layout import checked_layout
+from nvwatch.agent.sim.node_scenarios import UnknownScenario as UnknownScenario
+from nvwatch.agent.sim.node_scenarios import known_scenarios as known_scenarios
+from nvwatch.agent.sim.nvml import SimulatedNvml
+from nvwatch.agent.sim.profiles import Profile, get_profile
+from nvwatch.agent.sim.workers import WorkerProcesses, busy_gpus, busy_instances
+from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A simulated node's scenarios: which part runs each one, when it ends, how it is repaired.
 
 A scenario is a `ScenarioSpec` (`NAME[@TARGET][,from=DURATION][,until=DURATION]`, parsed
-by `agent.config.parse_scenario`). Workload scenarios (`idle`, `healthy-training`) set
+by `nvwatch.agent.config.parse_scenario`). Workload scenarios (`idle`, `healthy-training`) set
 what the GPUs run, the whole node's without a target or one GPU's with one. Fault
 scenarios go to the simulated NVML (GPU faults, `nvml-driver-broken`) or to the simulated
 fabric (InfiniBand ports, `ib-hca-vanish`), each with its own repair. Everything is
@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from agent.config import ScenarioSpec, parse_scenario
-from agent.sim import scenarios
-from agent.sim.fabric import FABRIC_SCENARIOS, SimulatedFabric, default_onset, is_ib_scenario
-from agent.sim.nvml import SimulatedNvml
-from agent.sim.profiles import Profile
-from agent.sim.workload import Workload
+from nvwatch.agent.config import ScenarioSpec, parse_scenario
+from nvwatch.agent.sim import scenarios
+from nvwatch.agent.sim.fabric import (
+    FABRIC_SCENARIOS,
+    SimulatedFabric,
+    default_onset,
+    is_ib_scenario,
+)
+from nvwatch.agent.sim.nvml import SimulatedNvml
+from nvwatch.agent.sim.profiles import Profile
+from nvwatch.agent.sim.workload import Workload
 
 # scenarios that change what GPUs are doing rather than breaking a part of the node
 WORKLOADS = frozenset(scenarios.WORKLOAD_SCENARIOS)

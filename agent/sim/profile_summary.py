@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agent.sim.profiles import Profile
+from nvwatch.agent.sim.profiles import Profile
 
 
 def gpu_mix(profile: Profile) -> str:

@@ -2,8 +2,8 @@
 
 Figures come from public datasheets and typical `nvidia-smi -q` readings (see
 shared/hardware-facts.md). Values marked "~" are approximate and vary by board and
-driver. This module is data only: the simulated NVML (`agent.sim.nvml`) and the
-simulated sysfs fabric (`agent.sim.fabric`) both read it, so a GPU's PCI bus id and the
+driver. This module is data only: the simulated NVML (`nvwatch.agent.sim.nvml`) and the
+simulated sysfs fabric (`nvwatch.agent.sim.fabric`) both read it, so a GPU's PCI bus id and the
 HCA beside it on the same PCIe switch always agree.
 """
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from agent.sim.gpu_model import AMBIENT_C, ScenarioHook, SimulatedGpu
-from agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
-from agent.sim.workload import Workload
+from nvwatch.agent.sim.gpu_model import AMBIENT_C, ScenarioHook, SimulatedGpu
+from nvwatch.agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
+from nvwatch.agent.sim.workload import Workload
 
 # they set what the GPUs run (cold-start: training on GPUs that sat idle, which warm up;
 # the others begin in the workload's thermal steady state); nothing to repair

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent.sim.nvml.core import NvmlCore
+    from nvwatch.agent.sim.nvml.core import NvmlCore
 
 log = logging.getLogger(__name__)
 

@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from agent.sources import SourceUnavailable
-from agent.sources.infiniband_listing import (
+from nvwatch.agent.sources import SourceUnavailable
+from nvwatch.agent.sources.infiniband_listing import (
     DeviceListing,
     ListingCache,
     PortListing,
     visible_files_strict,
 )
-from agent.sources.infiniband_parse import (
+from nvwatch.agent.sources.infiniband_parse import (
     DEFAULT_HW_COUNTERS,
     ERROR_COUNTER_TYPES,
     SATURATION_FLAGGED,
@@ -54,9 +54,9 @@ from agent.sources.infiniband_parse import (
     parse_rate,
     parse_state,
 )
-from agent.sources.pci_affinity import PciPath, Resolver
-from agent.sources.presence import PciScan, rdma_verdict, scan_pci
-from agent.sources.sysfs_read import NotARegularFile, read_attribute
+from nvwatch.agent.sources.pci_affinity import PciPath, Resolver
+from nvwatch.agent.sources.presence import PciScan, rdma_verdict, scan_pci
+from nvwatch.agent.sources.sysfs_read import NotARegularFile, read_attribute
 
 log = logging.getLogger(__name__)
 

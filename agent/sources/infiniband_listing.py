@@ -20,12 +20,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.sources.infiniband_parse import (
+from nvwatch.agent.sources.infiniband_parse import (
     EXTENDED_COUNTERS,
     HW_COUNTER_NOT_COUNTERS,
     READ_COUNTERS,
 )
-from agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus
+from nvwatch.agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus
 
 # The attributes read by name rather than found by listing; one missing at listing time
 # (an old driver, a RoCE port without phys_state) is `absent` and does not invalidate.

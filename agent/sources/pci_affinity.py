@@ -22,8 +22,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.sources.pci_address import sysfs_bus_id
-from agent.sources.sysfs_read import read_attribute
+from nvwatch.agent.sources.pci_address import sysfs_bus_id
+from nvwatch.agent.sources.sysfs_read import read_attribute
 
 PciPath = tuple[str, ...]
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.sources import SourceAbsent, SourceUnavailable
-from agent.sources.sysfs_read import read_attribute
+from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.sysfs_read import read_attribute
 
 PCI_VENDOR_NVIDIA = 0x10DE
 PCI_VENDOR_MELLANOX = 0x15B3  # NVIDIA networking (ConnectX, BlueField) keeps this id

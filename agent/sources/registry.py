@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.config import AgentConfig
-from agent.sources import Source
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sources import Source
 
 if TYPE_CHECKING:
-    from agent.sources.attribution.refresher import AttributionRefresher
+    from nvwatch.agent.sources.attribution.refresher import AttributionRefresher
 
 
 def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None) -> list[Source]:
@@ -22,7 +22,7 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
     nvml = None
     refresher = attribution_refresher(config) if config.attribution else None
     if "nvml" in config.sources:
-        from agent.sources.nvml.source import NvmlSource
+        from nvwatch.agent.sources.nvml.source import NvmlSource
 
         # the sysfs root lets NVML tell a node without GPUs from a broken driver
         nvml = NvmlSource(
@@ -34,8 +34,8 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
         )
         sources.append(nvml)
     if "infiniband" in config.sources:
-        from agent.sources.infiniband import InfinibandSource
-        from agent.sources.infiniband_parse import hw_counter_selection
+        from nvwatch.agent.sources.infiniband import InfinibandSource
+        from nvwatch.agent.sources.infiniband_parse import hw_counter_selection
 
         # GPU bus ids come from NVML at run time, so HCA affinity follows the real GPUs
         bus_ids = nvml.gpu_bus_ids if nvml is not None else None
@@ -47,12 +47,12 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
             )
         )
     if "host" in config.sources:
-        from agent.sources.host import HostSource
+        from nvwatch.agent.sources.host import HostSource
 
         sources.append(HostSource())
     ordered = _in_config_order(sources, config.sources)
     if refresher is not None:
-        from agent.sources.attribution.source import AttributionSource
+        from nvwatch.agent.sources.attribution.source import AttributionSource
 
         # stale: two refreshes missed; the owners it holds may have left the GPU
         stale = 2 * config.attribution_interval + config.attribution_timeout
@@ -62,17 +62,17 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
 
 def attribution_refresher(config: AgentConfig) -> AttributionRefresher:
     """The refresher with a resolver per --attribution mode."""
-    from agent.sources.attribution.procfs import ProcFS
-    from agent.sources.attribution.refresher import AttributionRefresher, Resolver
+    from nvwatch.agent.sources.attribution.procfs import ProcFS
+    from nvwatch.agent.sources.attribution.refresher import AttributionRefresher, Resolver
 
     proc = ProcFS(config.proc_root)
     resolvers: list[Resolver] = []
     if "slurm" in config.attribution:
-        from agent.sources.attribution.slurm import SlurmResolver
+        from nvwatch.agent.sources.attribution.slurm import SlurmResolver
 
         resolvers.append(SlurmResolver(proc, config.hpc_job_mapping_dir))
     if "kubernetes" in config.attribution:
-        from agent.sources.attribution.kubernetes import KubernetesResolver
+        from nvwatch.agent.sources.attribution.kubernetes import KubernetesResolver
 
         resolvers.append(
             KubernetesResolver(proc, config.kubelet_socket, timeout=config.attribution_timeout)
@@ -90,7 +90,7 @@ def kmsg_path(config: AgentConfig) -> Path | None:
         return config.kmsg_path
     if config.simulate:
         return None
-    from agent.sources.nvml.kmsg import DEFAULT_PATH
+    from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH
 
     return DEFAULT_PATH
 

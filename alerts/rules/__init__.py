@@ -9,9 +9,9 @@ turns the groups into Prometheus rule YAML and Grafana-managed alert rules, and
 
 from __future__ import annotations
 
-from alerts.rules import attribution, fabric, health, thermal_power
-from alerts.rules.base import Alert, AlertGroup, Runbook, Severity
-from mixin.config import MixinConfig
+from nvwatch.alerts.rules import attribution, fabric, health, thermal_power
+from nvwatch.alerts.rules.base import Alert, AlertGroup, Runbook, Severity
+from nvwatch.mixin.config import MixinConfig
 
 __all__ = ["Alert", "AlertGroup", "Runbook", "Severity", "alert_groups", "all_alerts"]
 

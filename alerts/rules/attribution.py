@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alerts.recording_attribution import WHOLE_GPU
-from alerts.rules.base import Alert, AlertGroup, Kind, Runbook, Severity, where_gpu
-from mixin.config import MixinConfig
+from nvwatch.alerts.recording_attribution import WHOLE_GPU
+from nvwatch.alerts.rules.base import Alert, AlertGroup, Kind, Runbook, Severity, where_gpu
+from nvwatch.mixin.config import MixinConfig
 
 # Whose GPU it is, in the words of the scheduler that placed it: a Slurm job (with its
 # user where attribution knows it) or a Kubernetes pod.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 
 
 class Severity(str, Enum):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from alerts.recording import EXPECTED_IB_PORTS, EXPECTED_IB_RATE, EXPECTED_NVLINKS
-from alerts.rules.base import (
+from nvwatch.alerts.recording import EXPECTED_IB_PORTS, EXPECTED_IB_RATE, EXPECTED_NVLINKS
+from nvwatch.alerts.rules.base import (
     Alert,
     AlertGroup,
     Kind,
@@ -20,7 +20,7 @@ from alerts.rules.base import (
     where_node,
     where_port,
 )
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 
 # --- NVLink -----------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from alerts.recording import EXPECTED_GPUS
-from alerts.rules.base import (
+from nvwatch.alerts.recording import EXPECTED_GPUS
+from nvwatch.alerts.rules.base import (
     Alert,
     AlertGroup,
     Kind,
@@ -18,7 +18,7 @@ from alerts.rules.base import (
     where_gpu,
     where_node,
 )
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 
 
 def _xid_clears(cfg: MixinConfig) -> str:

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from alerts.rules.base import Alert, AlertGroup, Kind, Runbook, Severity, q, where_gpu, where_node
-from mixin.config import MixinConfig
+from nvwatch.alerts.rules.base import (
+    Alert,
+    AlertGroup,
+    Kind,
+    Runbook,
+    Severity,
+    q,
+    where_gpu,
+    where_node,
+)
+from nvwatch.mixin.config import MixinConfig
 
 
 def temperature_near_slowdown(cfg: MixinConfig) -> Alert:

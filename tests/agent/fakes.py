@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from agent.sources import SourceUnavailable
-from agent.sources.host import HostSample
+from nvwatch.agent.sources import SourceUnavailable
+from nvwatch.agent.sources.host import HostSample
 
 
 def host_sample(load: float = 1.5) -> HostSample:

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.app import Agent
-from agent.config import AgentConfig
-from agent.server import MetricsServer, ServerLimits
-from agent.webconfig import WebConfig, load_web_config
+from nvwatch.agent.app import Agent
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.server import MetricsServer, ServerLimits
+from nvwatch.agent.webconfig import WebConfig, load_web_config
 from tests.agent.fakes import CountingHostSource
 from tests.conftest import require_tool
 

@@ -18,15 +18,15 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.app import Agent, make_server
-from agent.cli import cli
-from agent.config import AgentConfig
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
-from agent.runtime import runtime
-from agent.sources import SourceAbsent, SourceUnavailable
-from agent.sources.presence import scan_pci
-from agent.sources.registry import build_sources
+from nvwatch.agent.app import Agent, make_server
+from nvwatch.agent.cli import cli
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.exposition.render import build_exposition, prepare
+from nvwatch.agent.poller import Poller
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.presence import scan_pci
+from nvwatch.agent.sources.registry import build_sources
 
 DEFAULT_SOURCES = ("nvml", "infiniband", "host")
 NO_HCA = "no InfiniBand or RoCE HCA on this node"
@@ -61,14 +61,16 @@ def test_absent_is_up_counts_no_error_and_is_logged_once(caplog: pytest.LogCaptu
     source = SwitchingSource()
     poller = Poller([source], interval=1.0, timeout=2.0, prepare=prepare)
     try:
-        with caplog.at_level(logging.INFO, logger="agent.poller"):
+        with caplog.at_level(logging.INFO, logger="nvwatch.agent.poller"):
             for _ in range(3):
                 snapshot = poller.poll_once()
         status = snapshot.sources["infiniband"]
         assert (status.up, status.absent, status.state) == (True, True, "absent")
         assert status.error is None and status.errors_total == 0 and status.prepared is None
         assert status.absent_reason == f"{NO_HCA} (no PCI function with vendor 0x15b3)"
-        logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "agent.poller"]
+        logged = [
+            (r.levelno, r.getMessage()) for r in caplog.records if r.name == "nvwatch.agent.poller"
+        ]
         assert logged == [(logging.INFO, f"source infiniband is absent: {status.absent_reason}")]
         text = build_exposition(snapshot).text.decode()
         assert _values(text, "nvwatch_agent_source_up") == {"infiniband": 1.0}
@@ -78,11 +80,13 @@ def test_absent_is_up_counts_no_error_and_is_logged_once(caplog: pytest.LogCaptu
         # the same source going down afterwards is counted, logged as a warning, and pages
         source.failure = SourceUnavailable("InfiniBand devices gone: mlx5_0")
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="agent.poller"):
+        with caplog.at_level(logging.INFO, logger="nvwatch.agent.poller"):
             status = poller.poll_once().sources["infiniband"]
         assert (status.up, status.absent, status.state) == (False, False, "down")
         assert status.errors_total == 1 and status.error == "InfiniBand devices gone: mlx5_0"
-        assert [r.levelno for r in caplog.records if r.name == "agent.poller"] == [logging.WARNING]
+        assert [r.levelno for r in caplog.records if r.name == "nvwatch.agent.poller"] == [
+            logging.WARNING
+        ]
     finally:
         poller.stop()
 

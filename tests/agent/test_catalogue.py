@@ -11,17 +11,22 @@ import dataclasses
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.catalogue import BY_NAME, CATALOGUE, Field, MetricSpec, Scope
-from agent.exposition.families import FamilySet
-from agent.exposition.gpu import NvLinkTotals
-from agent.exposition.render import AgentState
-from agent.poller import Snapshot, SourceStatus
-from agent.series_budget import render_profile
-from agent.sim.profiles import PROFILES
-from agent.sources.attribution.model import Allocation
-from agent.sources.host import HostSample
-from agent.sources.infiniband import InfinibandDevice, InfinibandPort
-from agent.sources.nvml.samples import GpuSample, MigDeviceSample, NvLinkSample, ProcessSample
+from nvwatch.agent.catalogue import BY_NAME, CATALOGUE, Field, MetricSpec, Scope
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.gpu import NvLinkTotals
+from nvwatch.agent.exposition.render import AgentState
+from nvwatch.agent.poller import Snapshot, SourceStatus
+from nvwatch.agent.series_budget import render_profile
+from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sources.attribution.model import Allocation
+from nvwatch.agent.sources.host import HostSample
+from nvwatch.agent.sources.infiniband import InfinibandDevice, InfinibandPort
+from nvwatch.agent.sources.nvml.samples import (
+    GpuSample,
+    MigDeviceSample,
+    NvLinkSample,
+    ProcessSample,
+)
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {

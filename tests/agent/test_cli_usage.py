@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.sim.node_scenarios import known_scenarios
-from agent.sim.ports import free_port
+from nvwatch.agent.cli import cli
+from nvwatch.agent.sim.node_scenarios import known_scenarios
+from nvwatch.agent.sim.ports import free_port
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 # the machine's real state: no NVWATCH_* left over from a shell that simulates
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.cli.options import build_config
-from agent.durations import DurationBounds, DurationError, parse_duration
+from nvwatch.agent.cli import cli
+from nvwatch.agent.cli.options import build_config
+from nvwatch.agent.durations import DurationBounds, DurationError, parse_duration
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 # host alone: a poll costs nothing and needs no hardware
 HOST = ["--sources", "host"]
 # a bad flag stops serve before it binds; loopback and any port should it not

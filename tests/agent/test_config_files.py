@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import MAX_CONFIG_BYTES, ConfigError, load_config_file, read_config_text
+from nvwatch.agent.config import MAX_CONFIG_BYTES, ConfigError, load_config_file, read_config_text
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 ALLOWED = {"interval", "sources", "scenario", "sysfs_root"}
 
 # name -> file content; every one must be refused with a reason in the message

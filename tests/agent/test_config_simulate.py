@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig, ConfigError
-from agent.runtime import runtime
+from nvwatch.agent.config import AgentConfig, ConfigError
+from nvwatch.agent.runtime import runtime
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 
 
 @pytest.mark.parametrize("how", ["flag", "environment"])

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agent.durations import DurationBounds, DurationError, parse_duration, prometheus_duration
+from nvwatch.agent.durations import (
+    DurationBounds,
+    DurationError,
+    parse_duration,
+    prometheus_duration,
+)
 
 
 @pytest.mark.parametrize(

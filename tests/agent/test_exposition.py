@@ -6,10 +6,10 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.catalogue import BY_NAME, CATALOGUE, MetricType
-from agent.exposition.families import FamilySet
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
+from nvwatch.agent.catalogue import BY_NAME, CATALOGUE, MetricType
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.render import build_exposition, prepare
+from nvwatch.agent.poller import Poller
 from tests.agent.fakes import CountingHostSource, host_sample
 
 
@@ -102,7 +102,7 @@ class _Scripted:
 
 
 def _bad_gpu_samples() -> list[object]:
-    from agent.sources.nvml.samples import GpuInfo, GpuSample, NvmlSample
+    from nvwatch.agent.sources.nvml.samples import GpuInfo, GpuSample, NvmlSample
 
     info = GpuInfo(name="H100", uuid="GPU-x")
     return [

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.series_budget import render_profile
-from agent.sim.profiles import PROFILES
+from nvwatch.agent.series_budget import render_profile
+from nvwatch.agent.sim.profiles import PROFILES
 from tests.conftest import require_tool
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

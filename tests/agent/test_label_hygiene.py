@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.catalogue import CATALOGUE
-from agent.inventory import file_sd_by_class, load_inventory
-from agent.series_budget import (
+from nvwatch.agent.catalogue import CATALOGUE
+from nvwatch.agent.inventory import file_sd_by_class, load_inventory
+from nvwatch.agent.series_budget import (
     PROCESS_FAMILIES,
     PROCESS_FAMILY,
     measure,
     parse_series,
     render_profile,
 )
-from agent.sim.process_file import ProcessFile
-from agent.sim.profiles import PROFILES
-from agent.sources.nvml.processes import MAX_PROCESSES
+from nvwatch.agent.sim.process_file import ProcessFile
+from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_LABELS = 15  # besides the metric name; VictoriaMetrics and Thanos users ask for this

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.nvsmi_compare import PAIRINGS, compare, format_rows, nvidia_smi_command
+from nvwatch.agent.nvsmi_compare import PAIRINGS, compare, format_rows, nvidia_smi_command
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

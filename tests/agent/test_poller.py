@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
-from agent.sources import SourceUnavailable
+from nvwatch.agent.exposition.render import build_exposition, prepare
+from nvwatch.agent.poller import Poller
+from nvwatch.agent.sources import SourceUnavailable
 from tests.agent.fakes import (
     CountingHostSource,
     GarbageSource,

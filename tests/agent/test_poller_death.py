@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.poller import Poller
-from agent.sim.ports import free_port
-from agent.sources.host import HostSource
+from nvwatch.agent.poller import Poller
+from nvwatch.agent.sim.ports import free_port
+from nvwatch.agent.sources.host import HostSource
 
 
 class Injected(BaseException):
@@ -77,7 +77,7 @@ def test_a_stopped_loop_is_not_a_death() -> None:
 
 _INJECT = """
 import sys
-from agent import poller
+from nvwatch.agent import poller
 
 class Injected(BaseException):
     pass
@@ -91,7 +91,7 @@ def poll_once(self):
     return real(self)
 
 poller.Poller.poll_once = poll_once
-from agent.cli import main
+from nvwatch.agent.cli import main
 main(sys.argv[1:])
 """
 

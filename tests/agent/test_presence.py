@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources import SourceAbsent, SourceUnavailable
-from agent.sources.presence import PciFunction, rdma_verdict, scan_pci
+from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.presence import PciFunction, rdma_verdict, scan_pci
 
 NVIDIA_3D = ("0x10de", "0x030200")  # data-centre GPU: 3D controller
 NVIDIA_VGA = ("0x10de", "0x030000")  # GeForce: VGA controller

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from agent.catalogue import BY_NAME
-from agent.exposition.render import Exposition, build_exposition, prepare
-from agent.exposition.slots import table_of
-from agent.poller import Snapshot, SourceStatus
-from agent.sources.infiniband import InfinibandDevice, InfinibandPort, InfinibandSample
-from agent.sources.nvml.samples import GpuInfo, GpuSample, NvmlSample, ProcessSample
+from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare
+from nvwatch.agent.exposition.slots import table_of
+from nvwatch.agent.poller import Snapshot, SourceStatus
+from nvwatch.agent.sources.infiniband import InfinibandDevice, InfinibandPort, InfinibandSample
+from nvwatch.agent.sources.nvml.samples import GpuInfo, GpuSample, NvmlSample, ProcessSample
 
 # a uuid and device names no other test uses: the table is shared by the whole process
 UUID = "GPU-bounded-slot-table-test"

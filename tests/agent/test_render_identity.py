@@ -24,28 +24,28 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from agent.catalogue import Field, MetricSpec, MetricType, Scope, Series, of_scope
-from agent.config import parse_scenario
-from agent.exposition.gpu import totals
-from agent.exposition.render import (
+from nvwatch.agent.catalogue import Field, MetricSpec, MetricType, Scope, Series, of_scope
+from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.exposition.gpu import totals
+from nvwatch.agent.exposition.render import (
     Exposition,
     agent_families,
     build_exposition,
     prepare,
     registry_of,
 )
-from agent.poller import Poller, Snapshot, SourceStatus
-from agent.sim import nvml as sim_nvml
-from agent.sim.clock import ManualClock
-from agent.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
-from agent.sim.node import SimulatedNode, known_scenarios
-from agent.sim.profiles import PROFILES, Profile
-from agent.sim.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
-from agent.sources import Source
-from agent.sources.host import HostSample, HostSource
-from agent.sources.infiniband import InfinibandSample, InfinibandSource
-from agent.sources.nvml.samples import NvmlSample, ProcessSample
-from agent.sources.nvml.source import NvmlSource
+from nvwatch.agent.poller import Poller, Snapshot, SourceStatus
+from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
+from nvwatch.agent.sim.node import SimulatedNode, known_scenarios
+from nvwatch.agent.sim.profiles import PROFILES, Profile
+from nvwatch.agent.sim.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
+from nvwatch.agent.sources import Source
+from nvwatch.agent.sources.host import HostSample, HostSource
+from nvwatch.agent.sources.infiniband import InfinibandSample, InfinibandSource
+from nvwatch.agent.sources.nvml.samples import NvmlSample, ProcessSample
+from nvwatch.agent.sources.nvml.source import NvmlSource
 
 # simulated seconds of each poll: a baseline, the faults active (they begin at 30 s; a
 # lost GPU stops answering 2 s later, an HCA vanishes at 30 s), and after REPAIR_S, when

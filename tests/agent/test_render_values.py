@@ -18,11 +18,11 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.utils import floatToGoString
 
-from agent.catalogue import BY_NAME, MetricSpec, MetricType, Scope, Series
-from agent.exposition import slots
-from agent.exposition.families import FamilySet
-from agent.exposition.render import registry_of
-from agent.exposition.text import render_openmetrics, render_text
+from nvwatch.agent.catalogue import BY_NAME, MetricSpec, MetricType, Scope, Series
+from nvwatch.agent.exposition import slots
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.render import registry_of
+from nvwatch.agent.exposition.text import render_openmetrics, render_text
 
 VALUES: tuple[float, ...] = (
     0.0,

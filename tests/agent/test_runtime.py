@@ -3,10 +3,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from agent.app import poll_and_render
-from agent.config import AgentConfig, ConfigError, ScenarioSpec
-from agent.runtime import runtime
-from agent.sources.registry import build_sources
+from nvwatch.agent.app import poll_and_render
+from nvwatch.agent.config import AgentConfig, ConfigError, ScenarioSpec
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sources.registry import build_sources
 
 
 def test_simulate_wires_nvml_and_fabric_with_gpu_affinity() -> None:

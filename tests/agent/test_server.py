@@ -18,9 +18,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from agent.app import Agent, make_server, serve
-from agent.config import AgentConfig
-from agent.server import Health, MetricsServer
+from nvwatch.agent.app import Agent, make_server, serve
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.server import Health, MetricsServer
 from tests.agent.fakes import CountingHostSource
 from tests.conftest import require_tool
 

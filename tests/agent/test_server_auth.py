@@ -19,10 +19,10 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from agent.server import ServerLimits
-from agent.server import auth as auth_module
-from agent.server.auth import bcrypt_cost
-from agent.sim.ports import free_port
+from nvwatch.agent.server import ServerLimits
+from nvwatch.agent.server import auth as auth_module
+from nvwatch.agent.server.auth import bcrypt_cost
+from nvwatch.agent.sim.ports import free_port
 from tests.agent.server_helpers import exchange, read_until_closed, serving, statuses, web_config
 
 
@@ -190,8 +190,9 @@ GOOD = {"Authorization": _basic(b"prometheus", b"s3cret")}
 def _agent(web: Path) -> Iterator[int]:
     """`nvwatch serve` in its own process, as on a node; yields its port once it answers."""
     port = free_port()
-    argv = [sys.executable, "-m", "agent.cli", "serve", "--sources", "host", "--interval", "1s",
-            "--listen", f"127.0.0.1:{port}", "--web-config", str(web)]  # fmt: skip
+    argv = [sys.executable, "-m", "nvwatch.agent.cli", "serve", "--sources", "host",
+            "--interval", "1s", "--listen", f"127.0.0.1:{port}",
+            "--web-config", str(web)]  # fmt: skip
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

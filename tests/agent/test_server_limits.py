@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from agent.server import ServerLimits
+from nvwatch.agent.server import ServerLimits
 from tests.agent.server_helpers import Served, exchange, read_until_closed, serving, statuses
 from tests.agent.server_helpers import wait_for as wait_until
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from agent.app import Agent, make_server
-from agent.config import AgentConfig
-from agent.server import REFUSAL_REASONS
+from nvwatch.agent.app import Agent, make_server
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.server import REFUSAL_REASONS
 from tests.agent.fakes import CountingHostSource
 from tests.agent.server_helpers import exchange
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import bcrypt
 import psutil
 
-from agent.sim.ports import free_port
+from nvwatch.agent.sim.ports import free_port
 from tests.agent.test_server_auth import _ATTACKER
 
 SOAK_S = 30.0
@@ -42,7 +42,7 @@ def _agent(tmp_path: Path) -> Iterator[tuple[int, psutil.Process]]:
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
     web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
     port = free_port()
-    argv = [sys.executable, "-m", "agent.cli", "serve", "--simulate", "dgx-h100",
+    argv = [sys.executable, "-m", "nvwatch.agent.cli", "serve", "--simulate", "dgx-h100",
             "--interval", f"{INTERVAL_S:g}s", "--listen", f"127.0.0.1:{port}",
             "--web-config", str(web)]  # fmt: skip
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

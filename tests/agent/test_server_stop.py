@@ -6,8 +6,8 @@ import http.client
 import threading
 import time
 
-from agent.app import Agent, make_server
-from agent.config import AgentConfig
+from nvwatch.agent.app import Agent, make_server
+from nvwatch.agent.config import AgentConfig
 from tests.agent.fakes import CountingHostSource
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.server import ServerLimits
+from nvwatch.agent.server import ServerLimits
 from tests.agent.server_helpers import (
     Certs,
     Served,

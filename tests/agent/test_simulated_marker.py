@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.sim.ports import free_port
+from nvwatch.agent.sim.ports import free_port
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}
 
 

@@ -6,9 +6,9 @@ import ast
 import contextvars
 from pathlib import Path
 
-import agent
-from agent import threads
-from agent.threads import start_thread
+from nvwatch import agent
+from nvwatch.agent import threads
+from nvwatch.agent.threads import start_thread
 
 AGENT = Path(agent.__file__).parent
 _node: contextvars.ContextVar[str] = contextvars.ContextVar("node", default="none")
@@ -50,9 +50,9 @@ def test_only_the_helper_starts_threads_and_its_docstring_lists_every_one() -> N
             if path.name != "threads.py":
                 assert called not in ("Thread", "ThreadPoolExecutor", "Timer"), (
                     f"{path.relative_to(AGENT.parent)}:{call.lineno} starts a thread "
-                    "without agent.threads.start_thread"
+                    "without nvwatch.agent.threads.start_thread"
                 )
-            if called == "start_thread" and call.args:
+            if called in ("start_thread", "thread_pool") and call.args:
                 first = call.args[0]
                 if isinstance(first, ast.Constant):
                     names.add(str(first.value))

@@ -11,8 +11,8 @@ import bcrypt
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.webconfig import WebConfigError, load_web_config
+from nvwatch.agent.cli import cli
+from nvwatch.agent.webconfig import WebConfigError, load_web_config
 from tests.agent.server_helpers import Certs, make_certs
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()

@@ -11,19 +11,19 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.app import poll_and_render
-from agent.cli import cli
-from agent.cli.options import build_config
-from agent.config import AgentConfig, ScenarioSpec
-from agent.runtime import runtime
-from agent.sim import nvml as sim_nvml
-from agent.sim.clock import ManualClock
-from agent.sim.kmsg import kernel_pci
-from agent.sim.node import SimulatedNode
-from agent.sim.profiles import get_profile, gpu_pci_bus_id
-from agent.sim.scenarios import FAULT_ONSET_S, XID_STORM_BURST
-from agent.sources.nvml.kmsg import DEFAULT_PATH
-from agent.sources.registry import build_sources, kmsg_path
+from nvwatch.agent.app import poll_and_render
+from nvwatch.agent.cli import cli
+from nvwatch.agent.cli.options import build_config
+from nvwatch.agent.config import AgentConfig, ScenarioSpec
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.kmsg import kernel_pci
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.profiles import get_profile, gpu_pci_bus_id
+from nvwatch.agent.sim.scenarios import FAULT_ONSET_S, XID_STORM_BURST
+from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH
+from nvwatch.agent.sources.registry import build_sources, kmsg_path
 
 PROFILE = "dgx-h100"
 STORM = {xid: XID_STORM_BURST.count(xid) for xid in set(XID_STORM_BURST)}  # one burst

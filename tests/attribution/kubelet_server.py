@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from agent.sources.attribution.podresources import api_pb2, api_pb2_grpc
+from nvwatch.agent.sources.attribution.podresources import api_pb2, api_pb2_grpc
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.app import Agent
-from agent.config import AgentConfig
-from agent.runtime import runtime
-from agent.sources.registry import build_sources
+from nvwatch.agent.app import Agent
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sources.registry import build_sources
 from tests.attribution.conftest import ProcTree, Spawn
 from tests.attribution.kubelet_server import Pod, fake_kubelet
 from tests.attribution.test_kubernetes import SYSTEMD_CGROUP

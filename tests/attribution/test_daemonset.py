@@ -8,9 +8,9 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from agent.cli import cli
-from agent.cli.options import build_config
-from agent.sources.attribution.kubepods import checkpoint_path
+from nvwatch.agent.cli import cli
+from nvwatch.agent.cli.options import build_config
+from nvwatch.agent.sources.attribution.kubepods import checkpoint_path
 
 DAEMONSET = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "daemonset.yaml"
 

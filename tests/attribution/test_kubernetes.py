@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.sources.attribution.kubernetes import KubernetesResolver
-from agent.sources.attribution.model import GpuRef, InstanceRef, Owner
-from agent.sources.attribution.procfs import ProcFS
+from nvwatch.agent.sources.attribution.kubernetes import KubernetesResolver
+from nvwatch.agent.sources.attribution.model import GpuRef, InstanceRef, Owner
+from nvwatch.agent.sources.attribution.procfs import ProcFS
 from tests.attribution.conftest import ProcTree, Spawn
 from tests.attribution.kubelet_server import Pod, fake_kubelet
 

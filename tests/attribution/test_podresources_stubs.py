@@ -15,6 +15,8 @@ GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
     (tmp_path / PACKAGE).mkdir(parents=True)
     shutil.copy(REPO / PACKAGE / "api.proto", tmp_path / PACKAGE / "api.proto")
+    (tmp_path / "nvwatch").mkdir()
+    (tmp_path / "nvwatch" / "agent").symlink_to("../agent")
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO / "scripts" / "gen-podresources", tmp_path / "scripts")
     subprocess.run(
@@ -32,7 +34,7 @@ def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
 
 def test_the_proto_is_the_published_v1_service() -> None:
     """The wire names the kubelet serves: package v1, service PodResourcesLister, List."""
-    from agent.sources.attribution.podresources import api_pb2
+    from nvwatch.agent.sources.attribution.podresources import api_pb2
 
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"

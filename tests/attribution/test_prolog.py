@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from agent.sources.attribution.mapping_dir import MappedJobs, read_mapping_dir
+from nvwatch.agent.sources.attribution.mapping_dir import MappedJobs, read_mapping_dir
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
 

@@ -9,18 +9,18 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from agent.sim.clock import ManualClock
-from agent.sources import SourceDegraded
-from agent.sources.attribution.model import (
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sources import SourceDegraded
+from nvwatch.agent.sources.attribution.model import (
     Allocation,
     AttributionSample,
     GpuRef,
     Owner,
     Resolution,
 )
-from agent.sources.attribution.refresher import AttributionRefresher, Cached
-from agent.sources.attribution.source import AttributionSource
-from agent.sources.nvml.samples import GpuInfo, GpuSample, ProcessOwnerLabels, ProcessSample
+from nvwatch.agent.sources.attribution.refresher import AttributionRefresher, Cached
+from nvwatch.agent.sources.attribution.source import AttributionSource
+from nvwatch.agent.sources.nvml.samples import GpuInfo, GpuSample, ProcessOwnerLabels, ProcessSample
 
 
 class Recording:
@@ -131,9 +131,9 @@ def test_a_cache_that_stopped_refreshing_is_served_as_no_owners() -> None:
 
 
 def test_processes_of_a_mig_gpu_go_to_their_instance() -> None:
-    from agent.sources.attribution.model import InstanceRef
-    from agent.sources.attribution.refresher import gpu_ref
-    from agent.sources.nvml.samples import MigDeviceSample
+    from nvwatch.agent.sources.attribution.model import InstanceRef
+    from nvwatch.agent.sources.attribution.refresher import gpu_ref
+    from nvwatch.agent.sources.nvml.samples import MigDeviceSample
 
     gpu = dataclasses.replace(
         _gpu(4),

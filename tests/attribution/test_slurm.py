@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources.attribution.model import GpuRef, InstanceRef, Owner, Resolution
-from agent.sources.attribution.procfs import ProcFS
-from agent.sources.attribution.slurm import SlurmResolver
+from nvwatch.agent.sources.attribution.model import GpuRef, InstanceRef, Owner, Resolution
+from nvwatch.agent.sources.attribution.procfs import ProcFS
+from nvwatch.agent.sources.attribution.slurm import SlurmResolver
 from tests.attribution.conftest import ProcTree, Spawn
 
 NOBODY = pwd.getpwnam("nobody").pw_uid

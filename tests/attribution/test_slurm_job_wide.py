@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.sources.attribution.model import GpuRef, Owner
-from agent.sources.attribution.procfs import ProcFS
-from agent.sources.attribution.slurm import SlurmResolver
+from nvwatch.agent.sources.attribution.model import GpuRef, Owner
+from nvwatch.agent.sources.attribution.procfs import ProcFS
+from nvwatch.agent.sources.attribution.slurm import SlurmResolver
 from tests.attribution.conftest import ProcTree, Spawn
 
 

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ScenarioSpec
-from agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
-from agent.sim.fleet import Fleet
-from agent.sim.fleet_jobs import FleetJob
-from alerts import build as alerts_build
-from mixin.config import MixinConfig
+from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.fleet_jobs import FleetJob
+from nvwatch.alerts import build as alerts_build
+from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 from tests.e2e.stack import Receiver, Stack, wait_for
 

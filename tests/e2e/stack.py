@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agent.app import Agent
-from agent.config import AgentConfig
-from agent.sim import nvml as sim_nvml
-from agent.sim.fleet import Fleet, FleetNode
-from agent.sim.ports import free_port
-from agent.sources.registry import build_sources
+from nvwatch.agent.app import Agent
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.fleet import Fleet, FleetNode
+from nvwatch.agent.sim.ports import free_port
+from nvwatch.agent.sources.registry import build_sources
 
 T = TypeVar("T")
 HOST = "127.0.0.1"

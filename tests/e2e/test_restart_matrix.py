@@ -42,15 +42,15 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import ScenarioSpec
-from agent.durations import parse_duration
-from agent.sim.fleet import Fleet
-from agent.sim.node import known_scenarios
-from agent.sim.profiles import get_profile
-from agent.sim.scenarios import XID_STORM_BURST
-from alerts import build as alerts_build
-from alerts.rules import Severity, all_alerts
-from mixin.config import MixinConfig
+from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.durations import parse_duration
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.node import known_scenarios
+from nvwatch.agent.sim.profiles import get_profile
+from nvwatch.agent.sim.scenarios import XID_STORM_BURST
+from nvwatch.alerts import build as alerts_build
+from nvwatch.alerts.rules import Severity, all_alerts
+from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 from tests.e2e.conftest import POLL_INTERVAL, SCRAPE_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.stack import Receiver, Stack, wait_for

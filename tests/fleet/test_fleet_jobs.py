@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig
-from agent.sim.fleet_jobs import FIRST_JOB_ID, FleetJob, NodeJobs, check_jobs, parse_job
-from agent.sim.fleet_plan import FleetError
-from agent.sources.attribution.mapping_dir import read_mapping_dir
-from agent.sources.attribution.model import GpuRef, Owner
-from agent.sources.attribution.procfs import ProcFS
-from agent.sources.attribution.slurm import SlurmResolver
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sim.fleet_jobs import FIRST_JOB_ID, FleetJob, NodeJobs, check_jobs, parse_job
+from nvwatch.agent.sim.fleet_plan import FleetError
+from nvwatch.agent.sources.attribution.mapping_dir import read_mapping_dir
+from nvwatch.agent.sources.attribution.model import GpuRef, Owner
+from nvwatch.agent.sources.attribution.procfs import ProcFS
+from nvwatch.agent.sources.attribution.slurm import SlurmResolver
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_a_nodes_jobs_read_back_as_the_slurm_resolver_sees_them(tmp_path: Path) 
 
 
 def test_simulate_fleet_bad_jobs_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from agent.cli import main
+    from nvwatch.agent.cli import main
 
     for job, message in (
         ("0:9", "job 1001 on node 0: no GPU 9 (the node has GPUs 0..7)"),

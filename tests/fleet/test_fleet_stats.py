@@ -15,7 +15,7 @@ STATS = re.compile(
 
 def test_stats_every_prints_cpu_share_rss_and_polls() -> None:
     argv = [
-        *(sys.executable, "-m", "agent.cli", "simulate", "fleet"),
+        *(sys.executable, "-m", "nvwatch.agent.cli", "simulate", "fleet"),
         *("--profile", "dgx1-v100:2", "--interval", "0.5s", "--stats-every", "2"),
         *("--duration", "3s", "--base-port", "0"),
     ]

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.config import ConfigError, ScenarioSpec
-from agent.inventory import load_inventory, write_file_sd
-from agent.sim.fleet import SteppedClock
-from agent.sim.fleet_plan import (
+from nvwatch.agent.cli import cli
+from nvwatch.agent.config import ConfigError, ScenarioSpec
+from nvwatch.agent.inventory import load_inventory, write_file_sd
+from nvwatch.agent.sim.fleet import SteppedClock
+from nvwatch.agent.sim.fleet_plan import (
     FleetError,
     assign_ports,
     expand_profiles,
@@ -183,7 +183,7 @@ def test_inventory_command_exit_codes(tmp_path: Path) -> None:
     assert "nvwatch-dgx-a100.json" in result.output
     bad = tmp_path / "bad.csv"
     bad.write_text("hostname,address\n")
-    from agent.cli import main
+    from nvwatch.agent.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["inventory", "--in", str(bad), "--out", str(tmp_path / "t")])
@@ -191,7 +191,7 @@ def test_inventory_command_exit_codes(tmp_path: Path) -> None:
 
 
 def test_simulate_fleet_bad_input_exits_2() -> None:
-    from agent.cli import main
+    from nvwatch.agent.cli import main
 
     for argv in (
         ["simulate", "fleet", "--profile", "dgx1-v100"],

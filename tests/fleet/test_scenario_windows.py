@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.cli.options import build_config
-from agent.config import ConfigError, ScenarioSpec, parse_scenario, split_scenarios
-from agent.sim.fleet import Fleet
-from agent.sim.fleet_plan import FleetError, parse_node_scenario, parse_repair_request
+from nvwatch.agent.cli import main
+from nvwatch.agent.cli.options import build_config
+from nvwatch.agent.config import ConfigError, ScenarioSpec, parse_scenario, split_scenarios
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.fleet_plan import FleetError, parse_node_scenario, parse_repair_request
 
 # --- the syntax ---------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.config import (
+from nvwatch.agent.config import (
     CONFIG_ERRORS,
     load_config_file,
     parse_listen,

@@ -9,10 +9,10 @@ import bcrypt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.server.auth import BasicAuth, Pending, basic_credentials
-from agent.server.limits import ServerLimits
-from agent.server.negotiation import gzip_accepted, wants_openmetrics
-from agent.server.request import HttpError, take_request
+from nvwatch.agent.server.auth import BasicAuth, Pending, basic_credentials
+from nvwatch.agent.server.limits import ServerLimits
+from nvwatch.agent.server.negotiation import gzip_accepted, wants_openmetrics
+from nvwatch.agent.server.request import HttpError, take_request
 
 from .strategies import FUZZ, near
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from agent.sources.nvml.kmsg import parse_record, pci_key
+from nvwatch.agent.sources.nvml.kmsg import parse_record, pci_key
 
 from .strategies import FUZZ, near
 

@@ -6,7 +6,7 @@ import re
 
 from hypothesis import given
 
-from agent.sources.pci_address import sysfs_bus_id
+from nvwatch.agent.sources.pci_address import sysfs_bus_id
 
 from .strategies import FUZZ, near
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.config import CONFIG_ERRORS, parse_scenario, split_scenarios
+from nvwatch.agent.config import CONFIG_ERRORS, parse_scenario, split_scenarios
 
 from .strategies import FUZZ, near
 

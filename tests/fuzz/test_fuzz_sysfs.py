@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.sources.infiniband import InfinibandSource
-from agent.sources.infiniband_parse import NotAValue, parse_counter, parse_rate, parse_state
-from agent.sources.pci_affinity import Resolver
-from agent.sources.presence import read_function
+from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sources.infiniband_parse import NotAValue, parse_counter, parse_rate, parse_state
+from nvwatch.agent.sources.pci_affinity import Resolver
+from nvwatch.agent.sources.presence import read_function
 from tests.infiniband.sysfs_tree import add_device, add_pci_device, healthy_port
 
 from .strategies import FUZZ, near

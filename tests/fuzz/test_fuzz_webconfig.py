@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.webconfig import load_web_config
+from nvwatch.agent.webconfig import load_web_config
 
 from .strategies import FUZZ, tricky_text
 

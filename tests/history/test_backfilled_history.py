@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 from tests.history.backfill import HistoryPrometheus
 
 # generating and backfilling the month (the session fixture's setup) takes ~30 s of CPU,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from agent.cli import main
+from nvwatch.agent.cli import main
 
 END = "2026-03-02T00:00:00+00:00"
 

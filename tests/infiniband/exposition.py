@@ -5,10 +5,10 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.exposition.families import FamilySet
-from agent.exposition.infiniband import render
-from agent.exposition.render import registry_of
-from agent.sources.infiniband import InfinibandSample
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.infiniband import render
+from nvwatch.agent.exposition.render import registry_of
+from nvwatch.agent.sources.infiniband import InfinibandSample
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

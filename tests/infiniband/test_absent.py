@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.sim.clock import ManualClock
-from agent.sim.fabric import SimulatedFabric
-from agent.sources import SourceAbsent, SourceUnavailable
-from agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.fabric import SimulatedFabric
+from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.infiniband import InfinibandSource
 from tests.agent.test_presence import INTEL_ETH, MLX_ETH, MLX_IB, NVIDIA_3D, add_function
 from tests.infiniband.sysfs_tree import add_device, healthy_port
 
@@ -102,6 +102,6 @@ def test_one_device_vanishing_keeps_the_others_served_and_is_logged(
     source = InfinibandSource(tmp_path)
     assert [d.name for d in source.collect().devices] == ["mlx5_0", "mlx5_1"]
     shutil.rmtree(tmp_path / "class" / "infiniband" / "mlx5_1")
-    with caplog.at_level(logging.WARNING, logger="agent.sources.infiniband"):
+    with caplog.at_level(logging.WARNING, logger="nvwatch.agent.sources.infiniband"):
         assert [d.name for d in source.collect().devices] == ["mlx5_0"]
     assert any("gone: mlx5_1" in r.getMessage() for r in caplog.records)

@@ -9,10 +9,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agent.cli.options import build_config, source_options
-from agent.config import AgentConfig
-from agent.sources.infiniband import InfinibandSource
-from agent.sources.registry import build_sources
+from nvwatch.agent.cli.options import build_config, source_options
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sources.registry import build_sources
 
 from .sysfs_tree import add_device, healthy_port
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
-from agent.sources.infiniband import InfinibandPort, InfinibandSample, InfinibandSource
-from agent.sources.pci_affinity import Resolver
-from agent.sources.presence import scan_pci
+from nvwatch.agent.exposition.render import build_exposition, prepare
+from nvwatch.agent.poller import Poller
+from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSample, InfinibandSource
+from nvwatch.agent.sources.pci_affinity import Resolver
+from nvwatch.agent.sources.presence import scan_pci
 
 from .sysfs_tree import (
     add_device,

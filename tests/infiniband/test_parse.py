@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.sources.infiniband import InfinibandSource
-from agent.sources.infiniband_parse import (
+from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sources.infiniband_parse import (
     NotAValue,
     format_rate,
     parse_counter,

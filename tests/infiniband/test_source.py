@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.catalogue import BY_NAME
-from agent.sources import Source, SourceAbsent, SourceUnavailable
-from agent.sources.infiniband import (
+from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.agent.sources import Source, SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.infiniband import (
     InfinibandPort,
     InfinibandSample,
     InfinibandSource,
     read_sysfs_text,
 )
-from agent.sources.infiniband_parse import (
+from nvwatch.agent.sources.infiniband_parse import (
     SATURATION_FLAGGED,
     SWITCH_ONLY_COUNTERS,
     hw_counter_selection,
@@ -267,7 +267,7 @@ def test_odd_file_logged_once_across_polls(
 ) -> None:
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**{"counters/symbol_error": "x\n"})})
     source = InfinibandSource(tmp_path, reader=_denying_reader("port_rcv_data"))
-    with caplog.at_level(logging.DEBUG, logger="agent.sources.infiniband"):
+    with caplog.at_level(logging.DEBUG, logger="nvwatch.agent.sources.infiniband"):
         for _ in range(5):
             source.collect()
     messages = [r.getMessage() for r in caplog.records]

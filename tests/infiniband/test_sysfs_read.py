@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources.sysfs_read import NotARegularFile, read_attribute
+from nvwatch.agent.sources.sysfs_read import NotARegularFile, read_attribute
 
 from .sysfs_tree import fifo_in_place, returns_within
 

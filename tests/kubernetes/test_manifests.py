@@ -15,10 +15,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from alerts import build as alerts_build
-from dashboards import build as dashboards_build
-from mixin import kubernetes as k8s
-from mixin.config import MixinConfig
+from nvwatch.alerts import build as alerts_build
+from nvwatch.dashboards import build as dashboards_build
+from nvwatch.mixin import kubernetes as k8s
+from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def promtool() -> str:
 
 @pytest.fixture(scope="session")
 def dashboards(cfg: MixinConfig) -> dict[str, dict[str, Any]]:
-    from dashboards.build import build_all
+    from nvwatch.dashboards.build import build_all
 
     return build_all(cfg)
 

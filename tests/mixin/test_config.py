@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from alerts.render import prometheus_alerts
-from mixin.config import MixinConfig, load
+from nvwatch.alerts.render import prometheus_alerts
+from nvwatch.mixin.config import MixinConfig, load
 
 
 def test_defaults_without_a_file() -> None:

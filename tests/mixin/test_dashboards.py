@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from dashboards import thresholds as t
-from dashboards.build import build_all
-from dashboards.grafana import DATASOURCE, MODERN_PANEL_TYPES, SCHEMA_VERSION, modernise
-from mixin.config import MixinConfig, NodeClass
+from nvwatch.dashboards import thresholds as t
+from nvwatch.dashboards.build import build_all
+from nvwatch.dashboards.grafana import DATASOURCE, MODERN_PANEL_TYPES, SCHEMA_VERSION, modernise
+from nvwatch.mixin.config import MixinConfig, NodeClass
 
 LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
 LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}

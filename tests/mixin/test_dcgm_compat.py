@@ -9,12 +9,12 @@ import subprocess
 import pytest
 import yaml
 
-from agent.catalogue import BY_NAME
-from alerts.build import build_all
-from alerts.promql import metric_names
-from mixin.config import MixinConfig
-from mixin.dcgm_compat import FIELDS, LABELS_RULE, MIB, DcgmField, labels
-from mixin.dcgm_doc import RULE_FILE, render_doc
+from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.alerts.build import build_all
+from nvwatch.alerts.promql import metric_names
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.dcgm_compat import FIELDS, LABELS_RULE, MIB, DcgmField, labels
+from nvwatch.mixin.dcgm_doc import RULE_FILE, render_doc
 from tests.mixin.conftest import REPO
 
 # The uncommented lines of dcgm-exporter's etc/default-counters.csv (NVIDIA/dcgm-exporter,

@@ -12,15 +12,15 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from alerts import build as alerts_build
-from alerts.docs import render_docs
-from alerts.rules import all_alerts
-from dashboards import build as dashboards_build
-from mixin import commands
-from mixin.config import MixinConfig
-from mixin.dcgm_doc import DOC_NAME as DCGM_DOC
-from mixin.dcgm_doc import render_doc as render_dcgm_doc
-from mixin.kubernetes import default_dir as default_kubernetes_dir
+from nvwatch.alerts import build as alerts_build
+from nvwatch.alerts.docs import render_docs
+from nvwatch.alerts.rules import all_alerts
+from nvwatch.dashboards import build as dashboards_build
+from nvwatch.mixin import commands
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.dcgm_doc import DOC_NAME as DCGM_DOC
+from nvwatch.mixin.dcgm_doc import render_doc as render_dcgm_doc
+from nvwatch.mixin.kubernetes import default_dir as default_kubernetes_dir
 from tests.mixin.conftest import REPO
 
 DOCS = REPO / "docs" / "alerts.md"
@@ -117,7 +117,7 @@ def test_python_m_runs_the_same_commands(tmp_path: Path) -> None:
 
 
 def test_nvwatch_has_the_same_commands() -> None:
-    from agent.cli import cli
+    from nvwatch.agent.cli import cli
 
     assert cli.commands["alerts"] is commands.alerts_group
     assert cli.commands["dashboards"] is commands.dashboards_group

@@ -7,9 +7,9 @@ import re
 
 import yaml
 
-from alerts.build import build_all
-from alerts.rules import all_alerts
-from mixin.config import MixinConfig
+from nvwatch.alerts.build import build_all
+from nvwatch.alerts.rules import all_alerts
+from nvwatch.mixin.config import MixinConfig
 
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 

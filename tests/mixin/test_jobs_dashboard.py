@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from dashboards.jobs import VERDICTS, verdict
-from mixin.config import MixinConfig
+from nvwatch.dashboards.jobs import VERDICTS, verdict
+from nvwatch.mixin.config import MixinConfig
 
 # the dashboard's variables: every cluster, user and job; a 10-minute range
 VARIABLES = {

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.catalogue import BY_NAME
-from alerts.promql import cross_aggregated_names, metric_names
-from alerts.recording import recorded_names, recording_groups
-from alerts.rules import all_alerts
-from mixin.config import MixinConfig
+from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.alerts.promql import cross_aggregated_names, metric_names
+from nvwatch.alerts.recording import recorded_names, recording_groups
+from nvwatch.alerts.rules import all_alerts
+from nvwatch.mixin.config import MixinConfig
 
 # Grafana's variables, replaced by values of the same syntactic kind before promtool
 _GRAFANA_VARS = {

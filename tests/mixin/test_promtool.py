@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.recording import recorded_names
-from alerts.rules import all_alerts
-from alerts.rules.base import Kind
-from mixin.config import MixinConfig
+from nvwatch.alerts.recording import recorded_names
+from nvwatch.alerts.rules import all_alerts
+from nvwatch.alerts.rules.base import Kind
+from nvwatch.mixin.config import MixinConfig
 from tests.mixin.conftest import PROMTOOL_TESTS, REPO
 
 RULE_FILES = ["nvwatch-alerts.yaml", "nvwatch-recording.yaml"]

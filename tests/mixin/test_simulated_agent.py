@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from alerts.build import write
-from alerts.rules import Severity, all_alerts
-from mixin.config import MixinConfig, load
+from nvwatch.alerts.build import write
+from nvwatch.alerts.rules import Severity, all_alerts
+from nvwatch.mixin.config import MixinConfig, load
 from tests.mixin.conftest import REPO
 
 EXAMPLE = REPO / "deploy" / "mixin.example.yaml"
 ALERT = "NvwatchSimulatedAgentInProduction"
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 
 
 def test_only_a_production_config_pages_on_simulated_agents() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.render import prometheus_alerts, prometheus_recording
-from mixin.config import MixinConfig
+from nvwatch.alerts.render import prometheus_alerts, prometheus_recording
+from nvwatch.mixin.config import MixinConfig
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from alerts import build as alerts_build
+from nvwatch.alerts import build as alerts_build
 from tests.conftest import require_tool
 from tests.mixin.conftest import REPO
 

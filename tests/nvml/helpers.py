@@ -11,11 +11,11 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.exposition.families import FamilySet
-from agent.exposition.gpu import render
-from agent.exposition.render import registry_of
-from agent.sim.clock import ManualClock
-from agent.sources.nvml import NvmlSample, NvmlSource
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.gpu import render
+from nvwatch.agent.exposition.render import registry_of
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sources.nvml import NvmlSample, NvmlSource
 
 POLL_S = 5.0
 

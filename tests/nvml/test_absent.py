@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from agent.sim import nvml as sim_nvml
-from agent.sim.clock import ManualClock
-from agent.sim.fabric import SimulatedFabric
-from agent.sim.nvml.abi import SUCCESS, set_out
-from agent.sim.profiles import PROFILES
-from agent.sources import SourceAbsent, SourceUnavailable
-from agent.sources.nvml import NvmlSource
-from agent.sources.presence import scan_pci
+from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.fabric import SimulatedFabric
+from nvwatch.agent.sim.nvml.abi import SUCCESS, set_out
+from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.nvml import NvmlSource
+from nvwatch.agent.sources.presence import scan_pci
 from tests.agent.test_presence import INTEL_ETH, NVIDIA_3D, NVIDIA_AUDIO, add_function
 from tests.nvml.conftest import NodeFactory
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from agent.sources.nvml.device import (
+from nvwatch.agent.sources.nvml.device import (
     DOWN_CODES,
     bus_key,
     error_name,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources.nvml import kmsg
-from agent.sources.nvml.kmsg import KmsgReader, KmsgUnreadable, XidRecord, parse_record
-from agent.sources.nvml.xid import NO_KERNEL_LOG, XidListener, combine
+from nvwatch.agent.sources.nvml import kmsg
+from nvwatch.agent.sources.nvml.kmsg import KmsgReader, KmsgUnreadable, XidRecord, parse_record
+from nvwatch.agent.sources.nvml.xid import NO_KERNEL_LOG, XidListener, combine
 
 # NVML's bus ids of the four GPUs this "node" has; a fifth GPU (0000:b7:00) belongs to
 # the host but not to this container, so its lines must count nowhere.
@@ -175,7 +175,7 @@ def test_unknown_pci_counts_nowhere_and_is_logged_once(
     log = tmp_path / "kmsg"
     _write(log, RECORDS)
     listener = _listener(listeners, log)
-    with caplog.at_level(logging.WARNING, logger="agent.sources.nvml.xid"):
+    with caplog.at_level(logging.WARNING, logger="nvwatch.agent.sources.nvml.xid"):
         for _ in range(3):
             _all_counts(listener)
     unknown = [r for r in caplog.records if "0000:b7:00" in r.getMessage()]

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.exposition.render import build_exposition, prepare
-from agent.poller import Poller
-from agent.sim.clock import ManualClock
-from agent.sim.gpu_state import Activity
-from agent.sim.mig_layout import parse_layout
-from agent.sim.mig_state import GpuMig
-from agent.sim.node import SimulatedNode
-from agent.sim.nvml import SimulatedNvml, install, uninstall
-from agent.sources.attribution.refresher import gpu_ref
-from agent.sources.nvml.source import NvmlSource
-from agent.topology import build_topology, format_matrix
+from nvwatch.agent.exposition.render import build_exposition, prepare
+from nvwatch.agent.poller import Poller
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.gpu_state import Activity
+from nvwatch.agent.sim.mig_layout import parse_layout
+from nvwatch.agent.sim.mig_state import GpuMig
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
+from nvwatch.agent.sources.attribution.refresher import gpu_ref
+from nvwatch.agent.sources.nvml.source import NvmlSource
+from nvwatch.agent.topology import build_topology, format_matrix
 from tests.nvml.test_exported_equals_simulated import BYTE, Comparison
 
 POLL_S = 60.0

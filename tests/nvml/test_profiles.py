@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from agent.catalogue import BY_NAME
-from agent.sim.profiles import PROFILES, Profile
-from agent.sources.nvml import NvmlSample
+from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.agent.sim.profiles import PROFILES, Profile
+from nvwatch.agent.sources.nvml import NvmlSample
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import Series, exposition, poll, select, value
 
@@ -164,7 +164,7 @@ def test_gpu_level_nvlink_detail_aggregates(node: NodeFactory) -> None:
 
 
 def test_unknown_nvlink_detail_is_refused() -> None:
-    from agent.sources.nvml import NvmlSource
+    from nvwatch.agent.sources.nvml import NvmlSource
 
     with pytest.raises(ValueError, match="nvlink_detail"):
         NvmlSource(nvlink_detail="lane")

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ScenarioSpec
-from agent.sim.fleet import Fleet
-from agent.sim.fleet_jobs import FleetJob
-from agent.sim.ports import free_port
-from alerts import build as alerts_build
-from dashboards.build import build_all
-from dashboards.preview import PanelResult, Prometheus, preview
+from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.fleet_jobs import FleetJob
+from nvwatch.agent.sim.ports import free_port
+from nvwatch.alerts import build as alerts_build
+from nvwatch.dashboards.build import build_all
+from nvwatch.dashboards.preview import PanelResult, Prometheus, preview
 from tests.conftest import require_tool
 from tests.e2e.conftest import SCRAPE_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.stack import HOST, Receiver, Stack, wait_for
@@ -148,7 +148,7 @@ def _faulty_node_is_drawn(panel: PanelResult) -> None:
 
 
 def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from agent.cli import main
+    from nvwatch.agent.cli import main
 
     main(["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out", str(tmp_path),
           "--range", "5m", "--scrape-interval", "5s", "--var", "instance=dgx-000",
@@ -162,7 +162,7 @@ def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFix
 def test_unreachable_prometheus_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agent.cli import main
+    from nvwatch.agent.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["dashboards", "preview", "--prometheus", f"http://{HOST}:{free_port(HOST)}",

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.sim.ports import free_port
+from nvwatch.agent.cli import cli
+from nvwatch.agent.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.report import synthetic
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mixin.config import MixinConfig
+from nvwatch.mixin.config import MixinConfig
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "mixin.example.yaml"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from agent.sim.ports import free_port
+from nvwatch.agent.sim.ports import free_port
 from tests.agent.server_helpers import Certs, make_certs
 from tests.report.conftest import Backfill, SyntheticReport, prometheus_serving, report_args
 
@@ -26,7 +26,7 @@ USER, PASSWORD = "reviewer", "correct horse battery"
 
 def nvwatch(*args: str, setup: str = "") -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a fresh interpreter (`setup` runs first, e.g. to hide a module)."""
-    code = f"{setup}\nfrom agent.cli import main\nmain({list(args)!r})"
+    code = f"{setup}\nfrom nvwatch.agent.cli import main\nmain({list(args)!r})"
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )

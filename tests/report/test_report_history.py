@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.report.window import WEEK_SECONDS
+from nvwatch.agent.cli import cli
+from nvwatch.agent.report.window import WEEK_SECONDS
 from tests.history.backfill import HistoryPrometheus
 from tests.report.conftest import EXAMPLE_CONFIG
 

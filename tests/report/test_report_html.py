@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from agent.report import units
+from nvwatch.agent.report import units
 from tests.conftest import require_tool
 from tests.report.chromium import render
 from tests.report.conftest import SyntheticReport

@@ -11,7 +11,7 @@ import sys
 import pytest
 from PIL import Image
 
-from agent.report import style, units
+from nvwatch.agent.report import style, units
 
 
 @pytest.mark.parametrize(
@@ -44,13 +44,13 @@ def test_an_unknown_unit_prints_three_digits_and_its_name() -> None:
 def test_each_known_node_class_has_its_own_colour() -> None:
     colours = list(style.CLASS_COLOURS.values())
     assert len(set(colours)) == len(colours)
-    from mixin.config import DEFAULT_NODE_CLASSES
+    from nvwatch.mixin.config import DEFAULT_NODE_CLASSES
 
     assert {c.name for c in DEFAULT_NODE_CLASSES} <= set(style.CLASS_COLOURS)
 
 
 def test_an_unknown_class_keeps_its_colour_across_processes() -> None:
-    code = "from agent.report.style import class_colour; print(class_colour('lab-rtx6000'))"
+    code = "from nvwatch.agent.report.style import class_colour; print(class_colour('lab-rtx6000'))"
     seen = {
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -92,7 +92,7 @@ def test_without_matplotlib_the_agent_imports_and_plotting_says_how_to_install()
     # matplotlib=None in sys.modules makes `import matplotlib` raise ImportError
     code = (
         "import sys; sys.modules['matplotlib'] = None\n"
-        "import agent.cli, agent.report.style as s\n"
+        "import nvwatch.agent.cli, nvwatch.agent.report.style as s\n"
         "try:\n    s.require()\nexcept s.PlottingUnavailable as e:\n    print(e)\n"
     )
     out = subprocess.run(

@@ -10,11 +10,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.config import parse_scenario
-from agent.sim.clock import ManualClock
-from agent.sim.node import SimulatedNode
-from agent.sim.nvml import SimulatedNvml, install, uninstall
-from agent.sources.infiniband import InfinibandPort, InfinibandSource
+from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
+from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
 
 THERMAL = (
     pynvml.nvmlClocksEventReasonSwThermalSlowdown | pynvml.nvmlClocksEventReasonHwThermalSlowdown

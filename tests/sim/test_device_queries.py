@@ -14,8 +14,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.sim.nvml import SimulatedNvml
-from agent.sim.profiles import PROFILES
+from nvwatch.agent.sim.nvml import SimulatedNvml
+from nvwatch.agent.sim.profiles import PROFILES
 from tests.sim.every_device_query import queries
 
 SCRIPT = Path(__file__).with_name("every_device_query.py")
@@ -55,7 +55,7 @@ def test_every_query_finds_its_c_functions() -> None:
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_every_query_on_every_gpu_under_simulate_exec(profile: str) -> None:
     command = [sys.executable, str(SCRIPT)]
-    nvwatch = [sys.executable, "-m", "agent.cli", "simulate", "exec", "--profile", profile]
+    nvwatch = [sys.executable, "-m", "nvwatch.agent.cli", "simulate", "exec", "--profile", profile]
     done = subprocess.run([*nvwatch, "--", *command], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from agent.sim.clock import ManualClock
-from agent.sim.gpu_model import AMBIENT_C
-from agent.sim.nvml import SimulatedNvml, install, uninstall
-from agent.sim.profiles import H100_SXM5_80
-from agent.sim.workload import Workload
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.gpu_model import AMBIENT_C
+from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
+from nvwatch.agent.sim.profiles import H100_SXM5_80
+from nvwatch.agent.sim.workload import Workload
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.sim.clock import ManualClock
-from agent.sim.node import SimulatedNode
-from agent.sim.nvml import install, uninstall
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.nvml import install, uninstall
 
 # GPU 0: two instances; GPU 1: MIG on, no instances; GPU 2: MIG off
 LAYOUT = "0:3g.40gb,2g.20gb;1:none"

@@ -18,8 +18,8 @@ import sys
 import psutil
 import pytest
 
-from agent.sim.profiles import PROFILES
-from agent.sim.workers import worker_name
+from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sim.workers import worker_name
 
 VIEWER_PROFILES = ("dgx-h100", "dgx1-v100", "geforce-workstation")
 # a process row of nvitop's one-shot table: │ GPU PID TYPE USER GPU-MEM ... COMMAND │
@@ -27,7 +27,7 @@ NVITOP_ROW = re.compile(r"^│\s+(\d+)\s+(\d+)\s+C\s+(\S+)\s.*│$")
 
 
 def run_under(profile: str, *command: str) -> subprocess.CompletedProcess[str]:
-    nvwatch = [sys.executable, "-m", "agent.cli", "simulate", "exec", "--profile", profile]
+    nvwatch = [sys.executable, "-m", "nvwatch.agent.cli", "simulate", "exec", "--profile", profile]
     env = {"COLUMNS": "120", "TERM": "xterm"}
     return subprocess.run(
         [*nvwatch, "--", *command],

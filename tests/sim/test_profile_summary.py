@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.sim.profiles import PROFILES
+from nvwatch.agent.cli import cli
+from nvwatch.agent.sim.profiles import PROFILES
 
 
 def _listing() -> dict[str, str]:

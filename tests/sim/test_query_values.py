@@ -12,12 +12,12 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.config import parse_scenario
-from agent.sim.clock import ManualClock
-from agent.sim.node import SimulatedNode
-from agent.sim.nvml import install, uninstall
-from agent.sim.profiles import PROFILES
-from agent.sources.pci_affinity import Resolver
+from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.nvml import install, uninstall
+from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sources.pci_affinity import Resolver
 
 # pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,), which ctypes cannot pass
 READ = 0

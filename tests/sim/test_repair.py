@@ -15,13 +15,13 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.config import parse_scenario
-from agent.sim import scenarios
-from agent.sim.clock import ManualClock
-from agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
-from agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
-from agent.sim.nvml import install
-from agent.sim.profiles import PROFILES
+from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sim import scenarios
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
+from nvwatch.agent.sim.nvml import install
+from nvwatch.agent.sim.profiles import PROFILES
 from tests.sim.conftest import (
     CONGESTION_RATIO,
     NODE,

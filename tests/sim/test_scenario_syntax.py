@@ -1,4 +1,4 @@
-"""One scenario syntax (agent.config.SCENARIO_SYNTAX) in serve/dump, `simulate exec`,
+"""One scenario syntax (nvwatch.agent.config.SCENARIO_SYNTAX) in serve/dump, `simulate exec`,
 `simulate fleet` and NVWATCH_SCENARIO; --onset and --time-scale for exec; one-line
 errors (exit 2, no traceback) that use the user's words; nothing left in TMPDIR."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.sim.nvml import SimulatedNvml
+from nvwatch.agent.sim.nvml import SimulatedNvml
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}
 
 # a pynvml script: is GPU 3 answering now, and after WAIT seconds?

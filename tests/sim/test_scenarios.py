@@ -14,12 +14,12 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
-from agent.config import parse_scenario
-from agent.sim import scenarios
-from agent.sim.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
-from agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
-from agent.sim.nvml import SimulatedNvml
-from agent.sim.profiles import PROFILES, pci_path
+from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sim import scenarios
+from nvwatch.agent.sim.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
+from nvwatch.agent.sim.nvml import SimulatedNvml
+from nvwatch.agent.sim.profiles import PROFILES, pci_path
 from tests.sim.conftest import (
     CONGESTION_RATIO,
     IDLE,

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from agent.sim.clock import ManualClock
-from agent.sim.nvml import SimulatedNvml
-from agent.sim.profiles import PROFILES
+from nvwatch.agent.sim.clock import ManualClock
+from nvwatch.agent.sim.nvml import SimulatedNvml
+from nvwatch.agent.sim.profiles import PROFILES
 
-NVWATCH = [sys.executable, "-m", "agent.cli"]
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}
 WARM_UP_TAUS = 20  # thermal time constants a cold GPU runs before it is as warm as it gets
 

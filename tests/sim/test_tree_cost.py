@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig
-from agent.runtime import runtime
-from agent.sim.node import PollGridClock, SimulatedNode, grid_step
+from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sim.node import PollGridClock, SimulatedNode, grid_step
 
 INTERVAL = 0.1  # the smallest interval the agent takes
 

@@ -14,11 +14,11 @@ import psutil
 import pynvml
 import pytest
 
-from agent.config import AgentConfig, parse_scenario
-from agent.runtime import runtime
-from agent.sim.fleet import Fleet
-from agent.sim.node import SimulatedNode
-from agent.sim.workers import (
+from nvwatch.agent.config import AgentConfig, parse_scenario
+from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.node import SimulatedNode
+from nvwatch.agent.sim.workers import (
     PROCESS_NAME,
     WorkerProcesses,
     from_environment,
@@ -73,7 +73,7 @@ def test_one_named_child_per_gpu_reaped_on_close() -> None:
 def test_workers_die_with_their_owner_even_by_sigkill() -> None:
     owner_code = (
         "import sys, time\n"
-        "from agent.sim.workers import WorkerProcesses\n"
+        "from nvwatch.agent.sim.workers import WorkerProcesses\n"
         "w = WorkerProcesses('dgx-h100', range(4))\n"
         "print(*w.pids.values(), flush=True)\n"
         "time.sleep(120)\n"
@@ -171,7 +171,10 @@ def test_simulate_exec_children_see_real_pids_gone_after_the_command() -> None:
     )
     command = ["simulate", "exec", "--profile", "dgx1-v100", "--", sys.executable, "-c", code]
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", *command], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "nvwatch.agent.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     rows = [line.split(" ", 3) for line in done.stdout.splitlines()]
@@ -182,8 +185,8 @@ def test_simulate_exec_children_see_real_pids_gone_after_the_command() -> None:
 
 
 def test_mig_instances_jobs_are_real_workers_too(tmp_path: Path) -> None:
-    from agent.sim.clock import ManualClock
-    from agent.sim.nvml import install, uninstall
+    from nvwatch.agent.sim.clock import ManualClock
+    from nvwatch.agent.sim.nvml import install, uninstall
 
     node = SimulatedNode(
         "dgx-a100",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig
+from nvwatch.agent.config import AgentConfig
 from tests.attribution.test_agent import Series, poll_until, running_agent
 from tests.conftest import require_tool
 from tests.slurm.cluster import Cluster, slurm_cluster

@@ -6,10 +6,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from agent.report import plots, stats, style, units
-from agent.report.context import Context, NodeKey
-from agent.report.frame import Array, Frame, counter_events
-from agent.report.model import Cell, Column, Number, Section, Table
+from nvwatch.agent.report import plots, stats, style, units
+from nvwatch.agent.report.context import Context, NodeKey
+from nvwatch.agent.report.frame import Array, Frame, counter_events
+from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
 
 TOP = 10
 PortKey = tuple[str, ...]  # (cluster, rack, node_class, instance, device, port)

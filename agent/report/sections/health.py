@@ -6,11 +6,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from agent.report import units
-from agent.report.context import Context, NodeKey
-from agent.report.frame import Array, counter_events
-from agent.report.model import Cell, Column, Number, Section, Table
-from agent.report.window import iso_time
+from nvwatch.agent.report import units
+from nvwatch.agent.report.context import Context, NodeKey
+from nvwatch.agent.report.frame import Array, counter_events
+from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
+from nvwatch.agent.report.window import iso_time
 
 
 def health(ctx: Context) -> Section:

@@ -6,10 +6,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from agent.report import plots, stats, style, units
-from agent.report.context import Context, NodeKey
-from agent.report.frame import Array
-from agent.report.model import Cell, Column, Number, Section, Table
+from nvwatch.agent.report import plots, stats, style, units
+from nvwatch.agent.report.context import Context, NodeKey
+from nvwatch.agent.report.frame import Array
+from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
 
 SHOWN_RACKS = 8
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.report import plots, stats, style, units
-from agent.report.context import Context
-from agent.report.frame import Array
-from agent.report.model import Cell, Column, Number, Section, Table
+from nvwatch.agent.report import plots, stats, style, units
+from nvwatch.agent.report.context import Context
+from nvwatch.agent.report.frame import Array
+from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
 
 TOP = 10
 TREND_GPUS = 5

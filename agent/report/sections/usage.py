@@ -6,10 +6,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from agent.report import units
-from agent.report.allocation import Allocations
-from agent.report.context import Context
-from agent.report.model import Column, Number, Section, Table
+from nvwatch.agent.report import units
+from nvwatch.agent.report.allocation import Allocations
+from nvwatch.agent.report.context import Context
+from nvwatch.agent.report.model import Column, Number, Section, Table
 
 TOP = 10
 # An allocation using under this share of the GPUs it holds is "allocated but idle".

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from agent.report import plots, stats, style, units
-from agent.report.allocation import Allocations
-from agent.report.context import Context, NodeKey
-from agent.report.frame import Array
-from agent.report.model import Column, Number, Section, Table
+from nvwatch.agent.report import plots, stats, style, units
+from nvwatch.agent.report.allocation import Allocations
+from nvwatch.agent.report.context import Context, NodeKey
+from nvwatch.agent.report.frame import Array
+from nvwatch.agent.report.model import Column, Number, Section, Table
 
 # A node averaging under this utilization over a week did (almost) nothing that week:
 # a drained node nobody undrained, a reservation nobody used.

@@ -12,10 +12,16 @@ Where things are:
   a fleet in one process; `faults`: `FaultInjectingNvml`; `exec_env`: child processes.
 """
 
-from agent.sim.nvml.exec_env import exec_environment, install_from_environment
-from agent.sim.nvml.faults import DEFAULT_FAULT_CODES, FaultInjectingNvml
-from agent.sim.nvml.installation import DispatchingNvml, bind, current_nvml, install, uninstall
-from agent.sim.nvml.library import SimulatedNvml
+from nvwatch.agent.sim.nvml.exec_env import exec_environment, install_from_environment
+from nvwatch.agent.sim.nvml.faults import DEFAULT_FAULT_CODES, FaultInjectingNvml
+from nvwatch.agent.sim.nvml.installation import (
+    DispatchingNvml,
+    bind,
+    current_nvml,
+    install,
+    uninstall,
+)
+from nvwatch.agent.sim.nvml.library import SimulatedNvml
 
 __all__ = [
     "DEFAULT_FAULT_CODES",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
@@ -22,8 +22,8 @@ from agent.sim.nvml.abi import (
     write_pointer,
     write_string,
 )
-from agent.sim.nvml.core import NvmlCore, device_call, lib_call
-from agent.sim.profiles import gpu_pci_bus_id
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call, lib_call
+from nvwatch.agent.sim.profiles import gpu_pci_bus_id
 
 # memory interface width in bits (datasheets): HBM2/2e/3 stacks are 1024 bits each
 _MEMORY_BUS_BITS = {

@@ -11,8 +11,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_INSUFFICIENT_SIZE,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_FOUND,
@@ -22,7 +22,7 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 _IDLE_PSTATE = 8
 _GRAPHICS_STEP_MHZ = 15  # the driver's supported-clock table moves in ~15 MHz steps

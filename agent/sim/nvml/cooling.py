@@ -11,8 +11,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
@@ -21,7 +21,7 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 FAN_MAX_RPM = 3000  # ~ a GeForce axial fan at 100 %
 FAN_MIN_PERCENT = 30  # the fan curve's floor (gpu_model.fan_percent)

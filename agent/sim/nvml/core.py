@@ -1,7 +1,7 @@
 """What every simulated NVML call shares: the node's GPUs, its clock, handles, the lock.
 
 `NvmlCore` holds the state; the area modules (system, identity, memory, ...) are mixins
-that subclass it and add the C functions of their area, and `agent.sim.nvml.library`
+that subclass it and add the C functions of their area, and `nvwatch.agent.sim.nvml.library`
 composes them into `SimulatedNvml`. `lib_call` and `device_call` turn a method into a
 C entry point: they take the lock, refuse calls before nvmlInit (and every call while the
 nvml-driver-broken scenario has the kernel module missing), integrate the GPUs up to the
@@ -20,13 +20,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from agent.sim import scenarios
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import Activity, GpuEvent
-from agent.sim.mig_layout import GpuMigPlan
-from agent.sim.mig_state import GpuMig
-from agent.sim.mig_state import build as build_mig
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim import scenarios
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import Activity, GpuEvent
+from nvwatch.agent.sim.mig_layout import GpuMigPlan
+from nvwatch.agent.sim.mig_state import GpuMig
+from nvwatch.agent.sim.mig_state import build as build_mig
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
@@ -34,8 +34,8 @@ from agent.sim.nvml.abi import (
     ERROR_UNINITIALIZED,
     address_of,
 )
-from agent.sim.profiles import Profile, get_profile
-from agent.sim.workload import Workload
+from nvwatch.agent.sim.profiles import Profile, get_profile
+from nvwatch.agent.sim.workload import Workload
 
 P = ParamSpec("P")
 L = TypeVar("L", bound="NvmlCore")

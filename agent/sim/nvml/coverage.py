@@ -7,14 +7,14 @@ module; `SimulatedNvml` (library.py) puts it first among its bases, so that
 
 from __future__ import annotations
 
-from agent.sim.nvml.board import BoardQueries
-from agent.sim.nvml.clock_settings import ClockSettingQueries
-from agent.sim.nvml.cooling import CoolingQueries
-from agent.sim.nvml.media import MediaQueries
-from agent.sim.nvml.nvlink_usage import NvLinkUsageQueries
-from agent.sim.nvml.processes import ProcessQueries
-from agent.sim.nvml.topology import TopologyQueries
-from agent.sim.nvml.unsupported import UnsupportedQueries
+from nvwatch.agent.sim.nvml.board import BoardQueries
+from nvwatch.agent.sim.nvml.clock_settings import ClockSettingQueries
+from nvwatch.agent.sim.nvml.cooling import CoolingQueries
+from nvwatch.agent.sim.nvml.media import MediaQueries
+from nvwatch.agent.sim.nvml.nvlink_usage import NvLinkUsageQueries
+from nvwatch.agent.sim.nvml.processes import ProcessQueries
+from nvwatch.agent.sim.nvml.topology import TopologyQueries
+from nvwatch.agent.sim.nvml.unsupported import UnsupportedQueries
 
 
 class CoverageQueries(

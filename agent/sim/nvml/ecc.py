@@ -6,8 +6,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_INSUFFICIENT_SIZE,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
@@ -16,7 +16,7 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 # DRAM banks tracked by the row remapper per GiB of HBM (~: `nvidia-smi -q` shows 640
 # banks at "Max" on a 40 GB A100)

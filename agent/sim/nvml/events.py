@@ -12,9 +12,9 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
@@ -28,7 +28,7 @@ from agent.sim.nvml.abi import (
     set_out,
     write_pointer,
 )
-from agent.sim.nvml.core import EventSet, NvmlCore, device_call, lib_call
+from nvwatch.agent.sim.nvml.core import EventSet, NvmlCore, device_call, lib_call
 
 
 def _supported_events(gpu: SimulatedGpu) -> int:

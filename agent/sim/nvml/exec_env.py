@@ -2,7 +2,7 @@
 
 `exec_environment()` puts `agent/sim/pynvml_shim` first on the child's PYTHONPATH; its
 sitecustomize calls `install_from_environment()` before the child's own code runs.
-Scenarios travel in the one syntax of every command (agent.config.SCENARIO_SYNTAX),
+Scenarios travel in the one syntax of every command (nvwatch.agent.config.SCENARIO_SYNTAX),
 space-separated in NVWATCH_SIMULATE_SCENARIO; they are checked here, in the parent, so
 a typo is one line from `nvwatch`, not a traceback from the child.
 `simulated_job()` starts the real processes that stand for the simulated job's workers,
@@ -18,20 +18,33 @@ from pathlib import Path
 
 import pynvml
 
-from agent.config import ScenarioSpec, parse_scenario, split_scenarios
-from agent.sim import process_file, workers
-from agent.sim.clock import Clock, ScaledClock
-from agent.sim.fabric import is_ib_scenario
-from agent.sim.mig_layout import checked_layout
-from agent.sim.nvml.installation import install
-from agent.sim.nvml.library import SimulatedNvml
-from agent.sim.profiles import get_profile
+from nvwatch.agent.config import ScenarioSpec, parse_scenario, split_scenarios
+from nvwatch.agent.sim import process_file, workers
+from nvwatch.agent.sim.clock import Clock, ScaledClock
+from nvwatch.agent.sim.fabric import is_ib_scenario
+from nvwatch.agent.sim.mig_layout import checked_layout
+from nvwatch.agent.sim.nvml.installation import install
+from nvwatch.agent.sim.nvml.library import SimulatedNvml
+from nvwatch.agent.sim.profiles import get_profile
 
 MIG_ENV_VAR = "NVWATCH_SIMULATE_MIG"  # the --mig layout of `simulate exec`
 SCENARIO_ENV_VAR = "NVWATCH_SIMULATE_SCENARIO"
 TIME_SCALE_ENV_VAR = "NVWATCH_SIMULATE_TIME_SCALE"
 SHIM_DIR = Path(__file__).resolve().parents[1] / "pynvml_shim"
-REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _import_root() -> Path:
+    """The folder a child puts on its path to `import nvwatch.agent`.
+
+    Installed, this file is <site>/nvwatch/agent/sim/nvml/exec_env.py: the root is <site>.
+    In a checkout it is <repo>/agent/sim/nvml/exec_env.py (nvwatch/agent links to agent/):
+    the root is <repo>, which holds those links.
+    """
+    package = Path(__file__).parents[2]  # .../agent, unresolved: installed it sits in nvwatch/
+    return package.parents[1] if package.parent.name == "nvwatch" else package.parent
+
+
+IMPORT_ROOT = _import_root()
 
 Scenarios = str | Sequence[str | ScenarioSpec] | None
 
@@ -41,7 +54,7 @@ def exec_scenarios(profile: str, scenarios: Scenarios) -> tuple[ScenarioSpec, ..
     for an unknown name, a GPU the profile lacks, or an InfiniBand scenario, which has
     nothing to act on where only NVML is simulated."""
     # here, not at the top: node_scenarios imports this package (agent.sim.nvml)
-    from agent.sim import node_scenarios
+    from nvwatch.agent.sim import node_scenarios
 
     if scenarios is None:
         return ()
@@ -71,7 +84,7 @@ def exec_environment(
         raise ValueError("--time-scale must be greater than zero")
     if mig is not None:
         checked_layout(mig, [gpu.name for gpu in model.gpus])
-    path = [str(SHIM_DIR), str(REPO_ROOT)]
+    path = [str(SHIM_DIR), str(IMPORT_ROOT)]
     existing = os.environ.get("PYTHONPATH")
     if existing:
         path.append(existing)
@@ -102,7 +115,7 @@ def _library(
 ) -> SimulatedNvml:
     """The simulated library with the scenarios' workloads and faults (faults from their
     from=, or the default onset, in simulated time since now)."""
-    from agent.sim import node_scenarios
+    from nvwatch.agent.sim import node_scenarios
 
     model = get_profile(profile)
     lib = SimulatedNvml(

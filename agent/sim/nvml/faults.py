@@ -9,7 +9,7 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_GPU_IS_LOST,
     ERROR_NOT_SUPPORTED,
     ERROR_TIMEOUT,

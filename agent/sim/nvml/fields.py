@@ -15,9 +15,9 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import LinkState
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import LinkState
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
     KIB,
@@ -25,9 +25,9 @@ from agent.sim.nvml.abi import (
     as_int,
     deref,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
-from agent.sim.nvml.ecc import page_retirement_supported
-from agent.sim.nvml.nvlink import NVLINK_VERSION_ENUM, has_nvlink, has_nvlink_ecc
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.ecc import page_retirement_supported
+from nvwatch.agent.sim.nvml.nvlink import NVLINK_VERSION_ENUM, has_nvlink, has_nvlink_ecc
 
 FieldValue = tuple[int, int, float]  # (nvmlReturn, valueType, value)
 FieldReader = Callable[[SimulatedGpu, int], FieldValue]  # (gpu, scopeId) -> value

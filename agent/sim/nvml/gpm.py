@@ -11,9 +11,9 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import Activity
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import Activity
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
@@ -23,7 +23,7 @@ from agent.sim.nvml.abi import (
     deref,
     write_pointer,
 )
-from agent.sim.nvml.core import NvmlCore, device_call, lib_call
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call, lib_call
 
 
 def _gpm_metric(metric_id: int, a: Activity, b: Activity) -> float | None:

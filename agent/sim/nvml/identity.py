@@ -6,8 +6,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
     KIB,
@@ -17,8 +17,8 @@ from agent.sim.nvml.abi import (
     set_out,
     write_string,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
-from agent.sim.profiles import gpu_pci_bus_id
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.profiles import gpu_pci_bus_id
 
 _ARCHITECTURES = {
     "pascal": pynvml.NVML_DEVICE_ARCH_PASCAL,

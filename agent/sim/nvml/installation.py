@@ -16,8 +16,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.nvml.abi import ERROR_UNINITIALIZED, error_string
-from agent.sim.nvml.library import SimulatedNvml
+from nvwatch.agent.sim.nvml.abi import ERROR_UNINITIALIZED, error_string
+from nvwatch.agent.sim.nvml.library import SimulatedNvml
 
 
 def install(lib: object) -> None:

@@ -14,18 +14,18 @@ Each base class below holds the C functions of one area, in the module of that n
 
 from __future__ import annotations
 
-from agent.sim.nvml.coverage import CoverageQueries
-from agent.sim.nvml.ecc import EccQueries
-from agent.sim.nvml.events import EventQueries
-from agent.sim.nvml.fields import FieldValueQueries
-from agent.sim.nvml.gpm import GpmQueries
-from agent.sim.nvml.identity import IdentityQueries
-from agent.sim.nvml.memory import MemoryQueries
-from agent.sim.nvml.mig import MigQueries
-from agent.sim.nvml.mig_capacity import MigCapacityQueries
-from agent.sim.nvml.nvlink import NvLinkQueries
-from agent.sim.nvml.power_thermal import ClockQueries, PowerQueries, ThermalQueries
-from agent.sim.nvml.system import SystemCalls
+from nvwatch.agent.sim.nvml.coverage import CoverageQueries
+from nvwatch.agent.sim.nvml.ecc import EccQueries
+from nvwatch.agent.sim.nvml.events import EventQueries
+from nvwatch.agent.sim.nvml.fields import FieldValueQueries
+from nvwatch.agent.sim.nvml.gpm import GpmQueries
+from nvwatch.agent.sim.nvml.identity import IdentityQueries
+from nvwatch.agent.sim.nvml.memory import MemoryQueries
+from nvwatch.agent.sim.nvml.mig import MigQueries
+from nvwatch.agent.sim.nvml.mig_capacity import MigCapacityQueries
+from nvwatch.agent.sim.nvml.nvlink import NvLinkQueries
+from nvwatch.agent.sim.nvml.power_thermal import ClockQueries, PowerQueries, ThermalQueries
+from nvwatch.agent.sim.nvml.system import SystemCalls
 
 
 class SimulatedNvml(

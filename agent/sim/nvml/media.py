@@ -12,8 +12,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
     SUCCESS,
@@ -21,7 +21,7 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 _SAMPLING_PERIOD_US = 167000  # ~ the driver's engine sampling period (as for the decoder)
 _ENCODERS = (pynvml.NVML_ENCODER_QUERY_H264, pynvml.NVML_ENCODER_QUERY_HEVC)  # no AV1

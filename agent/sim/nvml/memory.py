@@ -8,8 +8,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu, bar1_total_bytes
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu, bar1_total_bytes
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
     NO_INSTANCE,
@@ -18,8 +18,8 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
-from agent.sim.process_file import ProcessFile
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.process_file import ProcessFile
 
 _TRAINING_PID_BASE = 20000
 

@@ -1,7 +1,7 @@
 """Multi-Instance GPU: MIG mode, GPU and compute instances, MIG device handles, per-instance
 memory, processes and GPM, and what a GPU in MIG mode stops answering.
 
-The state is `agent.sim.mig_state.GpuMig` per GPU (from the --mig layout). Handles:
+The state is `nvwatch.agent.sim.mig_state.GpuMig` per GPU (from the --mig layout). Handles:
 a MIG device handle lies in its GPU's own 0x100 of handle space (core.py), so it is
 never a GPU handle; GPU-instance and compute-instance handles lie in a range of their
 own. What NVML answers, per its reference:
@@ -26,16 +26,16 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.mig_profiles import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.mig_profiles import (
     COMPUTE_PROFILE_OF_SLICES,
     MAX_MIG_DEVICES,
     GpuInstanceProfile,
     by_nvml_profile,
     profiles_for,
 )
-from agent.sim.mig_state import GpuMig, MigDevice
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.mig_state import GpuMig, MigDevice
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
@@ -53,8 +53,8 @@ from agent.sim.nvml.abi import (
     write_pointer,
     write_string,
 )
-from agent.sim.nvml.core import NvmlCore
-from agent.sim.process_file import ProcessFile
+from nvwatch.agent.sim.nvml.core import NvmlCore
+from nvwatch.agent.sim.process_file import ProcessFile
 
 P = ParamSpec("P")
 M = TypeVar("M", bound="MigQueries")

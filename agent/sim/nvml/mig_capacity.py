@@ -12,10 +12,10 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.mig_profiles import GpuInstanceProfile, by_nvml_profile, profiles_for
-from agent.sim.mig_state import GpuMig, MigDevice
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.mig_profiles import GpuInstanceProfile, by_nvml_profile, profiles_for
+from nvwatch.agent.sim.mig_state import GpuMig, MigDevice
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
     ERROR_INVALID_ARGUMENT,
@@ -25,7 +25,7 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.mig import MigQueries, mig_call
+from nvwatch.agent.sim.nvml.mig import MigQueries, mig_call
 
 
 def _offered(gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None) -> bool:

@@ -1,7 +1,7 @@
 """NVLink per-link calls: state, version, capabilities, the far end, error counters.
 
 Throughput and the per-link error counters are also answered as field values
-(`agent.sim.nvml.fields`), which share the version table and support rules here.
+(`nvwatch.agent.sim.nvml.fields`), which share the version table and support rules here.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
     SUCCESS,
@@ -19,9 +19,9 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
-from agent.sim.nvml.identity import NVIDIA_VENDOR, fill_pci, pci_device_id
-from agent.sim.profiles import gpu_pci_bus_id, nvswitch_pci_bus_id
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.identity import NVIDIA_VENDOR, fill_pci, pci_device_id
+from nvwatch.agent.sim.profiles import gpu_pci_bus_id, nvswitch_pci_bus_id
 
 # nvmlNvlinkVersion_t: NVLink 1.0 -> 1, 2.0 -> 2, 3.0 -> 4, 4.0 -> 6 (pynvml constants)
 NVLINK_VERSION_ENUM = {

@@ -4,7 +4,7 @@ Blackwell-era link info, bandwidth modes and telemetry.
 
 Utilization counters exist on NVLink 1/2 (Pascal, Volta) only: from NVLink 3 (A100) the
 driver answers NotSupported and points to the throughput field values, which the
-simulator answers for every generation (`agent.sim.nvml.fields`). On NVLink 1/2 both
+simulator answers for every generation (`nvwatch.agent.sim.nvml.fields`). On NVLink 1/2 both
 counters count data bytes through the link, in KiB, as the field values do.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
@@ -25,8 +25,8 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
-from agent.sim.nvml.nvlink import has_nvlink
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.nvlink import has_nvlink
 
 _LEGACY_COUNTER_GENERATIONS = (1, 2)
 _COUNTERS = 2  # counter sets 0 and 1

@@ -6,9 +6,9 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.gpu_state import REASON_SYNC_BOOST
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.gpu_state import REASON_SYNC_BOOST
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
@@ -17,7 +17,7 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 _ALL_REASONS = 0x1FF  # GpuIdle .. DisplayClockSetting
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
     ERROR_INVALID_ARGUMENT,
@@ -27,8 +27,8 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import device_call
-from agent.sim.nvml.memory import MEMORY_NOT_AVAILABLE, MemoryQueries
+from nvwatch.agent.sim.nvml.core import device_call
+from nvwatch.agent.sim.nvml.memory import MEMORY_NOT_AVAILABLE, MemoryQueries
 
 # nvmlSamplingType_t: what nvmlDeviceGetSamples can return, as a function of the GPU
 _SAMPLERS: dict[int, Callable[[SimulatedGpu], int]] = {

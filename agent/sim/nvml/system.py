@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
@@ -19,8 +19,8 @@ from agent.sim.nvml.abi import (
     write_pointer,
     write_string,
 )
-from agent.sim.nvml.core import NvmlCore, lib_call
-from agent.sim.profiles import gpu_pci_bus_id
+from nvwatch.agent.sim.nvml.core import NvmlCore, lib_call
+from nvwatch.agent.sim.profiles import gpu_pci_bus_id
 
 
 def _bus_key(bus_id: str) -> tuple[int, int, int, int]:

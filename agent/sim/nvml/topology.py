@@ -13,8 +13,8 @@ from typing import Any
 
 import pynvml
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import (
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
     ERROR_INVALID_ARGUMENT,
@@ -24,9 +24,9 @@ from agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from agent.sim.nvml.core import NvmlCore, device_call
-from agent.sim.nvml.identity import fill_pci, pci_device_id
-from agent.sim.profiles import Profile, gpu_pci_bus_id
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.identity import fill_pci, pci_device_id
+from nvwatch.agent.sim.profiles import Profile, gpu_pci_bus_id
 
 # Logical CPUs per socket (cores x 2 hyperthreads) of each system's CPUs: DGX-1 2x E5-2698
 # v4 (20 cores), DGX Station 1x E5-2698 v4, DGX-2 2x Xeon 8168 (24), DGX A100 2x EPYC

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.sim.gpu_model import SimulatedGpu
-from agent.sim.nvml.abi import ERROR_NOT_SUPPORTED
-from agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
+from nvwatch.agent.sim.nvml.abi import ERROR_NOT_SUPPORTED
+from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 # vGPU: bare-metal nodes run the plain driver, without the vGPU manager
 VGPU_HOST = (

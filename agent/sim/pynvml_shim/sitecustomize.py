@@ -1,7 +1,7 @@
 """Put the simulated NVML under the real pynvml in a child process (`nvwatch simulate exec`).
 
 Python imports `sitecustomize` at start-up from the first sys.path entry that has one;
-`agent.sim.nvml.exec_environment()` puts this directory first on PYTHONPATH. With
+`nvwatch.agent.sim.nvml.exec_environment()` puts this directory first on PYTHONPATH. With
 NVWATCH_SIMULATE=PROFILE set, `import pynvml` then finds a SimulatedNvml already installed,
 so unmodified tools (gpustat, nvitop, scripts) see the simulated GPUs.
 """
@@ -19,7 +19,7 @@ if os.environ.get("NVWATCH_SIMULATE"):
     if fallback and fallback not in sys.path:
         sys.path.append(fallback)
     try:
-        from agent.sim.nvml import install_from_environment
+        from nvwatch.agent.sim.nvml import install_from_environment
 
         install_from_environment()
     except Exception as error:  # start-up must not die: say why the simulation is absent

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from agent.sources.attribution.podresources import api_pb2, api_pb2_grpc
+from nvwatch.agent.sources.attribution.podresources import api_pb2, api_pb2_grpc
 
 # the kubelet's own limit for pod-resources responses is 16 MiB (a node of many pods);
 # gRPC's default of 4 MiB would fail exactly on the nodes that need attribution most

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from agent.sources.attribution.kubelet import ContainerDevices
+from nvwatch.agent.sources.attribution.kubelet import ContainerDevices
 
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 _POD = re.compile(rf"kubepods.*?[/-]pod(?P<uid>{_UID})(?:\.slice)?(?:/|$)")

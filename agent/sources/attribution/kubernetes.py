@@ -17,19 +17,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.sources.attribution.kubelet import (
+from nvwatch.agent.sources.attribution.kubelet import (
     ContainerDevices,
     KubeletUnavailable,
     PodResourcesClient,
 )
-from agent.sources.attribution.kubepods import (
+from nvwatch.agent.sources.attribution.kubepods import (
     CheckpointUnreadable,
     checkpoint_path,
     pod_uid_of,
     pods_by_uid,
 )
-from agent.sources.attribution.model import Allocation, GpuRef, Owner, Resolution
-from agent.sources.attribution.procfs import PerProcess, ProcFS, ProcUnreadable
+from nvwatch.agent.sources.attribution.model import Allocation, GpuRef, Owner, Resolution
+from nvwatch.agent.sources.attribution.procfs import PerProcess, ProcFS, ProcUnreadable
 
 SCHEDULER = "kubernetes"
 Unit = tuple[int, str]  # (GPU index, uuid of the GPU or MIG instance)

@@ -22,9 +22,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from agent.sources.attribution.model import Allocation, GpuRef, InstanceRef, Owner, Resolution
-from agent.sources.nvml.samples import GpuSample, ProcessOwnerLabels
-from agent.threads import start_thread
+from nvwatch.agent.sources.attribution.model import (
+    Allocation,
+    GpuRef,
+    InstanceRef,
+    Owner,
+    Resolution,
+)
+from nvwatch.agent.sources.nvml.samples import GpuSample, ProcessOwnerLabels
+from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agent.sources.attribution.mapping_dir import MappingDirUnreadable, read_mapping_dir
-from agent.sources.attribution.model import Allocation, GpuRef, Owner, Resolution
-from agent.sources.attribution.procfs import PerProcess, ProcFS, ProcUnreadable, user_name
-from agent.sources.attribution.slurm_cgroup import job_of
+from nvwatch.agent.sources.attribution.mapping_dir import MappingDirUnreadable, read_mapping_dir
+from nvwatch.agent.sources.attribution.model import Allocation, GpuRef, Owner, Resolution
+from nvwatch.agent.sources.attribution.procfs import PerProcess, ProcFS, ProcUnreadable, user_name
+from nvwatch.agent.sources.attribution.slurm_cgroup import job_of
 
 SCHEDULER = "slurm"
 

@@ -9,9 +9,9 @@ owners at all, also with an error: old owners would credit a finished job with t
 
 from __future__ import annotations
 
-from agent.sources import SourceDegraded
-from agent.sources.attribution.model import AttributionSample
-from agent.sources.attribution.refresher import AttributionRefresher
+from nvwatch.agent.sources import SourceDegraded
+from nvwatch.agent.sources.attribution.model import AttributionSample
+from nvwatch.agent.sources.attribution.refresher import AttributionRefresher
 
 
 class AttributionSource:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from agent.sources.pci_address import sysfs_bus_id
+from nvwatch.agent.sources.pci_address import sysfs_bus_id
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 import pynvml
 
-from agent.sources.nvml.device import DOWN_CODES, Device, plain_number
-from agent.sources.nvml.samples import THROTTLE_POLICIES
+from nvwatch.agent.sources.nvml.device import DOWN_CODES, Device, plain_number
+from nvwatch.agent.sources.nvml.samples import THROTTLE_POLICIES
 
 FIELD_MODE = "field"
 CALL_MODE = "call"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from agent.sources.nvml.device import Device, error_name, plain_number
+from nvwatch.agent.sources.nvml.device import Device, error_name, plain_number
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.sources.pci_address import sysfs_bus_id
+from nvwatch.agent.sources.pci_address import sysfs_bus_id
 
 log = logging.getLogger(__name__)
 

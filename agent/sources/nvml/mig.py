@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from agent.sources.nvml.device import Device, error_name, plain_int, text
-from agent.sources.nvml.gpm import GpmSampler
-from agent.sources.nvml.processes import RunningProcess
-from agent.sources.nvml.samples import MigDeviceSample
-from agent.sources.nvml.static import STATIC_REFRESH_S
+from nvwatch.agent.sources.nvml.device import Device, error_name, plain_int, text
+from nvwatch.agent.sources.nvml.gpm import GpmSampler
+from nvwatch.agent.sources.nvml.processes import RunningProcess
+from nvwatch.agent.sources.nvml.samples import MigDeviceSample
+from nvwatch.agent.sources.nvml.static import STATIC_REFRESH_S
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from types import MappingProxyType
 
 import pynvml
 
-from agent.sources.nvml.device import Device, bus_key, error_name, plain_number, text
-from agent.sources.nvml.fields import FieldAnswers, FieldBatch, FieldIds
-from agent.sources.nvml.samples import NVLINK_ERROR_TYPES, NvLinkSample
-from agent.sources.nvml.static import STATIC_REFRESH_S
-from agent.sources.nvml.units import MBPS, int_or_none, kib
+from nvwatch.agent.sources.nvml.device import Device, bus_key, error_name, plain_number, text
+from nvwatch.agent.sources.nvml.fields import FieldAnswers, FieldBatch, FieldIds
+from nvwatch.agent.sources.nvml.samples import NVLINK_ERROR_TYPES, NvLinkSample
+from nvwatch.agent.sources.nvml.static import STATIC_REFRESH_S
+from nvwatch.agent.sources.nvml.units import MBPS, int_or_none, kib
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from typing import Any
 import psutil
 import pynvml
 
-from agent.sources.nvml.device import Device, plain_int
-from agent.sources.nvml.process_list import compute_processes
-from agent.sources.nvml.samples import ProcessAttribution, ProcessSample
-from agent.sources.nvml.units import percent
+from nvwatch.agent.sources.nvml.device import Device, plain_int
+from nvwatch.agent.sources.nvml.process_list import compute_processes
+from nvwatch.agent.sources.nvml.samples import ProcessAttribution, ProcessSample
+from nvwatch.agent.sources.nvml.units import percent
 
 #: processes per GPU that get series (the most memory first): bounds the pid label
 MAX_PROCESSES = 8

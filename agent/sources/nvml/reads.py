@@ -14,15 +14,15 @@ from typing import Any
 
 import pynvml
 
-from agent.sources.nvml.device import Device, plain_int, plain_number, text
-from agent.sources.nvml.fields import FieldAnswers, FieldBatch
-from agent.sources.nvml.samples import (
+from nvwatch.agent.sources.nvml.device import Device, plain_int, plain_number, text
+from nvwatch.agent.sources.nvml.fields import FieldAnswers, FieldBatch
+from nvwatch.agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
     GpuInfo,
 )
-from agent.sources.nvml.static import Kept
-from agent.sources.nvml.units import NS_PER_S, int_or_none, kib, mhz, milli, percent
+from nvwatch.agent.sources.nvml.static import Kept
+from nvwatch.agent.sources.nvml.units import NS_PER_S, int_or_none, kib, mhz, milli, percent
 
 #: GpuSample field name -> value, for one area of one GPU.
 Readings = dict[str, Any]

@@ -219,7 +219,7 @@ class NvmlSample:
     """One poll of every GPU on the node.
 
     `nvlink_detail` carries the source's option to the exposition: "link" renders one
-    series per link, "gpu" one aggregate per GPU (see agent.exposition.gpu).
+    series per link, "gpu" one aggregate per GPU (see nvwatch.agent.exposition.gpu).
     """
 
     gpus: tuple[GpuSample, ...]

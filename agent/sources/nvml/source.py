@@ -30,9 +30,9 @@ from typing import NoReturn
 
 import pynvml
 
-from agent.sources import SourceAbsent, SourceUnavailable
-from agent.sources.nvml import reads
-from agent.sources.nvml.device import (
+from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
+from nvwatch.agent.sources.nvml import reads
+from nvwatch.agent.sources.nvml.device import (
     Device,
     GpuDown,
     NvmlSession,
@@ -41,21 +41,21 @@ from agent.sources.nvml.device import (
     system_call,
     text,
 )
-from agent.sources.nvml.fields import GPU_FIELDS, FieldBatch, FieldIds
-from agent.sources.nvml.gpm import GpmSampler
-from agent.sources.nvml.mig import MigReader, with_pids
-from agent.sources.nvml.nvlink import GpuLinks
-from agent.sources.nvml.processes import MAX_PROCESSES, ProcessReader, processes
-from agent.sources.nvml.samples import (
+from nvwatch.agent.sources.nvml.fields import GPU_FIELDS, FieldBatch, FieldIds
+from nvwatch.agent.sources.nvml.gpm import GpmSampler
+from nvwatch.agent.sources.nvml.mig import MigReader, with_pids
+from nvwatch.agent.sources.nvml.nvlink import GpuLinks
+from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES, ProcessReader, processes
+from nvwatch.agent.sources.nvml.samples import (
     NVLINK_DETAIL_CHOICES,
     GpuInfo,
     GpuSample,
     NvmlSample,
     ProcessAttribution,
 )
-from agent.sources.nvml.static import STATIC_REFRESH_S, Kept
-from agent.sources.nvml.xid import XidListener
-from agent.sources.presence import PCI_VENDOR_NVIDIA, plural, scan_pci
+from nvwatch.agent.sources.nvml.static import STATIC_REFRESH_S, Kept
+from nvwatch.agent.sources.nvml.xid import XidListener
+from nvwatch.agent.sources.presence import PCI_VENDOR_NVIDIA, plural, scan_pci
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class _GpuState:
 
 
 class NvmlSource:
-    """GPUs through NVML (pynvml), following the `agent.sources.Source` protocol.
+    """GPUs through NVML (pynvml), following the `nvwatch.agent.sources.Source` protocol.
 
     `nvlink_detail`: "link" exports NVLink series per link; "gpu" aggregates per GPU
     with link="all": bytes and errors summed over the links, nvwatch_nvlink_up the

@@ -7,7 +7,7 @@ is here, each with the reason for its value.
 
 from __future__ import annotations
 
-from agent.sources.nvml.device import plain_number
+from nvwatch.agent.sources.nvml.device import plain_number
 
 MHZ = 1_000_000
 #: NVML's "KB" in nvmlDeviceGetPcieThroughput is KiB: the NVLink throughput fields of the

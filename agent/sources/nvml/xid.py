@@ -25,9 +25,9 @@ from typing import Any
 
 import pynvml
 
-from agent.sources.nvml.device import error_name
-from agent.sources.nvml.kmsg import KernelXidLog, pci_key
-from agent.threads import start_thread
+from nvwatch.agent.sources.nvml.device import error_name
+from nvwatch.agent.sources.nvml.kmsg import KernelXidLog, pci_key
+from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 

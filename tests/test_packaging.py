@@ -1,0 +1,121 @@
+"""The installed layout: one `nvwatch` namespace, nothing else at the top of site-packages.
+
+The repository keeps agent/, alerts/, dashboards/ and mixin/ at its top; pyproject.toml maps
+them to nvwatch.agent, nvwatch.alerts, ... and nvwatch/ holds links to them for a checkout.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+TOPS = ("agent", "alerts", "dashboards", "mixin")
+
+
+def _pyproject() -> dict[str, object]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _package_dirs() -> set[str]:
+    found = set()
+    for top in TOPS:
+        for init in (REPO / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO)
+            found.add("nvwatch." + ".".join(rel.parts))
+    return found
+
+
+def test_every_package_folder_is_listed_for_the_install() -> None:
+    setuptools = _pyproject()["tool"]["setuptools"]  # type: ignore[index]
+    assert set(setuptools["packages"]) == _package_dirs()  # type: ignore[index]
+    assert setuptools["package-dir"] == {f"nvwatch.{t}": t for t in TOPS}  # type: ignore[index]
+
+
+def test_the_checkout_links_the_namespace_to_the_top_level_folders() -> None:
+    for top in TOPS:
+        link = REPO / "nvwatch" / top
+        assert link.is_symlink(), f"nvwatch/{top} should link to ../{top}"
+        assert link.resolve() == (REPO / top).resolve()
+
+
+def _python_files() -> list[Path]:
+    files = []
+    for folder in (*TOPS, "tests", "benchmarks", "scripts", "deploy"):
+        files += [p for p in (REPO / folder).rglob("*.py") if "generated" not in p.parts]
+    return files
+
+
+def test_no_module_imports_the_old_top_level_names() -> None:
+    """`import agent` would load a second copy of every module beside nvwatch.agent."""
+    offenders = []
+    for path in _python_files():
+        if path.name.endswith("_pb2.py") or path.name.endswith("_pb2_grpc.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(REPO)}:{node.lineno} {n}"
+                for n in names
+                if n.split(".")[0] in TOPS
+            ]
+    # and code written as text for another interpreter (python -c, -m)
+    old = "(agent|alerts|dashboards|mixin)"
+    in_text = re.compile(rf"(from|import) {old}(\.\w| import)|-m {old}\.")
+    for path in _python_files():
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if in_text.search(line) and not line.lstrip().startswith(("from ", "import ")):
+                offenders.append(f"{path.relative_to(REPO)}:{lineno} (in text)")
+    assert not offenders, "import through nvwatch.*: " + ", ".join(offenders)
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_installs_only_the_nvwatch_namespace(tmp_path: Path) -> None:
+    # a copy, so that the build's egg-info and build/ never land in the checkout
+    source = tmp_path / "src"
+    shutil.copytree(
+        REPO,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "build", "*.egg-info"),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("nvwatch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"nvwatch"}
+    for expected in (
+        "nvwatch/agent/cli/__init__.py",
+        "nvwatch/alerts/rules/__init__.py",
+        "nvwatch/dashboards/builder.py",
+        "nvwatch/mixin/config.py",
+        "nvwatch/agent/sim/pynvml_shim/sitecustomize.py",
+    ):
+        assert expected in names
