@@ -92,9 +92,12 @@ def measure_attribution_cost(polls: int, warmup: int, time_limit: float) -> Attr
             }
             with simulated_agent(PROFILE, process_file=process_file, config_changes=changes) as h:
                 attributed = _run(h, polls, warmup, time_limit)
-                allocations, labelled = _coverage(h)
                 parts = _poll_path_parts(h, max(50, polls))
                 refresh = _refresh_times(h, max(20, polls // 5))
+                # a short run can end before the refresher's first pass: after the timed
+                # refreshes above, one more poll exports what they found
+                h.run(1, warmup=0, time_limit=time_limit)
+                allocations, labelled = _coverage(h)
     return AttributionCost(
         PROFILE,
         PROCESSES,

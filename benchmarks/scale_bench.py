@@ -31,13 +31,13 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.series_budget import measure as measure_budget
-from alerts import build as alerts_build
 from benchmarks.common import REPO_ROOT, cpu_model, scratch_dir, tool_version
 from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
 from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name
-from mixin.config import MixinConfig
+from nvwatch.agent.series_budget import measure as measure_budget
+from nvwatch.alerts import build as alerts_build
+from nvwatch.mixin.config import MixinConfig
 
 PROFILE = "dgx1-v100"
 SCRAPE_S = 15
@@ -69,8 +69,8 @@ def panel_times(url: str, cfg: MixinConfig) -> list[PanelTime]:
 
 def overview_rules(cfg: MixinConfig) -> list[str]:
     """The recording rules the cluster overview reads."""
-    from alerts.promql import metric_names
-    from alerts.recording import recorded_names
+    from nvwatch.alerts.promql import metric_names
+    from nvwatch.alerts.recording import recorded_names
 
     names: set[str] = set()
     for query in m.panel_queries(cfg):

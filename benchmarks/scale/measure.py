@@ -18,9 +18,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts.recording import recording_groups
-from dashboards.build import build_all
-from mixin.config import MixinConfig
+from nvwatch.alerts.recording import recording_groups
+from nvwatch.dashboards.build import build_all
+from nvwatch.mixin.config import MixinConfig
 
 # Grafana's data points per panel: a range query's step is range / this, rounded up to
 # a multiple of the scrape interval (as Grafana's $__interval with max data points)

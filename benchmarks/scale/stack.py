@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import yaml
 
-from agent.sim.ports import free_port
 from benchmarks.common import REPO_ROOT, nvwatch_command, stop, wait_for_http
 from benchmarks.scale.units import unit_command
+from nvwatch.agent.sim.ports import free_port
 
 HOST = "127.0.0.1"
 CLUSTER = "seed"

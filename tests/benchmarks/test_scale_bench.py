@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from agent.inventory import load_inventory
 from benchmarks.scale import measure as m
 from benchmarks.scale.stack import NODES_PER_LEAF, merge_targets, write_inventory
 from benchmarks.scale.units import unit_command
-from mixin.config import MixinConfig
+from nvwatch.agent.inventory import load_inventory
+from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_inventory_racks_are_fat_tree_leaves_and_targets_get_fleet_ports(tmp_pat
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "nvwatch.agent.cli",
             "inventory",
             "--in",
             str(inventory),

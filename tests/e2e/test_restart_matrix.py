@@ -287,6 +287,7 @@ ALERTS_OUTSIDE = {
     "NvwatchGpuRowRemapFailure": "no scenario exhausts the spare rows",
     "NvwatchAgentDown": "tests/e2e/test_fleet_e2e.py kills an agent for it",
     "NvwatchAgentStale": "no scenario wedges a poll loop",
+    "NvwatchAgentUnscraped": "tests/e2e/test_sharded_vm.py kills a vmagent shard for it",
 }
 
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from agent.config import ScenarioSpec
-from agent.sim.fleet import Fleet
-from alerts import build as alerts_build
-from alerts.rules import all_alerts
+from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.alerts import build as alerts_build
+from nvwatch.alerts.rules import all_alerts
 from tests.conftest import require_tool
 from tests.e2e.conftest import (
     BASELINE_S,

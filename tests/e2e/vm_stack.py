@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from agent.sim.ports import free_port
 from benchmarks.scale.units import SCALE, unit_command
+from nvwatch.agent.sim.ports import free_port
 from tests.e2e.stack import HOST, Stack, wait_for
 
 SHARDS = 2
