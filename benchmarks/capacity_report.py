@@ -1,7 +1,7 @@
 """What `nvwatch report` costs over a month of the seed's 124-node cluster.
 
     python -m benchmarks.capacity_report [--nodes 124] [--days 30] [--step 15m]
-    python -m benchmarks.capacity_report --tsdb DIR --end UNIX   # reuse a backfill
+    python -m benchmarks.capacity_report --tsdb DIR/tsdb   # reuse history_cost.py --keep DIR
 
 Generates the history with `nvwatch simulate history`'s code (nvwatch.agent.sim.history),
 backfills it with promtool into a fresh TSDB, starts Prometheus on it on 127.0.0.1, then
@@ -34,11 +34,10 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import history_cost
 from nvwatch.agent.durations import parse_duration
 from nvwatch.agent.report.build import ReportOptions, run_report
 from nvwatch.agent.report.prom import Connection
-from nvwatch.agent.sim.history import generate
-from nvwatch.agent.sim.history_plan import plan_history
 from nvwatch.agent.sim.ports import free_port
 from nvwatch.mixin.config import MixinConfig
 
@@ -92,22 +91,19 @@ class ReportCost:
 def measure_report_cost(
     nodes: int = 124, days: float = 30.0, step: float = 900.0, workdir: Path | None = None
 ) -> ReportCost:
-    """Generate, backfill and report: the whole benchmark."""
+    """Generate, backfill and report: the whole benchmark. The history is generated and
+    backfilled a few nodes at a time (benchmarks/history_cost.py): a month of 124 nodes
+    as one file would be tens of gigabytes on disk."""
     with contextlib.ExitStack() as stack:
         work = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory("nvwatch-report")))
-        end = float(int(time.time() // 3600 * 3600))
-        plan = plan_history(nodes=nodes, days=days, step=step, end=end)
-        history = work / "history.om"
-        started = time.monotonic()
-        generate(plan, history)
-        generated = time.monotonic() - started
-        started = time.monotonic()
-        _backfill(history, work / "tsdb", days)
-        backfilled = time.monotonic() - started
-        history.unlink()
-        cost = measure_report_on(work / "tsdb", end, days, step, work)
+        work.mkdir(parents=True, exist_ok=True)
+        figures = history_cost.run(nodes, days, step, work)
+        cost = measure_report_on(work / "tsdb", figures["end_unix"], days, step, work)
         return dataclasses.replace(
-            cost, nodes=nodes, generate_seconds=generated, backfill_seconds=backfilled
+            cost,
+            nodes=nodes,
+            generate_seconds=figures["generate_wall_s"],
+            backfill_seconds=figures["backfill_wall_s"],
         )
 
 
@@ -136,27 +132,6 @@ def measure_report_on(tsdb: Path, end: float, days: float, step: float, work: Pa
 def _cpu(process: psutil.Process) -> float:
     times = process.cpu_times()
     return float(times.user + times.system)
-
-
-def _backfill(history: Path, tsdb: Path, days: float) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        raise SystemExit("promtool is not installed (Debian: prometheus)")
-    subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            # one block for the range: promtool reads its input once per block
-            f"--max-block-duration={int(days * 24) + 48}h",
-            "openmetrics",
-            "--quiet",
-            str(history),
-            str(tsdb),
-        ],
-        check=True,
-        capture_output=True,
-    )
 
 
 @contextlib.contextmanager
@@ -213,12 +188,20 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--step", default="15m", help="the history's scrape interval")
     parser.add_argument("--tsdb", type=Path, help="reuse this backfilled TSDB (needs --end)")
-    parser.add_argument("--end", type=float, help="unix time the reused history ends")
+    parser.add_argument(
+        "--end",
+        type=float,
+        help=f"unix time the reused history ends (default: the {history_cost.END_FILE} file "
+        "benchmarks/history_cost.py --keep wrote beside the TSDB)",
+    )
     args = parser.parse_args()
     step = parse_duration(args.step, "--step")
     if args.tsdb is not None:
+        end_file = args.tsdb.parent / history_cost.END_FILE
+        if args.end is None and end_file.exists():
+            args.end = float(end_file.read_text())
         if args.end is None:
-            parser.error("--tsdb needs --end")
+            parser.error(f"--tsdb needs --end (no {end_file})")
         with tempfile.TemporaryDirectory("nvwatch-report") as work:
             cost = measure_report_on(args.tsdb, args.end, args.days, step, Path(work))
     else:

@@ -40,8 +40,16 @@ def _progress(done: int, total: int) -> None:
     print(f"  node {done}/{total}", file=sys.stderr)
 
 
+END_FILE = "history-end"  # in the kept directory: the unix time the history ends
+
+
 def run(nodes: int, days: float, step: float, workdir: Path) -> dict[str, float]:
-    plan = plan_history(nodes=nodes, days=days, step=step, end=time.time())
+    """Generate and backfill into workdir/tsdb, one part of NODES_PER_FILE nodes at a time.
+    The history ends on the hour before now; that time is written to workdir/END_FILE so
+    a later report (benchmarks/capacity_report.py --tsdb) queries the same range."""
+    end = float(int(time.time() // 3600 * 3600))
+    plan = plan_history(nodes=nodes, days=days, step=step, end=end)
+    (workdir / END_FILE).write_text(f"{end:.0f}\n")
     history = workdir / "history.om"
     backfill = {"wall": 0.0, "cpu": 0.0, "bytes": 0.0}
 
@@ -72,6 +80,7 @@ def run(nodes: int, days: float, step: float, workdir: Path) -> dict[str, float]
         "backfill_cpu_s": backfill["cpu"],
         "samples": float(result.samples),
         "file_mib": backfill["bytes"] / 2**20,
+        "end_unix": end,
     }
 
 
