@@ -919,16 +919,17 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_ib_port_reading_saturated",
         _G,
-        "1 if a narrow IB counter is pinned at its maximum and has stopped counting. "
-        "Only for counters that can fill: not the switch-only port_rcv_switch_relay_errors, "
-        "port_xmit_constraint_errors, port_rcv_constraint_errors, which never count on an "
-        "HCA.",
+        "1 while a narrow IB counter is pinned at its maximum and has stopped counting; "
+        "no series for a counter that is not (a 0 per counter per port cost 80 series "
+        "on a DGX H100 and said nothing). Only counters that can fill: not the "
+        "switch-only port_rcv_switch_relay_errors, port_xmit_constraint_errors, "
+        "port_rcv_constraint_errors, which never count on an HCA.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/<file> of the 4- to 32-bit PMA counters, compared with "
         "their maximum (SATURATION_FLAGGED in agent/sources/infiniband_parse.py)",
-        _each("saturated"),
+        _each("pinned"),
         own_labels=("counter",),
-        when=_NO_PMA,
+        when=f"{_NO_PMA}; every counter below its maximum (the normal case)",
         always_declared=True,
     ),
 )

@@ -10,6 +10,9 @@ Two families can grow past what one render shows, and both are bounded:
   utilization ratios) carry `pid`: at most MAX_PROCESSES series each per GPU (the
   processes holding the most memory), so their worst case is MAX_PROCESSES x GPUs each;
   under MIG only the memory family, since NVML gives no per-process utilization there.
+- `nvwatch_ib_port_reading_saturated` has a series only for a counter pinned at its
+  maximum: none on a healthy port, at most one per flagged counter (SATURATION_FLAGGED)
+  per port on one whose error counters have all filled.
 - `nvwatch_gpu_xid_errors_total` gains one series per XID code a GPU has raised this
   boot: a handful on a sick GPU, none on a healthy one (the simulation raises none).
 The `nvwatch_mig_*` families have one series per MIG device, at most seven per GPU:
@@ -33,6 +36,7 @@ from nvwatch.agent.sim.process_file import ProcessFile
 from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.host import HostSource
 from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sources.infiniband_parse import SATURATION_FLAGGED
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from nvwatch.agent.sources.nvml.source import NvmlSource
 
@@ -43,6 +47,9 @@ PROCESS_FAMILIES = (
     "nvwatch_gpu_process_sm_utilization_ratio",
     "nvwatch_gpu_process_memory_utilization_ratio",
 )
+#: one series per IB port (to count ports), and the flag family that is sparse by design
+IB_PORT_FAMILY = "nvwatch_ib_port_state"
+SATURATED_FAMILY = "nvwatch_ib_port_reading_saturated"
 #: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
 MIG_LAYOUTS = {"dgx-a100": "all:1g.5gb*7", "dgx-h100": "all:1g.10gb*7"}
 
@@ -113,10 +120,13 @@ class Budget:
 
     @property
     def ceiling(self) -> int:
-        """Measured series, with each process family at MAX_PROCESSES per GPU."""
+        """Measured series, with each process family at MAX_PROCESSES per GPU and every
+        port's flagged IB counters pinned."""
         measured = sum(self.per_family.get(name, 0) for name in PROCESS_FAMILIES)
         capped = MAX_PROCESSES * self.gpus * len(self.process_families)
-        return self.series - measured + capped
+        ports = self.per_family.get(IB_PORT_FAMILY, 0)
+        pinned = ports * len(SATURATION_FLAGGED) - self.per_family.get(SATURATED_FAMILY, 0)
+        return self.series - measured + capped + pinned
 
     def share(self, prefix: str) -> int:
         return sum(n for name, n in self.per_family.items() if name.startswith(prefix))

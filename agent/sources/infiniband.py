@@ -120,6 +120,16 @@ class InfinibandPort:
                 result[name] = bool(is_saturated(name, value))
         return result
 
+    @property
+    def pinned(self) -> dict[str, bool]:
+        """The narrow counters pinned at their maximum, by file name (all True).
+
+        What nvwatch_ib_port_reading_saturated exports: a series only while a counter is
+        pinned. A flag per counter per port that is 0 all its life was 80 of a DGX
+        H100's ~830 series (issue 13's series budget); `== 1` alerts, the dashboard's
+        table and `count()` read the same without them."""
+        return {name: True for name, flag in self.saturated.items() if flag}
+
 
 @dataclass(frozen=True)
 class InfinibandDevice:

@@ -28,7 +28,10 @@ from nvwatch.agent.series_budget import (
 )
 from nvwatch.agent.sim.process_file import ProcessFile
 from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
+from tests.infiniband.exposition import scrape
+from tests.infiniband.sysfs_tree import add_device, healthy_port
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_LABELS = 15  # besides the metric name; VictoriaMetrics and Thanos users ask for this
@@ -165,4 +168,39 @@ def test_ceiling_is_reached_with_every_gpu_at_the_process_cap(tmp_path: Path) ->
     full = parse_series(render_profile("dgx1-v100", root, with_host=True, process_file=claims))
     budget_root = tmp_path / "budget"
     budget_root.mkdir()
-    assert len(full) == measure("dgx1-v100", budget_root).ceiling
+    budget = measure("dgx1-v100", budget_root)
+    # a healthy fabric pins no IB counter; the ceiling has every port's flags pinned,
+    # which _pinned_flags_per_port measures on a real sysfs tree
+    ports = sum(1 for s in full if s.name == "nvwatch_ib_port_state")
+    assert not [s for s in full if s.name == "nvwatch_ib_port_reading_saturated"]
+    assert len(full) + ports * _pinned_flags_per_port(tmp_path / "pinned") == budget.ceiling
+
+
+# Widths of the PortCounters fields an HCA counts (IBA vol 1, 16.1.3.5), written out
+# from the spec: every one of them pinned at all-ones.
+_IBA_HCA_COUNTER_BITS = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_xmit_discards": 16,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+}
+
+
+def _pinned_flags_per_port(root: Path) -> int:
+    """Flag series of one port whose every narrow counter sits at its maximum."""
+    pinned = {
+        f"counters/{name}": f"{(1 << bits) - 1}\n" for name, bits in _IBA_HCA_COUNTER_BITS.items()
+    }
+    add_device(root, "mlx5_0", ports={"1": healthy_port(**pinned)})
+    _, samples = scrape(InfinibandSource(root).collect())
+    return sum(1 for name, _ in samples if name == "nvwatch_ib_port_reading_saturated")
+
+
+def test_a_port_with_every_counter_pinned_flags_each(tmp_path: Path) -> None:
+    assert _pinned_flags_per_port(tmp_path) == len(_IBA_HCA_COUNTER_BITS)

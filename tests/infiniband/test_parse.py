@@ -194,13 +194,13 @@ def test_counter_at_its_maximum_is_flagged_saturated(
 def test_counter_one_below_its_maximum_is_not_saturated(
     tmp_path: Path, counter: str, maximum: int
 ) -> None:
-    # one below all-ones is still counting: the flag is 0, present, so alerts need no absent()
-    assert _flag(tmp_path, counter, f"{maximum - 1}\n") == 0
+    # one below all-ones is still counting: no flag series (only pinned counters have one)
+    assert _flag(tmp_path, counter, f"{maximum - 1}\n") is None
 
 
 def test_16_bit_maximum_does_not_saturate_the_32_bit_xmit_wait(tmp_path: Path) -> None:
     # port_xmit_wait is 32 bits wide: 65535 is an ordinary reading, not a pinned one
-    assert _flag(tmp_path, "port_xmit_wait", f"{2**16 - 1}\n") == 0
+    assert _flag(tmp_path, "port_xmit_wait", f"{2**16 - 1}\n") is None
 
 
 def test_wide_data_counter_has_no_saturation_flag(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from nvwatch.agent.sources.infiniband import InfinibandSample, InfinibandSource
 from .exposition import scrape, value
 from .sysfs_tree import add_device, add_pci_device, healthy_port, link_hca
 
+SATURATED = "nvwatch_ib_port_reading_saturated"
+
 
 def test_render_exact_values(tmp_path: Path) -> None:
     big = (1 << 40) + 1
@@ -75,10 +77,13 @@ def test_render_exact_values(tmp_path: Path) -> None:
         == 5
     )
     assert value(samples, "nvwatch_ib_port_hw_events_total", **port, counter="lifespan") is None
-    saturated = "nvwatch_ib_port_reading_saturated"
+    saturated = SATURATED
     assert value(samples, saturated, **port, counter="symbol_error") == 1
-    assert value(samples, saturated, **port, counter="port_xmit_wait") == 0
-    assert value(samples, saturated, **port, counter="link_downed") == 0
+    # a counter below its maximum has no series (one below all-ones, and 2 of 255)
+    assert value(samples, saturated, **port, counter="port_xmit_wait") is None
+    assert value(samples, saturated, **port, counter="link_downed") is None
+    flagged = [dict(labels)["counter"] for name, labels in samples if name == saturated]
+    assert flagged == ["symbol_error"]
     assert value(samples, saturated, **port, counter="VL15_dropped") is None  # unreadable
 
 
@@ -100,8 +105,11 @@ def test_simulated_node_renders_every_ib_family(tmp_path: Path) -> None:
     fabric.tick()
     text, samples = scrape(InfinibandSource(tmp_path, gpu_bus_ids=fabric.gpu_bus_ids).collect())
     rendered = {name for name, _ in samples}
+    # a healthy fabric pins no counter: the saturation family is declared, without series
+    assert SATURATED not in rendered
+    assert f"# TYPE {SATURATED} gauge" in text
     for spec in CATALOGUE:
-        if spec.source != "infiniband":
+        if spec.source != "infiniband" or spec.name == SATURATED:
             continue
         # counters are exposed with the _total suffix
         assert spec.name in rendered, spec.name
