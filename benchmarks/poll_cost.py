@@ -15,7 +15,13 @@ from prometheus_client.exposition import generate_latest
 from benchmarks.common import percentile
 from benchmarks.harness import Harness, PollTimes, simulated_agent
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare, registry_of
+from nvwatch.agent.exposition.render import (
+    GZIP_LEVEL,
+    Exposition,
+    build_exposition,
+    prepare,
+    registry_of,
+)
 from nvwatch.agent.exposition.text import render_text
 from nvwatch.agent.poller import Snapshot, SourceStatus
 
@@ -192,7 +198,7 @@ def measure_render_split(profile: str, repeats: int) -> RenderSplit:
             text = generate_latest(registry)
             text_times.append(time.thread_time() - started)
             started = time.thread_time()
-            packed = gzip.compress(text, compresslevel=6)
+            packed = gzip.compress(text, compresslevel=GZIP_LEVEL)
             gzip_times.append(time.thread_time() - started)
         identical = exposition.text == text
         renderer_times = _time_renderer(previous, exposition, repeats) if identical else []

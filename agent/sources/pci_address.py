@@ -10,6 +10,7 @@ device 0000:3b:00.0, a different device or none.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # domain (optional, up to NVML's 8 hex digits) : bus (8 bits) : device (5 bits) . function
@@ -21,6 +22,7 @@ _BUS_ID = re.compile(
 _MAX_DEVICE = 0x1F
 
 
+@functools.lru_cache(maxsize=1024)  # the same few dozen ids every poll (NVLink peers)
 def sysfs_bus_id(bus_id: str) -> str:
     """The sysfs name ("0000:3b:00.0", "10000:3b:00.0") of an NVML, legacy or sysfs id.
 

@@ -12,6 +12,7 @@ from benchmarks.report.model import (
     target_cost,
     target_series,
 )
+from nvwatch.agent.exposition.render import GZIP_LEVEL
 
 STAGES = (
     "collect nvml",
@@ -121,12 +122,12 @@ def render_split_section(results: Results) -> str:
         "### build_exposition, split",
         "",
         f"{split.samples:,} samples, {split.text_bytes:,} bytes of text, "
-        f"{split.gzip_bytes:,} bytes gzipped (level 6).",
+        f"{split.gzip_bytes:,} bytes gzipped (level {GZIP_LEVEL}).",
         "",
         "| step | median / p99 (ms) |",
         "|---|---|",
         _renderer_row(split),
-        f"| `gzip.compress(level=6)` | {q(split.gzip)} |",
+        f"| `gzip.compress(level={GZIP_LEVEL})` | {q(split.gzip)} |",
         f"| for reference: prometheus_client `generate_latest` over the same families "
         f"| {q(split.generate_latest)} ({per_sample * 1e6:.1f} µs per sample) |",
         "",
