@@ -253,7 +253,9 @@ def _short(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
-def _worker(flag: str | None, profile: str, polls: int, warmup: int, seconds: float) -> Any:
+def _start_worker(
+    flag: str | None, profile: str, polls: int, warmup: int, seconds: float
+) -> subprocess.Popen[str]:
     argv = [
         sys.executable,
         "-m",
@@ -264,12 +266,21 @@ def _worker(flag: str | None, profile: str, polls: int, warmup: int, seconds: fl
         f"--seconds={seconds}",
         *([flag] if flag else []),
     ]
-    done = subprocess.run(
-        argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=seconds + 120, check=False
+    return subprocess.Popen(
+        argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"RSS worker failed ({done.returncode}): {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _finish_worker(worker: subprocess.Popen[str], seconds: float) -> Any:
+    try:
+        out, err = worker.communicate(timeout=seconds + 120)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.communicate()
+        raise RuntimeError("RSS worker did not finish") from None
+    if worker.returncode != 0:
+        raise RuntimeError(f"RSS worker failed ({worker.returncode}): {err[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _trace_result(raw: dict[str, Any]) -> TraceResult:
@@ -289,9 +300,18 @@ def _trace_result(raw: dict[str, Any]) -> TraceResult:
 
 
 def measure_rss(profile: str, polls: int, warmup: int, seconds: float) -> RssResult:
-    """The RSS run, then the traced run (each in its own process, each `seconds` at most)."""
-    raw = _worker(None, profile, polls, warmup, seconds)
-    trace = _trace_result(_worker("--trace", profile, polls, warmup, seconds))
+    """The RSS run and the traced run, side by side in two processes (each `seconds` at
+    most): 10,000 polls each take minutes, and each loop is one thread, so on a machine
+    of two cores or more neither waits for the other."""
+    workers = [_start_worker(flag, profile, polls, warmup, seconds) for flag in (None, "--trace")]
+    try:
+        raw = _finish_worker(workers[0], seconds)
+        trace = _trace_result(_finish_worker(workers[1], seconds))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
     return RssResult(
         profile=str(raw["profile"]),
         polls=int(raw["polls"]),

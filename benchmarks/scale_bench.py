@@ -31,10 +31,13 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import yaml
+
 from benchmarks.common import REPO_ROOT, cpu_model, scratch_dir, tool_version
 from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
 from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name
+from nvwatch.agent.durations import parse_duration
 from nvwatch.agent.series_budget import measure as measure_budget
 from nvwatch.alerts import build as alerts_build
 from nvwatch.mixin.config import MixinConfig
@@ -50,12 +53,18 @@ PLACED = (
     Placed(120, "ib-degraded", "mlx5_3", "NvwatchIbPortRateDegraded"),
 )
 RANGES_S = (3600, 86400)
+# A placed fault's time to develop before its alert's condition holds (the thermal
+# runaway crosses slowdown 2-3 minutes after onset, agent/sim/scenarios.py), plus a few
+# rule evaluations and scrapes: added to the longest `for:` of the placed alerts.
+FAULT_LEAD_S = 300.0
 _FLEET_STATS = re.compile(r"fleet: \d+ nodes, CPU (?P<cpu>[\d.]+)% of one core")
 
 
 def fired(url: str, minutes: float) -> set[tuple[str, str]]:
     """(alertname, instance) of every nvwatch alert that was firing at some point."""
-    expr = f'max_over_time(ALERTS{{alertstate="firing", alertname=~"Nvwatch.*"}}[{minutes:g}m])'
+    # whole seconds: PromQL durations take no fractions ("10.5m" is refused)
+    window = f"{max(1, round(minutes * 60))}s"
+    expr = f'max_over_time(ALERTS{{alertstate="firing", alertname=~"Nvwatch.*"}}[{window}])'
     return {(r["metric"]["alertname"], r["metric"].get("instance", "")) for r in m.query(url, expr)}
 
 
@@ -77,6 +86,32 @@ def overview_rules(cfg: MixinConfig) -> list[str]:
         if query.dashboard == "nvwatch-cluster-overview.json":
             names |= metric_names(query.expr) & recorded_names(cfg)
     return sorted(names)
+
+
+def alert_deadline_s(rules_file: Path, placed: list[Placed]) -> float:
+    """Seconds after the fleet's start by which every placed alert can have fired: the
+    longest `for:` among them (read from the generated rules) plus FAULT_LEAD_S."""
+    wanted = {p.alert for p in placed}
+    groups = yaml.safe_load(rules_file.read_text())["groups"]
+    holds = [
+        parse_duration(rule["for"], "for")
+        for group in groups
+        for rule in group["rules"]
+        if rule.get("alert") in wanted and "for" in rule
+    ]
+    return max(holds, default=0.0) + FAULT_LEAD_S
+
+
+def wait_for_alerts(
+    urls: list[str], expected: set[tuple[str, str]], began: float, deadline_s: float
+) -> float:
+    """Poll until every expected alert has fired on every engine, or the deadline (from
+    `began`) passes; the minutes since `began` at the end, the window fired() reads."""
+    while True:
+        elapsed = time.monotonic() - began
+        if elapsed >= deadline_s or all(expected <= fired(u, elapsed / 60) for u in urls):
+            return (time.monotonic() - began) / 60
+        time.sleep(SCRAPE_S)
 
 
 def rule_savings(url: str, cfg: MixinConfig) -> dict[str, tuple[float, float]]:
@@ -122,6 +157,10 @@ def run(minutes: float, nodes: int, with_vm: bool) -> Results:
         wall = time.monotonic() - began
         cpu1 = stack.sampler.cpu_seconds()
         end = (time.monotonic(), m.scrape_metrics(prom), m.scrape_metrics(vm) if vm else {})
+        expected = {(p.alert, node_name(p.node)) for p in placed}
+        deadline = alert_deadline_s(rules / alerts_build.PROMETHEUS_ALERTS, placed)
+        print(f"scale: waiting up to {deadline / 60:g} min from the start for the alerts")
+        alert_minutes = wait_for_alerts([u for u in (prom, vm) if u], expected, began, deadline)
         appended = "prometheus_tsdb_head_samples_appended_total"
         inserted = "vm_rows_inserted_total"
         span = end[0] - half[0]
@@ -149,9 +188,9 @@ def run(minutes: float, nodes: int, with_vm: bool) -> Results:
             vm_rule_groups=m.vmalert_group_seconds(m.scrape_metrics(stack.urls["vmalert"]))
             if vm
             else {},
-            expected={(p.alert, node_name(p.node)) for p in placed},
-            fired_prometheus=fired(prom, minutes),
-            fired_vm=fired(vm, minutes) if vm else set(),
+            expected=expected,
+            fired_prometheus=fired(prom, alert_minutes),
+            fired_vm=fired(vm, alert_minutes) if vm else set(),
             panels_prometheus=panel_times(prom, cfg),
             panels_vm=panel_times(vm, cfg) if vm else [],
             rule_savings=rule_savings(prom, cfg),
@@ -164,6 +203,7 @@ def run(minutes: float, nodes: int, with_vm: bool) -> Results:
             budget_h100=measure_budget("dgx-h100", work / "budget-h100").ceiling,
             budget_v100=measure_budget(PROFILE, work / "budget-v100").ceiling,
             load_average=list(os.getloadavg()),
+            alert_minutes=alert_minutes,
         )
     finally:
         stack.close()

@@ -59,6 +59,9 @@ class Results:
     budget_v100: int
     notes: list[str] = field(default_factory=list)
     load_average: list[float] = field(default_factory=list)  # 1, 5, 15 min, at the end
+    # minutes from the fleet's start to the alert check (the measuring time, or longer
+    # when a placed alert's `for:` needs it); 0: the same as `minutes` (older runs)
+    alert_minutes: float = 0.0
 
 
 def _n(x: float, digits: int = 0) -> str:
@@ -179,6 +182,10 @@ def render(r: Results) -> str:
     lines += [
         "",
         "## Alerts against the placed scenarios (measured)",
+        "",
+        f"Checked {r.alert_minutes or r.minutes:g} minutes after the fleet started: each "
+        "placed alert's `for:` and the time its fault needs to develop, waited for "
+        "after the measuring time (an alert with `for: 10m` cannot fire within 10).",
         "",
         "| alert | node | |",
         "|---|---|---|",

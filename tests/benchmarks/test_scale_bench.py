@@ -125,3 +125,31 @@ def test_unit_commands_replace_only_what_is_given() -> None:
     rules = unit_command("vmalert.service", {"rule": "a.yaml\nb.yaml", "x": "1"})
     assert [a for a in rules if a.startswith("-rule=")] == ["-rule=a.yaml", "-rule=b.yaml"]
     assert rules[-1] == "-x=1"
+
+
+def test_alerts_are_waited_for_past_their_for_duration(tmp_path: Path) -> None:
+    """A placed alert with `for: 10m` cannot fire within a 10-minute run: the benchmark
+    waits for the longest `for:` of the placed alerts (read from the generated rules)
+    plus the time a fault needs to develop."""
+    from benchmarks import scale_bench
+    from nvwatch.alerts import build as alerts_build
+
+    alerts_build.write(tmp_path, MixinConfig())
+    rules = tmp_path / alerts_build.PROMETHEUS_ALERTS
+    thermal = [p for p in scale_bench.PLACED if p.alert == "NvwatchGpuThermalSlowdown"]
+    # a rules file with one alert of a hand-written `for:`, and the generated one
+    own = tmp_path / "own.yaml"
+    own.write_text(
+        yaml.safe_dump(
+            {"groups": [{"name": "g", "rules": [
+                {"alert": "NvwatchGpuThermalSlowdown", "expr": "vector(1)", "for": "17m"},
+                {"alert": "Unplaced", "expr": "vector(1)", "for": "2h"},
+            ]}]}
+        )
+    )  # fmt: skip
+    lead = scale_bench.FAULT_LEAD_S
+    assert scale_bench.alert_deadline_s(own, thermal) == 17 * 60 + lead
+    assert scale_bench.alert_deadline_s(own, []) == lead
+    # the shipped thermal alert holds for 10 minutes: the wait covers it
+    assert scale_bench.alert_deadline_s(rules, thermal) >= 10 * 60 + lead
+    assert scale_bench.alert_deadline_s(rules, list(scale_bench.PLACED)) >= 10 * 60 + lead
