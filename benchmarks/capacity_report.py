@@ -1,6 +1,7 @@
 """What `nvwatch report` costs over a month of the seed's 124-node cluster.
 
     python -m benchmarks.capacity_report [--nodes 124] [--days 30] [--step 15m]
+                                         [--out docs/report-cost.md]
     python -m benchmarks.capacity_report --tsdb DIR/tsdb   # reuse history_cost.py --keep DIR
 
 Generates the history with `nvwatch simulate history`'s code (nvwatch.agent.sim.history),
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,6 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import history_cost
+from benchmarks.common import cpu_model, tool_version
 from nvwatch.agent.durations import parse_duration
 from nvwatch.agent.report.build import ReportOptions, run_report
 from nvwatch.agent.report.prom import Connection
@@ -56,6 +60,9 @@ class ReportCost:
     report_cpu_seconds: float
     prometheus_cpu_seconds: float
     files: int
+    # set-up figures of an end-to-end run (history_cost.run's), None for a reused TSDB
+    setup: dict[str, float] | None = None
+    step_seconds: float = 900.0
 
     @property
     def passes(self) -> bool:
@@ -104,6 +111,8 @@ def measure_report_cost(
             nodes=nodes,
             generate_seconds=figures["generate_wall_s"],
             backfill_seconds=figures["backfill_wall_s"],
+            setup=figures,
+            step_seconds=step,
         )
 
 
@@ -126,7 +135,54 @@ def measure_report_on(tsdb: Path, end: float, days: float, step: float, work: Pa
         reported = time.monotonic() - started
         own_cpu = time.process_time() - own_cpu
         server_cpu = _cpu(server) - server_cpu
-    return ReportCost(None, days, None, None, reported, own_cpu, server_cpu, len(written))
+    return ReportCost(
+        None, days, None, None, reported, own_cpu, server_cpu, len(written), step_seconds=step
+    )
+
+
+def render_markdown(cost: ReportCost, command: str) -> str:
+    """docs/report-cost.md: the run's figures, each as measured."""
+    verdict = "PASS" if cost.passes else "**MISS**"
+    fleet = f"{cost.nodes} simulated nodes" if cost.nodes else "a reused backfill"
+    rows = [
+        ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),
+        ("machine", f"{cpu_model()}, {os.cpu_count()} cores"),
+        ("Prometheus", tool_version(["prometheus", "--version"])),
+        ("command", f"`{command}`"),
+        ("history", f"{cost.days:g} days of {fleet}, one sample per {cost.step_seconds:g} s"),
+    ]
+    if cost.setup is not None:
+        setup = cost.setup
+        rows += [
+            ("samples backfilled", f"{setup['samples']:,.0f}"),
+            ("generate (set-up)", f"{setup['generate_wall_s']:.0f} s wall, "
+             f"{setup['generate_cpu_s']:.0f} s CPU"),
+            ("backfill with promtool (set-up)", f"{setup['backfill_wall_s']:.0f} s wall, "
+             f"{setup['backfill_cpu_s']:.0f} s CPU"),
+        ]  # fmt: skip
+    rows += [
+        ("report, wall", f"**{cost.report_seconds:.1f} s** (target < {TARGET_SECONDS:.0f} s: "
+         f"{verdict})"),
+        ("report process CPU", f"{cost.report_cpu_seconds:.1f} s"),
+        ("Prometheus CPU during the report", f"{cost.prometheus_cpu_seconds:.1f} s"),
+        ("files written", f"{cost.files}"),
+    ]  # fmt: skip
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return f"""# What `nvwatch report` costs
+
+Written by `benchmarks/capacity_report.py`; every figure below comes from the run
+described here. Re-run it to refresh this file; do not edit numbers by hand.
+
+The benchmark generates the history with `nvwatch simulate history`'s code, backfills
+it into a fresh TSDB with `promtool tsdb create-blocks-from openmetrics` a few nodes at
+a time, starts Prometheus on it on 127.0.0.1 and times `nvwatch report` end to end:
+every range query, the analysis, the plots and the files. Generation and backfill are
+set-up, timed but not judged.
+
+| | |
+|---|---|
+{table}
+"""
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -194,6 +250,7 @@ def main() -> None:
         help=f"unix time the reused history ends (default: the {history_cost.END_FILE} file "
         "benchmarks/history_cost.py --keep wrote beside the TSDB)",
     )
+    parser.add_argument("--out", type=Path, help="also write the figures as markdown here")
     args = parser.parse_args()
     step = parse_duration(args.step, "--step")
     if args.tsdb is not None:
@@ -207,6 +264,9 @@ def main() -> None:
     else:
         cost = measure_report_cost(args.nodes, args.days, step)
     print(cost.summary())
+    if args.out is not None:
+        command = shlex.join(["python", "-m", "benchmarks.capacity_report", *sys.argv[1:]])
+        args.out.write_text(render_markdown(cost, command), encoding="utf-8")
     sys.exit(0 if cost.passes else 1)
 
 
