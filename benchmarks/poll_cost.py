@@ -45,14 +45,22 @@ class PollCost:
     polls: int
     total: Quantiles  # process CPU around poll_once (every thread)
     wall_median: float  # wall time of poll_once, for context: GIL hand-offs and I/O waits
+    gpus: int = 0  # the simulated node's, so a target "for 8 HCAs" can be checked
+    hcas: int = 0
     stages: dict[str, Quantiles] = field(default_factory=dict)  # "collect nvml", ...
+    # every source's prepare summed poll by poll (samples to series); None when the
+    # sources' lists do not line up poll for poll
+    prepare_total: Quantiles | None = None
 
 
 def measure_poll_cost(profile: str, polls: int, warmup: int, time_limit: float) -> PollCost:
     with simulated_agent(profile) as harness:
         done = harness.run(polls, warmup=warmup, time_limit=time_limit)
         wall = _wall_median(harness, max(3, min(20, polls // 10)))
-    return _summarise(profile, done, harness.times, wall)
+        node = harness.node.profile
+    cost = _summarise(profile, done, harness.times, wall)
+    cost.gpus, cost.hcas = node.gpu_count, len(node.nics)
+    return cost
 
 
 def _wall_median(harness: Harness, polls: int) -> float:
@@ -72,7 +80,16 @@ def _summarise(profile: str, polls: int, times: PollTimes, wall: float) -> PollC
     for name, values in sorted(times.prepare.items()):
         cost.stages[f"prepare {name}"] = Quantiles.of(values)
     cost.stages["build_exposition"] = Quantiles.of(times.build)
+    cost.prepare_total = _per_poll_sum(list(times.prepare.values()), polls)
     return cost
+
+
+def _per_poll_sum(stages: list[list[float]], polls: int) -> Quantiles | None:
+    """Quantiles of the stages' sum in each poll. A recorded poll has every source up (the
+    harness raises otherwise), so each list holds one entry per poll, in poll order."""
+    if not stages or any(len(values) != polls for values in stages):
+        return None
+    return Quantiles.of([sum(values) for values in zip(*stages, strict=True)])
 
 
 # --- where the time goes ----------------------------------------------------------------

@@ -1,17 +1,20 @@
 """Whole-process CPU of the simulated agent and of the simulated fleet, simulator included.
 
-Both are separate processes measured from outside: the serve figure is the process's CPU
-time (user + system, from /proc through psutil) over a steady stretch after a warm-up,
-per second of wall time; the fleet figure is what `nvwatch simulate fleet --stats-every`
-prints for each period (the process's CPU as a share of one core, its RSS, polls done).
+Both are separate processes measured from outside: the serve figure is the CPU time of the
+process and its children (user + system, from /proc through psutil) over a steady stretch
+after a warm-up, per second of wall time (`cpu_window`, which benchmarks/peer_cost.py uses
+too); the fleet figure is what `nvwatch simulate fleet --stats-every` prints for each
+period (the process's CPU as a share of one core, its RSS, polls done).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,28 +51,62 @@ class FleetCpu:
     polls: int  # polls done in the periods judged
 
 
-def measure_serve_cpu(
-    profile: str, interval: float, seconds: float, warmup: float, log_dir: Path
-) -> ServeCpu:
-    """CPU per second of `nvwatch serve --simulate PROFILE --interval I` (default sources)."""
-    port = free_port()
-    argv = [
+def serve_argv(profile: str, interval: float, port: int, *flags: str) -> list[str]:
+    """`nvwatch serve --simulate PROFILE --interval I` on loopback, with any other flags."""
+    return [
         *nvwatch_command(),
         "serve",
         f"--simulate={profile}",
         f"--interval={interval:g}s",
         f"--listen=127.0.0.1:{port}",
+        *flags,
     ]
+
+
+def tree_cpu_seconds(processes: Sequence[psutil.Process]) -> float:
+    """User + system CPU seconds of `processes`; one that has exited counts nothing."""
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def cpu_window(
+    pid: int, seconds: float, warmup: float, every_second: Callable[[], None] | None = None
+) -> tuple[float, float]:
+    """(wall seconds, CPU ms per second) of `pid` and its descendants over `seconds` after
+    `warmup`. `every_second`, if given, runs once a second through the window from this
+    process (a scraper, as Prometheus would be), so its own CPU is not counted."""
+    root = psutil.Process(pid)
+    time.sleep(warmup)
+    # the tree as it stands after the warm-up: a wrapper (`simulate exec`), the exporter,
+    # the simulated job's idle workers; none of them starts processes in the steady state
+    tree = [root, *root.children(recursive=True)]
+    cpu0, wall0 = tree_cpu_seconds(tree), time.monotonic()
+    end, tick = wall0 + seconds, 0
+    while time.monotonic() < end:
+        if every_second is not None:
+            every_second()
+        # sleep to the next whole second of the window, so a slow call shifts nothing
+        tick += 1
+        time.sleep(max(0.0, min(end, wall0 + tick) - time.monotonic()))
+    cpu1, wall1 = tree_cpu_seconds(tree), time.monotonic()
+    return wall1 - wall0, 1e3 * (cpu1 - cpu0) / (wall1 - wall0)
+
+
+def measure_serve_cpu(
+    profile: str, interval: float, seconds: float, warmup: float, log_dir: Path
+) -> ServeCpu:
+    """CPU per second of `nvwatch serve --simulate PROFILE --interval I` (default sources),
+    not scraped."""
+    port = free_port()
     log = log_dir / f"nvwatch-serve-cpu-{profile}.log"
+    argv = serve_argv(profile, interval, port)
     with running(argv, f"http://127.0.0.1:{port}/healthz", log=log) as process:
-        agent = psutil.Process(process.pid)
-        time.sleep(warmup)
-        cpu0, wall0 = sum(agent.cpu_times()[:2]), time.monotonic()
-        time.sleep(seconds)
-        cpu1, wall1 = sum(agent.cpu_times()[:2]), time.monotonic()
-    return ServeCpu(
-        profile, interval, "default", wall1 - wall0, 1e3 * (cpu1 - cpu0) / (wall1 - wall0)
-    )
+        wall, cpu_ms_per_s = cpu_window(process.pid, seconds, warmup)
+    return ServeCpu(profile, interval, "default", wall, cpu_ms_per_s)
 
 
 def measure_fleet_cpu(
