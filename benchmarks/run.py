@@ -3,8 +3,10 @@
     python benchmarks/run.py [--quick] [--out docs/performance.md] [--real-nvml]
 
 Poll-cycle CPU per simulated profile (split per source and render), /metrics latency
-under wrk, RSS over many polls, series per node, and node_exporter's infiniband
-collector over the same simulated sysfs tree (latency and value-for-value equality).
+under wrk, RSS over many polls, series per node, node_exporter's infiniband collector
+over the same simulated sysfs tree (latency and value-for-value equality), and
+nvitop-exporter's process CPU per exported sample on the same simulated node (installed
+into a throwaway venv when it is not importable).
 Prints a markdown report and writes it to --out. Every figure comes from this run.
 """
 
@@ -31,6 +33,7 @@ from benchmarks.attribution_cost import PROFILE as ATTRIBUTION_PROFILE
 from benchmarks.attribution_cost import measure_attribution_cost
 from benchmarks.common import REPO_ROOT, cpu_model, package_version, tool_version
 from benchmarks.nvml_calls import measure_nvml_calls
+from benchmarks.peer_cost import measure_peer_cost
 from benchmarks.poll_cost import (
     PROFILES,
     measure_poll_cost,
@@ -76,6 +79,10 @@ class Settings:
     fleet_profile: str = "dgx1-v100"
     fleet_interval: float = 15.0
     fleet_periods: int = 3  # judged periods of 2 intervals, after a start-up one
+    # nvitop-exporter and nvwatch one after the other, each scraped once a second
+    peer_interval: float = 1.0
+    peer_seconds: float = 20.0
+    peer_warmup: float = 8.0
 
     @staticmethod
     def quick() -> Settings:
@@ -95,6 +102,8 @@ class Settings:
             fleet_nodes=4,
             fleet_interval=1.0,
             fleet_periods=1,
+            peer_seconds=3.0,
+            peer_warmup=2.0,
         )
 
 
@@ -156,6 +165,14 @@ def collect(settings: Settings) -> Results:
             settings.fleet_profile,
             settings.fleet_interval,
             settings.fleet_periods,
+        )
+        log(f"nvitop-exporter side by side on a simulated {settings.scrape_profile}")
+        results.peer = measure_peer_cost(
+            settings.scrape_profile,
+            settings.peer_interval,
+            settings.peer_seconds,
+            settings.peer_warmup,
+            logs,
         )
         log("node_exporter side by side on one frozen simulated tree")
         results.side_by_side = node_exporter_side_by_side(

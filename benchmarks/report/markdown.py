@@ -12,10 +12,12 @@ from benchmarks.report.cost import (
     render_split_section,
     series_section,
 )
+from benchmarks.report.hot_path import own_share_section
 from benchmarks.report.memory import rss_section
 from benchmarks.report.misses import misses_section
 from benchmarks.report.model import Machine, Results
 from benchmarks.report.nvml_calls import nvml_calls_section
+from benchmarks.report.peer import peer_section
 from benchmarks.report.real_gpu import real_nvml_section
 from benchmarks.report.serving import scrape_section, side_by_side_section
 from benchmarks.report.sim_cost import sim_cost_section
@@ -25,11 +27,13 @@ from benchmarks.report.verdicts import verdicts
 _SECTIONS: tuple[Callable[[Results], str], ...] = (
     poll_section,
     nvml_share_section,
+    own_share_section,
     poll_top_section,
     render_split_section,
     series_section,
     nvml_calls_section,
     sim_cost_section,
+    peer_section,
     attribution_section,
     scrape_section,
     side_by_side_section,

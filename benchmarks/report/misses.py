@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks.poll_cost import PollCost
 from benchmarks.report.cost import simulator_share
+from benchmarks.report.hot_path import hot_path_miss
 from benchmarks.report.model import (
     TARGET_PROFILE,
     Results,
@@ -14,6 +15,7 @@ from benchmarks.report.model import (
     target_series,
 )
 from benchmarks.report.nvml_calls import nvml_calls_miss
+from benchmarks.report.peer import peer_miss
 from benchmarks.report.verdicts import verdicts
 
 _RENDER_FIX = (
@@ -60,10 +62,12 @@ def misses_section(results: Results) -> str:
         return "\n".join(lines)
     explained = [
         _poll_miss(results, missed),
+        hot_path_miss(results, missed),
         _latency_miss(missed),
         _rss_miss(missed),
         _series_miss(results, missed),
         nvml_calls_miss(missed),
+        peer_miss(results, missed),
     ]
     lines += [line for line in explained if line is not None]
     lines.append("")
@@ -133,7 +137,8 @@ def _rss_miss(missed: dict[str, Verdict]) -> str | None:
 
 
 def _series_miss(results: Results, missed: dict[str, Verdict]) -> str | None:
-    targets = [t for t in missed if "series" in t]
+    # the series-count rows (not "samples to series", a CPU target)
+    targets = [t for t in missed if t.startswith(f"{TARGET_PROFILE} series")]
     if not targets:
         return None
     detail = target_series(results)

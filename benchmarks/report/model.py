@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmarks.attribution_cost import AttributionCost
 from benchmarks.nvml_calls import NvmlCalls
+from benchmarks.peer_cost import PeerCost
 from benchmarks.poll_cost import PollCost, ProfileSplit, Quantiles, RenderSplit, SeriesCount
 from benchmarks.real_nvml import RealNvmlResult
 from benchmarks.rss import RssResult
@@ -53,6 +54,7 @@ class Results:
     serve_cpu: ServeCpu | None = None
     fleet_cpu: FleetCpu | None = None
     attribution: AttributionCost | None = None
+    peer: PeerCost | None = None  # nvitop-exporter side by side
     seconds: float = 0.0
 
 
@@ -81,7 +83,11 @@ def pct(share: float) -> str:
 
 def target_cost(results: Results) -> PollCost | None:
     """The poll cost of the profile the targets are about, if it was measured."""
-    return next((c for c in results.poll_costs if c.profile == TARGET_PROFILE), None)
+    return cost_of(results, TARGET_PROFILE)
+
+
+def cost_of(results: Results, profile: str) -> PollCost | None:
+    return next((c for c in results.poll_costs if c.profile == profile), None)
 
 
 def target_series(results: Results) -> SeriesCount | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.report.attribution import attribution_verdicts
+from benchmarks.report.hot_path import hot_path_verdicts
 from benchmarks.report.model import (
     MB,
     P99_ONE_CONNECTION_TARGET_S,
@@ -19,6 +20,7 @@ from benchmarks.report.model import (
     target_series,
 )
 from benchmarks.report.nvml_calls import nvml_calls_verdicts
+from benchmarks.report.peer import peer_verdicts
 from benchmarks.report.sim_cost import sim_cost_verdicts
 from benchmarks.rss import FLAT_TOLERANCE_MIB, MIB, TraceResult
 
@@ -27,12 +29,14 @@ def verdicts(results: Results) -> list[Verdict]:
     """Every target that this run measured, in the order the Targets table lists them."""
     return [
         *_poll_verdicts(results),
+        *hot_path_verdicts(results),
         *_latency_verdicts(results),
         *_node_exporter_verdicts(results),
         *_rss_verdicts(results),
         *_series_verdicts(results),
         *nvml_calls_verdicts(results),
         *sim_cost_verdicts(results),
+        *peer_verdicts(results),
         *attribution_verdicts(results),
     ]
 

@@ -103,6 +103,8 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         fleet_nodes=2,
         fleet_interval=0.5,
         fleet_periods=1,
+        peer_seconds=1.0,
+        peer_warmup=1.0,
     )
     results = collect(settings)
     text = render_markdown(results, MACHINE)
@@ -119,14 +121,17 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
         "## Real GPUs",
         "## Whole process, simulator included",
         "## Attribution",
+        "## Side by side: nvitop-exporter",
+        "### The agent's own share of a dgx-h100 poll",
     ):
         assert heading in text
 
     # every target has a figure and a verdict
     judged = verdicts(results)
-    # poll CPU, p99 at 1 connection x2 encodings, RSS size + trend, series x2, NVML calls,
-    # serve process CPU, fleet CPU share, attribution per poll
-    assert len(judged) == 12
+    # poll CPU median + p99, the agent's own share, build_exposition, samples to series,
+    # InfiniBand collect, p99 at 1 connection x2 encodings, RSS size + trend, series x2,
+    # NVML calls, serve process CPU, fleet CPU share, nvitop-exporter, attribution per poll
+    assert len(judged) == 18
     for verdict in judged:
         assert verdict.mark in ("PASS", "**MISS**")
 
@@ -163,6 +168,10 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
     fleet = results.fleet_cpu
     assert fleet is not None and fleet.nodes == 2 and fleet.share_pct > 0 and fleet.polls > 0
     assert results.rss.final_mib > 0
+
+    peer = results.peer
+    assert peer is not None and len(peer.nvwatch) == 2
+    assert all(e.samples > 0 and e.cpu_ms_per_s > 0 for e in peer.nvwatch)
 
     attribution = results.attribution
     assert attribution is not None and attribution.processes == 64
