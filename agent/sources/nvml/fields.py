@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -114,8 +115,45 @@ _VALUE_FORMATS = {
 _FAST_LAYOUT = _ENTRY.nvmlReturn.offset == _HEAD_AT + 4
 
 
+# The whole entry in one struct, the union read as its raw 64 bits: one C loop
+# (iter_unpack) decodes a batch. Needs the layout pynvml declares on LP64 little-endian
+# machines (valueType, nvmlReturn, then the 8-byte union at the end); anything else
+# takes the entry-by-entry path below.
+_WHOLE = struct.Struct(f"@{_HEAD_AT}xIIQ")
+_BITS_LAYOUT = (
+    _FAST_LAYOUT
+    and _VALUE_AT == _HEAD_AT + 8
+    and _WHOLE.size == _ENTRY_SIZE
+    and sys.byteorder == "little"
+    and ctypes.sizeof(ctypes.c_ulong) == 8
+)
+_ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+_UI = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+_BITS_OF = struct.Struct("@Q")
+
+
+def _from_bits(value_type: int, bits: int) -> float | int | None:
+    """The union member `value_type` names, from the union's raw 64 bits (little-endian:
+    a narrower member is the low bytes)."""
+    form = _VALUE_FORMATS.get(value_type)
+    if form is None:
+        return None
+    return form.unpack_from(_BITS_OF.pack(bits))[0]  # type: ignore[no-any-return]
+
+
 def _entry_fields(raw: Any, count: int) -> Iterator[tuple[int, float | int | None]]:
     """(nvmlReturn, raw union value or None) of each of the first `count` entries."""
+    if _BITS_LAYOUT and isinstance(raw, ctypes.Array) and raw._type_ is _ENTRY:
+        buffer = memoryview(raw).cast("B")[: min(count, len(raw)) * _ENTRY_SIZE]
+        for value_type, status, bits in _WHOLE.iter_unpack(buffer):
+            # the two types of nearly every field (counters, states, speeds) inline
+            if value_type == _ULL:
+                yield status, bits
+            elif value_type == _UI:
+                yield status, bits & 0xFFFFFFFF
+            else:
+                yield status, _from_bits(value_type, bits)
+        return
     if _FAST_LAYOUT and isinstance(raw, ctypes.Array) and raw._type_ is _ENTRY:
         buffer = memoryview(raw).cast("B")
         for at in range(0, min(count, len(raw)) * _ENTRY_SIZE, _ENTRY_SIZE):
