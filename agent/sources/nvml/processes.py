@@ -24,6 +24,7 @@ missing one is FunctionNotFound, as through its wrapper) and raises its errors.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -117,13 +118,49 @@ class ProcessReader:
         return MappingProxyType({pid: newest[pid][1] if pid in newest else _IDLE for pid in pids})
 
 
+class ProcessOwners:
+    """Name and user of each listed pid, read from /proc once per process, not per poll.
+
+    A pid's entry holds while its /proc/<pid> directory is the same inode (its ctime):
+    a pid reused by a new process has a new directory, and procfs dating a directory
+    again after a cache eviction only costs a re-read. Entries of pids not asked for in
+    a poll are dropped at its end (`end_poll`), so the cache never outgrows one poll's
+    processes.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[int, dict[str, str]]] = {}
+        self._asked: set[int] = set()
+
+    def of(self, pid: int) -> dict[str, str]:
+        self._asked.add(pid)
+        try:
+            started = os.stat(f"{psutil.PROCFS_PATH}/{pid}").st_ctime_ns
+        except (OSError, ValueError):
+            return _process_owner(pid)
+        known = self._known.get(pid)
+        if known is not None and known[0] == started:
+            return known[1]
+        owner = _process_owner(pid)
+        if owner["name"]:  # a process we could read; a failed read is tried again
+            self._known[pid] = (started, owner)
+        return owner
+
+    def end_poll(self) -> None:
+        self._known = {pid: v for pid, v in self._known.items() if pid in self._asked}
+        self._asked = set()
+
+
 def processes(
     running: tuple[RunningProcess, ...],
     attribution: ProcessAttribution | None = None,
     utilization: Utilizations = None,
+    owners: ProcessOwners | None = None,
 ) -> tuple[ProcessSample, ...]:
-    """The MAX_PROCESSES of `running` holding the most memory, with process name and user,
-    job or pod from attribution's cache, and utilization where NVML gives it."""
+    """The MAX_PROCESSES of `running` holding the most memory, with process name and user
+    (from `owners` when given), job or pod from attribution's cache, and utilization
+    where NVML gives it."""
+    owner_of = owners.of if owners is not None else _process_owner
     rows = []
     for row in running[:MAX_PROCESSES]:
         used = utilization.get(row.pid, _UNKNOWN) if utilization is not None else _UNKNOWN
@@ -131,7 +168,7 @@ def processes(
             ProcessSample(
                 pid=row.pid,
                 memory_bytes=row.memory_bytes,
-                **_process_owner(row.pid),
+                **owner_of(row.pid),
                 **_job_labels(row.pid, attribution),
                 gpu_instance_id=row.gpu_instance_id,
                 compute_instance_id=row.compute_instance_id,

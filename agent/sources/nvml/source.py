@@ -45,7 +45,12 @@ from nvwatch.agent.sources.nvml.fields import GPU_FIELDS, FieldBatch, FieldIds
 from nvwatch.agent.sources.nvml.gpm import GpmSampler
 from nvwatch.agent.sources.nvml.mig import MigReader, with_pids
 from nvwatch.agent.sources.nvml.nvlink import GpuLinks
-from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES, ProcessReader, processes
+from nvwatch.agent.sources.nvml.processes import (
+    MAX_PROCESSES,
+    ProcessOwners,
+    ProcessReader,
+    processes,
+)
 from nvwatch.agent.sources.nvml.samples import (
     NVLINK_DETAIL_CHOICES,
     GpuInfo,
@@ -139,6 +144,7 @@ class NvmlSource:
         self._xid: XidListener | None = None
         self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
         self._attribution = attribution
+        self._owners = ProcessOwners()  # process name and user, read once per process
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -149,6 +155,7 @@ class NvmlSource:
     def collect(self) -> NvmlSample:
         self._ensure_initialised()
         gpus = tuple(self._collect_gpu(state) for state in self._gpus)
+        self._owners.end_poll()
         if self._attribution is not None:
             self._attribution.observe(gpus)
         return NvmlSample(
@@ -370,7 +377,7 @@ class NvmlSource:
             up=True,
             **readings,
             xid_counts=MappingProxyType(xid),
-            processes=processes(running, self._attribution, utilization),
+            processes=processes(running, self._attribution, utilization, self._owners),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 
