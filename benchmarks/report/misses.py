@@ -47,10 +47,9 @@ _RSS_CAUSE = (
 )
 
 _SERIES_FIX = (
-    " Fix: the per-port families that are mostly zeros (mlx5 hw_counters, the "
-    "`reading_saturated` flags) could be opt-in, or a saturation flag emitted "
-    "only for counters at their maximum; see the family table for what each "
-    "change would remove."
+    " The saturation flags already have a series only while a counter is pinned and "
+    "the mlx5 hw_counters outside the loss/congestion set are opt-in; the family "
+    "table shows which families are left to weigh."
 )
 
 
