@@ -166,6 +166,9 @@ def render_markdown(cost: ReportCost, command: str) -> str:
         ("report process CPU", f"{cost.report_cpu_seconds:.1f} s"),
         ("Prometheus CPU during the report", f"{cost.prometheus_cpu_seconds:.1f} s"),
         ("files written", f"{cost.files}"),
+        ("load average at the end (1, 5, 15 min)",
+         ", ".join(f"{x:.2f}" for x in os.getloadavg())
+         + " (other work on the machine slows the wall times, less the CPU times)"),
     ]  # fmt: skip
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     return f"""# What `nvwatch report` costs
