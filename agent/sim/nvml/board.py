@@ -23,6 +23,7 @@ from nvwatch.agent.sim.nvml.abi import (
     write_string,
 )
 from nvwatch.agent.sim.nvml.core import NvmlCore, device_call, lib_call
+from nvwatch.agent.sim.nvml.unsupported import answers_not_supported, because
 from nvwatch.agent.sim.profiles import gpu_pci_bus_id
 
 # memory interface width in bits (datasheets): HBM2/2e/3 stacks are 1024 bits each
@@ -75,20 +76,22 @@ def drives_display(gpu: SimulatedGpu) -> bool:
     return gpu.model.fan and gpu.index == 0
 
 
+BOARD_NOT_SUPPORTED = {
+    **because(
+        "Windows only (WDDM/TCC/MCDM): the Linux driver answers NotSupported",
+        "nvmlDeviceGetDriverModel",
+        "nvmlDeviceGetDriverModel_v2",
+    ),
+    **because("GOM was a Kepler-era Tesla/Titan setting", "nvmlDeviceGetGpuOperationMode"),
+}
+
+
+@answers_not_supported(BOARD_NOT_SUPPORTED)
 class BoardQueries(NvmlCore):
     @device_call
     def nvmlDeviceGetDisplayActive(self, gpu: SimulatedGpu, active: Any) -> int:
         set_out(active, 1 if drives_display(gpu) else 0)
         return SUCCESS
-
-    # Windows only (WDDM/TCC/MCDM): the Linux driver answers NotSupported
-    @device_call
-    def nvmlDeviceGetDriverModel(self, gpu: SimulatedGpu, current: Any, pending: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetDriverModel_v2(self, gpu: SimulatedGpu, current: Any, pending: Any) -> int:
-        return ERROR_NOT_SUPPORTED
 
     @device_call
     def nvmlDeviceGetBrand(self, gpu: SimulatedGpu, brand: Any) -> int:
@@ -160,10 +163,6 @@ class BoardQueries(NvmlCore):
         return ERROR_NOT_SUPPORTED if gpu.model.fan else SUCCESS  # checksums are valid
 
     # --- modes --------------------------------------------------------------------------
-
-    @device_call
-    def nvmlDeviceGetGpuOperationMode(self, gpu: SimulatedGpu, current: Any, pending: Any) -> int:
-        return ERROR_NOT_SUPPORTED  # GOM was a Kepler-era Tesla/Titan setting
 
     @device_call
     def nvmlDeviceGetVirtualizationMode(self, gpu: SimulatedGpu, mode: Any) -> int:

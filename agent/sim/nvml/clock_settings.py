@@ -23,6 +23,7 @@ from nvwatch.agent.sim.nvml.abi import (
     set_out,
 )
 from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.unsupported import answers_not_supported, because
 
 _IDLE_PSTATE = 8
 _GRAPHICS_STEP_MHZ = 15  # the driver's supported-clock table moves in ~15 MHz steps
@@ -68,6 +69,28 @@ def _write_list(values: list[int], count: Any, array: Any) -> int:
     return SUCCESS
 
 
+CLOCK_SETTINGS_NOT_SUPPORTED = {
+    **because("auto boost control ended with Kepler", "nvmlDeviceGetAutoBoostedClocksEnabled"),
+    **because(
+        "clock offsets and performance levels belong to the overclocking interface that "
+        "data-centre boards lack and GeForce exposes only to X with Coolbits set",
+        "nvmlDeviceGetGpcClkVfOffset",
+        "nvmlDeviceGetMemClkVfOffset",
+        "nvmlDeviceGetGpcClkMinMaxVfOffset",
+        "nvmlDeviceGetMemClkMinMaxVfOffset",
+        "nvmlDeviceGetClockOffsets",
+        "nvmlDeviceGetPerformanceModes",
+    ),
+    **because(
+        "clock monitors, current-frequency strings and PowerMizer are newer or mobile features",
+        "nvmlDeviceGetCurrentClockFreqs",
+        "nvmlDeviceGetClkMonStatus",
+        "nvmlDeviceGetPowerMizerMode_v1",
+    ),
+}
+
+
+@answers_not_supported(CLOCK_SETTINGS_NOT_SUPPORTED)
 class ClockSettingQueries(NvmlCore):
     @device_call
     def nvmlDeviceGetApplicationsClock(self, gpu: SimulatedGpu, kind: Any, mhz: Any) -> int:
@@ -89,12 +112,6 @@ class ClockSettingQueries(NvmlCore):
             return ERROR_INVALID_ARGUMENT
         set_out(mhz, value)
         return SUCCESS
-
-    @device_call
-    def nvmlDeviceGetAutoBoostedClocksEnabled(
-        self, gpu: SimulatedGpu, enabled: Any, default: Any
-    ) -> int:
-        return ERROR_NOT_SUPPORTED  # auto boost control ended with Kepler
 
     @device_call
     def nvmlDeviceGetSupportedMemoryClocks(self, gpu: SimulatedGpu, count: Any, clocks: Any) -> int:
@@ -172,42 +189,3 @@ class ClockSettingQueries(NvmlCore):
         for slot in range(len(busy), len(pstates.utilization)):
             pstates.utilization[slot].bIsPresent = 0
         return SUCCESS
-
-    # Clock offsets and performance levels belong to the overclocking interface that
-    # data-centre boards lack and GeForce exposes only to X with Coolbits set; clock
-    # monitors, current-frequency strings and PowerMizer are newer or mobile features.
-    @device_call
-    def nvmlDeviceGetGpcClkVfOffset(self, gpu: SimulatedGpu, offset: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetMemClkVfOffset(self, gpu: SimulatedGpu, offset: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetGpcClkMinMaxVfOffset(self, gpu: SimulatedGpu, low: Any, high: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetMemClkMinMaxVfOffset(self, gpu: SimulatedGpu, low: Any, high: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetClockOffsets(self, gpu: SimulatedGpu, info: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetPerformanceModes(self, gpu: SimulatedGpu, modes: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetCurrentClockFreqs(self, gpu: SimulatedGpu, freqs: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetClkMonStatus(self, gpu: SimulatedGpu, status: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetPowerMizerMode_v1(self, gpu: SimulatedGpu, info: Any) -> int:
-        return ERROR_NOT_SUPPORTED

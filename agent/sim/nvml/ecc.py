@@ -17,6 +17,7 @@ from nvwatch.agent.sim.nvml.abi import (
     set_out,
 )
 from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
+from nvwatch.agent.sim.nvml.unsupported import answers_not_supported, because
 
 # DRAM banks tracked by the row remapper per GiB of HBM (~: `nvidia-smi -q` shows 640
 # banks at "Max" on a 40 GB A100)
@@ -49,6 +50,25 @@ def page_retirement_supported(gpu: SimulatedGpu) -> bool:
     return gpu.model.ecc and not gpu.model.row_remapping
 
 
+ECC_NOT_SUPPORTED = {
+    **because(
+        "deprecated: per-location counts come from nvmlDeviceGetMemoryErrorCounter, and "
+        "the driver answers NotSupported here on these generations",
+        "nvmlDeviceGetDetailedEccErrors",
+    ),
+    **because(
+        "SRAM error status, bank remapper, unrepairable-memory flag and TPC/channel repair "
+        "status are Blackwell-generation reports",
+        "nvmlDeviceGetSramEccErrorStatus",
+        "nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts",
+        "nvmlDeviceGetBankRemapperStatus_v1",
+        "nvmlDeviceGetUnrepairableMemoryFlag_v1",
+        "nvmlDeviceGetRepairStatus",
+    ),
+}
+
+
+@answers_not_supported(ECC_NOT_SUPPORTED)
 class EccQueries(NvmlCore):
     @device_call
     def nvmlDeviceGetEccMode(self, gpu: SimulatedGpu, current: Any, pending: Any) -> int:
@@ -170,35 +190,3 @@ class EccQueries(NvmlCore):
             return ERROR_NOT_SUPPORTED
         set_out(default, pynvml.NVML_FEATURE_ENABLED)
         return SUCCESS
-
-    # Deprecated: per-location counts come from nvmlDeviceGetMemoryErrorCounter, and
-    # the driver answers NotSupported here on these generations.
-    @device_call
-    def nvmlDeviceGetDetailedEccErrors(
-        self, gpu: SimulatedGpu, error_type: Any, counter_type: Any, counts: Any
-    ) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    # SRAM error status, bank remapper, unrepairable-memory flag and TPC/channel repair
-    # status are Blackwell-generation reports: NotSupported on the simulated boards.
-    @device_call
-    def nvmlDeviceGetSramEccErrorStatus(self, gpu: SimulatedGpu, status: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
-        self, gpu: SimulatedGpu, counts: Any
-    ) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetBankRemapperStatus_v1(self, gpu: SimulatedGpu, status: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetUnrepairableMemoryFlag_v1(self, gpu: SimulatedGpu, flag: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetRepairStatus(self, gpu: SimulatedGpu, status: Any) -> int:
-        return ERROR_NOT_SUPPORTED

@@ -27,6 +27,7 @@ from nvwatch.agent.sim.nvml.abi import (
 )
 from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 from nvwatch.agent.sim.nvml.nvlink import has_nvlink
+from nvwatch.agent.sim.nvml.unsupported import answers_not_supported, because
 
 _LEGACY_COUNTER_GENERATIONS = (1, 2)
 _COUNTERS = 2  # counter sets 0 and 1
@@ -46,6 +47,18 @@ def on_fabric(gpu: SimulatedGpu) -> bool:
     return gpu.model.architecture == "hopper" and switched
 
 
+NVLINK_USAGE_NOT_SUPPORTED = because(
+    "the multi-clique fabric info and the link info, bandwidth modes and telemetry are "
+    "for NVLink 5 systems (Blackwell); the simulated generations answer NotSupported",
+    "nvmlDeviceGetGpuFabricInfo_v4",
+    "nvmlDeviceGetNvLinkInfo",
+    "nvmlDeviceGetNvlinkBwMode",
+    "nvmlDeviceGetNvlinkSupportedBwModes",
+    "nvmlDeviceGetNvLinkTelemetrySamples_v1",
+)
+
+
+@answers_not_supported(NVLINK_USAGE_NOT_SUPPORTED)
 class NvLinkUsageQueries(NvmlCore):
     @device_call
     def nvmlDeviceGetNvLinkUtilizationCounter(
@@ -90,28 +103,6 @@ class NvLinkUsageQueries(NvmlCore):
         if hasattr(fabric, "healthSummary"):  # the v3 struct
             fabric.healthSummary = pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
         return SUCCESS
-
-    # the multi-clique form and the link info, bandwidth modes and telemetry below are
-    # for NVLink 5 systems (Blackwell); the simulated generations answer NotSupported
-    @device_call
-    def nvmlDeviceGetGpuFabricInfo_v4(self, gpu: SimulatedGpu, info: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetNvLinkInfo(self, gpu: SimulatedGpu, info: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetNvlinkBwMode(self, gpu: SimulatedGpu, mode: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetNvlinkSupportedBwModes(self, gpu: SimulatedGpu, modes: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetNvLinkTelemetrySamples_v1(self, gpu: SimulatedGpu, samples: Any) -> int:
-        return ERROR_NOT_SUPPORTED
 
 
 def _fill_fabric(fabric: Any) -> None:

@@ -29,6 +29,7 @@ from nvwatch.agent.sim.nvml.abi import (
 )
 from nvwatch.agent.sim.nvml.core import device_call
 from nvwatch.agent.sim.nvml.memory import MEMORY_NOT_AVAILABLE, MemoryQueries
+from nvwatch.agent.sim.nvml.unsupported import answers_not_supported, because
 
 # nvmlSamplingType_t: what nvmlDeviceGetSamples can return, as a function of the GPU
 _SAMPLERS: dict[int, Callable[[SimulatedGpu], int]] = {
@@ -42,6 +43,17 @@ _SAMPLERS: dict[int, Callable[[SimulatedGpu], int]] = {
 }
 
 
+PROCESSES_NOT_SUPPORTED = because(
+    "with accounting disabled (nvmlDeviceGetAccountingMode) NVML answers NotSupported "
+    "for its buffer, pids and stats",
+    "nvmlDeviceGetAccountingBufferSize",
+    "nvmlDeviceGetAccountingPids",
+    "nvmlDeviceGetAccountingStats",
+    "nvmlDeviceGetAccountingStats_v2",
+)
+
+
+@answers_not_supported(PROCESSES_NOT_SUPPORTED)
 class ProcessQueries(MemoryQueries):
     def _busy_samples(self, gpu: SimulatedGpu, last_seen: int) -> list[tuple[int, int, int]]:
         """(pid, sm %, memory %) of the processes sampled after `last_seen` (µs)."""
@@ -148,23 +160,6 @@ class ProcessQueries(MemoryQueries):
             return ERROR_NOT_SUPPORTED
         set_out(mode, pynvml.NVML_FEATURE_DISABLED)
         return SUCCESS
-
-    # with accounting disabled NVML answers NotSupported for its buffer, pids and stats
-    @device_call
-    def nvmlDeviceGetAccountingBufferSize(self, gpu: SimulatedGpu, size: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetAccountingPids(self, gpu: SimulatedGpu, count: Any, pids: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetAccountingStats(self, gpu: SimulatedGpu, pid: Any, stats: Any) -> int:
-        return ERROR_NOT_SUPPORTED
-
-    @device_call
-    def nvmlDeviceGetAccountingStats_v2(self, gpu: SimulatedGpu, stats: Any) -> int:
-        return ERROR_NOT_SUPPORTED
 
     # --- the driver's sample buffers ------------------------------------------------------
 

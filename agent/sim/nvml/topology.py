@@ -26,6 +26,7 @@ from nvwatch.agent.sim.nvml.abi import (
 )
 from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 from nvwatch.agent.sim.nvml.identity import fill_pci, pci_device_id
+from nvwatch.agent.sim.nvml.unsupported import answers_not_supported, because
 from nvwatch.agent.sim.profiles import Profile, gpu_pci_bus_id
 
 # Logical CPUs per socket (cores x 2 hyperthreads) of each system's CPUs: DGX-1 2x E5-2698
@@ -131,6 +132,14 @@ def _is_sxm(gpu: SimulatedGpu) -> bool:
     return gpu.model.nvlink_version > 0 and not gpu.model.fan
 
 
+TOPOLOGY_NOT_SUPPORTED = because(
+    "only where GPU memory is itself a NUMA node (coherent Grace platforms); every "
+    "simulated system hangs its GPUs off PCIe, so NVML has no node to report",
+    "nvmlDeviceGetNumaNodeId",
+)
+
+
+@answers_not_supported(TOPOLOGY_NOT_SUPPORTED)
 class TopologyQueries(NvmlCore):
     def _peer(self, handle: Any) -> SimulatedGpu | None:
         return self._gpu_of(handle)
@@ -183,12 +192,6 @@ class TopologyQueries(NvmlCore):
             return ERROR_INVALID_ARGUMENT
         set_out(status, p2p_status(self.profile, gpu.index, peer.index, which))
         return SUCCESS
-
-    @device_call
-    def nvmlDeviceGetNumaNodeId(self, gpu: SimulatedGpu, node: Any) -> int:
-        # only where GPU memory is itself a NUMA node (coherent Grace platforms); every
-        # simulated system hangs its GPUs off PCIe, so NVML has no node to report
-        return ERROR_NOT_SUPPORTED
 
     @device_call
     def nvmlDeviceGetCpuAffinity(self, gpu: SimulatedGpu, size: Any, cpu_set: Any) -> int:
