@@ -5,7 +5,10 @@ Where things are:
   `system` (init, versions, handles), `identity` (names, PCI info, PCIe link),
   `memory` (utilization, memory, processes), `power_thermal` (power, temperatures,
   fans, clocks, throttle reasons), `ecc` (ECC, retired pages, remapped rows),
-  `nvlink`, `fields` (nvmlDeviceGetFieldValues), `events` (event sets, XIDs), `gpm`;
+  `nvlink`, `fields` (nvmlDeviceGetFieldValues), `events` (event sets, XIDs), `gpm`,
+  MIG in `mig_devices`, `mig_instances` and `mig_capacity` (handles: `mig_handles`), and
+  `coverage` for the rest of the device queries; what each area answers NotSupported is
+  a table beside it (the mechanism: `unsupported`);
 - `core`: the state they share and the wrappers that make a method a C entry point;
 - `abi`: return codes and the ctypes argument helpers;
 - `installation`: install()/uninstall() under pynvml, `DispatchingNvml` + bind() for

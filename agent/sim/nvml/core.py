@@ -112,7 +112,7 @@ class NvmlCore:
         self.gpus: list[SimulatedGpu] = self._make_gpus(per_gpu)
         for index in mig or {}:
             self._check_gpu_index(index, "--mig")
-        # GPU index -> its MIG state (agent/sim/nvml/mig.py answers from it); GPUs the
+        # GPU index -> its MIG state (agent/sim/nvml/mig_*.py answer from it); GPUs the
         # layout does not name have MIG off
         self.mig: dict[int, GpuMig] = build_mig(self.gpus, mig or {}, seed=seed)
 
@@ -331,7 +331,8 @@ def device_call(
                 return ERROR_UNINITIALIZED
             if parent is not None:
                 # a MIG device handle: NVML answers only a few calls per instance (those
-                # are in mig.py); GPU-wide readings are the parent's to give
+                # are in mig_devices.py and mig_capacity.py); GPU-wide readings are the
+                # parent's to give
                 return ERROR_GPU_IS_LOST if parent.lost else ERROR_NOT_SUPPORTED
             if gpu is None:
                 return ERROR_INVALID_ARGUMENT

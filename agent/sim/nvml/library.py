@@ -21,16 +21,19 @@ from nvwatch.agent.sim.nvml.fields import FieldValueQueries
 from nvwatch.agent.sim.nvml.gpm import GpmQueries
 from nvwatch.agent.sim.nvml.identity import IdentityQueries
 from nvwatch.agent.sim.nvml.memory import MemoryQueries
-from nvwatch.agent.sim.nvml.mig import MigQueries
 from nvwatch.agent.sim.nvml.mig_capacity import MigCapacityQueries
+from nvwatch.agent.sim.nvml.mig_devices import MigDeviceQueries
+from nvwatch.agent.sim.nvml.mig_instances import MigInstanceQueries
 from nvwatch.agent.sim.nvml.nvlink import NvLinkQueries
 from nvwatch.agent.sim.nvml.power_thermal import ClockQueries, PowerQueries, ThermalQueries
 from nvwatch.agent.sim.nvml.system import SystemCalls
 
 
 class SimulatedNvml(
-    MigCapacityQueries,  # the MIG queries `mig` leaves out (placements, capacity, ...)
-    MigQueries,  # first: under MIG it answers some calls in place of the areas below
+    # first: under MIG they answer some calls in place of the areas below (mig_handles)
+    MigCapacityQueries,  # profile info by ID, placements, capacity, a MIG device's attributes
+    MigDeviceQueries,  # MIG mode, MIG device handles, what MIG mode changes on a GPU
+    MigInstanceQueries,  # GPU and compute instances, GPM per GPU instance
     CoverageQueries,  # before MemoryQueries: its ProcessQueries extends it (coverage.py)
     SystemCalls,
     IdentityQueries,

@@ -1,5 +1,6 @@
-"""MIG queries beyond `mig`: profile info by profile ID, placements, remaining capacity,
-and a MIG device's attributes, from the same MIG state and profile tables.
+"""MIG queries beyond `mig_devices` and `mig_instances`: profile info by profile ID,
+placements, remaining capacity, and a MIG device's attributes, from the same MIG state
+and profile tables.
 
 A GPU not in MIG mode (or a board without MIG) answers NotSupported, as for the other
 GPU-instance calls; nvmlDeviceGetAttributes answers only MIG device handles, per NVML's
@@ -25,7 +26,7 @@ from nvwatch.agent.sim.nvml.abi import (
     deref,
     set_out,
 )
-from nvwatch.agent.sim.nvml.mig import MigQueries, mig_call
+from nvwatch.agent.sim.nvml.mig_handles import MigHandles, mig_call
 
 
 def _offered(gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None) -> bool:
@@ -50,7 +51,7 @@ def _free_starts(profile: GpuInstanceProfile, taken: list[tuple[int, int]]) -> l
     return starts
 
 
-class MigCapacityQueries(MigQueries):
+class MigCapacityQueries(MigHandles):
     @mig_call()
     def nvmlDeviceGetGpuInstanceProfileInfoByIdV(
         self, gpu: SimulatedGpu, state: GpuMig | None, device: MigDevice | None, profile_id: Any,

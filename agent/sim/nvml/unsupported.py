@@ -20,7 +20,7 @@ from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 
 # C function name -> why the driver answers NotSupported (the docstring of its answer)
 NotSupportedTable = Mapping[str, str]
-# what turns an answer into a C entry point: core.device_call, or mig_devices' mig_call()
+# what turns an answer into a C entry point: core.device_call, or mig_handles.mig_call()
 Wrapper = Callable[[Callable[..., int]], Callable[..., int]]
 C = TypeVar("C", bound=type[NvmlCore])
 
