@@ -8,12 +8,10 @@ jump of an hour costs a few hundred cheap iterations and stays stable.
 
 Model, per sub-step:
 - demanded power = idle + compute_intensity x (TDP - idle), mean intensity over the step;
-- the power limit caps it (SW power cap reason, power violation time);
-- above the slowdown temperature the clocks, and with them the dynamic power, are pulled
-  down by a proportional controller (thermal reasons, thermal violation time);
-- temperature relaxes towards ambient + R x power with time constant tau. The controller
-  makes power depend on temperature, so the step solves for the closed-loop steady state
-  and relaxes towards that: exact for any step length, no explicit-Euler instability;
+- the power limit and the thermal controller turn demand into power, clocks and throttle
+  reasons (`nvwatch.agent.sim.gpu_thermal`); time under each counts as violation time;
+- temperature relaxes towards the closed-loop steady state (gpu_thermal) with time
+  constant tau: exact for any step length, no explicit-Euler instability;
 - energy integrates power; NVLink/PCIe byte counters integrate the workload's traffic;
 - error counters accumulate expected counts (rate x dt) and report the integer part, so
   they depend only on time, not on how often anyone polls.
@@ -30,18 +28,16 @@ from typing import Protocol
 from nvwatch.agent.sim.gpu_state import (
     EVENT_XID,
     REASON_GPU_IDLE,
-    REASON_HW_THERMAL,
-    REASON_SW_POWER_CAP,
     REASON_SW_THERMAL,
     Activity,
     EccState,
     GpuEvent,
     LinkState,
 )
-from nvwatch.agent.sim.profiles import GIB, MIB, GpuModel, LinkEnd
+from nvwatch.agent.sim.gpu_thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
+from nvwatch.agent.sim.profiles import MIB, GpuModel, LinkEnd
 from nvwatch.agent.sim.workload import Workload
 
-AMBIENT_C = 25.0  # DGX inlet air; the DGX-1 white paper allows 5-35 C
 MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
 MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
 INTENSITY_SAMPLES = 8  # samples per sub-step when averaging the workload
@@ -49,11 +45,6 @@ INTENSITY_SAMPLES = 8  # samples per sub-step when averaging the workload
 # instead of by samples, which would alias against the ~2 s step (long sub-steps come
 # from big clock jumps and from a history stepped minutes at a time).
 EXACT_MEANS_MIN_STEPS = 8
-# Proportional thermal controller: each degree above slowdown takes 10% off the dynamic
-# power (~ what nvidia-smi shows on an overheating board: clocks fall until the
-# temperature holds a few degrees above the slowdown threshold).
-THERMAL_GAIN_PER_C = 0.10
-MIN_CLOCK_FACTOR = 0.25  # the driver does not go below ~ a quarter of the boost clock
 HBM_OFFSET_C = 4.0  # ~ HBM stacks read a few degrees above the GPU die under load
 
 # PCIe per-lane payload rate in bytes/s after line coding (PCI-SIG: 8 GT/s 128b/130b for
@@ -271,38 +262,10 @@ class SimulatedGpu:
 
     # --- dynamics -------------------------------------------------------------------
 
-    def _power(self, temperature: float, dynamic_demand_w: float) -> tuple[float, float, bool]:
-        """(power W, clock factor, capped) at this temperature for this demand."""
-        model = self.model
-        over = temperature - model.temp_slowdown_c
-        thermal = 1.0 if over <= 0 else max(MIN_CLOCK_FACTOR, 1.0 - THERMAL_GAIN_PER_C * over)
-        dynamic = dynamic_demand_w * thermal
-        headroom = max(0.0, self.power_limit_w - model.idle_watts)
-        capped = dynamic > headroom
-        if capped:
-            dynamic = headroom
-        factor = 1.0 if dynamic_demand_w <= 0 else dynamic / dynamic_demand_w
-        return model.idle_watts + dynamic, factor, capped
-
     def _steady_temperature(self, dynamic_demand_w: float) -> float:
-        """Closed-loop steady state: T = ambient + R x power(T), power falling with T."""
+        """Where this demand holds the die, with this board's power limit and cooling."""
         r = self.thermal_resistance_c_per_w
-
-        def excess(t: float) -> float:
-            return AMBIENT_C + r * self._power(t, dynamic_demand_w)[0] - t
-
-        if excess(self.model.temp_slowdown_c) <= 0:
-            # below slowdown power does not depend on temperature: open loop is exact
-            return AMBIENT_C + r * self._power(AMBIENT_C, dynamic_demand_w)[0]
-        hi = AMBIENT_C + r * (self.model.idle_watts + dynamic_demand_w) + 1.0
-        lo = float(self.model.temp_slowdown_c)
-        for _ in range(20):  # excess() is decreasing in t: bisection to ~1e-4 C
-            mid = (lo + hi) / 2
-            if excess(mid) > 0:
-                lo = mid
-            else:
-                hi = mid
-        return (lo + hi) / 2
+        return steady_temperature(self.model, self.power_limit_w, r, dynamic_demand_w)
 
     def _settle(self, t: float) -> None:
         """Begin in the workload's thermal steady state: the temperature the mean demand of
@@ -313,22 +276,14 @@ class SimulatedGpu:
         mean = self.workload.mean_compute_intensity(t - tau, t, self.index)
         self.temperature_c = self._steady_temperature(mean * (model.tdp_watts - model.idle_watts))
         demand = self.workload.compute_intensity(t, self.index)
-        power, factor, capped = self._power(
-            self.temperature_c, demand * (model.tdp_watts - model.idle_watts)
-        )
+        dynamic = demand * (model.tdp_watts - model.idle_watts)
+        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, dynamic)
         self.power_w = power
         self.clock_factor = factor if demand > 0 else 1.0
         self._update_reasons(self._workload_util(t), capped=capped)
 
     def _update_reasons(self, util: float, *, capped: bool) -> None:
-        reasons = 0
-        if util < 0.01:
-            reasons |= REASON_GPU_IDLE
-        if capped:
-            reasons |= REASON_SW_POWER_CAP
-        if self.temperature_c > self.model.temp_slowdown_c:
-            reasons |= REASON_SW_THERMAL | REASON_HW_THERMAL
-        self.reasons = reasons
+        self.reasons = throttle_reasons(self.model, self.temperature_c, util, capped=capped)
 
     def step(self, until: float) -> None:
         """Integrate the state from self.time up to `until`."""
@@ -371,7 +326,7 @@ class SimulatedGpu:
         target = self._steady_temperature(demand)
         alpha = 1.0 - math.exp(-dt / model.thermal_time_constant_s)
         self.temperature_c += (target - self.temperature_c) * alpha
-        power, factor, capped = self._power(self.temperature_c, demand)
+        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, demand)
         self.power_w = power
         self.clock_factor = factor if demand > 0 else 1.0
         self.energy_mj += power * dt * 1000.0
@@ -442,17 +397,3 @@ def _workload_means(
     # the same midpoint rule as Workload.mean_comm_intensity(t0, t1, INTENSITY_SAMPLES)
     comm = sum(workload.comm_intensity(t) for t in times) / INTENSITY_SAMPLES
     return intensity, util, comm
-
-
-def bar1_total_bytes(model: GpuModel) -> int:
-    """BAR1 aperture: data-centre SXM boards map all memory (next power of two), others 256 MiB.
-
-    ~ nvidia-smi readings: H100 SXM 131072 MiB, A100 40GB 65536 MiB, V100 32GB 32768 MiB,
-    P100 16384 MiB, T4 and GeForce 256 MiB.
-    """
-    if model.nvlink_version and not model.fan:
-        size = GIB
-        while size < model.memory_bytes:
-            size *= 2
-        return size
-    return 256 * MIB

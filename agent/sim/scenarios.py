@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from nvwatch.agent.sim.gpu_model import AMBIENT_C, ScenarioHook, SimulatedGpu
+from nvwatch.agent.sim.gpu_model import ScenarioHook, SimulatedGpu
 from nvwatch.agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
+from nvwatch.agent.sim.gpu_thermal import AMBIENT_C
 from nvwatch.agent.sim.workload import Workload
 
 # they set what the GPUs run (cold-start: training on GPUs that sat idle, which warm up;

@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.gpu_model import AMBIENT_C
+from nvwatch.agent.sim.gpu_thermal import AMBIENT_C
 from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
 from nvwatch.agent.sim.profiles import H100_SXM5_80
 from nvwatch.agent.sim.workload import Workload

@@ -8,7 +8,7 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.agent.sim.gpu_model import SimulatedGpu, bar1_total_bytes
+from nvwatch.agent.sim.gpu_model import SimulatedGpu
 from nvwatch.agent.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
@@ -20,12 +20,27 @@ from nvwatch.agent.sim.nvml.abi import (
 )
 from nvwatch.agent.sim.nvml.core import NvmlCore, device_call
 from nvwatch.agent.sim.process_file import ProcessFile
+from nvwatch.agent.sim.profiles import GIB, MIB, GpuModel
 
 _TRAINING_PID_BASE = 20000
 
 
 # usedGpuMemory of a process whose memory is not known (pynvml reads it as None)
 MEMORY_NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
+def bar1_total_bytes(model: GpuModel) -> int:
+    """BAR1 aperture: data-centre SXM boards map all memory (next power of two), others 256 MiB.
+
+    ~ nvidia-smi readings: H100 SXM 131072 MiB, A100 40GB 65536 MiB, V100 32GB 32768 MiB,
+    P100 16384 MiB, T4 and GeForce 256 MiB.
+    """
+    if model.nvlink_version and not model.fan:
+        size = GIB
+        while size < model.memory_bytes:
+            size *= 2
+        return size
+    return 256 * MIB
 
 
 class MemoryQueries(NvmlCore):
