@@ -47,3 +47,37 @@ class ScaledClock:
 
     def __call__(self) -> float:
         return self._origin + (time.monotonic() - self._origin) * self.scale
+
+
+class SteppedClock:
+    """Simulated seconds that move only on `step()`, `scale` times as fast as real time.
+
+    A simulated fleet's one ticker steps it once per interval: between steps every NVML
+    call of every node reads the same settled time, so a poll's hundreds of calls do not
+    each integrate the physics again. With `running=False` simulated time holds still
+    until `run()`: a test starts the fleet and its Prometheus first, so the faults begin
+    under a scraping Prometheus.
+    """
+
+    def __init__(self, scale: float = 1.0, *, running: bool = True) -> None:
+        if scale <= 0:
+            raise ValueError("time scale must be positive")
+        self.scale = scale
+        self._now = time.monotonic()
+        self._base = self._now
+        self._since: float | None = time.monotonic() if running else None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self._now
+
+    def run(self) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+
+    def step(self) -> float:
+        with self._lock:
+            if self._since is not None:
+                self._now = self._base + (time.monotonic() - self._since) * self.scale
+            return self._now

@@ -19,12 +19,13 @@ cluster. What makes 128 nodes fit on two cores:
   removes) at its next step, so an operator can repair a fault without a restart.
 
 The host source reads the real machine: every simulated node reports the same host.
-Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.agent.sim.fleet_plan`.
+Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.agent.sim.fleet_plan`,
+one node (simulator, agent, server) in `fleet_node`, `SteppedClock` in `clock`; this
+module starts the nodes, ticks them and stops them.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import json
 import logging
@@ -37,12 +38,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.app import Agent
-from nvwatch.agent.config import AgentConfig, ScenarioSpec
-from nvwatch.agent.exposition.render import Exposition
-from nvwatch.agent.server import Health, MetricsServer
+from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.sim import nvml as sim_nvml
+from nvwatch.agent.sim.clock import SteppedClock
 from nvwatch.agent.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
+from nvwatch.agent.sim.fleet_node import FleetNode, build_agent, node_agent_config, simulate_node
 from nvwatch.agent.sim.fleet_plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
@@ -52,22 +52,12 @@ from nvwatch.agent.sim.fleet_plan import (
     parse_repair_request,
     plan_fleet,
 )
-from nvwatch.agent.sim.node import SimulatedNode, scratch_dir
+from nvwatch.agent.sim.node import scratch_dir
 from nvwatch.agent.sim.profiles import get_profile
-from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import start_thread
 
 log = logging.getLogger(__name__)
 
-# Sub-steps of each GPU's physics per fleet tick (one poll interval of simulated time).
-# A lone node integrates in 0.5 s sub-steps (gpu_model.MAX_SUBSTEP_S), 30 per 15 s tick:
-# 124 dgx1-v100 at 15 s took 15.4 % of a core with them, 14.1 % with 8 (measured with
-# benchmarks.sim_cost.measure_fleet_cpu). Workload demand is averaged over
-# each sub-step and the temperature relaxes exactly at any step, so 8 keep the thermal
-# and power curves a poll shows; scenario hooks act at most one sub-step early.
-FLEET_SUBSTEPS = 8
-
-FLEET_SOURCES = ("nvml", "infiniband", "host")
 # at most this many threads stop the nodes' agents in parallel at shutdown
 _STOPPERS = 32
 
@@ -78,104 +68,6 @@ def write_json_atomic(path: Path, data: object) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-class SteppedClock:
-    """Simulated seconds that move only on `step()`, `scale` times as fast as real time.
-
-    With `running=False` simulated time holds still until `run()`: a test starts the
-    fleet and its Prometheus first, so the faults begin under a scraping Prometheus.
-    """
-
-    def __init__(self, scale: float = 1.0, *, running: bool = True) -> None:
-        if scale <= 0:
-            raise ValueError("time scale must be positive")
-        self.scale = scale
-        self._now = time.monotonic()
-        self._base = self._now
-        self._since: float | None = time.monotonic() if running else None
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        return self._now
-
-    def run(self) -> None:
-        with self._lock:
-            if self._since is None:
-                self._since = time.monotonic()
-
-    def step(self) -> float:
-        with self._lock:
-            if self._since is not None:
-                self._now = self._base + (time.monotonic() - self._since) * self.scale
-            return self._now
-
-
-class FleetNode:
-    """One running simulated node: simulator, agent and HTTP server."""
-
-    def __init__(self, spec: NodeSpec, sim: SimulatedNode, agent: Agent) -> None:
-        self.spec = spec
-        self.sim = sim
-        self.agent = agent
-        self.listening = False
-        self._lock = threading.Lock()
-        try:
-            # the node's own callables, not the agent's: once the node is stopped, a
-            # scraper's open keep-alive connection must fail too, as with a dead process
-            self.server = MetricsServer(
-                agent.config.listen_host,
-                agent.config.listen_port,
-                exposition=self._exposition,
-                health=self._health,
-            )
-        except OSError as exc:
-            where = f"{agent.config.listen_host}:{agent.config.listen_port}"
-            raise FleetError(f"{spec.name}: cannot listen on {where}: {exc.strerror}") from exc
-        # the server's refusals and connection counts are part of each poll, as in serve
-        agent.http_state = self.server.http_state
-
-    def _exposition(self) -> Exposition | None:
-        return self.agent.exposition() if self.listening else None
-
-    def _health(self) -> Health:
-        return self.agent.health() if self.listening else Health(False, "agent stopped")
-
-    @property
-    def index(self) -> int:
-        return self.spec.index
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def address(self) -> str:
-        return f"{self.agent.config.listen_host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}/metrics"
-
-    def start(self) -> None:
-        # the first poll before listening: the first scrape already has data
-        self.agent.poller.poll_once()
-        self.agent.poller.start()
-        self.listening = True
-        self.server.start()
-
-    def stop(self) -> None:
-        """The agent dies: its server stops listening and its poll loop ends."""
-        with self._lock:
-            if not self.listening:
-                return
-            self.listening = False
-        self.server.stop()
-        self.agent.poller.stop(timeout=1.0)
 
 
 class Fleet:
@@ -270,32 +162,8 @@ class Fleet:
         assert self._root is not None
         sysfs = self._root / spec.name
         sysfs.mkdir()
-        try:
-            sim = SimulatedNode(
-                spec.profile,
-                spec.scenarios,
-                seed=spec.seed,
-                clock=self.clock,
-                sysfs_root=sysfs,
-                mig=spec.mig,
-            )
-        except ValueError as exc:
-            raise FleetError(f"node {spec.index} ({spec.name}): {exc}") from exc
-        # the fleet ticker advances every node's NVML, which wakes event waiters itself
-        sim.nvml.clock_poll_s = None
-        for gpu in sim.nvml.gpus:
-            gpu.max_substeps = FLEET_SUBSTEPS
-        config = AgentConfig(
-            listen_host=self.listen_host,
-            listen_port=spec.port,
-            interval=self.interval,
-            sources=FLEET_SOURCES,
-            sysfs_root=sysfs,
-            simulate=spec.profile,
-            scenarios=spec.scenarios,
-            seed=spec.seed,
-            kmsg_path=sim.kmsg_path,  # the node's XIDs, so its history survives restarts
-        )
+        sim = simulate_node(spec, sysfs, self.clock)
+        config = node_agent_config(spec, sim, listen_host=self.listen_host, interval=self.interval)
         jobs = [job for job in self.jobs if job.node == spec.index]
         if jobs:
             node_jobs = NodeJobs(
@@ -304,18 +172,8 @@ class Fleet:
             node_jobs.write()
             config = node_jobs.agent_config(config)
             self.node_jobs[spec.index] = node_jobs
-
-        def build() -> Agent:
-            # everything created in here (the poller's threads, the XID listener they
-            # start) inherits this binding
-            sim_nvml.bind(sim.nvml)
-            # the NVML source's back-off on the fleet's time: a driver repaired at
-            # simulated minute 5 is retried in simulated, not real, minutes
-            return Agent(config, build_sources(config, clock=self.clock))
-
-        agent = contextvars.Context().run(build)
         # building the agent started nothing, so a port in use leaves nothing to stop
-        node = FleetNode(spec, sim, agent)
+        node = FleetNode(spec, sim, build_agent(sim, config, self.clock))
         node.start()
         return node
 

@@ -6,7 +6,6 @@ killed) by `Stack.close()`, which the fixtures call in `finally`.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import json
 import subprocess
@@ -23,12 +22,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from nvwatch.agent.app import Agent
-from nvwatch.agent.config import AgentConfig
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.fleet import Fleet, FleetNode
+from nvwatch.agent.sim.fleet import Fleet
+from nvwatch.agent.sim.fleet_node import FleetNode, build_agent
 from nvwatch.agent.sim.ports import free_port
-from nvwatch.agent.sources.registry import build_sources
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -265,13 +261,9 @@ class Stack:
             if old.listening:
                 raise RuntimeError(f"{old.name}: agent still running, stop it first")
             config = dataclasses.replace(old.agent.config, listen_port=self._agent_ports[index])
-
-            def build(old: FleetNode = old, config: AgentConfig = config) -> Agent:
-                # as Fleet does: the new agent's threads find the node's own NVML
-                sim_nvml.bind(old.sim.nvml)
-                return Agent(config, build_sources(config))
-
-            node = FleetNode(old.spec, old.sim, contextvars.Context().run(build))
+            # built as Fleet builds its agents, bar the clock: a restarted agent's NVML
+            # back-off runs on real time, as it always has in these tests
+            node = FleetNode(old.spec, old.sim, build_agent(old.sim, config))
             node.start()
             self.fleet.nodes[index] = node
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import ConfigError, ScenarioSpec
 from nvwatch.agent.inventory import load_inventory, write_file_sd
-from nvwatch.agent.sim.fleet import SteppedClock
+from nvwatch.agent.sim.clock import SteppedClock
 from nvwatch.agent.sim.fleet_plan import (
     FleetError,
     assign_ports,
