@@ -28,7 +28,8 @@ from nvwatch.agent.sim.fleet_jobs import FleetJob
 from nvwatch.alerts import build as alerts_build
 from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
-from tests.e2e.stack import Receiver, Stack, wait_for
+from tests.e2e.loopback import wait_for
+from tests.e2e.stack import Receiver, Stack
 
 TIME_SCALE = 10.0
 POLL_INTERVAL = 2.0  # agents poll (and the fleet ticks) every 2 s; Prometheus scrapes every 1 s

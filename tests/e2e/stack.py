@@ -11,38 +11,30 @@ import json
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
+from typing import Any
 
 from nvwatch.agent.sim.fleet import Fleet
 from nvwatch.agent.sim.fleet_node import FleetNode, build_agent
-from nvwatch.agent.sim.ports import free_port
-
-T = TypeVar("T")
-HOST = "127.0.0.1"
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
-    """Call `probe` until it returns something other than None/False, at most `timeout` s."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = probe()
-            if result:
-                return result
-        except (OSError, ValueError) as exc:  # not up yet
-            last_error = exc
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} ({last_error})")
+from tests.e2e.loopback import (
+    HOST,
+    Endpoint,
+    answers_ok,
+    instant_query,
+    log_tail,
+    reap,
+    spawn_logged,
+    wait_for,
+)
+from tests.e2e.service_commands import (
+    alertmanager_argv,
+    alertmanager_config,
+    prometheus_argv,
+    prometheus_config,
+    write_yaml,
+)
 
 
 class Receiver:
@@ -105,38 +97,13 @@ class Stack:
     _agent_ports: dict[int, int] = field(default_factory=dict)
 
     def start_alertmanager(self, binary: str) -> None:
-        port = free_port(HOST)
-        config = {
-            "route": {
-                "receiver": "webhook",
-                # no grouping: every alert is its own notification, delivered at once
-                "group_by": ["..."],
-                "group_wait": "1s",
-                "group_interval": "1s",
-                "repeat_interval": "1h",
-            },
-            "receivers": [
-                {
-                    "name": "webhook",
-                    # the default, spelt out: the restart matrix tells a resolve by it
-                    "webhook_configs": [{"url": self.receiver.url, "send_resolved": True}],
-                }
-            ],
-        }
-        path = self.workdir / "alertmanager.yml"
-        path.write_text(yaml.safe_dump(config))
-        self.alertmanager_url = f"http://{HOST}:{port}"
-        self._spawn(
-            "alertmanager",
-            [
-                binary,
-                f"--config.file={path}",
-                f"--storage.path={self.workdir / 'alertmanager-data'}",
-                f"--web.listen-address={HOST}:{port}",
-                "--cluster.listen-address=",  # no gossip: a single instance on loopback
-            ],
-        )
-        wait_for("alertmanager ready", lambda: self._ready(self.alertmanager_url), 30)
+        endpoint = Endpoint.free()
+        config = self.workdir / "alertmanager.yml"
+        write_yaml(config, alertmanager_config(self.receiver.url))
+        self.alertmanager_url = endpoint.url
+        data = self.workdir / "alertmanager-data"
+        self.spawn("alertmanager", alertmanager_argv(binary, config, data, endpoint))
+        self.wait_ready("alertmanager", f"{endpoint.url}/-/ready", 30)
 
     def start_prometheus(
         self,
@@ -149,58 +116,41 @@ class Stack:
     ) -> None:
         """`notify=False`: evaluate the rules but send no alert (a Prometheus beside
         another alerting path, there to compare answers with)."""
-        port = free_port(HOST)
+        endpoint = Endpoint.free()
         targets = self.workdir / "targets"
         targets.mkdir(exist_ok=True)
         self.fleet.write_file_sd(targets / "fleet.json")
-        config = {
-            "global": {"scrape_interval": scrape_interval, "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [
-                {
-                    "job_name": "nvwatch",
-                    "scrape_timeout": scrape_interval,
-                    "file_sd_configs": [
-                        {"files": [str(targets / "*.json")], "refresh_interval": "5s"}
-                    ],
-                }
-            ],
-        }
-        if notify:
-            config["alerting"] = {
-                "alertmanagers": [
-                    {"static_configs": [{"targets": [self.alertmanager_url.split("//")[1]]}]}
-                ]
-            }
-        path = self.workdir / "prometheus.yml"
-        path.write_text(yaml.safe_dump(config))
-        self.prometheus_url = f"http://{HOST}:{port}"
-        self._spawn(
-            "prometheus",
-            [
-                binary,
-                f"--config.file={path}",
-                f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-                f"--web.listen-address={HOST}:{port}",
-                "--log.level=warn",
-                *extra_args,
-            ],
+        config = prometheus_config(
+            rule_files=rule_files,
+            targets=targets,
+            scrape_interval=scrape_interval,
+            scrape_timeout=scrape_interval,
+            evaluation_interval="1s",
+            sd_refresh="5s",
+            alertmanager=self.alertmanager_url.split("//")[1] if notify else None,
         )
-        wait_for("prometheus ready", lambda: self._ready(self.prometheus_url), 30)
+        path = write_yaml(self.workdir / "prometheus.yml", config)
+        self.prometheus_url = endpoint.url
+        data = self.workdir / "prometheus-data"
+        self.spawn("prometheus", prometheus_argv(binary, path, data, endpoint, extra_args))
+        self.wait_ready("prometheus", f"{endpoint.url}/-/ready", 30)
 
-    def _ready(self, url: str) -> bool:
+    def answers(self, url: str) -> bool:
+        """`url` answers 200. Raises at once if any process of the stack has exited,
+        with its last words, instead of waiting out the deadline."""
         for process in self.processes:
-            if process.poll() is not None:  # it exited: fail now, with its last words
-                log = self._logs[process.pid]
-                tail = log.read_text(errors="replace").splitlines()[-3:]
-                raise AssertionError(f"{process.args[0]} exited: " + " | ".join(tail)[:2000])
-        return _get(f"{url}/-/ready")
+            if process.poll() is not None:
+                tail = log_tail(self._logs[process.pid])
+                raise AssertionError(f"{process.args[0]} exited: {tail}")
+        return answers_ok(url)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def wait_ready(self, name: str, url: str, timeout: float) -> None:
+        wait_for(f"{name} ready", lambda: self.answers(url), timeout)
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        """Start `argv` as `name`, its output in `name`.log; `Stack.close()` stops it."""
         path = self.workdir / f"{name}.log"
-        # append: a restarted process keeps its predecessor's last words
-        with path.open("ab") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        process = spawn_logged(argv, path)
         self._logs[process.pid] = path
         self.processes.append(process)
         self._commands[name] = argv
@@ -215,15 +165,11 @@ class Stack:
         (process,) = [p for p in self.processes if list(p.args) == argv and p.poll() is None]
         began = time.monotonic()
         process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        reap(process, 30)
         self.processes.remove(process)
-        self._spawn(name, argv)
+        self.spawn(name, argv)
         url = self.prometheus_url if name == "prometheus" else self.alertmanager_url
-        wait_for(f"{name} ready again", lambda: self._ready(url), 60)
+        self.wait_ready(f"{name} (again)", f"{url}/-/ready", 60)
         return began
 
     def restart_prometheus(self) -> float:
@@ -267,34 +213,16 @@ class Stack:
             node.start()
             self.fleet.nodes[index] = node
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.load(response)
-        if body.get("status") != "success":
-            raise AssertionError(f"query failed: {expr}: {body}")
-        result: list[dict[str, Any]] = body["data"]["result"]
-        if body["data"]["resultType"] == "scalar":
-            return [{"metric": {}, "value": result}]
-        return result
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """`expr` on the stack's Prometheus, now or at `at` (epoch seconds)."""
+        return instant_query(self.prometheus_url, expr, at)
 
     def close(self) -> None:
         for process in self.processes:
             if process.poll() is None:
                 process.terminate()
+        # all told first, then waited for: they stop side by side
         for process in self.processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            reap(process, 10)
         self.fleet.stop()
         self.receiver.close()
-
-
-def _get(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except urllib.error.URLError:
-        return False

@@ -21,7 +21,8 @@ from nvwatch.agent.sim.workload import TRAINING_ALLREDUCE, TRAINING_COMPUTE
 from nvwatch.dashboards.build import build_all
 from nvwatch.mixin.config import MixinConfig
 from tests.e2e.conftest import FAULTS, KILLED, Fault, mixin_config
-from tests.e2e.stack import Stack, wait_for
+from tests.e2e.loopback import wait_for
+from tests.e2e.stack import Stack
 from tests.mixin.conftest import panel_data_links
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

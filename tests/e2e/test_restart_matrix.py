@@ -53,7 +53,8 @@ from nvwatch.alerts.rules import Severity, all_alerts
 from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 from tests.e2e.conftest import POLL_INTERVAL, SCRAPE_INTERVAL, TIME_SCALE, mixin_config
-from tests.e2e.stack import Receiver, Stack, wait_for
+from tests.e2e.loopback import wait_for
+from tests.e2e.stack import Receiver, Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 

@@ -37,7 +37,8 @@ from tests.e2e.conftest import (
     Fault,
     mixin_config,
 )
-from tests.e2e.stack import Receiver, Stack, wait_for
+from tests.e2e.loopback import wait_for
+from tests.e2e.stack import Receiver, Stack
 from tests.e2e.test_fleet_e2e import dashboard_queries, instantiate
 from tests.e2e.vm_stack import SHARDS, Sharded, prometheus_query
 

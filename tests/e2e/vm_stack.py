@@ -8,20 +8,22 @@ fails here. Processes go into the Stack's list, so `Stack.close()` stops them.
 
 from __future__ import annotations
 
-import functools
 import json
 import signal
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmarks.scale.units import SCALE, unit_command
-from nvwatch.agent.sim.ports import free_port
-from tests.e2e.stack import HOST, Stack, wait_for
+from tests.e2e.loopback import Endpoint, instant_query
+from tests.e2e.service_commands import (
+    victoria_metrics_argv,
+    vmagent_argv,
+    vmagent_scrape_config,
+    vmalert_argv,
+    write_yaml,
+)
+from tests.e2e.stack import Stack
 
 SHARDS = 2
 
@@ -35,81 +37,44 @@ class Sharded:
 
     def start(self, rule_files: list[Path], scrape_interval: str, eval_interval: str) -> None:
         work = self.stack.workdir
-        vm_port = free_port(HOST)
-        self.vm_url = f"http://{HOST}:{vm_port}"
-        self.stack._spawn(
-            "victoria-metrics",
-            unit_command(
-                "victoria-metrics.service",
-                {
-                    "storageDataPath": str(work / "vm-data"),
-                    "httpListenAddr": f"{HOST}:{vm_port}",
-                    # VictoriaMetrics hides the newest 30 s from queries by default (late
-                    # samples); the test's seconds-long `for:` need them now
-                    "search.latencyOffset": "1s",
-                },
-            ),
-        )
-        wait_for("victoria-metrics ready", lambda: self.stack._ready(self.vm_url), 60)
-        scrape = yaml.safe_load((SCALE / "scrape.yml").read_text(encoding="utf-8"))
-        scrape["global"]["scrape_interval"] = scrape_interval
-        job = scrape["scrape_configs"][0]
-        job["scrape_timeout"] = scrape_interval
-        job["file_sd_configs"] = [{"files": [str(work / "targets" / "*.json")]}]
-        scrape_path = work / "vmagent-scrape.yml"
-        scrape_path.write_text(yaml.safe_dump(scrape))
+        vm = Endpoint.free()
+        self.vm_url = vm.url
+        # VictoriaMetrics hides the newest 30 s from queries by default (late samples);
+        # the test's seconds-long `for:` need them now
+        fresh = {"search.latencyOffset": "1s"}
+        self.stack.spawn("victoria-metrics", victoria_metrics_argv(vm, work / "vm-data", fresh))
+        self.stack.wait_ready("victoria-metrics", f"{vm.url}/-/ready", 60)
+        scrape = vmagent_scrape_config(work / "targets", scrape_interval, scrape_interval)
+        scrape_path = write_yaml(work / "vmagent-scrape.yml", scrape)
         for shard in range(SHARDS):
-            port = free_port(HOST)
-            self.shard_urls.append(f"http://{HOST}:{port}")
-            self.stack._spawn(
-                f"vmagent-{shard}",
-                unit_command(
-                    "vmagent@.service",
-                    {
-                        "promscrape.config": str(scrape_path),
-                        "promscrape.fileSDCheckInterval": "5s",
-                        "remoteWrite.url": f"{self.vm_url}/api/v1/write",
-                        "remoteWrite.tmpDataPath": str(work / f"vmagent-{shard}"),
-                        "httpListenAddr": f"{HOST}:{port}",
-                    },
-                    instance=str(shard),
-                ),
+            endpoint = Endpoint.free()
+            self.shard_urls.append(endpoint.url)
+            argv = vmagent_argv(
+                shard,
+                endpoint,
+                scrape_path,
+                vm.url,
+                work / f"vmagent-{shard}",
+                {"promscrape.fileSDCheckInterval": "5s"},
             )
+            self.stack.spawn(f"vmagent-{shard}", argv)
         for url in self.shard_urls:
-            wait_for("vmagent shard ready", functools.partial(self._healthy, url), 60)
-        alert_port = free_port(HOST)
-        self.vmalert_url = f"http://{HOST}:{alert_port}"
-        self.stack._spawn(
-            "vmalert",
-            unit_command(
-                "vmalert.service",
-                {
-                    "rule": "\n".join(str(p) for p in rule_files),
-                    "datasource.url": self.vm_url,
-                    "remoteWrite.url": self.vm_url,
-                    "remoteRead.url": self.vm_url,
-                    "notifier.url": self.stack.alertmanager_url,
-                    "evaluationInterval": eval_interval,
-                    # how far back an instant query looks for a series' last sample
-                    # (default 5m, Prometheus' lookback too), shrunk with the test's
-                    # other durations: a dead shard's `up` must be gone in seconds
-                    "datasource.queryStep": "15s",
-                    "httpListenAddr": f"{HOST}:{alert_port}",
-                },
-            ),
-        )
-        wait_for("vmalert ready", lambda: self._healthy(self.vmalert_url), 60)
-
-    def _healthy(self, url: str) -> bool:
-        self.stack._ready(self.vm_url)  # raises if any process of the stack exited
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+            self.stack.wait_ready("vmagent shard", f"{url}/health", 60)
+        endpoint = Endpoint.free()
+        self.vmalert_url = endpoint.url
+        flags = {
+            "evaluationInterval": eval_interval,
+            # how far back an instant query looks for a series' last sample (default 5m,
+            # Prometheus' lookback too), shrunk with the test's other durations: a dead
+            # shard's `up` must be gone in seconds
+            "datasource.queryStep": "15s",
+        }
+        argv = vmalert_argv(endpoint, rule_files, vm.url, self.stack.alertmanager_url, flags)
+        self.stack.spawn("vmalert", argv)
+        self.stack.wait_ready("vmalert", f"{endpoint.url}/health", 60)
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        return _query(self.vm_url, expr, at)
+        return instant_query(self.vm_url, expr, at, timeout=20)
 
     def shard_targets(self, shard: int) -> set[str]:
         """`instance` labels of the targets this shard scrapes (its /api/v1/targets)."""
@@ -129,20 +94,7 @@ class Sharded:
         process.wait(10)
 
 
-def _query(base: str, expr: str, at: float | None) -> list[dict[str, Any]]:
-    params = {"query": expr}
-    if at is not None:
-        params["time"] = f"{at:.3f}"
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode(params)
-    with urllib.request.urlopen(url, timeout=20) as response:
-        body = json.load(response)
-    if body.get("status") != "success":
-        raise AssertionError(f"query failed: {expr}: {body}")
-    result: list[dict[str, Any]] = body["data"]["result"]
-    if body["data"]["resultType"] == "scalar":
-        return [{"metric": {}, "value": result}]
-    return result
-
-
 def prometheus_query(stack: Stack, expr: str, at: float) -> list[dict[str, Any]]:
-    return _query(stack.prometheus_url, expr, at)
+    """The stack's Prometheus asked as patiently as VictoriaMetrics (Sharded.query), for
+    comparing the two answers."""
+    return instant_query(stack.prometheus_url, expr, at, timeout=20)

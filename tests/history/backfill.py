@@ -31,7 +31,7 @@ from nvwatch.agent.sim.history import generate, truth_path_for
 from nvwatch.agent.sim.history_plan import DAY_S, plan_history
 from nvwatch.agent.sim.ports import free_port
 from tests.conftest import require_tool
-from tests.e2e.stack import wait_for
+from tests.e2e.loopback import wait_for
 
 HOST = "127.0.0.1"
 # the suite's history: six nodes (every episode on its own node, three node classes),
