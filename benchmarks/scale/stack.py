@@ -18,13 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import yaml
 
 from benchmarks.common import REPO_ROOT, nvwatch_command, stop, wait_for_http
-from benchmarks.scale.units import unit_command
-from nvwatch.agent.sim.ports import free_port
+from tests.e2e.loopback import Endpoint, spawn_logged
+from tests.e2e.service_commands import (
+    alertmanager_argv,
+    alertmanager_config,
+    prometheus_argv,
+    prometheus_config,
+    victoria_metrics_argv,
+    vmagent_argv,
+    vmagent_scrape_config,
+    vmalert_argv,
+    write_yaml,
+)
 
-HOST = "127.0.0.1"
 CLUSTER = "seed"
 NODES_PER_LEAF = 4  # 4 EDR ports per DGX-1: 16 host ports on a 36-port leaf switch
 
@@ -121,16 +129,10 @@ class Stack:
 
     def spawn(self, name: str, argv: list[str], ready: str | None = None) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        with (self.workdir / f"{name}.log").open("ab") as log:
-            # its own process group: Stack.close() stops it and any children at once
-            process = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT,
-                env=env,
-                start_new_session=True,
-            )
+        # its own process group: Stack.close() stops it and any children at once
+        process = spawn_logged(
+            argv, self.workdir / f"{name}.log", cwd=REPO_ROOT, env=env, start_new_session=True
+        )
         self.processes[name] = process
         self.sampler.watch(name, process.pid)
         if ready is not None:
@@ -167,101 +169,48 @@ class Stack:
         return targets
 
     def start_prometheus(self, targets: Path, rule_files: list[Path], scrape: str) -> None:
-        port = free_port(HOST)
-        config = {
-            "global": {"scrape_interval": scrape, "evaluation_interval": "1m"},
-            "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [
-                {
-                    "job_name": "nvwatch",
-                    "scrape_timeout": "10s",
-                    "file_sd_configs": [{"files": [str(targets / "*.json")]}],
-                }
-            ],
-        }
-        path = self.workdir / "prometheus.yml"
-        path.write_text(yaml.safe_dump(config))
-        self.urls["prometheus"] = url = f"http://{HOST}:{port}"
-        argv = [
-            "prometheus",
-            f"--config.file={path}",
-            f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-            f"--web.listen-address={HOST}:{port}",
+        endpoint = Endpoint.free()
+        config = prometheus_config(
+            rule_files=rule_files,
+            targets=targets,
+            scrape_interval=scrape,
+            scrape_timeout="10s",
+            evaluation_interval="1m",
+        )
+        path = write_yaml(self.workdir / "prometheus.yml", config)
+        self.urls["prometheus"] = endpoint.url
+        extra = (
             "--web.enable-admin-api",  # a TSDB snapshot compacts the head into a block
             "--rules.alert.for-grace-period=1m",
-            "--log.level=warn",
-        ]
-        self.spawn("prometheus", argv, f"{url}/-/ready")
+        )
+        data = self.workdir / "prometheus-data"
+        argv = prometheus_argv("prometheus", path, data, endpoint, extra)
+        self.spawn("prometheus", argv, f"{endpoint.url}/-/ready")
 
     def start_vm_path(self, targets: Path, rule_files: list[Path], scrape: str) -> None:
         """deploy/scale's units, run as shipped but for ports, paths and the interval."""
-        am_port, vm_port = free_port(HOST), free_port(HOST)
-        am_config = self.workdir / "alertmanager.yml"
-        am_config.write_text(
-            yaml.safe_dump({"route": {"receiver": "null"}, "receivers": [{"name": "null"}]})
+        am_endpoint, vm_endpoint = Endpoint.free(), Endpoint.free()
+        am_config = write_yaml(self.workdir / "alertmanager.yml", alertmanager_config(None))
+        self.urls["alertmanager"] = am = am_endpoint.url
+        am_argv = alertmanager_argv(
+            "prometheus-alertmanager", am_config, self.workdir / "am-data", am_endpoint
         )
-        self.urls["alertmanager"] = am = f"http://{HOST}:{am_port}"
-        self.spawn(
-            "alertmanager",
-            [
-                "prometheus-alertmanager",
-                f"--config.file={am_config}",
-                f"--storage.path={self.workdir / 'am-data'}",
-                f"--web.listen-address={HOST}:{am_port}",
-                "--cluster.listen-address=",
-            ],
-            f"{am}/-/ready",
-        )
-        self.urls["victoria-metrics"] = vm = f"http://{HOST}:{vm_port}"
-        self.spawn(
-            "victoria-metrics",
-            unit_command(
-                "victoria-metrics.service",
-                {"storageDataPath": str(self.vm_data), "httpListenAddr": f"{HOST}:{vm_port}"},
-            ),
-            f"{vm}/health",
-        )
-        scrape_config = yaml.safe_load((REPO_ROOT / "deploy/scale/scrape.yml").read_text())
-        scrape_config["global"]["scrape_interval"] = scrape
-        scrape_config["scrape_configs"][0]["file_sd_configs"] = [
-            {"files": [str(targets / "*.json")]}
-        ]
+        self.spawn("alertmanager", am_argv, f"{am}/-/ready")
+        self.urls["victoria-metrics"] = vm = vm_endpoint.url
+        vm_argv = victoria_metrics_argv(vm_endpoint, self.vm_data)
+        self.spawn("victoria-metrics", vm_argv, f"{vm}/health")
         scrape_path = self.workdir / "vmagent-scrape.yml"
-        scrape_path.write_text(yaml.safe_dump(scrape_config))
+        write_yaml(scrape_path, vmagent_scrape_config(targets, scrape))
         for shard in (0, 1):
-            port = free_port(HOST)
-            self.urls[f"vmagent-{shard}"] = url = f"http://{HOST}:{port}"
-            self.spawn(
-                f"vmagent-{shard}",
-                unit_command(
-                    "vmagent@.service",
-                    {
-                        "promscrape.config": str(scrape_path),
-                        "remoteWrite.url": f"{vm}/api/v1/write",
-                        "remoteWrite.tmpDataPath": str(self.workdir / f"vmagent-{shard}"),
-                        "httpListenAddr": f"{HOST}:{port}",
-                    },
-                    instance=str(shard),
-                ),
-                f"{url}/health",
-            )
-        port = free_port(HOST)
-        self.urls["vmalert"] = url = f"http://{HOST}:{port}"
-        self.spawn(
-            "vmalert",
-            unit_command(
-                "vmalert.service",
-                {
-                    "rule": "\n".join(str(p) for p in rule_files),
-                    "datasource.url": vm,
-                    "remoteWrite.url": vm,
-                    "remoteRead.url": vm,
-                    "notifier.url": am,
-                    "httpListenAddr": f"{HOST}:{port}",
-                },
-            ),
-            f"{url}/health",
-        )
+            endpoint = Endpoint.free()
+            self.urls[f"vmagent-{shard}"] = endpoint.url
+            tmp_data = self.workdir / f"vmagent-{shard}"
+            argv = vmagent_argv(shard, endpoint, scrape_path, vm, tmp_data)
+            self.spawn(f"vmagent-{shard}", argv, f"{endpoint.url}/health")
+        endpoint = Endpoint.free()
+        self.urls["vmalert"] = endpoint.url
+        argv = vmalert_argv(endpoint, rule_files, vm, am)
+        self.spawn("vmalert", argv, f"{endpoint.url}/health")
 
     @property
     def vm_data(self) -> Path:
