@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -93,7 +94,7 @@ def report_command(
             config=load(Path(config_path) if config_path else None),
             out=Path(out),
         )
-        written = run_report(options)
+        written = run_report(options, progress=sys.stderr)
     except ReportError as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"wrote {written[0]} and {len(written) - 1} more file(s) in {out}", err=True)

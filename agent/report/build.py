@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +38,12 @@ class ReportOptions:
     out: Path
 
 
-def run_report(options: ReportOptions, progress: TextIO | None = sys.stderr) -> list[Path]:
-    """Make the report and write it; ReportError (one line) when it cannot be made."""
+def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
+    """Make the report and write it; ReportError (one line) when it cannot be made.
+
+    `progress`: where the progress bar goes (None: no bar). The caller names the stream
+    when it calls: a default bound at import time would keep whatever sys.stderr was
+    then (a test runner's capture, click's CliRunner swaps it per invoke)."""
     try:
         style.require()
     except style.PlottingUnavailable as err:
