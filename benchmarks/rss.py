@@ -48,6 +48,12 @@ MIB = 1024 * 1024
 # KiB as their contents are replaced, well within it.
 GROW_KIB = 32.0
 GROW_RATIO = 0.10
+# ... and it still grows after the middle snapshot (between the two): at least this share
+# of its growth comes in the second half. A steady leak puts about half there; a one-time
+# step that came before the middle puts none, e.g. Python's table of interned strings
+# doubling once (+1 object, ~1 MiB, charged to the pathlib line that interned the string
+# that tipped it), which grows no further.
+SECOND_HALF_SHARE = 0.25
 TOP_SITES = 10
 # Sites under this prefix are the simulator's, reported apart and not judged.
 SIMULATOR_PREFIX = "agent/sim/"
@@ -60,6 +66,7 @@ class SiteGrowth:
     first_kib: float
     last_kib: float
     count_diff: int
+    mid_kib: float | None = None  # live at the middle snapshot (None: not taken)
 
     @property
     def diff_kib(self) -> float:
@@ -67,7 +74,11 @@ class SiteGrowth:
 
     @property
     def growing(self) -> bool:
-        return self.diff_kib > GROW_KIB and self.diff_kib > GROW_RATIO * self.first_kib
+        if not (self.diff_kib > GROW_KIB and self.diff_kib > GROW_RATIO * self.first_kib):
+            return False
+        if self.mid_kib is None:
+            return True
+        return self.last_kib - self.mid_kib >= SECOND_HALF_SHARE * self.diff_kib
 
     @property
     def simulator(self) -> bool:
@@ -182,11 +193,14 @@ def _poll(harness: Harness, done: int) -> None:
 
 
 def trace_in_process(profile: str, polls: int, warmup: int, seconds: float) -> dict[str, object]:
-    """The same loop under tracemalloc: snapshots at polls/10 and at the last poll."""
+    """The same loop under tracemalloc: snapshots at polls/10, halfway from there to the
+    end, and at the last poll."""
     from benchmarks.harness import simulated_agent
 
     started = time.monotonic()
     first_at = max(1, polls // 10)
+    mid_at = (first_at + polls) // 2
+    mid: tracemalloc.Snapshot | None = None
     with simulated_agent(profile) as harness:
         harness.run(0, warmup=warmup, time_limit=seconds)
         gc.collect()
@@ -199,11 +213,14 @@ def trace_in_process(profile: str, polls: int, warmup: int, seconds: float) -> d
             done += 1
             if done == first_at:
                 first = _snapshot()
+            elif done == mid_at:
+                mid = _snapshot()
         last = _snapshot()
         tracemalloc.stop()
     if first is None:  # the time cap came before the first snapshot: nothing to compare
         first, first_at = last, done
-    sites = [_site_growth(stat) for stat in last.compare_to(first, "lineno")]
+    at_mid = _sizes(mid) if mid is not None else None
+    sites = [_site_growth(stat, at_mid) for stat in last.compare_to(first, "lineno")]
     return {
         "first_poll": first_at,
         "last_poll": done,
@@ -231,13 +248,24 @@ def _total_kib(snapshot: tracemalloc.Snapshot) -> float:
     return sum(stat.size for stat in snapshot.statistics("filename")) / KIB
 
 
-def _site_growth(stat: tracemalloc.StatisticDiff) -> SiteGrowth:
+def _sizes(snapshot: tracemalloc.Snapshot) -> dict[tuple[str, int], float]:
+    """KiB live per allocation site (file, line)."""
+    return {
+        (stat.traceback[0].filename, stat.traceback[0].lineno): stat.size / KIB
+        for stat in snapshot.statistics("lineno")
+    }
+
+
+def _site_growth(
+    stat: tracemalloc.StatisticDiff, at_mid: dict[tuple[str, int], float] | None = None
+) -> SiteGrowth:
     frame = stat.traceback[0]
     return SiteGrowth(
         site=f"{_short(frame.filename)}:{frame.lineno}",
         first_kib=(stat.size - stat.size_diff) / KIB,
         last_kib=stat.size / KIB,
         count_diff=stat.count_diff,
+        mid_kib=None if at_mid is None else at_mid.get((frame.filename, frame.lineno), 0.0),
     )
 
 

@@ -8,6 +8,7 @@ from benchmarks.rss import (
     GROW_KIB,
     GROW_RATIO,
     MIB,
+    SECOND_HALF_SHARE,
     SIMULATOR_PREFIX,
     RssResult,
     SiteGrowth,
@@ -59,15 +60,18 @@ def _trace_lines(trace: TraceResult) -> list[str]:
         f"allocation site (file:line) holds live at poll {trace.first_poll:,} and at poll "
         f"{trace.last_poll:,}. Growing: more than {GROW_KIB:g} KiB more and more than "
         f"{GROW_RATIO:.0%} more than at the first snapshot (a leak of one small object per "
-        "poll passes both many times over). Sites under "
+        "poll passes both many times over), and at least "
+        f"{SECOND_HALF_SHARE:.0%} of that growth after a middle snapshot (a steady leak "
+        "puts about half there, a one-time step such as a hash table doubling none). "
+        "Sites under "
         f"`{SIMULATOR_PREFIX}` are the simulator's and are listed, not judged.",
         "",
         f"Verdict, agent and libraries: {verdict}. Traced memory "
         f"{trace.first_kib:,.0f} KiB -> {trace.last_kib:,.0f} KiB ({trace.seconds:.0f} s).",
         "",
-        f"| site | poll {trace.first_poll:,} | poll {trace.last_poll:,} | change | objects "
-        "| growing |",
-        "|---|---|---|---|---|---|",
+        f"| site | poll {trace.first_poll:,} | middle | poll {trace.last_poll:,} | change "
+        "| objects | growing |",
+        "|---|---|---|---|---|---|---|",
         *(_site_row(site) for site in _shown(trace)),
     ]
     if trace.simulator_growing:
@@ -89,12 +93,17 @@ def _shown(trace: TraceResult) -> list[SiteGrowth]:
     return shown
 
 
+def _kib(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} KiB"
+
+
 def _site_row(site: SiteGrowth) -> str:
     growing = (
         "yes (simulator)" if site.growing and site.simulator else "yes" if site.growing else "no"
     )
     return (
-        f"| `{site.site}` | {site.first_kib:,.1f} KiB | {site.last_kib:,.1f} KiB | "
+        f"| `{site.site}` | {site.first_kib:,.1f} KiB | {_kib(site.mid_kib)} | "
+        f"{site.last_kib:,.1f} KiB | "
         f"{site.diff_kib:+,.1f} KiB | {site.count_diff:+,} | {growing} |"
     )
 

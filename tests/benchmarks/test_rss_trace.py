@@ -48,3 +48,18 @@ def test_traced_run_compares_two_snapshots() -> None:
     raw = trace_in_process("inference-t4", polls=20, warmup=1, seconds=60.0)
     assert (raw["first_poll"], raw["last_poll"]) == (2, 20)
     assert isinstance(raw["top"], list) and raw["top"]
+
+
+def test_a_one_time_step_before_the_middle_is_not_growth() -> None:
+    """A site judged on three snapshots: growth that all came before the middle one (a
+    hash table doubling once) is a step; growth that goes on after it is a leak."""
+    step = 1000.0  # KiB, far past both thresholds from first to last
+    table_doubled = SiteGrowth("pathlib.py:74", 0.0, step, count_diff=1, mid_kib=step)
+    assert not table_doubled.growing
+    steady_leak = SiteGrowth("agent/a.py:1", 0.0, step, count_diff=9000, mid_kib=step / 2)
+    assert steady_leak.growing
+    late_step = SiteGrowth("agent/a.py:2", 0.0, step, count_diff=1, mid_kib=0.0)
+    assert late_step.growing  # cannot be told from a leak that began late: flagged
+    # a little growth after the middle still counts once it is a quarter of the whole
+    assert SiteGrowth("agent/a.py:3", 0.0, step, 1, mid_kib=step * 0.76).growing is False
+    assert SiteGrowth("agent/a.py:3", 0.0, step, 1, mid_kib=step * 0.74).growing is True
