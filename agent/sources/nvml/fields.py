@@ -103,7 +103,6 @@ _VALUE_MEMBERS = {
 # __getattribute__ hook on every access, which was the largest cost of the NVML collect.
 _ENTRY = pynvml.c_nvmlFieldValue_t
 _ENTRY_SIZE = ctypes.sizeof(_ENTRY)
-_HEAD = struct.Struct("@II")  # valueType, nvmlReturn: adjacent members
 _HEAD_AT = _ENTRY.valueType.offset
 _VALUE_AT = _ENTRY.value.offset
 _UNION_TYPES = dict(pynvml.c_nvmlValue_t._fields_)
@@ -112,16 +111,15 @@ _VALUE_FORMATS = {
     value_type: struct.Struct("@" + _UNION_TYPES[member]._type_)
     for value_type, member in _VALUE_MEMBERS.items()
 }
-_FAST_LAYOUT = _ENTRY.nvmlReturn.offset == _HEAD_AT + 4
 
 
 # The whole entry in one struct, the union read as its raw 64 bits: one C loop
 # (iter_unpack) decodes a batch. Needs the layout pynvml declares on LP64 little-endian
 # machines (valueType, nvmlReturn, then the 8-byte union at the end); anything else
-# takes the entry-by-entry path below.
+# takes pynvml's attribute-by-attribute path below (correct, only slower).
 _WHOLE = struct.Struct(f"@{_HEAD_AT}xIIQ")
 _BITS_LAYOUT = (
-    _FAST_LAYOUT
+    _ENTRY.nvmlReturn.offset == _HEAD_AT + 4
     and _VALUE_AT == _HEAD_AT + 8
     and _WHOLE.size == _ENTRY_SIZE
     and sys.byteorder == "little"
@@ -153,14 +151,6 @@ def _entry_fields(raw: Any, count: int) -> Iterator[tuple[int, float | int | Non
                 yield status, bits & 0xFFFFFFFF
             else:
                 yield status, _from_bits(value_type, bits)
-        return
-    if _FAST_LAYOUT and isinstance(raw, ctypes.Array) and raw._type_ is _ENTRY:
-        buffer = memoryview(raw).cast("B")
-        for at in range(0, min(count, len(raw)) * _ENTRY_SIZE, _ENTRY_SIZE):
-            value_type, status = _HEAD.unpack_from(buffer, at + _HEAD_AT)
-            form = _VALUE_FORMATS.get(value_type)
-            value = form.unpack_from(buffer, at + _VALUE_AT)[0] if form is not None else None
-            yield status, value
         return
     for entry in raw:  # anything else shaped like the answer (wrapped or older bindings)
         member = _VALUE_MEMBERS.get(int(entry.valueType))
