@@ -1,9 +1,10 @@
 """The field batch's decoder against pynvml's own reading of the same array.
 
-`_entry_fields` reads nvmlDeviceGetFieldValues' answer from the array's bytes (one
-struct loop); pynvml reads it attribute by attribute through ctypes. Both must agree
-for every value type the union has, including the narrow and signed members written
-over a union whose other bytes hold garbage, as a driver may leave them.
+`decode_answer` reads nvmlDeviceGetFieldValues' answer from the array's bytes (one
+struct loop); pynvml reads it attribute by attribute through ctypes. Both must agree,
+through the device layer's `plain_number` (sentinels, negatives and non-finite values
+are no value), for every value type the union has, including the narrow and signed
+members written over a union whose other bytes hold garbage, as a driver may leave them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 import pynvml
 import pytest
 
-from nvwatch.agent.sources.nvml.fields import _BITS_LAYOUT, _entry_fields
+from nvwatch.agent.sources.nvml.device import plain_number
+from nvwatch.agent.sources.nvml.fields import _BITS_LAYOUT, decode_answer
 
 _MEMBERS = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: ("dVal", [0.0, 1.5, -2.25, math.inf, 1e300]),
@@ -45,16 +47,26 @@ def test_every_value_type_decodes_as_pynvml_reads_it() -> None:
     # the one-struct path is the one under test wherever the layout allows it
     assert _BITS_LAYOUT or sys.byteorder != "little"
     array, cases = _answer()
-    decoded = list(_entry_fields(array, len(array)))
+    values, failed = decode_answer(array, len(array))
     expected = [
-        (int(entry.nvmlReturn), getattr(entry.value, _MEMBERS[int(entry.valueType)][0]))
+        plain_number(getattr(entry.value, _MEMBERS[int(entry.valueType)][0]))
         for entry in array[: len(cases)]
     ]
-    assert decoded[: len(cases)] == expected
-    assert decoded[-1] == (pynvml.NVML_ERROR_NOT_SUPPORTED, None)
+    assert values[: len(cases)] == expected
+    # the cases hold values that are kept and values that are no value
+    assert None in expected and any(v is not None and v > 0 for v in expected)
+    assert values[-1] is None
+    assert failed == {len(cases): pynvml.NVML_ERROR_NOT_SUPPORTED}
+
+
+def test_the_attribute_path_decodes_alike() -> None:
+    # a list of entries, not a ctypes array: the path for wrapped or older bindings
+    array, _ = _answer()
+    assert decode_answer(list(array), len(array)) == decode_answer(array, len(array))
 
 
 @pytest.mark.parametrize("count", [0, 1, 5])
 def test_only_the_first_count_entries_are_read(count: int) -> None:
     array, _ = _answer()
-    assert len(list(_entry_fields(array, count))) == count
+    values, _ = decode_answer(array, count)
+    assert len(values) == count

@@ -46,7 +46,7 @@ DOWN_CODES = frozenset(
 )
 
 # NVML reports "no value" in unsigned fields as all ones.
-_SENTINELS = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
+NO_VALUE_SENTINELS = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 
 
 class GpuDown(Exception):
@@ -70,7 +70,7 @@ def text(value: object) -> str:
 def plain_number(value: object) -> float | None:
     """A finite, non-sentinel number, else None: garbage from one call stays in one value."""
     if isinstance(value, int) and type(value) is not bool:
-        return None if value in _SENTINELS or value < 0 else float(value)
+        return None if value in NO_VALUE_SENTINELS or value < 0 else float(value)
     if isinstance(value, float):
         return value if 0.0 <= value < math.inf else None  # NaN fails both comparisons
     return None

@@ -22,15 +22,22 @@ need not agree, and a switch would look like a counter going backwards without a
 from __future__ import annotations
 
 import ctypes
+import itertools
 import struct
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 import pynvml
 
-from nvwatch.agent.sources.nvml.device import DOWN_CODES, Device, plain_number
+from nvwatch.agent.sources.nvml.device import (
+    DOWN_CODES,
+    NO_VALUE_SENTINELS,
+    Device,
+    plain_number,
+)
 from nvwatch.agent.sources.nvml.samples import THROTTLE_POLICIES
 
 FIELD_MODE = "field"
@@ -76,15 +83,6 @@ GPU_FIELDS: dict[str, FieldIds] = {
         for _, policy in THROTTLE_POLICIES
     },
 }
-
-
-class FieldReading(NamedTuple):
-    """One entry of an nvmlDeviceGetFieldValues answer."""
-
-    field_id: int
-    scope_id: int
-    status: int  # the entry's own nvmlReturn
-    value: float | None  # decoded according to valueType; None unless status is SUCCESS
 
 
 # nvmlValueType_t -> the member of the nvmlValue_t union that holds the value
@@ -139,22 +137,40 @@ def _from_bits(value_type: int, bits: int) -> float | int | None:
     return form.unpack_from(_BITS_OF.pack(bits))[0]  # type: ignore[no-any-return]
 
 
-def _entry_fields(raw: Any, count: int) -> Iterator[tuple[int, float | int | None]]:
-    """(nvmlReturn, raw union value or None) of each of the first `count` entries."""
+def decode_answer(raw: Any, count: int) -> tuple[list[float | None], dict[int, int]]:
+    """The first `count` entries of an answer: each one's value as `plain_number` reads
+    it (None where the entry failed or holds no value), and the nvmlReturn of each entry
+    that failed, by position (in order).
+
+    The loop every GPU's batch goes through each poll (about 160 entries on an H100),
+    so the two value types of nearly every field (counters, states, speeds) are inline.
+    """
+    values: list[float | None] = []
+    failed: dict[int, int] = {}
+    append = values.append
     if _BITS_LAYOUT and isinstance(raw, ctypes.Array) and raw._type_ is _ENTRY:
         buffer = memoryview(raw).cast("B")[: min(count, len(raw)) * _ENTRY_SIZE]
         for value_type, status, bits in _WHOLE.iter_unpack(buffer):
-            # the two types of nearly every field (counters, states, speeds) inline
-            if value_type == _ULL:
-                yield status, bits
+            if status:
+                failed[len(values)] = status
+                append(None)
+            elif value_type == _ULL:
+                append(None if bits in NO_VALUE_SENTINELS else float(bits))
             elif value_type == _UI:
-                yield status, bits & 0xFFFFFFFF
+                bits &= 0xFFFFFFFF
+                append(None if bits in NO_VALUE_SENTINELS else float(bits))
             else:
-                yield status, _from_bits(value_type, bits)
-        return
-    for entry in raw:  # anything else shaped like the answer (wrapped or older bindings)
+                append(plain_number(_from_bits(value_type, bits)))
+        return values, failed
+    for entry in itertools.islice(raw, count):  # anything else shaped like the answer
+        status = int(entry.nvmlReturn)
+        if status:
+            failed[len(values)] = status
+            append(None)
+            continue
         member = _VALUE_MEMBERS.get(int(entry.valueType))
-        yield int(entry.nvmlReturn), getattr(entry.value, member) if member else None
+        append(plain_number(getattr(entry.value, member)) if member else None)
+    return values, failed
 
 
 # A request entry: fieldId and scopeId, the rest zero
@@ -181,46 +197,46 @@ def _request_field_values(handle: Any, ids: FieldIds) -> Any:
     return values
 
 
-def get_field_values(dev: Device, ids: FieldIds) -> list[FieldReading] | None:
-    """nvmlDeviceGetFieldValues: many readings in one driver round trip.
+_NO_SPANS: Mapping[str, tuple[int, int]] = MappingProxyType({})
 
-    None when the call itself failed (see `dev.is_unsupported("field_values")` for
-    whether that was NotSupported/FunctionNotFound rather than a transient error).
-    Raises GpuDown when an entry carries one of the codes that mean the GPU is gone.
-    """
-    if not ids:
-        return []
-    raw = dev.call("field_values", _request_field_values, ids)
-    if raw is None:
-        return None
-    readings = []
-    success = pynvml.NVML_SUCCESS
-    for (status, raw_value), (field_id, scope_id) in zip(
-        _entry_fields(raw, len(ids)), ids, strict=False
-    ):
-        value: float | None = None
-        if status == success:
-            value = plain_number(raw_value) if raw_value is not None else None
-        elif status in DOWN_CODES:
-            dev.raise_if_down(pynvml.NVMLError(status))
-        readings.append(FieldReading(field_id, scope_id, status, value))
-    return readings
+
+class FieldAnswers:
+    """One poll's batch: every asked entry's value in request order (None where the
+    entry failed), and where each asked family's entries are."""
+
+    __slots__ = ("_spans", "_values")
+
+    def __init__(
+        self,
+        values: Sequence[float | None] = (),
+        spans: Mapping[str, tuple[int, int]] = _NO_SPANS,
+    ) -> None:
+        self._values = values
+        self._spans = spans  # family -> (first entry, entries)
+
+    def value(self, family: str, position: int = 0) -> float | None:
+        """The `position`-th reading of `family` (its link's, for per-link families);
+        None for a family the batch was not asked for ("call" mode)."""
+        span = self._spans.get(family)
+        if span is None or position >= span[1]:
+            return None
+        return self._values[span[0] + position]
+
+
+_NO_ANSWERS = FieldAnswers()
+# a position past the end of a short answer: neither "no such field" nor success
+_UNANSWERED = -1
 
 
 @dataclass(frozen=True)
-class FieldAnswers:
-    """One poll's batch: the readings of each family the batch serves ("field" mode)."""
+class _Plan:
+    """A kept request, valid while the families mapping and the decisions are the same."""
 
-    chunks: Mapping[str, Sequence[FieldReading]] = field(default_factory=dict)
-
-    def value(self, family: str, position: int = 0) -> float | None:
-        """The `position`-th reading of `family` (its link's, for per-link families)."""
-        chunk = self.chunks.get(family)
-        return chunk[position].value if chunk is not None and position < len(chunk) else None
-
-
-#: A kept request: (families, len(FieldBatch._modes) then, families asked, their ids)
-_Plan = tuple[Mapping[str, FieldIds | None], int, dict[str, FieldIds], list[tuple[int, int]]]
+    families: Mapping[str, FieldIds | None]  # the mapping it was made for (by identity)
+    decisions: int  # len(FieldBatch._modes) then
+    ids: list[tuple[int, int]]
+    spans: dict[str, tuple[int, int]]  # each asked family's (first entry, entries)
+    undecided: tuple[str, ...]  # asked families whose mode the answer will decide
 
 
 class FieldBatch:
@@ -228,9 +244,13 @@ class FieldBatch:
 
     def __init__(self) -> None:
         self._modes: dict[str, str] = {}  # family -> FIELD_MODE / CALL_MODE
-        # the last request: (families, len(_modes) then, families asked, their ids);
-        # reused while neither changed, so a poll does not rebuild it per family
         self._plan: _Plan | None = None
+
+    @property
+    def decisions(self) -> int:
+        """How many families are decided: a reader's cache of by_call answers is valid
+        while this is unchanged (decisions are never taken back)."""
+        return len(self._modes)
 
     def by_call(self, family: str) -> bool:
         """True when the family's readers must use the per-call function instead."""
@@ -241,53 +261,63 @@ class FieldBatch:
 
         `families` maps a family to its field ids, or to None when it has no field form.
         Pass the same mapping each poll while it is unchanged: the request is kept.
+        Raises GpuDown when an entry carries one of the codes that mean the GPU is gone.
         """
-        wanted, ids = self._request(families)
-        readings = get_field_values(dev, ids)
-        if readings is None:
-            if dev.is_unsupported("field_values"):
-                for family in wanted:
-                    self._modes.setdefault(family, CALL_MODE)
-            return FieldAnswers()
-        return FieldAnswers(self._decide(wanted, readings))
+        plan = self._plan_for(families)
+        values: list[float | None] = []
+        failed: dict[int, int] = {}
+        if plan.ids:
+            raw = dev.call("field_values", _request_field_values, plan.ids)
+            if raw is None:
+                if dev.is_unsupported("field_values"):
+                    for family in plan.spans:
+                        self._modes.setdefault(family, CALL_MODE)
+                return _NO_ANSWERS
+            values, failed = decode_answer(raw, len(plan.ids))
+            for status in failed.values():
+                if status in DOWN_CODES:
+                    dev.raise_if_down(pynvml.NVMLError(status))
+        answered = len(values)
+        if answered < len(plan.ids):  # a short answer: the rest unread
+            values.extend([None] * (len(plan.ids) - answered))
+        if plan.undecided:
+            self._decide(plan, failed, answered)
+        return FieldAnswers(values, plan.spans)
 
-    def _request(
-        self, families: Mapping[str, FieldIds | None]
-    ) -> tuple[dict[str, FieldIds], list[tuple[int, int]]]:
-        """The families to ask the batch for, and their ids in order.
-
-        Decisions only add families to `_modes` (a family with no field form is "call"
-        from the start), so the same mapping and as many decisions give the same request.
-        """
+    def _plan_for(self, families: Mapping[str, FieldIds | None]) -> _Plan:
+        """The request for `families`: kept while the mapping and the decisions are the
+        same (decisions only add families to `_modes`, and a family with no field form is
+        "call" from the start, so the same mapping and as many decisions give the same
+        request)."""
         plan = self._plan
-        if plan is not None and plan[0] is families and plan[1] == len(self._modes):
-            return plan[2], plan[3]
+        if plan is not None and plan.families is families and plan.decisions == len(self._modes):
+            return plan
         for family, family_ids in families.items():
             if family_ids is None:
                 self._modes[family] = CALL_MODE
-        wanted = {
-            f: family_ids
-            for f, family_ids in families.items()
-            if family_ids is not None and not self.by_call(f)
-        }
-        ids = [i for family_ids in wanted.values() for i in family_ids]
-        self._plan = (families, len(self._modes), wanted, ids)
-        return wanted, ids
+        ids: list[tuple[int, int]] = []
+        spans: dict[str, tuple[int, int]] = {}
+        for family, family_ids in families.items():
+            if family_ids is not None and not self.by_call(family):
+                spans[family] = (len(ids), len(family_ids))
+                ids.extend(family_ids)
+        undecided = tuple(family for family in spans if family not in self._modes)
+        self._plan = _Plan(families, len(self._modes), ids, spans, undecided)
+        return self._plan
 
-    def _decide(
-        self, wanted: Mapping[str, FieldIds], readings: Sequence[FieldReading]
-    ) -> dict[str, Sequence[FieldReading]]:
-        """Split the answer by family, deciding the families seen for the first time."""
-        chunks: dict[str, Sequence[FieldReading]] = {}
-        position = 0
-        for family, ids in wanted.items():
-            chunk = readings[position : position + len(ids)]
-            position += len(ids)
-            if family not in self._modes:
-                if all(r.status in _NO_FIELD for r in chunk):
-                    self._modes[family] = CALL_MODE
-                elif any(r.status == pynvml.NVML_SUCCESS for r in chunk):
-                    self._modes[family] = FIELD_MODE
-            if self._modes.get(family) == FIELD_MODE:
-                chunks[family] = chunk
-        return chunks
+    def _decide(self, plan: _Plan, failed: Mapping[int, int], answered: int) -> None:
+        """Decide the families seen for the first time from their entries' statuses:
+        "call" when every entry said there is no such field, "field" when one answered."""
+        success = pynvml.NVML_SUCCESS
+        for family in plan.undecided:
+            if family in self._modes:
+                continue
+            start, length = plan.spans[family]
+            statuses = [
+                failed.get(i, success) if i < answered else _UNANSWERED
+                for i in range(start, start + length)
+            ]
+            if all(status in _NO_FIELD for status in statuses):
+                self._modes[family] = CALL_MODE
+            elif success in statuses:
+                self._modes[family] = FIELD_MODE

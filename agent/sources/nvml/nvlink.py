@@ -114,6 +114,8 @@ class GpuLinks:
         self._remote_due = True
         # field_families of `self.links` as last computed: (links, families)
         self._families: tuple[list[Link] | None, dict[str, FieldIds | None]] = (None, {})
+        # _error_plans' answer: ((links, batch decisions), one plan per link)
+        self._plans: tuple[tuple[list[Link] | None, int], list[_ErrorPlan]] = ((None, -1), [])
 
     def refresh(self, dev: Device, now: float, reprobe_interval: float) -> None:
         read_at = self._remote_read_at
@@ -146,10 +148,21 @@ class GpuLinks:
         """This poll's sample of every link; `bus_to_index` names the GPUs at far ends."""
         for link in self.links or []:
             _read_remote(dev, link, bus_to_index, self._remote_due)
+        plans = self._error_plans(batch)
         return tuple(
-            _read_link(dev, position, link, batch, answers, bus_to_index)
+            _read_link(dev, position, link, batch, answers, bus_to_index, plans[position])
             for position, link in enumerate(self.links or [])
         )
+
+    def _error_plans(self, batch: FieldBatch) -> list[_ErrorPlan]:
+        """Each link's error plan, kept while the links and the batch's decisions are the
+        same: ~90 error readings per GPU per poll need no family name or decision lookup."""
+        key = (self.links, batch.decisions)
+        kept_key, plans = self._plans
+        if kept_key[0] is not key[0] or kept_key[1] != key[1]:
+            plans = [_error_plan(link.link, batch) for link in self.links or []]
+            self._plans = (key, plans)
+        return plans
 
 
 def _field_families(numbers: list[int]) -> dict[str, FieldIds | None]:
@@ -176,6 +189,7 @@ def _read_link(
     batch: FieldBatch,
     answers: FieldAnswers,
     bus_to_index: Mapping[str, int],
+    errors: _ErrorPlan,
 ) -> NvLinkSample:
     n = link.link
     bus = link.remote_pci_bus_id
@@ -189,7 +203,7 @@ def _read_link(
         # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX count KiB (nvidia-smi nvlink -gt d)
         transmit_bytes=int_or_none(kib(answers.value("nvlink_tx", position))),
         receive_bytes=int_or_none(kib(answers.value("nvlink_rx", position))),
-        errors=_errors(dev, n, batch, answers),
+        errors=_errors(dev, n, errors, answers),
         remote_type=link.remote_type,
         remote_gpu=remote_gpu if link.remote_type == "gpu" else None,
         remote_pci_bus_id=bus,
@@ -235,21 +249,31 @@ def _speed(
     return mbps * MBPS if mbps is not None else None
 
 
+#: One link's error counters: (type, NVML counter, family in the batch or None where the
+#: call serves it, the call's key for the device layer), one entry per NVLINK_ERROR_TYPES.
+_ErrorPlan = tuple[tuple[str, int, str | None, str], ...]
+
+
+def _error_plan(n: int, batch: FieldBatch) -> _ErrorPlan:
+    plan = []
+    for kind, counter in NVLINK_ERROR_TYPES:
+        family = _error_family(kind, n)
+        plan.append(
+            (kind, counter, None if batch.by_call(family) else family, f"nvlink_err:{kind}:{n}")
+        )
+    return tuple(plan)
+
+
 def _errors(
-    dev: Device, n: int, batch: FieldBatch, answers: FieldAnswers
+    dev: Device, n: int, plan: _ErrorPlan, answers: FieldAnswers
 ) -> MappingProxyType[str, int]:
     """NVML_FI_DEV_NVLINK_*_ERROR_COUNT_L<n> (or ..._ERROR_DL_* for link n), or
     nvmlDeviceGetNvLinkErrorCounter per type
     (nvidia-smi nvlink -e); types the GPU does not count are left out."""
     errors = {}
-    for kind, counter in NVLINK_ERROR_TYPES:
-        family = _error_family(kind, n)
-        if batch.by_call(family):
-            value = plain_number(
-                dev.call(
-                    f"nvlink_err:{kind}:{n}", pynvml.nvmlDeviceGetNvLinkErrorCounter, n, counter
-                )
-            )
+    for kind, counter, family, key in plan:
+        if family is None:
+            value = plain_number(dev.call(key, pynvml.nvmlDeviceGetNvLinkErrorCounter, n, counter))
         else:
             value = answers.value(family)
         if value is not None:
