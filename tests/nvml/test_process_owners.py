@@ -38,8 +38,10 @@ def test_a_real_process_is_named_and_read_once(monkeypatch: pytest.MonkeyPatch) 
     finally:
         child.kill()
         child.wait()
-    # gone: /proc/<pid> is gone, so it is read (and named "") rather than served stale
+    # gone: /proc/<pid> is gone, so it is named "" rather than served stale, and psutil
+    # (which reads the same directory) is not asked
     assert owners.of(child.pid) == {"name": "", "user": ""}
+    assert reads == [child.pid]
 
 
 def test_a_new_process_directory_is_read_again_and_unasked_pids_are_dropped(

@@ -177,8 +177,14 @@ def decode_answer(raw: Any, count: int) -> tuple[list[float | None], dict[int, i
 _REQUEST = struct.Struct(f"@II{_ENTRY_SIZE - 8}x")
 
 
-def _request_field_values(handle: Any, ids: FieldIds) -> Any:
-    """pynvml.nvmlDeviceGetFieldValues, with the request built from packed bytes.
+def pack_request(ids: FieldIds) -> bytes:
+    """The request array's bytes: fieldId and scopeId per entry (kept with the plan)."""
+    return b"".join([_REQUEST.pack(field_id, scope_id) for field_id, scope_id in ids])
+
+
+def _request_field_values(handle: Any, ids: FieldIds, request: bytes) -> Any:
+    """pynvml.nvmlDeviceGetFieldValues, with the request copied from `request`, the
+    packed `ids`.
 
     pynvml fills its request entry by entry through its struct hooks (two per id, more
     than the rest of the batch costs); this is the same call through pynvml's own
@@ -189,7 +195,6 @@ def _request_field_values(handle: Any, ids: FieldIds) -> Any:
     check = getattr(pynvml, "_nvmlCheckReturn", None)
     if lookup is None or check is None:
         return pynvml.nvmlDeviceGetFieldValues(handle, list(ids))
-    request = b"".join([_REQUEST.pack(field_id, scope_id) for field_id, scope_id in ids])
     values = (_ENTRY * len(ids)).from_buffer_copy(request)
     check(
         lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(ids)), ctypes.byref(values))
@@ -235,6 +240,7 @@ class _Plan:
     families: Mapping[str, FieldIds | None]  # the mapping it was made for (by identity)
     decisions: int  # len(FieldBatch._modes) then
     ids: list[tuple[int, int]]
+    request: bytes  # the ids packed as the request array
     spans: dict[str, tuple[int, int]]  # each asked family's (first entry, entries)
     undecided: tuple[str, ...]  # asked families whose mode the answer will decide
 
@@ -267,7 +273,7 @@ class FieldBatch:
         values: list[float | None] = []
         failed: dict[int, int] = {}
         if plan.ids:
-            raw = dev.call("field_values", _request_field_values, plan.ids)
+            raw = dev.call("field_values", _request_field_values, plan.ids, plan.request)
             if raw is None:
                 if dev.is_unsupported("field_values"):
                     for family in plan.spans:
@@ -302,7 +308,7 @@ class FieldBatch:
                 spans[family] = (len(ids), len(family_ids))
                 ids.extend(family_ids)
         undecided = tuple(family for family in spans if family not in self._modes)
-        self._plan = _Plan(families, len(self._modes), ids, spans, undecided)
+        self._plan = _Plan(families, len(self._modes), ids, pack_request(ids), spans, undecided)
         return self._plan
 
     def _decide(self, plan: _Plan, failed: Mapping[int, int], answered: int) -> None:

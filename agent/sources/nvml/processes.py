@@ -137,7 +137,10 @@ class ProcessOwners:
         try:
             started = os.stat(f"{psutil.PROCFS_PATH}/{pid}").st_ctime_ns
         except (OSError, ValueError):
-            return _process_owner(pid)
+            # not in this /proc: exited, or another pid namespace (an agent in a pod
+            # without hostPID sees none of the GPU's processes); psutil, which reads the
+            # same directory, could only fail too, at several times the cost, every poll
+            return {"name": "", "user": ""}
         known = self._known.get(pid)
         if known is not None and known[0] == started:
             return known[1]

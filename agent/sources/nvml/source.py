@@ -154,7 +154,9 @@ class NvmlSource:
 
     def collect(self) -> NvmlSample:
         self._ensure_initialised()
-        gpus = tuple(self._collect_gpu(state) for state in self._gpus)
+        # the kernel log is read and split by GPU once for the node, not once per GPU
+        xids = self._xid.counts_by_gpu() if self._xid is not None else {}
+        gpus = tuple(self._collect_gpu(state, xids.get(state.index, {})) for state in self._gpus)
         self._owners.end_poll()
         if self._attribution is not None:
             self._attribution.observe(gpus)
@@ -308,12 +310,12 @@ class NvmlSource:
 
     # --- one GPU -----------------------------------------------------------------------
 
-    def _collect_gpu(self, state: _GpuState) -> GpuSample:
+    def _collect_gpu(self, state: _GpuState, xids: dict[int, int]) -> GpuSample:
         try:
             if state.down or state.device is None:
                 self._reattach(state)
             self._refresh_info(state)
-            sample = self._read_gpu(state)
+            sample = self._read_gpu(state, xids)
         except GpuDown as err:
             if not state.down:
                 log.warning("%s; reporting it down until it answers again", err)
@@ -341,7 +343,7 @@ class NvmlSource:
         else:
             state.device.handle = handle
 
-    def _read_gpu(self, state: _GpuState) -> GpuSample:
+    def _read_gpu(self, state: _GpuState, xids: dict[int, int]) -> GpuSample:
         dev = state.device
         assert dev is not None
         state.links.refresh(dev, self._clock(), self._reprobe_interval)
@@ -369,14 +371,13 @@ class NvmlSource:
         # the processes that get series: utilization is read for them alone
         listed = tuple(row.pid for row in running[:MAX_PROCESSES])
         utilization = state.processes.utilization(dev, listed)
-        xid = self._xid.counts(state.index) if self._xid is not None else {}
         return GpuSample(
             index=state.index,
             uuid=state.info.uuid,
             info=state.info,
             up=True,
             **readings,
-            xid_counts=MappingProxyType(xid),
+            xid_counts=MappingProxyType(xids),
             processes=processes(running, self._attribution, utilization, self._owners),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )

@@ -124,12 +124,24 @@ class XidListener:
 
     def counts(self, gpu: int) -> dict[int, int]:
         """XID code -> XIDs on GPU `gpu`: since boot with a kernel log, else since start."""
+        return self.counts_by_gpu().get(gpu, {})
+
+    def counts_by_gpu(self) -> dict[int, dict[int, int]]:
+        """GPU -> XID code -> XIDs, for each GPU with any: one read of the kernel log and
+        one split of its lines by GPU for the whole node (the source asks once a poll)."""
         self._read_kernel_log()
-        kernel = self._kernel_counts(gpu)
+        kernel = self._kernel_counts()
         with self._lock:
-            events = dict(self._counts.get(gpu, {}))
-            at_loss = events if self._events_at_loss is None else self._events_at_loss.get(gpu, {})
-        return combine(kernel, events, at_loss)
+            events = {gpu: dict(counts) for gpu, counts in self._counts.items()}
+            at_loss = self._events_at_loss
+        result = {}
+        for gpu in sorted(kernel.keys() | events.keys()):
+            since = events.get(gpu, {})
+            before = since if at_loss is None else at_loss.get(gpu, {})
+            counts = combine(kernel.get(gpu, {}), since, before)
+            if counts:
+                result[gpu] = counts
+        return result
 
     def record(self, gpu: int, xid: int) -> None:
         """Tally one NVML XID event."""
@@ -155,18 +167,19 @@ class XidListener:
             self._kmsg.unreadable,
         )
 
-    def _kernel_counts(self, gpu: int) -> dict[int, int]:
+    def _kernel_counts(self) -> dict[int, dict[int, int]]:
+        """GPU -> XID code -> lines in the kernel log."""
         if self._kmsg is None:
             return {}
         with self._kmsg_lock:
             by_pci = self._kmsg.counts()
         owners = self._gpu_by_pci()
-        result = {}
+        result: dict[int, dict[int, int]] = {}
         for (pci, xid), count in by_pci.items():
             owner = owners.get(pci)
-            if owner == gpu:
-                result[xid] = count
-            elif owner is None and pci not in self._unknown_pci:
+            if owner is not None:
+                result.setdefault(owner, {})[xid] = count
+            elif pci not in self._unknown_pci:
                 # another node's view (a container given some GPUs) or a GPU NVML lost
                 self._unknown_pci.add(pci)
                 log.warning(
