@@ -23,8 +23,7 @@ from typing import Any
 import pynvml
 
 from nvwatch.agent.sources import SourceUnavailable
-from nvwatch.agent.sources.nvml.device import error_name, text
-from nvwatch.agent.sources.nvml.source import init_reason
+from nvwatch.agent.sources.nvml.device import error_name, init_reason, text
 from nvwatch.agent.sources.pci_address import sysfs_bus_id as normalise_bus_id
 from nvwatch.agent.sources.pci_affinity import PciPath, Resolver
 from nvwatch.agent.topology_mig import GpuPartition, format_partitions, read_partitions

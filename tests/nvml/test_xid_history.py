@@ -11,7 +11,7 @@ import pytest
 
 from nvwatch.agent.sim.kmsg import SimulatedKernelLog, kernel_pci
 from nvwatch.agent.sim.profiles import get_profile, gpu_pci_bus_id
-from nvwatch.agent.sim.scenarios import FAULT_ONSET_S
+from nvwatch.agent.sim.scenarios import FAULT_ONSET_S, GPU_LOST_AFTER_XID_S
 from tests.nvml.conftest import Node, NodeFactory
 from tests.nvml.helpers import exposition, poll, value, wait_for
 
@@ -90,3 +90,28 @@ def test_unreadable_kernel_log_counts_from_agent_start(
     n.lib.gpus[2].emit_xid(48)  # a new one, after the start, delivered as time moves
     n.clock.advance(1.0)
     assert wait_for(lambda: source.collect().gpus[2].xid_counts == {48: 1})
+
+
+def test_a_gpu_lost_before_the_agent_started_has_its_xid_from_the_poll_it_returns(
+    node: NodeFactory,
+) -> None:
+    # XID 79, then the GPU falls off the bus, all before the agent starts: the agent
+    # never learns its bus id until it answers again, so its log lines are nobody's
+    n = node("dgx-a100", gpu_scenarios={5: "gpu-lost"})
+    log = SimulatedKernelLog(get_profile("dgx-a100"), n.clock)
+    n.lib.event_sinks.append(log.on_event)
+    try:
+        n.clock.advance(FAULT_ONSET_S + GPU_LOST_AFTER_XID_S + 5.0)
+        n.lib.advance()
+        source = n.source(kmsg_path=log.path)
+        (lost,) = poll(source, n.clock, 1)
+        assert not lost.gpus[5].up and lost.gpus[5].xid_counts == {}
+        n.lib.end_scenarios("gpu-lost")
+        (back,) = poll(source, n.clock, 1)
+        # the same poll as nvwatch_gpu_up 1: an XID series appearing a poll after the
+        # GPU would look like a new XID to NvwatchGpuXidCritical
+        assert back.gpus[5].up
+        assert back.gpus[5].xid_counts == {79: 1}
+        assert all(not gpu.xid_counts for gpu in back.gpus if gpu.index != 5)
+    finally:
+        log.close()

@@ -12,6 +12,7 @@ Modelled on nvitop's `nvmlQuery`: the rest of the source never sees an NVMLError
 - Any other error (NoPermission, Timeout, InvalidArgument, ...) -> None for this poll.
 - Bytes are decoded to str; NVML's "value not available" sentinels become None.
 - nvmlDeviceGetFieldValues, the batch of many readings, is in fields.py.
+- A failed nvmlInit becomes one operator-facing sentence (`init_reason`).
 
 Works unchanged on a real libnvidia-ml and on the simulated one (which sits below
 pynvml as `pynvml.nvmlLib`), since both go through pynvml's own wrappers.
@@ -177,3 +178,25 @@ def system_call(fn: Callable[..., T], *args: Any) -> T | None:
     except pynvml.NVMLError as err:
         log.debug("%s failed: %s", getattr(fn, "__name__", fn), error_name(err))
         return None
+
+
+def init_reason(err: pynvml.NVMLError) -> str:
+    """An operator-facing sentence for a failed nvmlInit."""
+    if isinstance(err, pynvml.NVMLError_LibraryNotFound):
+        return (
+            "NVML library not found: libnvidia-ml.so.1 could not be loaded "
+            "(is the NVIDIA driver installed, and its libraries visible to this process?)"
+        )
+    if isinstance(err, pynvml.NVMLError_DriverNotLoaded):
+        return "NVIDIA driver not loaded: NVML found no kernel module (check `lsmod | grep nvidia`)"
+    if isinstance(err, pynvml.NVMLError_NoPermission):
+        return (
+            "NVML init denied: no permission to open /dev/nvidia* "
+            "(run the agent as root or a user in the video group)"
+        )
+    if isinstance(err, pynvml.NVMLError_LibRmVersionMismatch):
+        return (
+            "NVML and the loaded NVIDIA kernel module are different versions "
+            "(a driver upgrade without reboot or module reload)"
+        )
+    return f"NVML init failed: {error_name(err)}"

@@ -38,6 +38,7 @@ from nvwatch.agent.sources.nvml.device import (
     NvmlSession,
     bus_key,
     error_name,
+    init_reason,
     system_call,
     text,
 )
@@ -145,6 +146,8 @@ class NvmlSource:
         self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
         self._attribution = attribution
         self._owners = ProcessOwners()  # process name and user, read once per process
+        # this poll's XID counts by GPU and the bus map they were split by (_xid_counts)
+        self._poll_xids: tuple[dict[str, int], dict[int, dict[int, int]]] | None = None
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -154,9 +157,8 @@ class NvmlSource:
 
     def collect(self) -> NvmlSample:
         self._ensure_initialised()
-        # the kernel log is read and split by GPU once for the node, not once per GPU
-        xids = self._xid.counts_by_gpu() if self._xid is not None else {}
-        gpus = tuple(self._collect_gpu(state, xids.get(state.index, {})) for state in self._gpus)
+        self._poll_xids = None
+        gpus = tuple(self._collect_gpu(state) for state in self._gpus)
         self._owners.end_poll()
         if self._attribution is not None:
             self._attribution.observe(gpus)
@@ -310,12 +312,12 @@ class NvmlSource:
 
     # --- one GPU -----------------------------------------------------------------------
 
-    def _collect_gpu(self, state: _GpuState, xids: dict[int, int]) -> GpuSample:
+    def _collect_gpu(self, state: _GpuState) -> GpuSample:
         try:
             if state.down or state.device is None:
                 self._reattach(state)
             self._refresh_info(state)
-            sample = self._read_gpu(state, xids)
+            sample = self._read_gpu(state)
         except GpuDown as err:
             if not state.down:
                 log.warning("%s; reporting it down until it answers again", err)
@@ -343,7 +345,7 @@ class NvmlSource:
         else:
             state.device.handle = handle
 
-    def _read_gpu(self, state: _GpuState, xids: dict[int, int]) -> GpuSample:
+    def _read_gpu(self, state: _GpuState) -> GpuSample:
         dev = state.device
         assert dev is not None
         state.links.refresh(dev, self._clock(), self._reprobe_interval)
@@ -377,35 +379,25 @@ class NvmlSource:
             info=state.info,
             up=True,
             **readings,
-            xid_counts=MappingProxyType(xids),
+            xid_counts=MappingProxyType(self._xid_counts(state.index)),
             processes=processes(running, self._attribution, utilization, self._owners),
             nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
         )
 
+    def _xid_counts(self, index: int) -> dict[int, int]:
+        """GPU `index`'s XID counts. The kernel log is read and split by GPU once a poll,
+        not once per GPU, and again when a GPU's bus id became known since: a GPU lost
+        at start gets its log lines from the poll it comes back in, the same poll as its
+        nvwatch_gpu_up 1 (else a history XID would look new to the alert)."""
+        if self._xid is None:
+            return {}
+        kept = self._poll_xids
+        if kept is None or kept[0] is not self._bus_to_index:
+            kept = self._poll_xids = (self._bus_to_index, self._xid.counts_by_gpu())
+        return kept[1].get(index, {})
+
 
 # --- helpers ---------------------------------------------------------------------------
-
-
-def init_reason(err: pynvml.NVMLError) -> str:
-    """An operator-facing sentence for a failed nvmlInit."""
-    if isinstance(err, pynvml.NVMLError_LibraryNotFound):
-        return (
-            "NVML library not found: libnvidia-ml.so.1 could not be loaded "
-            "(is the NVIDIA driver installed, and its libraries visible to this process?)"
-        )
-    if isinstance(err, pynvml.NVMLError_DriverNotLoaded):
-        return "NVIDIA driver not loaded: NVML found no kernel module (check `lsmod | grep nvidia`)"
-    if isinstance(err, pynvml.NVMLError_NoPermission):
-        return (
-            "NVML init denied: no permission to open /dev/nvidia* "
-            "(run the agent as root or a user in the video group)"
-        )
-    if isinstance(err, pynvml.NVMLError_LibRmVersionMismatch):
-        return (
-            "NVML and the loaded NVIDIA kernel module are different versions "
-            "(a driver upgrade without reboot or module reload)"
-        )
-    return f"NVML init failed: {error_name(err)}"
 
 
 def _down_sample(state: _GpuState) -> GpuSample:
