@@ -21,6 +21,7 @@ MIG_LAYOUTS renders the MIG boards with every GPU split into seven 1g instances.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,9 @@ PROCESS_FAMILIES = (
 IB_PORT_FAMILY = "nvwatch_ib_port_state"
 SATURATED_FAMILY = "nvwatch_ib_port_reading_saturated"
 #: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
+# Real seconds between the two polls when the host source is read: several /proc/stat
+# ticks (10 ms) on every CPU, so its CPU ratios are exported, as in any poll but the first.
+HOST_INTERVAL_S = 0.05
 MIG_LAYOUTS = {"dgx-a100": "all:1g.5gb*7", "dgx-h100": "all:1g.10gb*7"}
 
 
@@ -82,6 +86,11 @@ def render_profile(
         poller.poll_once()
         clock.advance(60.0)
         node.tick()
+        if with_host:
+            # the host's CPU ratios are the difference of two /proc/stat readings on real
+            # time, in 10 ms ticks: two polls within one tick export none (as a first
+            # poll does), polls a real interval apart always do
+            time.sleep(HOST_INTERVAL_S)
         snapshot = poller.poll_once()
     finally:
         poller.stop(timeout=2)
