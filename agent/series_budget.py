@@ -51,10 +51,10 @@ PROCESS_FAMILIES = (
 #: one series per IB port (to count ports), and the flag family that is sparse by design
 IB_PORT_FAMILY = "nvwatch_ib_port_state"
 SATURATED_FAMILY = "nvwatch_ib_port_reading_saturated"
-#: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
 # Real seconds between the two polls when the host source is read: several /proc/stat
 # ticks (10 ms) on every CPU, so its CPU ratios are exported, as in any poll but the first.
 HOST_INTERVAL_S = 0.05
+#: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
 MIG_LAYOUTS = {"dgx-a100": "all:1g.5gb*7", "dgx-h100": "all:1g.10gb*7"}
 
 

@@ -313,11 +313,11 @@ class FieldBatch:
 
     def _decide(self, plan: _Plan, failed: Mapping[int, int], answered: int) -> None:
         """Decide the families seen for the first time from their entries' statuses:
-        "call" when every entry said there is no such field, "field" when one answered."""
+        "call" when every entry said there is no such field, "field" when one answered.
+        (A kept plan's undecided families are still undecided: the plan is made again
+        whenever a decision is added.)"""
         success = pynvml.NVML_SUCCESS
         for family in plan.undecided:
-            if family in self._modes:
-                continue
             start, length = plan.spans[family]
             statuses = [
                 failed.get(i, success) if i < answered else _UNANSWERED

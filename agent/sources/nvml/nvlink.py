@@ -114,8 +114,8 @@ class GpuLinks:
         self._remote_due = True
         # field_families of `self.links` as last computed: (links, families)
         self._families: tuple[list[Link] | None, dict[str, FieldIds | None]] = (None, {})
-        # _error_plans' answer: ((links, batch decisions), one plan per link)
-        self._plans: tuple[tuple[list[Link] | None, int], list[_ErrorPlan]] = ((None, -1), [])
+        # _error_plans' answer: (links, batch decisions, one plan per link)
+        self._plans: tuple[list[Link] | None, int, list[_ErrorPlan]] = (None, -1, [])
 
     def refresh(self, dev: Device, now: float, reprobe_interval: float) -> None:
         read_at = self._remote_read_at
@@ -157,11 +157,10 @@ class GpuLinks:
     def _error_plans(self, batch: FieldBatch) -> list[_ErrorPlan]:
         """Each link's error plan, kept while the links and the batch's decisions are the
         same: ~90 error readings per GPU per poll need no family name or decision lookup."""
-        key = (self.links, batch.decisions)
-        kept_key, plans = self._plans
-        if kept_key[0] is not key[0] or kept_key[1] != key[1]:
+        links, decisions, plans = self._plans
+        if links is not self.links or decisions != batch.decisions:
             plans = [_error_plan(link.link, batch) for link in self.links or []]
-            self._plans = (key, plans)
+            self._plans = (self.links, batch.decisions, plans)
         return plans
 
 
