@@ -82,12 +82,14 @@ def make_server(agent: Agent) -> MetricsServer:
         server = MetricsServer(
             agent.config.listen_host,
             agent.config.listen_port,
+            ipv6_only=agent.config.listen_ipv6_only,
             exposition=agent.exposition,
             health=agent.health,
             web_config=web,
         )
     except OSError as exc:
-        where = format_listen(agent.config.listen_host, agent.config.listen_port)
+        config = agent.config
+        where = format_listen(config.listen_host, config.listen_port, config.listen_ipv6_only)
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
     agent.http_state = server.http_state
     return server
@@ -115,7 +117,7 @@ def serve(
     server.start()
     log.info(
         "nvwatch listening on %s, polling %s every %gs",
-        format_listen(config.listen_host, server.port),
+        format_listen(config.listen_host, server.port, config.listen_ipv6_only),
         ",".join(config.sources),
         config.interval,
     )

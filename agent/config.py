@@ -78,6 +78,8 @@ class ScenarioSpec:
 class AgentConfig:
     listen_host: str = "0.0.0.0"
     listen_port: int = 9477
+    # `[::]` listens on IPv4 too, as Go exporters do; `tcp6:[::]:PORT` is IPv6 alone
+    listen_ipv6_only: bool = False
     interval: float = 5.0
     source_timeout: float | None = None  # None: derived from the interval
     sources: tuple[str, ...] = KNOWN_SOURCES
@@ -121,10 +123,29 @@ class AgentConfig:
         return 3 * self.interval + self.timeout
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """'0.0.0.0:9477', ':9477', '[::1]:9477', '127.0.0.1:0' -> (host, port)."""
+# Go's name for an IPv6-only listener, written before the address: `tcp6:[::]:9477`
+IPV6_ONLY_PREFIX = "tcp6:"
+
+
+def split_ipv6_only(text: str) -> tuple[bool, str]:
+    """('tcp6:[::]:9477') -> (True, '[::]:9477'); any other address -> (False, itself)."""
     text = text.strip()
-    match = re.match(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>[0-9]+)$", text)
+    if text.startswith(IPV6_ONLY_PREFIX):
+        rest = text[len(IPV6_ONLY_PREFIX) :]
+        if not rest.startswith("["):
+            raise ConfigError(f"invalid listen address {text!r}: tcp6: takes [IPV6]:PORT")
+        return True, rest
+    return False, text
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'0.0.0.0:9477', ':9477', '[::1]:9477', '[fe80::1%eth0]:9477' -> (host, port)."""
+    text = text.strip()
+    match = re.match(
+        r"^(?:\[(?P<v6>[0-9a-fA-F:.]+(?:%[A-Za-z0-9_.\-]+)?)\]|(?P<host>[^:\[\]]*)):"
+        r"(?P<port>[0-9]+)$",
+        text,
+    )
     if not match:
         raise ConfigError(f"invalid listen address {text!r}: use HOST:PORT, e.g. 0.0.0.0:9477")
     # length first: int() refuses 4,300 digits with a ValueError, not a ConfigError
@@ -136,9 +157,10 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
-def format_listen(host: str, port: int) -> str:
+def format_listen(host: str, port: int, ipv6_only: bool = False) -> str:
     """The HOST:PORT form parse_listen reads back: an IPv6 address in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return IPV6_ONLY_PREFIX + where if ipv6_only else where
 
 
 def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:

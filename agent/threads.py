@@ -43,14 +43,86 @@ Threads the agent runs (name, who starts it, why it exists):
 
 All are daemon threads: each owner joins its threads on stop within a deadline, and a
 thread stuck in a native call must not keep the process alive after that.
+
+No thread may die while the process looks alive: a server thread gone with its port
+closed, or an XID listener gone silent, leaves a process that systemd and the kubelet
+consider healthy. Each loop handles the failures it expects (a connection's bug closes
+that connection; a source's error marks it down); anything that still escapes a thread's
+target is logged with its traceback and handed to the death handler of the context the
+thread started in (`thread_deaths`), which `nvwatch serve` turns into exit code 1 so a
+supervisor restarts the agent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger(__name__)
+
+# Called with the thread's name and what killed it; None: only the log line.
+DeathHandler = Callable[[str, BaseException], None]
+_death_handler: contextvars.ContextVar[DeathHandler | None] = contextvars.ContextVar(
+    "nvwatch_thread_death_handler", default=None
+)
+
+
+@contextlib.contextmanager
+def thread_deaths(handler: DeathHandler) -> Iterator[None]:
+    """Within this block, threads started from this context report their death to
+    `handler` (threads started from copies made inside it too: the poller's sources)."""
+    token = _death_handler.set(handler)
+    try:
+        yield
+    finally:
+        _death_handler.reset(token)
+
+
+class ThreadDeaths:
+    """A death handler for a process that must not outlive its threads: the first death
+    sets `stop`, and the exit code becomes 1 so a supervisor starts a fresh agent."""
+
+    EXIT_CODE = 1  # like any crash; 2 stays "bad input"
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._stop = stop
+        self.first: tuple[str, BaseException] | None = None
+
+    def died(self, name: str, exc: BaseException) -> None:
+        if self.first is None:
+            self.first = (name, exc)
+        self._stop.set()
+
+    def exit_code(self, code: int) -> int:
+        """`code`, or 1 with one line on why after a thread's death."""
+        if self.first is None:
+            return code
+        name, exc = self.first
+        log.error(
+            "thread %s died: %s: %s; exiting %d so a supervisor restarts the agent",
+            name,
+            type(exc).__name__,
+            " ".join(str(exc).split())[:200] or "(no message)",
+            self.EXIT_CODE,
+        )
+        return max(code, self.EXIT_CODE)
+
+
+def _supervised(name: str, target: Callable[[], object]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            target()
+        except BaseException as exc:  # a thread's end by any exception is a death
+            log.critical("thread %s died: %s: %s", name, type(exc).__name__, exc, exc_info=exc)
+            handler = _death_handler.get()
+            if handler is not None:
+                handler(name, exc)
+
+    return run
 
 
 def start_thread(
@@ -68,7 +140,8 @@ def start_thread(
     and started outside it). A copy, because one context cannot be entered by two threads.
     """
     run_in = contextvars.copy_context() if context is None else context.copy()
-    thread = threading.Thread(target=run_in.run, args=(target,), name=name, daemon=daemon)
+    supervised = _supervised(name, target)
+    thread = threading.Thread(target=run_in.run, args=(supervised,), name=name, daemon=daemon)
     thread.start()
     return thread
 

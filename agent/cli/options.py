@@ -34,6 +34,7 @@ from nvwatch.agent.config import (
     parse_listen,
     parse_scenario,
     parse_sources,
+    split_ipv6_only,
     split_scenarios,
 )
 from nvwatch.agent.durations import DURATION_FORMAT, DurationError, parse_duration
@@ -259,11 +260,13 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         [parse_scenario(s) for s in scenario_values],
         None if onset is None else parse_onset(str(onset)),
     )
-    listen_host, listen_port = parse_listen(params.get("listen") or "0.0.0.0:9477")
+    ipv6_only, listen = split_ipv6_only(params.get("listen") or "0.0.0.0:9477")
+    listen_host, listen_port = parse_listen(listen)
     interval = params.get("interval")
     config = AgentConfig(
         listen_host=listen_host,
         listen_port=listen_port,
+        listen_ipv6_only=ipv6_only,
         interval=_DEFAULTS.interval
         if interval is None
         else parse_duration(interval, "interval", INTERVAL_BOUNDS),

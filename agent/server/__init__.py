@@ -36,12 +36,41 @@ _BACKLOG = 512
 _STOP_JOIN_S = 5.0
 
 
+def _listen(host: str, port: int, ipv6_only: bool) -> socket.socket:
+    """A listening socket; the IPv6 wildcard takes IPv4 too unless `ipv6_only`, as Go's
+    servers do for `[::]:PORT`, so an exporter flag copied across behaves the same."""
+    if ":" not in host:
+        return socket.create_server((host, port), family=socket.AF_INET, backlog=_BACKLOG)
+    address, _, zone = host.partition("%")
+    dual = host == "::" and not ipv6_only and socket.has_dualstack_ipv6()
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual else 1)
+        sock.bind((address, port, 0, _scope_id(zone)))
+        sock.listen(_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _scope_id(zone: str) -> int:
+    """The interface a zone id (fe80::1%eth0, or %2) names; OSError for an unknown one."""
+    if not zone:
+        return 0
+    if zone.isascii() and zone.isdigit() and len(zone) <= 10:
+        return int(zone)
+    return socket.if_nametoindex(zone)
+
+
 class MetricsServer:
     def __init__(
         self,
         host: str,
         port: int,
         *,
+        ipv6_only: bool = False,
         exposition: Callable[[], Exposition | None],
         health: Callable[[], Health],
         web_config: WebConfig | None = None,
@@ -50,8 +79,7 @@ class MetricsServer:
         limits = limits or ServerLimits()
         self.stats = HttpStats(limits.connection_limit())
         # binding here, in the constructor, makes "address in use" a start-up error
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family, backlog=_BACKLOG)
+        self._listener = _listen(host, port, ipv6_only)
         pool = None
         if web_config is not None and web_config.users:
             auth = BasicAuth(web_config.users)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import selectors
 import socket
 import ssl
+import struct
+import termios
 from collections import deque
 
 from nvwatch.agent.server.request import Request
@@ -20,6 +23,8 @@ _READ_CHUNK = 64 * 1024
 # and length, as OpenSSL requires
 _TLS_SEND = 16 * 1024
 _TLS_HANDSHAKE = 0x16  # first byte of a TLS record carrying a ClientHello
+_INT_ZERO = struct.pack("i", 0)
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
 class State(enum.Enum):
@@ -29,6 +34,9 @@ class State(enum.Enum):
     AUTH = "auth"  # a bcrypt worker is checking this request's credentials
     WRITE = "write"  # a response is going out
     LINGER = "linger"  # error reply sent, write side shut: dropping what still arrives
+    # done with, but the kernel still holds response bytes the client has not acknowledged:
+    # closed once they are, reset at the write deadline (loop.py says why)
+    FLUSH = "flush"
 
 
 class Connection:
@@ -49,6 +57,7 @@ class Connection:
         "timeout_reason",
         "tls",
         "trusted",
+        "write_deadline",
     )
 
     def __init__(self, sock: socket.socket, peer: str, state: State, deadline: float) -> None:
@@ -71,11 +80,13 @@ class Connection:
         self.tls = False
         # a request on this connection passed basic auth: its events are handled first
         self.trusted = False
+        # when the last response must have been read by the client (monotonic seconds)
+        self.write_deadline = 0.0
 
     def wanted_events(self) -> int:
         if self.state is State.WRITE:
             return selectors.EVENT_WRITE
-        if self.state is State.AUTH:
+        if self.state in (State.AUTH, State.FLUSH):
             return 0
         return selectors.EVENT_READ
 
@@ -178,9 +189,28 @@ class Connection:
         with contextlib.suppress(OSError):
             socket.socket.shutdown(self.sock, socket.SHUT_WR)
 
+    def unacknowledged(self) -> int:
+        """Bytes in the kernel's send queue the client has not acknowledged (SIOCOUTQ).
+
+        A send "completes" once the kernel has the bytes: a 250 KB body fits in the send
+        buffer, so only this tells whether the client is reading.
+        """
+        try:
+            raw = fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, _INT_ZERO)
+        except (OSError, ValueError):  # closed, or not a TCP socket
+            return 0
+        return int(struct.unpack("i", raw)[0])
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+    def abort(self) -> None:
+        """Close with a reset: the kernel drops the unsent bytes now instead of keeping an
+        orphaned socket retrying them for minutes."""
+        with contextlib.suppress(OSError):
+            socket.socket.setsockopt(self.sock, socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        self.close()
 
 
 def send_now(sock: socket.socket, data: bytes) -> None:

@@ -21,7 +21,7 @@ REFUSAL_REASONS = (
     "header_timeout",  # request head (and TLS handshake) not complete within the deadline
     "write_timeout",  # client did not read its response within the deadline
     "malformed",  # 400 / 505: HTTP/0.9, bad request line, header or framing
-    "too_large",  # 414 / 431: request line or head over the limits
+    "too_large",  # 413 / 414 / 431: Content-Length, request line or head over the limits
     "method_not_allowed",  # 405: anything but GET and HEAD
     "unauthorized",  # 401: missing or wrong basic-auth credentials
     "auth_busy",  # 429: the bcrypt budget was spent; answered without checking
@@ -30,6 +30,7 @@ REFUSAL_REASONS = (
     "client_cert_san",  # client certificate without an allowed SAN (client_allowed_sans)
     "http_on_tls_port",  # plain HTTP sent to the TLS port: 400 in plain HTTP
     "accept_failed",  # accept() failed (out of file descriptors): accepting pauses briefly
+    "internal_error",  # a bug met serving a connection: logged, that connection closed
 )
 
 

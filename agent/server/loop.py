@@ -27,6 +27,7 @@ from nvwatch.agent.server.limits import HttpStats, ServerLimits
 from nvwatch.agent.server.request import HttpError, Request, take_request
 from nvwatch.agent.server.responses import Response, encode, refusal
 from nvwatch.agent.server.routes import ALLOWED_METHODS, METHOD_NOT_ALLOWED, Router
+from nvwatch.agent.server.table import ConnectionTable
 from nvwatch.agent.webconfig import WebConfig
 from nvwatch.agent.webconfig_tls import san_allowed
 
@@ -66,10 +67,7 @@ class EventLoop:
         self._cap = limits.max_head_bytes + 1  # bytes read ahead: a head over the limit is seen
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
-        # every open connection; and those waiting for a request head, in the order they
-        # started waiting: the first is the one to evict at the connection limit
-        self._conns: dict[Connection, None] = {}
-        self._waiting: dict[Connection, None] = {}
+        self._conns = ConnectionTable(self._selector, stats)
         self._stopping = False
         self._accept_resume = 0.0
 
@@ -87,7 +85,7 @@ class EventLoop:
                 # fleet runs a hundred idle servers in one process)
                 timeout = _TICK_S if self._conns or self._accept_resume else None
                 for data in trusted_first(self._selector.select(timeout)):
-                    self._dispatch(data)
+                    self._guarded(data)
                 self._finish_checks()
                 now = time.monotonic()
                 if now >= next_sweep:
@@ -102,8 +100,7 @@ class EventLoop:
 
     def close(self) -> None:
         """Fail every open connection at once, as a killed process would, and unbind."""
-        for conn in list(self._conns):
-            self._close(conn)
+        self._conns.close_all()
         for sock in (self._listener, self._wake_r, self._wake_w):
             sock.close()
         self._selector.close()
@@ -111,6 +108,25 @@ class EventLoop:
     def _wake(self) -> None:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
+
+    def _guarded(self, data: object) -> None:
+        """Handle one ready socket; a bug met serving one connection closes that one.
+
+        Anything else (the listener, the wake-up pipe, the selector) escapes: the loop
+        ends and the thread's death ends the process (agent/threads.py), because a loop
+        that cannot accept must not linger with its port closed.
+        """
+        try:
+            self._dispatch(data)
+        except Exception:
+            if not isinstance(data, Connection):
+                raise
+            self._internal_error(data)
+
+    def _internal_error(self, conn: Connection) -> None:
+        log.exception("internal error serving %s; closing that connection", conn.peer)
+        self._stats.refuse("internal_error")
+        self._conns.abort(conn)
 
     def _dispatch(self, data: object) -> None:
         if data is _LISTENER:
@@ -139,7 +155,7 @@ class EventLoop:
                 self._accept_resume = time.monotonic() + _ACCEPT_PAUSE_S
                 return
             sock.setblocking(False)
-            if len(self._conns) >= self._limit and not self._evict():
+            if len(self._conns) >= self._limit and not self._conns.evict():
                 self._refuse(sock, str(address[0]))
             else:
                 self._open(sock, str(address[0]))
@@ -150,7 +166,7 @@ class EventLoop:
         the TLS port (no handshake is spent on a refusal), the socket is just closed."""
         if self._tls is None and len(self._conns) < self._limit + _REFUSING_MAX:
             conn = self._open(sock, peer)
-            self._waiting.pop(conn, None)
+            self._conns.served(conn)
             self._reply(conn, CONNECTION_LIMIT)
             return
         self._stats.refuse("connection_limit")
@@ -162,23 +178,8 @@ class EventLoop:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         state = State.DETECT if self._tls else State.READ
         conn = Connection(sock, peer, state, time.monotonic() + self._limits.header_timeout_s)
-        self._conns[conn] = None
-        self._waiting[conn] = None
-        self._stats.connections_open = len(self._conns)
-        self._watch(conn)
+        self._conns.add(conn)
         return conn
-
-    def _evict(self) -> bool:
-        """Close the connection that has waited longest for a request, to make room.
-
-        A slowloris connection never completes its request, so it ages to the front; a
-        scraper's keep-alive connection goes to the back after every response.
-        """
-        for conn in self._waiting:
-            self._stats.refuse("evicted")
-            self._close(conn)
-            return True
-        return False
 
     # --- events --------------------------------------------------------------------------------
 
@@ -274,7 +275,7 @@ class EventLoop:
                     # the first bytes of the next request on a kept-alive connection
                     self._set_deadline(conn, self._limits.header_timeout_s, "header_timeout")
                 break
-            self._waiting.pop(conn, None)
+            self._conns.served(conn)
             self._on_request(conn, request)
         if conn in self._conns:
             self._watch(conn)
@@ -295,14 +296,20 @@ class EventLoop:
 
     def _finish_checks(self) -> None:
         for conn, ok in self._admission.finished():
-            request, conn.request = conn.request, None
-            if conn not in self._conns or request is None:
-                continue
-            self._reply(conn, answer(ok, functools.partial(self._router.respond, request)), request)
-            if conn.state is State.READ:
-                self._advance(conn)  # requests pipelined behind the checked one
-            elif conn in self._conns:
-                self._watch(conn)
+            try:
+                self._finish_check(conn, ok)
+            except Exception:
+                self._internal_error(conn)
+
+    def _finish_check(self, conn: Connection, ok: bool) -> None:
+        request, conn.request = conn.request, None
+        if conn not in self._conns or request is None:
+            return
+        self._reply(conn, answer(ok, functools.partial(self._router.respond, request)), request)
+        if conn.state is State.READ:
+            self._advance(conn)  # requests pipelined behind the checked one
+        elif conn in self._conns:
+            self._watch(conn)
 
     # --- responses -----------------------------------------------------------------------------
 
@@ -319,6 +326,7 @@ class EventLoop:
         conn.drain = request is None or request.has_body or bool(conn.inbuf)
         conn.state = State.WRITE
         self._set_deadline(conn, self._limits.write_timeout_s, "write_timeout")
+        conn.write_deadline = conn.deadline
         self._write(conn)
 
     def _write(self, conn: Connection) -> None:
@@ -337,15 +345,14 @@ class EventLoop:
         else:
             conn.state = State.READ
             self._set_deadline(conn, self._limits.idle_timeout_s, None)
-            self._waiting.pop(conn, None)
-            self._waiting[conn] = None  # to the back of the eviction order
+            self._conns.wait_again(conn)
 
     def _linger(self, conn: Connection) -> None:
         # Closing with unread input makes the kernel send a reset, which can destroy the
         # reply before the client reads it: shut our side, drop input for a moment, close.
         conn.shut_write()
         conn.state = State.LINGER
-        self._waiting.pop(conn, None)
+        self._conns.served(conn)
         self._set_deadline(conn, self._limits.linger_s, None)
         if conn.discard(self._limits.linger_bytes):
             self._watch(conn)
@@ -358,37 +365,26 @@ class EventLoop:
         conn.deadline, conn.timeout_reason = time.monotonic() + seconds, reason
 
     def _sweep(self, now: float) -> None:
-        for conn in [c for c in self._conns if c.deadline <= now]:
+        for conn in self._conns.expired(now):
             if conn.timeout_reason is not None:
                 self._stats.refuse(conn.timeout_reason)
+            if conn.timeout_reason == "write_timeout":
+                self._conns.abort(conn)
+                continue
             if conn.timeout_reason == "header_timeout" and conn.inbuf and not conn.tls:
+                conn.write_deadline = now + self._limits.linger_s
                 conn.send_now(_TIMEOUT)
             self._close(conn)
+        self._conns.sweep_unacknowledged(now)
         if self._accept_resume and now >= self._accept_resume:
             self._accept_resume = 0.0
             self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
 
     def _watch(self, conn: Connection, events: int | None = None) -> None:
-        wanted = conn.wanted_events() if events is None else events
-        if wanted == conn.events:
-            return
-        if not conn.events:
-            self._selector.register(conn.sock, wanted, conn)
-        elif not wanted:
-            self._selector.unregister(conn.sock)
-        else:
-            self._selector.modify(conn.sock, wanted, conn)
-        conn.events = wanted
+        self._conns.watch(conn, events)
 
     def _unwatch(self, conn: Connection) -> None:
-        self._watch(conn, 0)
+        self._conns.unwatch(conn)
 
     def _close(self, conn: Connection) -> None:
-        if self._conns.pop(conn, False) is False:
-            return
-        self._waiting.pop(conn, None)
-        if conn.events:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(conn.sock)
-        conn.close()
-        self._stats.connections_open = len(self._conns)
+        self._conns.close(conn)

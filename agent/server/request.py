@@ -24,6 +24,11 @@ _VERSION = re.compile(rb"HTTP/(\d)\.(\d)")
 _TARGET = re.compile(rb"[!-~]+")
 _VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
 _DIGITS = re.compile(r"[0-9]+")
+# A Content-Length is judged by its digits before int() sees it: Python refuses to
+# convert more than 4,300 digits with a ValueError, and the agent never reads a body, so
+# any length needing more digits than this is refused whatever its value. Leading zeros
+# are stripped first ("0000...05" is 5), so they cannot pad past the check either.
+MAX_LENGTH_DIGITS = 18
 
 
 class HttpError(Exception):
@@ -161,7 +166,7 @@ def _request(
     }
     if len(lengths) > 1 or any(not _DIGITS.fullmatch(length) for length in lengths):
         raise HttpError(400, "malformed", "invalid Content-Length")
-    has_body = "transfer-encoding" in headers or any(int(length) > 0 for length in lengths)
+    has_body = "transfer-encoding" in headers or any(_body_length(n) > 0 for n in lengths)
     tokens = {
         token.strip().lower()
         for value in headers.get("connection", ())
@@ -169,3 +174,11 @@ def _request(
     }
     keep_alive = "close" not in tokens and (version >= (1, 1) or "keep-alive" in tokens)
     return Request(method, target, version, headers, keep_alive, has_body)
+
+
+def _body_length(digits: str) -> int:
+    """A Content-Length's value (ASCII digits); 413 when it needs too many digits."""
+    significant = digits.lstrip("0")
+    if len(significant) > MAX_LENGTH_DIGITS:
+        raise HttpError(413, "too_large", "Content-Length too large")
+    return int(significant or "0")

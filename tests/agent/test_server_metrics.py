@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from nvwatch.agent.app import Agent, make_server
 from nvwatch.agent.config import AgentConfig
@@ -26,6 +27,9 @@ def test_refusals_are_exported_after_the_next_poll() -> None:
             assert f'nvwatch_agent_http_requests_refused_total{{reason="{reason}"}} 0.0' in text
         exchange(server.port, b"DELETE /metrics HTTP/1.1\r\nHost: node\r\n\r\n")
         exchange(server.port, b"GET /\x01 HTTP/1.1\r\n\r\n")
+        # a closed connection stays open on our side until the client has acknowledged
+        # its reply, which the loop checks once per tick (0.25 s)
+        time.sleep(0.6)
         agent.poller.poll_once()
         text = exchange(server.port, SCRAPE).decode()
     finally:
