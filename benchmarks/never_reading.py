@@ -9,7 +9,7 @@ twice a second, it reads the kernel's own view of the agent's side of those conn
 (/proc/net/tcp: sockets on the agent's port and the bytes queued on them, orphans
 included) and the namespace's TCP memory (/proc/net/sockstat), until every one is gone or
 the bound passes. Prints one JSON object. Target: every connection closed, and its queued
-bytes freed, within the server's write timeout (30 s) plus one sweep tick.
+bytes freed, within the server's write timeout (30 s) of the last request, plus SLACK_S.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ from nvwatch.agent.server import ServerLimits
 from nvwatch.agent.sim.ports import free_port
 
 PAGE = resource.getpagesize()
-_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+# states in /proc/net/tcp that hold no queued bytes: the listener, and TIME_WAIT (a
+# connection the agent closed first, kept a minute by the kernel as a small stub)
+_NOT_COUNTED = ("0A", "06")
+# how late the last reset may come: the loop checks once per 0.25 s tick, the driver
+# samples every 0.5 s, and the agent answers the last of 2,000 requests after the first
+SLACK_S = 3.0
 
 
 def request(keep_alive: bool) -> bytes:
@@ -41,7 +46,8 @@ def request(keep_alive: bool) -> bytes:
 
 
 def server_side(port: int) -> tuple[int, int]:
-    """(sockets, bytes queued to send) on local port `port`, listener excluded."""
+    """(sockets, bytes queued to send) on local port `port`, listener and TIME_WAIT
+    excluded."""
     sockets = queued = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(FileNotFoundError), open(table) as lines:
@@ -49,7 +55,7 @@ def server_side(port: int) -> tuple[int, int]:
             for line in lines:
                 fields = line.split()
                 local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                if local_port != port or fields[3] == _LISTEN:
+                if local_port != port or fields[3] in _NOT_COUNTED:
                     continue
                 sockets += 1
                 queued += int(fields[4].split(":")[0], 16)  # tx_queue
@@ -115,7 +121,7 @@ def measure(profile: str, clients: int, bound_s: float) -> dict[str, object]:
         "peak_tcp_memory_mib": round(peak_mem / 2**20, 1),
         # a dozen of the samples: seconds -> [server-side sockets, bytes queued on them]
         "server_sockets_at": {f"{t:g}s": [n, q] for t, n, q in samples[::step]},
-        "pass": closed_after is not None and closed_after <= write_timeout + 1.0,
+        "pass": closed_after is not None and closed_after <= write_timeout + SLACK_S,
     }
 
 
