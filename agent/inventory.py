@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import csv
 import ipaddress
+import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +26,6 @@ from typing import Any
 import yaml
 
 from nvwatch.agent.config import ConfigError
-from nvwatch.agent.sim.fleet import write_json_atomic
 
 REQUIRED_COLUMNS = ("hostname", "address", "node_class", "rack")
 OPTIONAL_COLUMNS = ("cluster",)
@@ -37,6 +38,14 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
 # Label values end up in file names (node_class) and in PromQL matchers: keep them plain
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Prometheus re-reads file_sd files on change: it must never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ the real driver, and a node whose driver is broken reports NVML down.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterator
 
 from nvwatch.agent.config import AgentConfig, ConfigError
+from nvwatch.agent.simulation import simulated_node
 
 log = logging.getLogger(__name__)
 
@@ -30,49 +30,5 @@ def runtime(config: AgentConfig) -> Iterator[AgentConfig]:
             raise ConfigError("--sim-process-file needs --simulate PROFILE")
         yield config
         return
-    if config.sysfs_root != AgentConfig().sysfs_root:
-        # refused, not overridden in silence: the simulated node brings its own tree, and
-        # one that agreed with its simulated GPUs could not come from a real root anyway
-        raise ConfigError(
-            f"--sysfs-root {config.sysfs_root} cannot be used with --simulate: the "
-            "simulated node has its own sysfs tree (drop one of the two)"
-        )
-    from nvwatch.agent.sim import nvml as sim_nvml
-    from nvwatch.agent.sim.node import PollGridClock, SimulatedNode, grid_step
-    from nvwatch.agent.sim.process_file import ProcessFile
-    from nvwatch.agent.sim.profiles import UnknownProfile
-
-    try:
-        clock = PollGridClock(grid_step(config.interval))
-        # one agent, maybe watched with nvitop: real pids for the simulated job's workers
-        node = SimulatedNode(
-            config.simulate,
-            config.scenarios,
-            seed=config.seed,
-            clock=clock,
-            worker_processes=True,
-            mig=config.mig,
-        )
-    except (UnknownProfile, ValueError) as exc:
-        raise ConfigError(str(exc)) from exc
-    if config.sim_process_file is not None:
-        node.nvml.process_file = ProcessFile(config.sim_process_file, node.profile.gpu_count)
-    # a shell left with NVWATCH_SIMULATE set runs this too: say it where people look
-    log.warning(
-        "SIMULATED node %s (--simulate or NVWATCH_SIMULATE): not real hardware; every GPU "
-        'served is made up, and /metrics carries nvwatch_agent_simulated{profile="%s"} 1',
-        config.simulate,
-        config.simulate,
-    )
-    sim_nvml.install(node.nvml)
-    # the tree is rewritten only for a reader: once per poll, and never without the
-    # infiniband source (the NVML side integrates lazily, on each call)
-    node.start(interval=config.interval, write_tree="infiniband" in config.sources)
-    clock.arm()  # the agent's first poll comes next: the grid centres on it
-    try:
-        # the node's kernel log carries its XIDs, unless --kmsg-path names another
-        kmsg_path = config.kmsg_path or node.kmsg_path
-        yield dataclasses.replace(config, sysfs_root=node.sysfs_root, kmsg_path=kmsg_path)
-    finally:
-        node.close()
-        sim_nvml.uninstall()
+    with simulated_node(config) as effective:
+        yield effective

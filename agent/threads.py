@@ -3,7 +3,7 @@
 Every thread starts through `start_thread`, which runs its target in a copy of a
 `contextvars` context: the caller's current one, or one its owner captured earlier. The
 simulated fleet runs many agents in one process and binds each node's simulated NVML
-through a context variable (`nvwatch.agent.sim` `bind()`); a thread that lost that context would
+through a context variable (`nvwatch.sim` `bind()`); a thread that lost that context would
 poll another node's GPUs, or the real driver. On a real node the copy costs nothing and
 changes nothing.
 
@@ -30,10 +30,10 @@ Threads the agent runs (name, who starts it, why it exists):
 - ``nvwatch-http-auth``, `ServerLimits.bcrypt_workers` of them (1): `MetricsServer.start`,
   only with basic_auth_users. bcrypt checks of credentials not seen before, off the loop
   thread and bounded in number (agent/server/auth.py).
-- ``nvwatch-sim``: `SimulatedNode.start` (agent/sim/node.py), only with `--simulate`
+- ``nvwatch-sim``: `SimulatedNode.start` (sim/node.py), only with `--simulate`
   and the infiniband source. Rewrites the simulated sysfs tree once per poll interval,
   half an interval out of phase with the polls, as the kernel's counters would move.
-- ``nvwatch-fleet-tick``: `Fleet.start` (agent/sim/fleet.py), only in a simulated
+- ``nvwatch-fleet-tick``: `Fleet.start` (sim/fleet.py), only in a simulated
   fleet. Steps the fleet's shared simulated clock and ticks every node once per interval.
 - ``nvwatch-report``, `PARALLEL_QUERIES` of them: `thread_pool` in `fetch_all`
   (agent/report/fetch.py), only under `nvwatch report`. Range queries to Prometheus run a

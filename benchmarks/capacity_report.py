@@ -4,7 +4,7 @@
                                          [--out docs/report-cost.md]
     python -m benchmarks.capacity_report --tsdb DIR/tsdb   # reuse history_cost.py --keep DIR
 
-Generates the history with `nvwatch simulate history`'s code (nvwatch.agent.sim.history),
+Generates the history with `nvwatch simulate history`'s code (nvwatch.sim.history),
 backfills it with promtool into a fresh TSDB, starts Prometheus on it on 127.0.0.1, then
 times the report itself (queries, analysis, plots, files) end to end. Target (issue 16):
 under 2 minutes. Generation and backfill are set-up, timed but not judged.
@@ -42,8 +42,8 @@ from benchmarks.common import cpu_model, tool_version
 from nvwatch.agent.durations import parse_duration
 from nvwatch.agent.report.build import ReportOptions, run_report
 from nvwatch.agent.report.prom import Connection
-from nvwatch.agent.sim.ports import free_port
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.ports import free_port
 
 TARGET_SECONDS = 120.0
 HOST = "127.0.0.1"

@@ -22,9 +22,9 @@ from benchmarks.common import scratch_dir
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare
 from nvwatch.agent.poller import Poller, Snapshot
-from nvwatch.agent.sim.clock import ManualClock
 from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.registry import build_sources
+from nvwatch.sim.clock import ManualClock
 
 # Simulated seconds between polls: the agent's default interval, so rates look real.
 POLL_INTERVAL_S = 5.0
@@ -71,9 +71,9 @@ class Harness:
         config_changes: Mapping[str, Any] | None = None,
         process_file: Path | None = None,
     ) -> None:
-        from nvwatch.agent.sim import nvml as sim_nvml
-        from nvwatch.agent.sim.node import SimulatedNode
-        from nvwatch.agent.sim.process_file import ProcessFile
+        from nvwatch.sim import nvml as sim_nvml
+        from nvwatch.sim.node import SimulatedNode
+        from nvwatch.sim.process_file import ProcessFile
 
         self.profile = profile
         self.clock = ManualClock(1000.0)
@@ -150,7 +150,7 @@ class Harness:
         return count_samples(self.exposition.text)
 
     def close(self) -> None:
-        from nvwatch.agent.sim import nvml as sim_nvml
+        from nvwatch.sim import nvml as sim_nvml
 
         try:
             self.poller.stop(timeout=2.0)
@@ -170,7 +170,7 @@ def simulated_agent(
     process_file: Path | None = None,
 ) -> Iterator[Harness]:
     """`config_changes`: AgentConfig fields to set (--attribution ...); `process_file`: the
-    simulator's file of real pids on its GPUs (agent/sim/process_file.py)."""
+    simulator's file of real pids on its GPUs (sim/process_file.py)."""
     harness = Harness(profile, nvlink_detail, sources, config_changes, process_file)
     try:
         yield harness

@@ -24,8 +24,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nvwatch.agent.durations import parse_duration
-from nvwatch.agent.sim.history import generate
-from nvwatch.agent.sim.history_plan import plan_history
+from nvwatch.sim.history import generate
+from nvwatch.sim.history_plan import plan_history
 
 NODES_PER_FILE = 8  # a part of ~1-2 GB at a time on disk, not the whole month
 

@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import nvwatch_command, running
 from nvwatch.agent.server import ServerLimits
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 PAGE = resource.getpagesize()
 # states in /proc/net/tcp that hold no queued bytes: the listener, and TIME_WAIT (a

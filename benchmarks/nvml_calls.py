@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.clock import ManualClock
 from nvwatch.agent.sources.nvml import NvmlSource
+from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.clock import ManualClock
 
 POLL_S = 5.0
 

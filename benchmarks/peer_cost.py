@@ -28,7 +28,7 @@ from pathlib import Path
 from benchmarks.common import nvwatch_command, running
 from benchmarks.harness import count_samples
 from benchmarks.sim_cost import cpu_window, serve_argv
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 REQUIREMENT = "nvitop-exporter>=1.7,<1.8"
 PEER = "nvitop-exporter"

@@ -106,8 +106,8 @@ class ProfileSplit:
 
 
 def _category(filename: str, function: str) -> str:
-    if "/agent/sim/" in filename:
-        return "simulator (agent/sim)"
+    if "/sim/" in filename:
+        return "simulator (sim)"
     if filename.endswith("pynvml.py"):
         return "pynvml bindings"
     if "/agent/sources/" in filename:

@@ -56,7 +56,7 @@ GROW_RATIO = 0.10
 SECOND_HALF_SHARE = 0.25
 TOP_SITES = 10
 # Sites under this prefix are the simulator's, reported apart and not judged.
-SIMULATOR_PREFIX = "agent/sim/"
+SIMULATOR_PREFIX = "sim/"
 KIB = 1024
 
 
@@ -83,7 +83,7 @@ class SiteGrowth:
     @property
     def simulator(self) -> bool:
         """Allocated by the simulated node's own code: state a real node does not carry
-        (e.g. agent/sim/gpu_model.py's lru_cache of workload means, which fills up to its
+        (e.g. sim/gpu_model.py's lru_cache of workload means, which fills up to its
         maxsize of 4,096 entries over the first few thousand polls)."""
         return self.site.startswith(SIMULATOR_PREFIX)
 

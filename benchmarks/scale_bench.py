@@ -38,9 +38,9 @@ from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
 from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name
 from nvwatch.agent.durations import parse_duration
-from nvwatch.agent.series_budget import measure as measure_budget
 from nvwatch.alerts import build as alerts_build
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.series_budget import measure as measure_budget
 
 PROFILE = "dgx1-v100"
 SCRAPE_S = 15

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.common import fetch, nvwatch_command, running, scratch_dir
 from benchmarks.harness import count_samples
 from benchmarks.wrk import WrkResult, run_wrk
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fabric import SimulatedFabric
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.ports import free_port
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 CONNECTIONS = (1, 16, 64)

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import REPO_ROOT, nvwatch_command, running
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 # `fleet: N nodes, CPU X% of one core over Ts, RSS M MB, P polls, ...`
 _STATS = re.compile(

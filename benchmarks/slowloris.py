@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import nvwatch_command, percentile, running
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 PARTIAL = b"GET /metrics HTTP/1.1\r\nHost: node\r\nX-Slow: "
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n"

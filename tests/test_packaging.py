@@ -1,7 +1,8 @@
 """The installed layout: one `nvwatch` namespace, nothing else at the top of site-packages.
 
-The repository keeps agent/, alerts/, dashboards/ and mixin/ at its top; pyproject.toml maps
-them to nvwatch.agent, nvwatch.alerts, ... and nvwatch/ holds links to them for a checkout.
+The repository keeps agent/, alerts/, dashboards/, mixin/ and sim/ at its top; pyproject.toml
+maps them to nvwatch.agent, nvwatch.alerts, ...; a checkout imports them through the
+editable install (scripts/test), so every module has one path.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-TOPS = ("agent", "alerts", "dashboards", "mixin")
+TOPS = ("agent", "alerts", "dashboards", "mixin", "sim")
 
 
 def _pyproject() -> dict[str, object]:
@@ -40,11 +41,12 @@ def test_every_package_folder_is_listed_for_the_install() -> None:
     assert setuptools["package-dir"] == {f"nvwatch.{t}": t for t in TOPS}  # type: ignore[index]
 
 
-def test_the_checkout_links_the_namespace_to_the_top_level_folders() -> None:
-    for top in TOPS:
-        link = REPO / "nvwatch" / top
-        assert link.is_symlink(), f"nvwatch/{top} should link to ../{top}"
-        assert link.resolve() == (REPO / top).resolve()
+def test_the_repository_tracks_no_symlink() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert len(tracked) > 300
+    assert [line.split("\t")[1] for line in tracked if line.startswith("120000 ")] == []
 
 
 def _python_files() -> list[Path]:
@@ -72,7 +74,7 @@ def test_no_module_imports_the_old_top_level_names() -> None:
                 if n.split(".")[0] in TOPS
             ]
     # and code written as text for another interpreter (python -c, -m)
-    old = "(agent|alerts|dashboards|mixin)"
+    old = "(agent|alerts|dashboards|mixin|sim)"
     in_text = re.compile(rf"(from|import) {old}(\.\w| import)|-m {old}\.")
     for path in _python_files():
         for lineno, line in enumerate(path.read_text().splitlines(), 1):
@@ -116,6 +118,6 @@ def test_the_wheel_installs_only_the_nvwatch_namespace(tmp_path: Path) -> None:
         "nvwatch/alerts/rules/__init__.py",
         "nvwatch/dashboards/builder.py",
         "nvwatch/mixin/config.py",
-        "nvwatch/agent/sim/pynvml_shim/sitecustomize.py",
+        "nvwatch/sim/pynvml_shim/sitecustomize.py",
     ):
         assert expected in names

@@ -6,6 +6,7 @@ Bad input (flags, environment, config files) prints one line on stderr and exits
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
-from nvwatch.agent import __version__, logs
+from nvwatch.agent import __version__, logs, simulation
 from nvwatch.agent.app import StartupError, poll_and_render, serve
 from nvwatch.agent.cli.options import agent_options, build_config, option, source_options
 from nvwatch.agent.click_groups import HelpGroup
@@ -37,8 +38,34 @@ TOPOLOGY_EXAMPLE_PROFILE = "dgx1-v100"
 log = logging.getLogger(__name__)
 
 
+# Commands in modules of their own, imported only when named (or for `--help`): `serve`
+# on a real node loads none of the report, the dashboard and alert builders, matplotlib
+# or the simulator.
+_LAZY_COMMANDS = {
+    "alerts": ("nvwatch.mixin.commands", "alerts_group"),
+    "dashboards": ("nvwatch.agent.cli.mixin_commands", "dashboards_group"),
+    "inventory": ("nvwatch.agent.cli.inventory_commands", "inventory_command"),
+    "report": ("nvwatch.agent.cli.report_commands", "report_command"),
+}
+_SIMULATOR_COMMANDS = ("profiles", "simulate")
+
+
 class NvwatchGroup(HelpGroup):
-    """Turns every bad-input error into one line on stderr and exit code 2."""
+    """Turns every bad-input error into one line on stderr and exit code 2, and loads
+    each command's module when the command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY_COMMANDS, *_SIMULATOR_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _SIMULATOR_COMMANDS:
+            return simulation.command(cmd_name)
+        if cmd_name in _LAZY_COMMANDS:
+            module, attribute = _LAZY_COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -301,13 +328,3 @@ def _fail(message: str) -> NoReturn:
     first = " ".join(message.split())
     click.echo(f"nvwatch: error: {first}", err=True)
     sys.exit(EXIT_BAD_INPUT)
-
-
-# each further command group lives in its own module; importing it registers it on `cli`
-from nvwatch.agent.cli import (  # noqa: E402, F401
-    fleet_commands,
-    history_commands,
-    mixin_commands,
-    report_commands,
-    sim_commands,
-)

@@ -4,7 +4,8 @@ matplotlib and so lives with the agent's commands.
 
 build and the alerts live with the mixin so that `python -m nvwatch.alerts.build` / `python -m
 nvwatch.dashboards.build` run the very same commands without importing the agent; this module
-puts them on `nvwatch`.
+adds `preview` to the dashboards group, which the agent's command line loads only when
+asked for.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from pathlib import Path
 
 import click
 
-from nvwatch.agent.cli import cli
 from nvwatch.agent.durations import DurationBounds, parse_duration
-from nvwatch.mixin.commands import _mixin_config, alerts_group, dashboards_group
+from nvwatch.mixin.commands import _mixin_config, dashboards_group
 
 RANGE_BOUNDS = DurationBounds(60.0, 90 * 86400.0)
 SCRAPE_BOUNDS = DurationBounds(1.0, 3600.0)
@@ -75,7 +75,3 @@ def dashboards_preview(
                 click.echo(f"{name}: no data in panel {panel.title!r}", err=True)
     if strict and empty:
         raise SystemExit(1)
-
-
-cli.add_command(dashboards_group)
-cli.add_command(alerts_group)

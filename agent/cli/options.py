@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
+from nvwatch.agent import simulation
 from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     DEFAULT_KUBELET_SOCKET,
@@ -74,22 +75,29 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
-def scenario_names() -> str:
-    """The registered scenario names, for --help (from the registry, so never stale)."""
-    from nvwatch.agent.sim.node_scenarios import known_scenarios
+class _ScenarioOption(click.Option):
+    """--scenario, whose help lists the simulator's scenarios: read when help is shown,
+    so defining the option (every command that takes it) loads no simulator."""
 
-    return ", ".join(known_scenarios())
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = f"{_SCENARIO_HELP} Scenarios: {simulation.scenario_names()}."
+        return super().get_help_record(ctx)
+
+
+_SCENARIO_HELP = (
+    "Simulation scenario on one GPU index or HCA (@TARGET), begun and repaired at "
+    "simulated times since start (from=, until=); repeatable, or several space-separated."
+)
 
 
 def scenario_option(func: F) -> F:
     """--scenario in the one syntax of every command (nvwatch.agent.config.SCENARIO_SYNTAX)."""
     return option(
         "--scenario",
+        cls=_ScenarioOption,
         multiple=True,
         metavar=SCENARIO_SYNTAX,
-        help="Simulation scenario on one GPU index or HCA (@TARGET), begun and repaired "
-        "at simulated times since start (from=, until=); repeatable, or several "
-        f"space-separated. Scenarios: {scenario_names()}.",
+        help=_SCENARIO_HELP,
     )(func)
 
 
@@ -106,12 +114,11 @@ def parse_onset(text: str) -> float:
 def with_onset(specs: Sequence[ScenarioSpec], onset: float | None) -> tuple[ScenarioSpec, ...]:
     """`specs` with `onset` as the from= of every fault that gives none (workloads set
     what the GPUs run from the start; they take no from=)."""
-    from nvwatch.agent.sim.node_scenarios import WORKLOADS
-
     if onset is None:
         return tuple(specs)
+    workloads = simulation.workloads()
     return tuple(
-        dataclasses.replace(s, from_s=onset) if s.from_s is None and s.name not in WORKLOADS else s
+        dataclasses.replace(s, from_s=onset) if s.from_s is None and s.name not in workloads else s
         for s in specs
     )
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from nvwatch.agent.cli import cli
 from nvwatch.agent.cli.options import option
 from nvwatch.agent.report.errors import ReportError
 
@@ -22,7 +21,7 @@ def _secret(path: str | None, what: str) -> str | None:
         raise click.BadParameter(f"cannot read {path}: {err.strerror}", param_hint=what) from None
 
 
-@cli.command("report")
+@click.command("report")
 @option("--prometheus", "url", required=True, help="Prometheus (or compatible) base URL.")
 @option(
     "--range",

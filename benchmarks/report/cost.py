@@ -57,7 +57,7 @@ def poll_section(results: Results) -> str:
 
 def simulator_share(split: ProfileSplit) -> float:
     """The share of NVML collect time spent in the simulator rather than agent or pynvml."""
-    return split.shares.get("simulator (agent/sim)", 0.0)
+    return split.shares.get("simulator (sim)", 0.0)
 
 
 def nvml_share_section(results: Results) -> str:

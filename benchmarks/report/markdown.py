@@ -67,7 +67,7 @@ Re-run it to refresh this file; do not edit numbers by hand.
 | command | `{machine.command}` |
 | run time | {results.seconds:.0f} s |
 
-All GPUs here are **simulated** (`agent/sim`, the simulated libnvidia-ml under the real
+All GPUs here are **simulated** (`sim`, the simulated libnvidia-ml under the real
 pynvml bindings, and a simulated sysfs tree on tmpfs). No H100/H200 or any NVIDIA GPU
 was available to this run, so there are no real-GPU figures in this file; see
 "Real GPUs" at the end for how to take them.

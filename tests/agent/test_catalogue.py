@@ -16,8 +16,6 @@ from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.gpu import NvLinkTotals
 from nvwatch.agent.exposition.render import AgentState
 from nvwatch.agent.poller import Snapshot, SourceStatus
-from nvwatch.agent.series_budget import render_profile
-from nvwatch.agent.sim.profiles import PROFILES
 from nvwatch.agent.sources.attribution.model import Allocation
 from nvwatch.agent.sources.host import HostSample
 from nvwatch.agent.sources.infiniband import InfinibandDevice, InfinibandPort
@@ -27,6 +25,8 @@ from nvwatch.agent.sources.nvml.samples import (
     NvLinkSample,
     ProcessSample,
 )
+from nvwatch.sim.profiles import PROFILES
+from nvwatch.sim.series_budget import render_profile
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {

@@ -17,9 +17,9 @@ import nvwatch.agent.cli as cli_module
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import AgentConfig, parse_listen
 from nvwatch.agent.durations import parse_duration
-from nvwatch.agent.sim.ports import free_port
 from nvwatch.dashboards.build import build_all
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.ports import free_port
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 
@@ -252,7 +252,7 @@ def test_topology_on_a_simulated_dgx1_prints_the_cube_mesh() -> None:
 
 
 def test_profiles_lists_every_profile() -> None:
-    from nvwatch.agent.sim.profiles import PROFILES
+    from nvwatch.sim.profiles import PROFILES
 
     result = _invoke(["profiles"])
     assert result.exit_code == 0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.series_budget import render_profile
-from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.sim.profiles import PROFILES
+from nvwatch.sim.series_budget import render_profile
 from tests.conftest import require_tool
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -19,17 +19,17 @@ import yaml
 
 from nvwatch.agent.catalogue import CATALOGUE
 from nvwatch.agent.inventory import file_sd_by_class, load_inventory
-from nvwatch.agent.series_budget import (
+from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
+from nvwatch.sim.process_file import ProcessFile
+from nvwatch.sim.profiles import PROFILES
+from nvwatch.sim.series_budget import (
     PROCESS_FAMILIES,
     PROCESS_FAMILY,
     measure,
     parse_series,
     render_profile,
 )
-from nvwatch.agent.sim.process_file import ProcessFile
-from nvwatch.agent.sim.profiles import PROFILES
-from nvwatch.agent.sources.infiniband import InfinibandSource
-from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from tests.infiniband.exposition import scrape
 from tests.infiniband.sysfs_tree import add_device, healthy_port
 

@@ -3,15 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvwatch.agent.catalogue import CATALOGUE
-from nvwatch.agent.metrics_doc import render
+from nvwatch.sim.metrics_doc import render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_metrics_doc_is_generated_from_the_catalogue() -> None:
     assert DOC.read_text() == render(), (
-        "docs/metrics.md is out of date: "
-        "run `python -m nvwatch.agent.metrics_doc > docs/metrics.md`"
+        "docs/metrics.md is out of date: run `python -m nvwatch.sim.metrics_doc > docs/metrics.md`"
     )
 
 

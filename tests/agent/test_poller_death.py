@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from nvwatch.agent.poller import Poller
-from nvwatch.agent.sim.ports import free_port
 from nvwatch.agent.sources.host import HostSource
+from nvwatch.sim.ports import free_port
 
 
 class Injected(BaseException):

@@ -35,17 +35,17 @@ from nvwatch.agent.exposition.render import (
     registry_of,
 )
 from nvwatch.agent.poller import Poller, Snapshot, SourceStatus
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
-from nvwatch.agent.sim.node import SimulatedNode, known_scenarios
-from nvwatch.agent.sim.profiles import PROFILES, Profile
-from nvwatch.agent.sim.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
 from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.host import HostSample, HostSource
 from nvwatch.agent.sources.infiniband import InfinibandSample, InfinibandSource
 from nvwatch.agent.sources.nvml.samples import NvmlSample, ProcessSample
 from nvwatch.agent.sources.nvml.source import NvmlSource
+from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
+from nvwatch.sim.node import SimulatedNode, known_scenarios
+from nvwatch.sim.profiles import PROFILES, Profile
+from nvwatch.sim.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
 
 # simulated seconds of each poll: a baseline, the faults active (they begin at 30 s; a
 # lost GPU stops answering 2 s later, an HCA vanishes at 30 s), and after REPAIR_S, when

@@ -22,7 +22,7 @@ import pytest
 from nvwatch.agent.server import ServerLimits
 from nvwatch.agent.server import auth as auth_module
 from nvwatch.agent.server.auth import bcrypt_cost
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 from tests.agent.server_helpers import exchange, read_until_closed, serving, statuses, web_config
 
 

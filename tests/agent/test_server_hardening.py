@@ -23,7 +23,7 @@ from benchmarks.never_reading import request, server_side
 from nvwatch.agent.config import ConfigError, parse_listen, split_ipv6_only
 from nvwatch.agent.server import MetricsServer, ServerLimits
 from nvwatch.agent.server.routes import Health
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 GOOD = "Basic " + base64.b64encode(b"prometheus:s3cret").decode()
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import bcrypt
 import psutil
 
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 from tests.agent.test_server_auth import _ATTACKER
 
 SOAK_S = 30.0

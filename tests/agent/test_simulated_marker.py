@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 _INJECT = """
 import sys, importlib
@@ -45,7 +45,7 @@ DEATHS = [
      "nvwatch-xid"),
     ("nvwatch.agent.sources.attribution.refresher", "AttributionRefresher", "_loop", 1,
      [*SIMULATED, "--sources", "nvml", "--attribution", "slurm"], "nvwatch-attribution"),
-    ("nvwatch.agent.sim.node", "SimulatedNode", "_run", 1,
+    ("nvwatch.sim.node", "SimulatedNode", "_run", 1,
      [*SIMULATED, "--sources", "infiniband"], "nvwatch-sim"),
 ]  # fmt: skip
 

@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from nvwatch.agent.metrics_doc import render
+from nvwatch.sim.metrics_doc import render
 from tests.conftest import require_tool
 
 HERE = Path(__file__).parent / "promtool"

@@ -15,8 +15,6 @@ GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
     (tmp_path / PACKAGE).mkdir(parents=True)
     shutil.copy(REPO / PACKAGE / "api.proto", tmp_path / PACKAGE / "api.proto")
-    (tmp_path / "nvwatch").mkdir()
-    (tmp_path / "nvwatch" / "agent").symlink_to("../agent")
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO / "scripts" / "gen-podresources", tmp_path / "scripts")
     subprocess.run(

@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
 from nvwatch.agent.sources import SourceDegraded
 from nvwatch.agent.sources.attribution.model import (
     Allocation,
@@ -21,6 +20,7 @@ from nvwatch.agent.sources.attribution.model import (
 from nvwatch.agent.sources.attribution.refresher import AttributionRefresher, Cached
 from nvwatch.agent.sources.attribution.source import AttributionSource
 from nvwatch.agent.sources.nvml.samples import GpuInfo, GpuSample, ProcessOwnerLabels, ProcessSample
+from nvwatch.sim.clock import ManualClock
 
 
 class Recording:

@@ -181,8 +181,8 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
 
 
 def test_real_nvml_code_path_on_the_simulated_library() -> None:
-    from nvwatch.agent.sim import nvml as sim_nvml
-    from nvwatch.agent.sim.nvml import SimulatedNvml
+    from nvwatch.sim import nvml as sim_nvml
+    from nvwatch.sim.nvml import SimulatedNvml
 
     sim_nvml.install(SimulatedNvml("dgx1-v100"))
     try:

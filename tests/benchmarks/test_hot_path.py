@@ -10,7 +10,7 @@ from benchmarks.poll_cost import PollCost, ProfileSplit, Quantiles
 from benchmarks.report import Machine, Results, Verdict, render_markdown, verdicts
 
 MACHINE = Machine("d", "cpu", 1, "k", "3", {"nvwatch": "0"}, {}, "python benchmarks/run.py")
-SIM = "simulator (agent/sim)"
+SIM = "simulator (sim)"
 
 
 def _q(median_ms: float, p99_ms: float | None = None) -> Quantiles:

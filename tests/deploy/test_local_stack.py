@@ -22,8 +22,8 @@ from typing import IO
 import pytest
 import yaml
 
-from nvwatch.agent.sim.ports import LOOPBACK, free_port
 from nvwatch.dashboards.build import DASHBOARDS
+from nvwatch.sim.ports import LOOPBACK, free_port
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 T = TypeVar("T")
 HOST = "127.0.0.1"

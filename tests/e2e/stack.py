@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.sim.fleet import Fleet
-from nvwatch.agent.sim.fleet_node import FleetNode, build_agent
+from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet_node import FleetNode, build_agent
 from tests.e2e.loopback import (
     HOST,
     Endpoint,

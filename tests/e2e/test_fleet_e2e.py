@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from nvwatch.agent.sim.workload import TRAINING_ALLREDUCE, TRAINING_COMPUTE
 from nvwatch.dashboards.build import build_all
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.workload import TRAINING_ALLREDUCE, TRAINING_COMPUTE
 from tests.e2e.conftest import FAULTS, KILLED, Fault, mixin_config
 from tests.e2e.loopback import wait_for
 from tests.e2e.stack import Stack

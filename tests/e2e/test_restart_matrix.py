@@ -44,13 +44,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.durations import parse_duration
-from nvwatch.agent.sim.fleet import Fleet
-from nvwatch.agent.sim.node import known_scenarios
-from nvwatch.agent.sim.profiles import get_profile
-from nvwatch.agent.sim.scenarios import XID_STORM_BURST
 from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.rules import Severity, all_alerts
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.node import known_scenarios
+from nvwatch.sim.profiles import get_profile
+from nvwatch.sim.scenarios import XID_STORM_BURST
 from tests.conftest import require_tool
 from tests.e2e.conftest import POLL_INTERVAL, SCRAPE_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.loopback import wait_for

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import ConfigError, ScenarioSpec
 from nvwatch.agent.inventory import load_inventory, write_file_sd
-from nvwatch.agent.sim.clock import SteppedClock
-from nvwatch.agent.sim.fleet_plan import (
+from nvwatch.sim.clock import SteppedClock
+from nvwatch.sim.fleet_plan import (
     FleetError,
     assign_ports,
     expand_profiles,

@@ -23,16 +23,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.exposition.render import build_exposition, prepare
 from nvwatch.agent.poller import Poller
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fleet_plan import plan_fleet
-from nvwatch.agent.sim.history import for_history
-from nvwatch.agent.sim.history_series import FAMILIES, UP, NodeSeries
-from nvwatch.agent.sim.node import SimulatedNode
 from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.infiniband_parse import NARROW_COUNTER_BITS
 from nvwatch.agent.sources.nvml.source import NvmlSource
+from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fleet_plan import plan_fleet
+from nvwatch.sim.history import for_history
+from nvwatch.sim.history_series import FAMILIES, UP, NodeSeries
+from nvwatch.sim.node import SimulatedNode
 
 STEP_S = 600.0
 WAIT_MAX = (1 << NARROW_COUNTER_BITS["port_xmit_wait"]) - 1

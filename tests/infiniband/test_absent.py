@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fabric import SimulatedFabric
 from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
 from nvwatch.agent.sources.infiniband import InfinibandSource
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fabric import SimulatedFabric
 from tests.agent.test_presence import INTEL_ETH, MLX_ETH, MLX_IB, NVIDIA_3D, add_function
 from tests.infiniband.sysfs_tree import add_device, healthy_port
 

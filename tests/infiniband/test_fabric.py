@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fabric import (
+from nvwatch.agent.sources import SourceAbsent
+from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
+from nvwatch.agent.sources.infiniband_parse import parse_counter
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fabric import (
     CONGESTION_STALL,
     IB_SCENARIOS,
     XMIT_WAIT_TICKS_PER_SECOND,
@@ -18,11 +21,8 @@ from nvwatch.agent.sim.fabric import (
     degraded_rate,
     is_ib_scenario,
 )
-from nvwatch.agent.sim.profiles import get_profile
-from nvwatch.agent.sim.workload import Workload
-from nvwatch.agent.sources import SourceAbsent
-from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
-from nvwatch.agent.sources.infiniband_parse import parse_counter
+from nvwatch.sim.profiles import get_profile
+from nvwatch.sim.workload import Workload
 
 EDR_BPS = 12_500_000_000
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.clock import ManualClock
 from nvwatch.agent.sources.nvml import NvmlSource
+from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.clock import ManualClock
 
 START = 1000.0
 

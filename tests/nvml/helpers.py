@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.gpu import render
 from nvwatch.agent.exposition.render import registry_of
-from nvwatch.agent.sim.clock import ManualClock
 from nvwatch.agent.sources.nvml import NvmlSample, NvmlSource
+from nvwatch.sim.clock import ManualClock
 
 POLL_S = 5.0
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fabric import SimulatedFabric
-from nvwatch.agent.sim.nvml.abi import SUCCESS, set_out
-from nvwatch.agent.sim.profiles import PROFILES
 from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
 from nvwatch.agent.sources.nvml import NvmlSource
 from nvwatch.agent.sources.presence import scan_pci
+from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.nvml.abi import SUCCESS, set_out
+from nvwatch.sim.profiles import PROFILES
 from tests.agent.test_presence import INTEL_ETH, NVIDIA_3D, NVIDIA_AUDIO, add_function
 from tests.nvml.conftest import NodeFactory
 

@@ -13,10 +13,10 @@ import pynvml
 import pytest
 
 from benchmarks.nvml_calls import NEW_READINGS
-from nvwatch.agent.sim.nvml import fields as sim_fields
-from nvwatch.agent.sim.nvml.abi import ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED
 from nvwatch.agent.sources.nvml import NvmlSource
 from nvwatch.agent.sources.nvml.static import STATIC_REFRESH_S
+from nvwatch.sim.nvml import fields as sim_fields
+from nvwatch.sim.nvml.abi import ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED
 from tests.nvml.conftest import Node, NodeFactory
 from tests.nvml.helpers import poll
 
@@ -131,8 +131,8 @@ def test_the_process_list_takes_one_call_however_many_processes(node: NodeFactor
 def test_a_process_list_longer_than_the_first_room_is_read_whole(
     node: NodeFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvwatch.agent.sim.nvml.memory import MemoryQueries
     from nvwatch.agent.sources.nvml import process_list
+    from nvwatch.sim.nvml.memory import MemoryQueries
 
     many = [(100_000 + i, (i + 1) << 20) for i in range(process_list.FIRST_ROOM + 3)]
     monkeypatch.setattr(MemoryQueries, "_processes", lambda self, gpu: many)

@@ -27,14 +27,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.agent.exposition.render import build_exposition, prepare
 from nvwatch.agent.poller import Poller
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.gpu_model import SimulatedGpu
-from nvwatch.agent.sim.node import SimulatedNode
-from nvwatch.agent.sim.nvml import install, uninstall
-from nvwatch.agent.sim.profiles import PROFILES
 from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.nvml.source import NvmlSource
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.nvml import install, uninstall
+from nvwatch.sim.profiles import PROFILES
 
 # One step of the unit each value crosses the NVML or sysfs boundary in: as far as
 # rounding or truncating to that unit can move a value, and no further.

@@ -12,8 +12,8 @@ from collections import Counter
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.gpu_model import SimulatedGpu
-from nvwatch.agent.sim.nvml import fields as sim_fields
+from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.nvml import fields as sim_fields
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import poll
 

@@ -16,15 +16,15 @@ import pytest
 
 from nvwatch.agent.exposition.render import build_exposition, prepare
 from nvwatch.agent.poller import Poller
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.gpu_state import Activity
-from nvwatch.agent.sim.mig_layout import parse_layout
-from nvwatch.agent.sim.mig_state import GpuMig
-from nvwatch.agent.sim.node import SimulatedNode
-from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
 from nvwatch.agent.sources.attribution.refresher import gpu_ref
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.agent.topology import build_topology, format_matrix
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.gpu_state import Activity
+from nvwatch.sim.mig_layout import parse_layout
+from nvwatch.sim.mig_state import GpuMig
+from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 from tests.nvml.test_exported_equals_simulated import BYTE, Comparison
 
 POLL_S = 60.0

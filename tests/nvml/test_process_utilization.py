@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from nvwatch.agent.sim.nvml import SimulatedNvml
-from nvwatch.agent.sim.nvml.abi import ERROR_NOT_SUPPORTED, SUCCESS, address_of, as_int, deref
-from nvwatch.agent.sim.process_file import ProcessFile
 from nvwatch.agent.sources.nvml.samples import GpuSample
+from nvwatch.sim.nvml import SimulatedNvml
+from nvwatch.sim.nvml.abi import ERROR_NOT_SUPPORTED, SUCCESS, address_of, as_int, deref
+from nvwatch.sim.process_file import ProcessFile
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import exposition, poll, select, value
 
@@ -165,7 +165,7 @@ def test_more_samples_than_the_buffer_are_all_read(
 ) -> None:
     # NVML has more samples than this poll's processes (graphics clients, or processes
     # that exited): pynvml's two-call read, and the listed process still gets its own
-    from nvwatch.agent.sim.nvml.processes import ProcessQueries
+    from nvwatch.sim.nvml.processes import ProcessQueries
 
     real = ProcessQueries._busy_samples
 

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from nvwatch.agent.catalogue import BY_NAME
-from nvwatch.agent.sim.profiles import PROFILES, Profile
 from nvwatch.agent.sources.nvml import NvmlSample
+from nvwatch.sim.profiles import PROFILES, Profile
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import Series, exposition, poll, select, value
 

@@ -10,10 +10,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from nvwatch.agent.sim import nvml as sim_nvml
-from nvwatch.agent.sim.clock import ManualClock
 from nvwatch.agent.sources import SourceUnavailable
 from nvwatch.agent.sources.nvml import NvmlSource
+from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.clock import ManualClock
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import CountingNvml, exposition, names_for_gpu, poll
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from nvwatch.agent.config import ScenarioSpec
-from nvwatch.agent.sim.fleet import Fleet
-from nvwatch.agent.sim.fleet_jobs import FleetJob
-from nvwatch.agent.sim.ports import free_port
 from nvwatch.alerts import build as alerts_build
 from nvwatch.dashboards.build import build_all
 from nvwatch.dashboards.preview import PanelResult, Prometheus, preview
+from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet_jobs import FleetJob
+from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.conftest import SCRAPE_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.stack import HOST, Receiver, Stack, wait_for

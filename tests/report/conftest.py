@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.report import synthetic
 

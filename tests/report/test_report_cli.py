@@ -14,7 +14,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 from tests.agent.server_helpers import Certs, make_certs
 from tests.report.conftest import Backfill, SyntheticReport, prometheus_serving, report_args
 

@@ -11,10 +11,10 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.node import SimulatedNode
-from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
 from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 
 THERMAL = (
     pynvml.nvmlClocksEventReasonSwThermalSlowdown | pynvml.nvmlClocksEventReasonHwThermalSlowdown

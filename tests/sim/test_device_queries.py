@@ -14,8 +14,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.nvml import SimulatedNvml
-from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.sim.nvml import SimulatedNvml
+from nvwatch.sim.profiles import PROFILES
 from tests.sim.every_device_query import queries
 
 SCRIPT = Path(__file__).with_name("every_device_query.py")

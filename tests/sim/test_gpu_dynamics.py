@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.gpu_thermal import AMBIENT_C
-from nvwatch.agent.sim.nvml import SimulatedNvml, install, uninstall
-from nvwatch.agent.sim.profiles import H100_SXM5_80
-from nvwatch.agent.sim.workload import Workload
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.gpu_thermal import AMBIENT_C
+from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
+from nvwatch.sim.profiles import H100_SXM5_80
+from nvwatch.sim.workload import Workload
 
 
 @pytest.fixture(autouse=True)

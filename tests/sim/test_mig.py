@@ -9,11 +9,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.mig_layout import MigLayoutError, parse_layout, place
-from nvwatch.agent.sim.mig_profiles import MEMORY_SLICES
-from nvwatch.agent.sim.nvml import SimulatedNvml
-from nvwatch.agent.sim.process_file import ProcessFile
-from nvwatch.agent.sim.profiles import get_profile
+from nvwatch.sim.mig_layout import MigLayoutError, parse_layout, place
+from nvwatch.sim.mig_profiles import MEMORY_SLICES
+from nvwatch.sim.nvml import SimulatedNvml
+from nvwatch.sim.process_file import ProcessFile
+from nvwatch.sim.profiles import get_profile
 from tests.sim.conftest import start
 
 A100 = "NVIDIA A100-SXM4-40GB"

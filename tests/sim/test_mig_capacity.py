@@ -1,4 +1,4 @@
-"""MIG capacity queries (agent/sim/nvml/mig_capacity.py) agree with the MIG calls beside
+"""MIG capacity queries (sim/nvml/mig_capacity.py) agree with the MIG calls beside
 them: an empty MIG GPU holds as many instances of each profile as its profile info says,
 placements are the profile's, info by ID equals info by index, a MIG device's attributes
 are its GPU instance's."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.node import SimulatedNode
-from nvwatch.agent.sim.nvml import install, uninstall
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.nvml import install, uninstall
 
 # GPU 0: two instances; GPU 1: MIG on, no instances; GPU 2: MIG off
 LAYOUT = "0:3g.40gb,2g.20gb;1:none"

@@ -1,4 +1,4 @@
-"""The NotSupported tables (agent/sim/nvml/unsupported.py and one per area): each entry is
+"""The NotSupported tables (sim/nvml/unsupported.py and one per area): each entry is
 what the library answers, on every GPU of every profile, with its reason as its doc."""
 
 from __future__ import annotations
@@ -6,23 +6,23 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.mig_layout import parse_layout
-from nvwatch.agent.sim.nvml import SimulatedNvml
-from nvwatch.agent.sim.nvml.abi import ERROR_NOT_SUPPORTED, SUCCESS
-from nvwatch.agent.sim.nvml.board import BOARD_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.clock_settings import CLOCK_SETTINGS_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.core import NvmlCore
-from nvwatch.agent.sim.nvml.ecc import ECC_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.mig_devices import MIG_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.nvlink_usage import NVLINK_USAGE_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.processes import PROCESSES_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.topology import TOPOLOGY_NOT_SUPPORTED
-from nvwatch.agent.sim.nvml.unsupported import (
+from nvwatch.sim.mig_layout import parse_layout
+from nvwatch.sim.nvml import SimulatedNvml
+from nvwatch.sim.nvml.abi import ERROR_NOT_SUPPORTED, SUCCESS
+from nvwatch.sim.nvml.board import BOARD_NOT_SUPPORTED
+from nvwatch.sim.nvml.clock_settings import CLOCK_SETTINGS_NOT_SUPPORTED
+from nvwatch.sim.nvml.core import NvmlCore
+from nvwatch.sim.nvml.ecc import ECC_NOT_SUPPORTED
+from nvwatch.sim.nvml.mig_devices import MIG_NOT_SUPPORTED
+from nvwatch.sim.nvml.nvlink_usage import NVLINK_USAGE_NOT_SUPPORTED
+from nvwatch.sim.nvml.processes import PROCESSES_NOT_SUPPORTED
+from nvwatch.sim.nvml.topology import TOPOLOGY_NOT_SUPPORTED
+from nvwatch.sim.nvml.unsupported import (
     NOT_SUPPORTED_ANYWHERE,
     NotSupportedTable,
     answers_not_supported,
 )
-from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.sim.profiles import PROFILES
 from tests.sim.conftest import start
 
 # answered NotSupported for every handle

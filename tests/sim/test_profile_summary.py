@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.sim.profiles import PROFILES
 
 
 def _listing() -> dict[str, str]:

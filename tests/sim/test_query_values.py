@@ -13,11 +13,11 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.node import SimulatedNode
-from nvwatch.agent.sim.nvml import install, uninstall
-from nvwatch.agent.sim.profiles import PROFILES
 from nvwatch.agent.sources.pci_affinity import Resolver
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.nvml import install, uninstall
+from nvwatch.sim.profiles import PROFILES
 
 # pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,), which ctypes cannot pass
 READ = 0

@@ -16,12 +16,12 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
-from nvwatch.agent.sim import scenarios
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
-from nvwatch.agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
-from nvwatch.agent.sim.nvml import install
-from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.sim import scenarios
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.node import SimulatedNode, UnknownScenario, known_scenarios
+from nvwatch.sim.nvml import install
+from nvwatch.sim.profiles import PROFILES
 from tests.sim.conftest import (
     CONGESTION_RATIO,
     NODE,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.sim.nvml import SimulatedNvml
+from nvwatch.sim.nvml import SimulatedNvml
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}

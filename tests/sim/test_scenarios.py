@@ -15,11 +15,11 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
-from nvwatch.agent.sim import scenarios
-from nvwatch.agent.sim.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
-from nvwatch.agent.sim.node import SimulatedNode, UnknownScenario, known_scenarios
-from nvwatch.agent.sim.nvml import SimulatedNvml
-from nvwatch.agent.sim.profiles import PROFILES, pci_path
+from nvwatch.sim import scenarios
+from nvwatch.sim.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.node import SimulatedNode, UnknownScenario, known_scenarios
+from nvwatch.sim.nvml import SimulatedNvml
+from nvwatch.sim.profiles import PROFILES, pci_path
 from tests.sim.conftest import (
     CONGESTION_RATIO,
     IDLE,

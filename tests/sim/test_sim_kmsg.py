@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
-from nvwatch.agent.sim.kmsg import UPTIME_AT_START_S, SimulatedKernelLog, kernel_pci
-from nvwatch.agent.sim.profiles import get_profile, gpu_pci_bus_id
 from nvwatch.agent.sources.nvml.kmsg import XidRecord, parse_record, pci_key
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
+from nvwatch.sim.kmsg import UPTIME_AT_START_S, SimulatedKernelLog, kernel_pci
+from nvwatch.sim.profiles import get_profile, gpu_pci_bus_id
 
 
 def test_xids_become_records_with_rising_seq_and_time_since_boot() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.nvml import (
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.nvml import (
     DispatchingNvml,
     FaultInjectingNvml,
     SimulatedNvml,
@@ -24,7 +24,7 @@ from nvwatch.agent.sim.nvml import (
     install,
     uninstall,
 )
-from nvwatch.agent.sim.profiles import PROFILES, gpu_pci_bus_id, nvswitch_pci_bus_id
+from nvwatch.sim.profiles import PROFILES, gpu_pci_bus_id, nvswitch_pci_bus_id
 from tests.sim.conftest import start
 
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from nvwatch.agent.sim.clock import ManualClock
-from nvwatch.agent.sim.nvml import SimulatedNvml
-from nvwatch.agent.sim.profiles import PROFILES
+from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.nvml import SimulatedNvml
+from nvwatch.sim.profiles import PROFILES
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}

@@ -16,9 +16,9 @@ import pytest
 
 from nvwatch.agent.config import AgentConfig, parse_scenario
 from nvwatch.agent.runtime import runtime
-from nvwatch.agent.sim.fleet import Fleet
-from nvwatch.agent.sim.node import SimulatedNode
-from nvwatch.agent.sim.workers import (
+from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.workers import (
     PROCESS_NAME,
     WorkerProcesses,
     from_environment,
@@ -73,7 +73,7 @@ def test_one_named_child_per_gpu_reaped_on_close() -> None:
 def test_workers_die_with_their_owner_even_by_sigkill() -> None:
     owner_code = (
         "import sys, time\n"
-        "from nvwatch.agent.sim.workers import WorkerProcesses\n"
+        "from nvwatch.sim.workers import WorkerProcesses\n"
         "w = WorkerProcesses('dgx-h100', range(4))\n"
         "print(*w.pids.values(), flush=True)\n"
         "time.sleep(120)\n"
@@ -185,8 +185,8 @@ def test_simulate_exec_children_see_real_pids_gone_after_the_command() -> None:
 
 
 def test_mig_instances_jobs_are_real_workers_too(tmp_path: Path) -> None:
-    from nvwatch.agent.sim.clock import ManualClock
-    from nvwatch.agent.sim.nvml import install, uninstall
+    from nvwatch.sim.clock import ManualClock
+    from nvwatch.sim.nvml import install, uninstall
 
     node = SimulatedNode(
         "dgx-a100",

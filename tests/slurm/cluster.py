@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvwatch.agent.sim.ports import free_port
+from nvwatch.sim.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "slurm"

@@ -1,0 +1,46 @@
+"""The one door from the product to the simulator (nvwatch.sim).
+
+A real node's agent never loads the simulator: everything here imports it at call time,
+only for `--simulate PROFILE` and the `simulate` and `profiles` commands. No other module
+of agent/, alerts/, dashboards/ or mixin/ imports nvwatch.sim
+(tests/agent/test_import_boundary.py fails the build otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import click
+
+from nvwatch.agent.config import AgentConfig
+
+
+@contextlib.contextmanager
+def simulated_node(config: AgentConfig) -> Iterator[AgentConfig]:
+    """`config` with a live simulated node behind it (sim/runtime.py)."""
+    from nvwatch.sim.runtime import simulated_node as run_node
+
+    with run_node(config) as effective:
+        yield effective
+
+
+def command(name: str) -> click.Command:
+    """The simulator's own commands: `simulate` (a group) and `profiles`."""
+    from nvwatch.sim import commands
+
+    return {"simulate": commands.simulate_group, "profiles": commands.profiles_command}[name]
+
+
+def scenario_names() -> str:
+    """The registered scenario names, for --help (from the registry, so never stale)."""
+    from nvwatch.sim.node_scenarios import known_scenarios
+
+    return ", ".join(known_scenarios())
+
+
+def workloads() -> frozenset[str]:
+    """Scenarios that set what the GPUs run from the start (they take no from=)."""
+    from nvwatch.sim.node_scenarios import WORKLOADS
+
+    return frozenset(WORKLOADS)
