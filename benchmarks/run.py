@@ -51,6 +51,7 @@ from benchmarks.scrape import (
     scratch_logs,
 )
 from benchmarks.sim_cost import measure_fleet_cpu, measure_serve_cpu
+from benchmarks.startup import measure as measure_startup
 
 EXIT_NO_DRIVER = 2
 
@@ -176,6 +177,8 @@ def collect(settings: Settings) -> Results:
             settings.peer_warmup,
             logs,
         )
+        log("start-up of serve, real and simulated")
+        results.startup = measure_startup("this checkout", dict(os.environ), REPO_ROOT, 3)
         log("node_exporter side by side on one frozen simulated tree")
         results.side_by_side = node_exporter_side_by_side(
             settings.scrape_profile,

@@ -22,6 +22,7 @@ from benchmarks.report.real_gpu import real_nvml_section
 from benchmarks.report.serving import scrape_section, side_by_side_section
 from benchmarks.report.sim_cost import sim_cost_section
 from benchmarks.report.verdicts import verdicts
+from benchmarks.startup import startup_section
 
 # in document order; a section with nothing measured returns "" and is left out
 _SECTIONS: tuple[Callable[[Results], str], ...] = (
@@ -39,6 +40,7 @@ _SECTIONS: tuple[Callable[[Results], str], ...] = (
     side_by_side_section,
     rss_section,
     real_nvml_section,
+    lambda results: startup_section(results.startup),
     misses_section,
 )
 

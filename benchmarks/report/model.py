@@ -14,6 +14,7 @@ from benchmarks.real_nvml import RealNvmlResult
 from benchmarks.rss import RssResult
 from benchmarks.scrape import ScrapeResult, SideBySide
 from benchmarks.sim_cost import FleetCpu, ServeCpu
+from benchmarks.startup import Startup
 from benchmarks.wrk import WrkResult
 
 # The targets from the issue; each figure is judged against one of these.
@@ -55,6 +56,7 @@ class Results:
     fleet_cpu: FleetCpu | None = None
     attribution: AttributionCost | None = None
     peer: PeerCost | None = None  # nvitop-exporter side by side
+    startup: list[Startup] = field(default_factory=list)
     seconds: float = 0.0
 
 

@@ -1,0 +1,28 @@
+"""benchmarks/startup.py: one start of each mode measures, and its section replaces itself."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from benchmarks.startup import BEGIN, END, REPO, Startup, measure, startup_section, update
+
+
+def test_one_start_of_each_mode_is_measured() -> None:
+    real, simulated = measure("this checkout", dict(os.environ), REPO, runs=1)
+    assert (real.mode, simulated.mode) == ("real", "simulated")
+    assert 0 < real.seconds < 60 and real.rss_mib > 5
+    # the simulated agent holds the simulator; the real one none of it
+    assert simulated.modules > real.modules > 10
+
+
+def test_the_section_is_replaced_in_place(tmp_path: Path) -> None:
+    doc = tmp_path / "performance.md"
+    doc.write_text("# head\n\ntext\n")
+    first = startup_section([Startup("a", "real", 1.0, 30.0, 50)])
+    update(doc, first)
+    update(doc, startup_section([Startup("b", "real", 2.0, 31.0, 51)]))
+    text = doc.read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    assert "| b | real | 2000 ms | 31.0 MiB | 51 |" in text and "| a |" not in text
+    assert text.startswith("# head\n\ntext\n")
