@@ -79,6 +79,8 @@ def bcrypt_cost(hashed: bytes) -> int:
 class BasicAuth:
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = {user.encode(): hashed for user, hashed in users.items()}
+        # the web config refuses users of different costs (agent/webconfig.py): with two,
+        # a known user of the lower cost would answer faster than an unknown user
         cost = max(bcrypt_cost(hashed) for hashed in users.values())
         # A valid salt of the configured cost and a checksum no password produces: checking
         # it costs one full bcrypt at that cost, like a known user's, and never succeeds.
