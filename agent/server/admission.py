@@ -186,6 +186,8 @@ class Admission:
 
     def finished(self) -> Iterator[tuple[Connection, bool | Response]]:
         """Connections whose check ended, and their verdict: serve, 401 or 429 (evicted)."""
+        if not self._finished and not self._evicted:
+            return  # every loop iteration asks
         done: deque[tuple[_Check, bool]] = deque()
         while self._finished:
             done.append(self._finished.popleft())
