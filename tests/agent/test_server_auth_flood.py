@@ -154,6 +154,7 @@ def test_new_and_known_scrapers_get_in_during_a_flood_from_five_addresses(
     with serving(web) as served:
         # a scraper on 127.0.0.8 proves one credential before the flood: its address is known
         assert _scrape("127.0.0.8", served.port, "known-first")[0] == [200]
+        flooding = time.monotonic()
         with _flood(served.port):
             # the flood is under way: its first checks have failed, the budget is spent
             assert wait_for(lambda: served.refused()["unauthorized"] >= 10, timeout=20)
@@ -179,12 +180,14 @@ def test_new_and_known_scrapers_get_in_during_a_flood_from_five_addresses(
                         "known 127.0.0.8": _scrape("127.0.0.8", served.port, f"known-{n}"),
                     }
                 )
+            flooding = time.monotonic() - flooding
         refused = served.refused()
     print(f"bcrypt at cost {COST}: {alone * 1e3:.0f} ms alone, {flooded * 1e3:.0f} ms flooded")
     for n, scrapes in enumerate(rounds):
         took = ", ".join(f"{who} {codes} {s * 1e3:.0f} ms" for who, (codes, s) in scrapes.items())
         print(f"round {n + 1} (bound {bound * 1e3:.0f} ms): {took}")
-    print(f"flood answered 401 x{refused['unauthorized']}, 429 x{refused['auth_busy']}")
+    busy = refused["auth_busy"]
+    print(f"flood of {flooding:.1f} s: 401 x{refused['unauthorized']}, 429 x{busy}")
     for scrapes in rounds:
         for who, (codes, _) in scrapes.items():
             assert codes == [200], f"{who}: {codes}"
