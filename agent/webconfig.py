@@ -149,7 +149,25 @@ def _users(raw: object) -> dict[str, bytes]:
         if not isinstance(user, str) or ":" in user or not isinstance(hashed, str):
             raise ConfigKeyError(key, "expected a user name without ':' and a bcrypt hash")
         users[user] = _bcrypt_hash(key, hashed)
+    _one_cost(users)
     return users
+
+
+def _one_cost(users: Mapping[str, bytes]) -> None:
+    """Refuse users of different bcrypt costs: an unknown user is checked against a dummy
+    hash of one cost, so with two costs the time of a 401 tells which user names exist
+    (1.3 ms for a known cost-4 user, 107 ms for an unknown one beside a cost-12 user)."""
+    costs = {user: int(hashed[4:6]) for user, hashed in users.items()}  # $2b$NN$
+    if len(set(costs.values())) < 2:
+        return
+    low = min(costs, key=costs.__getitem__)
+    high = max(costs, key=costs.__getitem__)
+    raise ConfigKeyError(
+        "basic_auth_users",
+        f"users {low} (bcrypt cost {costs[low]}) and {high} (cost {costs[high]}) differ in "
+        "cost; every user needs the same one, or how long a 401 takes tells which user "
+        f"names exist: rehash {low} at cost {costs[high]} (htpasswd -nBC {costs[high]} {low})",
+    )
 
 
 def _bcrypt_hash(key: str, hashed: str) -> bytes:

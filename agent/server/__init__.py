@@ -83,7 +83,7 @@ class MetricsServer:
         pool = None
         if web_config is not None and web_config.users:
             auth = BasicAuth(web_config.users)
-            pool = (auth, BcryptPool(auth, limits.bcrypt_workers, limits.bcrypt_queue))
+            pool = (auth, BcryptPool(auth, limits.bcrypt_workers))
         self._pool = pool[1] if pool else None
         router = Router(exposition, health)
         self._loop = EventLoop(self._listener, router, web_config, pool, limits, self.stats)

@@ -1,13 +1,36 @@
 """Whether a parsed request is served: rate limit, then basic auth within the bcrypt budget.
 
-Runs on the loop thread; the bcrypt workers hand their results back through `finished`.
+Runs on the loop thread; the bcrypt workers only hand their results back (`finished`).
+
+The bcrypt budget is small on purpose (ServerLimits: one worker, four waiting places), so
+who gets a place matters as much as how many there are. Each check is ranked by its
+client, which is its verified client certificate when it has one, else its address:
+
+- KNOWN: its credentials passed before in this process, or the server's client CA
+  verified its certificate (mutual TLS: the CA vouches for it);
+- NEW: nothing is known of it;
+- SUSPECT: a check of its credentials failed in the last `bcrypt_suspect_s` and none
+  passed since, known or not.
+
+A free worker takes the best waiting check, oldest first within a rank. Suspects
+together may hold only `bcrypt_suspect_queue` of the waiting places, so a few addresses
+flooding wrong passwords leave room for everyone else; a check that finds the queue full
+evicts the newest waiting check of a worse rank (answered 429 `auth_busy`), else it is
+answered 429 itself; and one client has at most `bcrypt_per_client` checks waiting or
+running. What a client was is remembered in two LRU tables of bounded size.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import selectors
-from collections import deque
+import ssl
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from nvwatch.agent.server.auth import BasicAuth, BcryptPool, Pending
 from nvwatch.agent.server.connection import Connection
@@ -19,6 +42,98 @@ from nvwatch.agent.webconfig import WebConfig
 
 # decide()'s answer when a bcrypt worker is checking the request: wait for `finished`
 CHECKING = None
+
+# ranks of a waiting check, best first
+KNOWN, NEW, SUSPECT = 0, 1, 2
+RANKS = (KNOWN, NEW, SUSPECT)
+
+# clients remembered as known and as suspects: an entry costs ~200 bytes, so both tables
+# together stay under 2 MB whatever the number of addresses that reach the port
+KNOWN_CLIENTS = 1024
+SUSPECT_CLIENTS = 4096
+
+T = TypeVar("T")
+
+
+class WaitingLine(Generic[T]):
+    """Checks waiting for a bcrypt worker: at most `size`, of which at most `suspects` of
+    rank SUSPECT; taken best rank first, oldest first within a rank."""
+
+    def __init__(self, size: int, suspects: int) -> None:
+        self._size = size
+        self._suspects = suspects
+        self._ranks: tuple[deque[T], ...] = tuple(deque() for _ in RANKS)
+
+    def __len__(self) -> int:
+        return sum(len(waiting) for waiting in self._ranks)
+
+    def waiting(self, rank: int) -> int:
+        return len(self._ranks[rank])
+
+    def add(self, item: T, rank: int) -> tuple[bool, T | None]:
+        """(whether `item` got a place, the item it evicted to get it, if any)."""
+        if rank == SUSPECT and len(self._ranks[SUSPECT]) >= self._suspects:
+            return False, None
+        if len(self) < self._size:
+            self._ranks[rank].append(item)
+            return True, None
+        worst = max(r for r in RANKS if self._ranks[r])
+        if worst <= rank:
+            return False, None
+        # the newest of the worst: those that waited longest keep their turn
+        evicted = self._ranks[worst].pop()
+        self._ranks[rank].append(item)
+        return True, evicted
+
+    def take(self) -> T | None:
+        for waiting in self._ranks:
+            if waiting:
+                return waiting.popleft()
+        return None
+
+
+class RecentClients:
+    """Clients with the time each was last noted, at most `size` (least recent dropped)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._at: OrderedDict[str, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def note(self, client: str, now: float) -> None:
+        self._at[client] = now
+        self._at.move_to_end(client)
+        if len(self._at) > self._size:
+            self._at.popitem(last=False)
+
+    def forget(self, client: str) -> None:
+        self._at.pop(client, None)
+
+    def within(self, client: str, now: float, window_s: float) -> bool:
+        at = self._at.get(client)
+        return at is not None and now - at < window_s
+
+
+@dataclass(frozen=True, eq=False)
+class _Check:
+    conn: Connection
+    client: str
+    pending: Pending
+
+
+def client_of(conn: Connection) -> str:
+    """Who a connection's client is, for ranking and per-client places: the SHA-256 of its
+    client certificate if the server's client CA verified one, else its address."""
+    sock = conn.sock
+    if isinstance(sock, ssl.SSLSocket):
+        with contextlib.suppress(OSError, ValueError):
+            der = sock.getpeercert(binary_form=True)
+            # the dict form is empty unless the certificate was verified
+            if der and sock.getpeercert():
+                return "cert " + hashlib.sha256(der).hexdigest()
+    return conn.peer
 
 
 class Admission:
@@ -34,9 +149,17 @@ class Admission:
         self._auth: BasicAuth | None = pool[0] if pool else None
         self._pool: BcryptPool | None = pool[1] if pool else None
         self._per_client = limits.bcrypt_per_client
+        self._suspect_s = limits.bcrypt_suspect_s
         self._wake = wake
-        self._checking: dict[str, int] = {}  # client address -> its checks in the pool
-        self._finished: deque[tuple[Connection, bool]] = deque()  # from the workers
+        self._line: WaitingLine[_Check] = WaitingLine(
+            limits.bcrypt_queue, limits.bcrypt_suspect_queue
+        )
+        self._running = 0  # checks handed to the workers, not yet finished
+        self._held: dict[str, int] = {}  # client -> its checks waiting or running
+        self._known = RecentClients(KNOWN_CLIENTS)
+        self._suspects = RecentClients(SUSPECT_CLIENTS)
+        self._evicted: deque[Connection] = deque()  # to answer 429 in `finished`
+        self._finished: deque[tuple[_Check, bool]] = deque()  # from the workers
 
     def decide(self, conn: Connection, request: Request) -> Response | bool | None:
         """False: answer 401; True: serve; a Response: answer it; CHECKING: wait."""
@@ -44,23 +167,81 @@ class Admission:
             return RATE_LIMITED
         if self._auth is None or self._pool is None:
             return True
-        verdict = self._auth.check(request.header("Authorization"))
-        if not isinstance(verdict, Pending):
-            return self._trust(conn, verdict)
-        held = self._checking.get(conn.peer, 0)
-        if held >= self._per_client or not self._pool.submit(verdict, conn, self._done):
+        header = request.header("Authorization")
+        verdict = self._auth.check(header)
+        if isinstance(verdict, Pending):
+            return self._wait(conn, verdict)
+        # a missing header is how browsers ask for the password prompt: no failure
+        if header is not None and not (verdict and conn.trusted):
+            self._note(client_of(conn), verdict, time.monotonic())
+        return self._trust(conn, verdict)
+
+    def rank(self, client: str, now: float) -> int:
+        """KNOWN, NEW or SUSPECT: what a check for `client` (client_of) waits as."""
+        if self._suspects.within(client, now, self._suspect_s):
+            return SUSPECT
+        if client.startswith("cert ") or self._known.within(client, now, float("inf")):
+            return KNOWN
+        return NEW
+
+    def finished(self) -> Iterator[tuple[Connection, bool | Response]]:
+        """Connections whose check ended, and their verdict: serve, 401 or 429 (evicted)."""
+        if not self._finished and not self._evicted:
+            return  # every loop iteration asks
+        done: deque[tuple[_Check, bool]] = deque()
+        while self._finished:
+            done.append(self._finished.popleft())
+        if done:
+            now = time.monotonic()
+            for check, ok in done:
+                self._running -= 1
+                self._release(check.client)
+                self._note(check.client, ok, now)
+            self._start_checks()
+        # answering one may admit requests pipelined behind it, which may evict others
+        while self._evicted or done:
+            if self._evicted:
+                yield self._evicted.popleft(), AUTH_BUSY
+            else:
+                check, ok = done.popleft()
+                yield check.conn, self._trust(check.conn, ok)
+
+    def _wait(self, conn: Connection, pending: Pending) -> Response | None:
+        client = client_of(conn)
+        held = self._held.get(client, 0)
+        if held >= self._per_client:
             return AUTH_BUSY
-        self._checking[conn.peer] = held + 1
+        check = _Check(conn, client, pending)
+        placed, evicted = self._line.add(check, self.rank(client, time.monotonic()))
+        if not placed:
+            return AUTH_BUSY
+        self._held[client] = held + 1
+        if evicted is not None:
+            self._release(evicted.client)
+            self._evicted.append(evicted.conn)
+        self._start_checks()
         return CHECKING
 
-    def finished(self) -> Iterator[tuple[Connection, bool]]:
-        """Connections whose check ended, and whether to serve them."""
-        while self._finished:
-            conn, ok = self._finished.popleft()
-            held = self._checking.pop(conn.peer, 1)
-            if held > 1:
-                self._checking[conn.peer] = held - 1
-            yield conn, self._trust(conn, ok)
+    def _start_checks(self) -> None:
+        pool = self._pool
+        while pool is not None and self._running < pool.workers:
+            check = self._line.take()
+            if check is None:
+                return
+            self._running += 1
+            pool.submit(check.pending, check, self._done)
+
+    def _release(self, client: str) -> None:
+        held = self._held.pop(client, 1)
+        if held > 1:
+            self._held[client] = held - 1
+
+    def _note(self, client: str, ok: bool, now: float) -> None:
+        if ok:
+            self._known.note(client, now)
+            self._suspects.forget(client)
+        else:
+            self._suspects.note(client, now)
 
     def _trust(self, conn: Connection, ok: bool) -> bool:
         # a connection that authenticated once is served first from then on (loop.py)
@@ -69,7 +250,7 @@ class Admission:
 
     def _done(self, token: object, ok: bool) -> None:
         # on a bcrypt worker thread: hand the result to the loop thread
-        assert isinstance(token, Connection)
+        assert isinstance(token, _Check)
         self._finished.append((token, ok))
         self._wake()
 

@@ -10,10 +10,11 @@ becoming the attacker's lever:
 - Every first check (wrong password, unknown user) costs exactly one bcrypt of the same
   cost: an unknown user is checked against a dummy hash of the configured cost, so the
   answer's timing does not tell which user names exist.
-- bcrypt runs on a fixed number of worker threads with a short queue, and one client
-  address holds at most one place in it (ServerLimits); a request that finds no place is
-  answered 429 at once, so a wrong-password flood costs at most those workers' cores,
-  never delays verified scrapers and leaves room for other clients' first check.
+- bcrypt runs on a fixed number of worker threads with a short queue (ServerLimits); a
+  request that finds no place is answered 429 at once, so a wrong-password flood costs
+  at most those workers' cores and never delays verified scrapers. Which check waits and
+  which runs next is the loop thread's Admission's business (agent/server/admission.py):
+  clients known or new go before those whose checks keep failing.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def bcrypt_cost(hashed: bytes) -> int:
 class BasicAuth:
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = {user.encode(): hashed for user, hashed in users.items()}
+        # the web config refuses users of different costs (agent/webconfig.py): with two,
+        # a known user of the lower cost would answer faster than an unknown user
         cost = max(bcrypt_cost(hashed) for hashed in users.values())
         # A valid salt of the configured cost and a checksum no password produces: checking
         # it costs one full bcrypt at that cost, like a known user's, and never succeeds.
@@ -129,29 +132,31 @@ Done = Callable[[object, bool], None]
 
 
 class BcryptPool:
-    """`workers` threads doing bcrypt checks from a queue of at most `queue_size`."""
+    """`workers` threads doing the bcrypt checks handed to them, in the order handed.
 
-    def __init__(self, auth: BasicAuth, workers: int, queue_size: int) -> None:
+    Nothing waits in here by design: the loop thread's Admission keeps the waiting checks
+    in its own order (agent/server/admission.py) and hands one over only when a worker is
+    free, so the choice of what runs next is made as late as possible, and on one thread.
+    """
+
+    def __init__(self, auth: BasicAuth, workers: int) -> None:
         self._auth = auth
-        self._workers = workers
-        self._jobs: queue.Queue[tuple[Pending, object, Done] | None] = queue.Queue(queue_size)
+        self.workers = workers
+        self._jobs: queue.Queue[tuple[Pending, object, Done] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self._threads = [
-            start_thread("nvwatch-http-auth", self._work, daemon=True) for _ in range(self._workers)
+            start_thread("nvwatch-http-auth", self._work, daemon=True) for _ in range(self.workers)
         ]
 
-    def submit(self, pending: Pending, token: object, done: Done) -> bool:
-        """Queue a check; `done(token, ok)` is called from a worker. False: budget spent."""
-        try:
-            self._jobs.put_nowait((pending, token, done))
-        except queue.Full:
-            return False
-        return True
+    def submit(self, pending: Pending, token: object, done: Done) -> None:
+        """Start a check; `done(token, ok)` is called from the worker that made it."""
+        self._jobs.put_nowait((pending, token, done))
 
     def stop(self, timeout: float) -> None:
-        # drop queued checks (their connections are being closed), then one stop per worker
+        # drop checks not yet taken (their connections are being closed), then one stop
+        # per worker
         with self._jobs.mutex:
             self._jobs.queue.clear()
         for _ in self._threads:

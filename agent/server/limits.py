@@ -57,11 +57,19 @@ class ServerLimits:
     max_headers: int = 100
     # bcrypt checks of credentials not yet verified: how many run at once (threads, each
     # up to one core) and how many may wait; beyond that a request gets 429 at once.
+    # Waiting checks run known clients' first, then new clients', then suspects' (those
+    # whose check failed lately); a better one evicts the newest of the worst when the
+    # queue is full (agent/server/admission.py).
     bcrypt_workers: int = 1
     bcrypt_queue: int = 4
-    # places in that queue one client address may hold: one host flooding wrong passwords
-    # cannot take every place and lock out a scraper whose first check comes from elsewhere
+    # checks one client (address, or verified client certificate) may have running or
+    # waiting: one host flooding wrong passwords holds one place, not every place
     bcrypt_per_client: int = 1
+    # places in the queue suspects may hold together: the rest stays free for clients not
+    # flooding, so a new scraper waits for at most the check running and its own
+    bcrypt_suspect_queue: int = 2
+    # a client is a suspect this long after a check of its credentials failed
+    bcrypt_suspect_s: float = 60.0
 
     def connection_limit(self) -> int:
         """`max_connections`, lowered to leave the rest of the agent 128 descriptors."""

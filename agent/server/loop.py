@@ -301,7 +301,7 @@ class EventLoop:
             except Exception:
                 self._internal_error(conn)
 
-    def _finish_check(self, conn: Connection, ok: bool) -> None:
+    def _finish_check(self, conn: Connection, ok: bool | Response) -> None:
         request, conn.request = conn.request, None
         if conn not in self._conns or request is None:
             return

@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -66,6 +67,44 @@ def test_unknown_and_known_users_cost_one_bcrypt_of_the_same_cost(
             raw = exchange(served.port, _request(_basic(user, b"wrong")))
             assert statuses(raw) == [401]
     assert checked_costs == [6, 6]
+
+
+def test_users_of_different_bcrypt_costs_are_refused_at_start_up(tmp_path: Path) -> None:
+    # before: served, and a known cost-4 user's 401 took 1.3 ms, an unknown user's 107 ms
+    web = tmp_path / "web.yml"
+    low = bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)).decode()
+    high = bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=12)).decode()
+    web.write_text(f"basic_auth_users:\n  alice: '{low}'\n  bob: '{high}'\n")
+    argv = [sys.executable, "-m", "nvwatch.agent.cli", "serve", "--simulate", "dgx-h100",
+            "--listen", "127.0.0.1:0", "--web-config", str(web)]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, result.stderr
+    for fragment in (str(web), "alice (bcrypt cost 4)", "bob (cost 12)", "htpasswd -nBC 12"):
+        assert fragment in errors[0], errors[0]
+    # the only other line is the simulated node's warning
+    assert all("SIMULATED" in line for line in result.stderr.splitlines() if line not in errors)
+
+
+def test_a_known_user_and_an_unknown_user_take_as_long_to_refuse(tmp_path: Path) -> None:
+    users = "".join(
+        f"  {user}: '{bcrypt.hashpw(b'right', bcrypt.gensalt(rounds=6)).decode()}'\n"
+        for user in ("prometheus", "federate")
+    )
+    took: dict[bytes, list[float]] = {b"prometheus": [], b"nobody": []}
+    with serving(web_config(tmp_path, "basic_auth_users:\n" + users)) as served:
+        for _ in range(7):
+            for user, times in took.items():
+                # a new wrong password each time: each answer costs one bcrypt
+                request = _request(_basic(user, secrets.token_hex(8).encode()))
+                started = time.perf_counter()
+                assert statuses(exchange(served.port, request)) == [401]
+                times.append(time.perf_counter() - started)
+    known, unknown = (statistics.median(times) for times in took.values())
+    print(f"median 401: known user {known * 1e3:.1f} ms, unknown user {unknown * 1e3:.1f} ms")
+    assert 0.5 <= unknown / known <= 2.0
 
 
 def test_a_credential_is_checked_once(tmp_path: Path, checked_costs: list[int]) -> None:

@@ -16,6 +16,7 @@ from nvwatch.agent.webconfig import WebConfigError, load_web_config
 from tests.agent.server_helpers import Certs, make_certs
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+HASH_COST_5 = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=5)).decode()
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +115,10 @@ def test_empty_file_and_zero_rate_limit_mean_plain_http(certs: Certs) -> None:
         ("basic_auth_users:\n  bob: $2y$03$" + "a" * 53 + "\n", ["basic_auth_users.bob"]),
         ("basic_auth_users:\n  carol: $2y$04$" + "a" * 53 + "\n", ["carol", "not a valid bcrypt"]),
         ("basic_auth_users:\n  dave: plaintext\n", ["basic_auth_users.dave"]),
+        (
+            f"basic_auth_users:\n  erin: '{HASH}'\n  frank: '{HASH_COST_5}'\n",
+            ["basic_auth_users:", "erin (bcrypt cost 4)", "frank (cost 5)", "htpasswd -nBC 5 erin"],
+        ),
         ("basic_auth_users: [a]\n", ["basic_auth_users"]),
         ("tls_server_config:\n  cert_file: server.pem\n", ["key_file", "missing"]),
         (_tls("cert: x"), ["cert and cert_file are both set"]),
