@@ -46,6 +46,12 @@ FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
 ATTRIBUTION_INTERVAL_BOUNDS = DurationBounds(1.0, 3600.0)
 
 
+def is_index(text: str) -> bool:
+    """A GPU index: ASCII digits. str.isdigit() alone takes '１' (U+FF11), which int()
+    reads as 1, and '²', which int() refuses with a ValueError."""
+    return text.isascii() and text.isdigit()
+
+
 @dataclass(frozen=True)
 class ScenarioSpec:
     """A simulation scenario, optionally aimed at one GPU index or one IB device, and
@@ -59,7 +65,7 @@ class ScenarioSpec:
 
     @property
     def gpu(self) -> int | None:
-        return int(self.target) if self.target is not None and self.target.isdigit() else None
+        return int(self.target) if self.target is not None and is_index(self.target) else None
 
     def __str__(self) -> str:
         """The form parse_scenario reads: 'ecc-dbe@2,from=30s,until=5m'."""
