@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nvwatch.agent.durations import (
     DurationBounds,
     DurationError,
     parse_duration,
     prometheus_duration,
 )
+from nvwatch.agent.yaml_safe import ConfigError as ConfigError
+from nvwatch.agent.yaml_safe import key_text, load_yaml_text, read_config_text, shown
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what
@@ -28,10 +28,6 @@ KNOWN_SOURCES = ("nvml", "infiniband", "host")
 ATTRIBUTION_MODES = ("slurm", "kubernetes")
 DEFAULT_KUBELET_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 LOG_FORMATS = ("text", "json")
-
-
-class ConfigError(ValueError):
-    """Bad input from a flag, the environment or a config file."""
 
 
 # A bad duration is bad input like any other: callers catch ConfigError alone.
@@ -50,6 +46,12 @@ FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
 ATTRIBUTION_INTERVAL_BOUNDS = DurationBounds(1.0, 3600.0)
 
 
+def is_index(text: str) -> bool:
+    """A GPU index: ASCII digits. str.isdigit() alone takes '１' (U+FF11), which int()
+    reads as 1, and '²', which int() refuses with a ValueError."""
+    return text.isascii() and text.isdigit()
+
+
 @dataclass(frozen=True)
 class ScenarioSpec:
     """A simulation scenario, optionally aimed at one GPU index or one IB device, and
@@ -63,7 +65,7 @@ class ScenarioSpec:
 
     @property
     def gpu(self) -> int | None:
-        return int(self.target) if self.target is not None and self.target.isdigit() else None
+        return int(self.target) if self.target is not None and is_index(self.target) else None
 
     def __str__(self) -> str:
         """The form parse_scenario reads: 'ecc-dbe@2,from=30s,until=5m'."""
@@ -171,7 +173,8 @@ def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in KNOWN_SOURCES]
     if unknown:
         raise ConfigError(
-            f"unknown source {', '.join(unknown)}: choose from {', '.join(KNOWN_SOURCES)}"
+            f"unknown source {', '.join(map(key_text, unknown))}: choose from "
+            + ", ".join(KNOWN_SOURCES)
         )
     return names
 
@@ -185,7 +188,7 @@ def parse_attribution(value: str | list[str] | tuple[str, ...]) -> tuple[str, ..
     unknown = [n for n in names if n not in ATTRIBUTION_MODES]
     if unknown:
         raise ConfigError(
-            f"unknown attribution mode {', '.join(unknown)}: choose from "
+            f"unknown attribution mode {', '.join(map(key_text, unknown))}: choose from "
             + ", ".join(ATTRIBUTION_MODES)
             + " (comma-separated), or none"
         )
@@ -212,20 +215,21 @@ def parse_scenario(text: str) -> ScenarioSpec:
     head, *options = [part.strip() for part in text.strip().split(",")]
     name, _, target = head.partition("@")
     if not name or "=" in head:
-        raise ConfigError(f"invalid scenario {text!r}: use {SCENARIO_SYNTAX}")
+        raise ConfigError(f"invalid scenario {shown(text)}: use {SCENARIO_SYNTAX}")
     window: dict[str, float] = {}
     for option in options:
         key, sep, value = option.partition("=")
         if not sep or key not in ("from", "until"):
             raise ConfigError(
-                f"invalid scenario {text!r}: unknown option {option!r} (use from= or until=)"
+                f"invalid scenario {shown(text)}: unknown option {shown(option)} "
+                "(use from= or until=)"
             )
         if key in window:
-            raise ConfigError(f"invalid scenario {text!r}: {key}= given twice")
+            raise ConfigError(f"invalid scenario {shown(text)}: {key}= given twice")
         window[key] = _scenario_time(value, key, text)
     start, end = window.get("from"), window.get("until")
     if start is not None and end is not None and end <= start:
-        raise ConfigError(f"invalid scenario {text!r}: until= must come after from=")
+        raise ConfigError(f"invalid scenario {shown(text)}: until= must come after from=")
     return ScenarioSpec(name=name, target=target or None, from_s=start, until_s=end)
 
 
@@ -236,7 +240,7 @@ def _scenario_time(value: str, key: str, text: str) -> float:
     try:
         return parse_duration(value, f"{key}=")
     except DurationError as exc:
-        raise ConfigError(f"invalid scenario {text!r}: {exc}") from exc
+        raise ConfigError(f"invalid scenario {shown(text)}: {exc}") from exc
 
 
 def split_scenarios(values: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -253,67 +257,6 @@ def split_scenarios(values: str | list[str] | tuple[str, ...]) -> list[str]:
         else:
             result.append(piece)
     return result
-
-
-# A config file is a page of option: value lines (a web config a few users and paths);
-# a megabyte is far more than any real one and far less than what hurts (a 52 MB YAML
-# list took minutes and gigabytes to load).
-MAX_CONFIG_BYTES = 1 << 20
-
-
-def read_config_text(path: Path, what: str = "config file", limit: int = MAX_CONFIG_BYTES) -> str:
-    """The text of a config file of kind `what`, for any loader (agent, web config).
-
-    ConfigError, one line naming the file, when it cannot be read, is over `limit`
-    bytes, or is not UTF-8 text. Opened normally, not refused when not a regular file:
-    `--config <(generate-config)` hands over a pipe, and that is fine.
-    """
-    try:
-        with open(path, "rb") as file:
-            data = file.read(limit + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if len(data) > limit:
-        raise ConfigError(f"{what} {path} is larger than the limit of {limit:,} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{what} {path} is not UTF-8 text (byte {exc.start}): is it a binary file?"
-        ) from exc
-    if "\x00" in text:
-        raise ConfigError(f"{what} {path} contains NUL bytes: is it a binary file?")
-    return text
-
-
-class _FlatLoader(yaml.SafeLoader):
-    """SafeLoader without aliases: a flat file of options has no use for them, and a
-    list of aliases to a long string expands to gigabytes once joined into a flag."""
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
-            mark = event.start_mark
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            raise yaml.YAMLError(f"aliases (*name) are not allowed{where}")
-        return super().compose_node(parent, index)
-
-
-def load_yaml_text(text: str, path: Path, what: str = "config file") -> Any:
-    """Parse `text` (read from `path`) as YAML; ConfigError, one line naming the file."""
-    try:
-        # a SafeLoader: builds plain values only, never arbitrary objects
-        return yaml.load(text, Loader=_FlatLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
-        raise ConfigError(f"{what} {path} is not valid YAML{where}: {problem}") from exc
-    except yaml.YAMLError as exc:
-        first = " ".join(str(exc).split())
-        raise ConfigError(f"{what} {path} is not valid YAML: {first}") from exc
-    except RecursionError as exc:  # the composer recurses per nesting level
-        raise ConfigError(f"{what} {path} is nested too deeply to be a config") from exc
 
 
 def load_config_file(path: Path, allowed: set[str]) -> dict[str, Any]:
@@ -333,12 +276,17 @@ def load_config_file(path: Path, allowed: set[str]) -> dict[str, Any]:
         name = str(key).replace("-", "_")
         if name not in allowed:
             raise ConfigError(
-                f"config file {path}: unknown key {key!r} (known: "
+                f"config file {path}: unknown key {shown(key)} (known: "
                 + ", ".join(sorted(k.replace("_", "-") for k in allowed))
                 + ")"
             )
         result[name] = _option_value(path, key, value)
     return result
+
+
+# The longest value an option needs is a path (PATH_MAX, 4,096): the bound also keeps a
+# value out of click's own messages, which quote a value they refuse whole.
+MAX_VALUE_CHARS = 4096
 
 
 def _option_value(path: Path, key: object, value: Any) -> Any:
@@ -347,6 +295,11 @@ def _option_value(path: Path, key: object, value: Any) -> Any:
     items = value if isinstance(value, list) else [value]
     if not all(isinstance(item, scalars) for item in items):
         raise ConfigError(f"config file {path}: {key}: expected a value or a list of values")
+    if sum(len(str(item)) for item in items) > MAX_VALUE_CHARS:
+        raise ConfigError(
+            f"config file {path}: {key}: {shown(value)} is longer than the limit of "
+            f"{MAX_VALUE_CHARS:,} characters"
+        )
     # lists (sources: [nvml, host]) become the comma form the flag takes
     if isinstance(value, list) and str(key).replace("-", "_") != "scenario":
         return ",".join(str(v) for v in value)

@@ -18,6 +18,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from nvwatch.agent.yaml_safe import shown
+
 UNIT_SECONDS: dict[str, float] = {
     "y": 365 * 86400.0,
     "w": 7 * 86400.0,
@@ -28,8 +30,11 @@ UNIT_SECONDS: dict[str, float] = {
     "ms": 0.001,
 }
 # Order matters: "ms" before "m" so that "500ms" is not read as 500 minutes + "s".
-_TERM = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
-_BARE = re.compile(r"\d+(?:\.\d+)?")
+# ASCII digits only: \d would take "１s" (U+FF11) and "٣m", which float() reads too.
+_TERM = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|y|w|d|h|m|s)")
+_BARE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# str.strip() alone would also drop U+3000 and U+00A0 around the number: ASCII only
+_SPACE = " \t\r\n\v\f"
 _UNIT_ORDER = list(UNIT_SECONDS)
 
 
@@ -60,14 +65,20 @@ def parse_duration(
     finite, and lies within `bounds` when given."""
     # bool is an int, and YAML hands over lists and mappings: none of them is a duration
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise DurationError(f"invalid {what} {text!r}: use a number with a unit, e.g. 5s or 1h30m")
-    seconds = float(text) if isinstance(text, (int, float)) else _parse_text(text.strip(), what)
+        raise DurationError(
+            f"invalid {what} {shown(text)}: use a number with a unit, e.g. 5s or 1h30m"
+        )
+    if isinstance(text, str):
+        seconds = _parse_text(text.strip(_SPACE), what)
+    else:
+        # an int past a float's range is no finite duration (float() would overflow)
+        seconds = float(text) if abs(text) < 1e308 else math.inf
     if not math.isfinite(seconds):
-        raise DurationError(f"invalid {what} {text!r}: must be a finite duration")
+        raise DurationError(f"invalid {what} {shown(text)}: must be a finite duration")
     if not seconds > 0:
-        raise DurationError(f"invalid {what} {text!r}: must be greater than zero")
+        raise DurationError(f"invalid {what} {shown(text)}: must be greater than zero")
     if bounds is not None and not bounds.low <= seconds <= bounds.high:
-        raise DurationError(f"invalid {what} {text!r}: must be from {bounds}")
+        raise DurationError(f"invalid {what} {shown(text)}: must be from {bounds}")
     return seconds
 
 
@@ -75,16 +86,18 @@ def _parse_text(text: str, what: str) -> float:
     if _BARE.fullmatch(text):
         return float(text)
     position, total, last_unit = 0, 0.0, -1
-    for match in _TERM.finditer(text):
+    # each term matched where the last one ended: finditer would search on from every
+    # digit of a long number that lacks its unit, 100,000 digits taking minutes
+    while match := _TERM.match(text, position):
         unit = _UNIT_ORDER.index(match.group(2))
         # Prometheus insists on largest unit first and each unit once: "30m1h" is a typo.
-        if match.start() != position or unit <= last_unit:
+        if unit <= last_unit:
             break
         total += float(match.group(1)) * UNIT_SECONDS[match.group(2)]
         position, last_unit = match.end(), unit
     if position != len(text) or not text:
         raise DurationError(
-            f"invalid {what} {text!r}: use a number with ms, s, m, h, d, w or y (5s, 1h30m)"
+            f"invalid {what} {shown(text)}: use a number with ms, s, m, h, d, w or y (5s, 1h30m)"
         )
     return total
 

@@ -23,15 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from nvwatch.agent.config import ConfigError
+from nvwatch.agent.yaml_safe import ConfigError, key_text, load_yaml_text, read_config_text, shown
 
 REQUIRED_COLUMNS = ("hostname", "address", "node_class", "rack")
 OPTIONAL_COLUMNS = ("cluster",)
 DEFAULT_CLUSTER = "default"
 DEFAULT_PORT = 9477
 FILE_PREFIX = "nvwatch-"
+# An address plan of 100,000 nodes is a few megabytes of CSV; a bigger file is a mistake
+# (or worse), and PyYAML would take minutes over it.
+MAX_INVENTORY_BYTES = 16 << 20
 
 # RFC 1123 host names: labels of letters, digits and inner dashes, dot-separated
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -61,12 +62,7 @@ class InventoryNode:
 def load_inventory(path: Path) -> list[InventoryNode]:
     """Read and validate `path` (.csv, .yaml or .yml)."""
     suffix = path.suffix.lower()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read inventory {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"inventory {path} is not UTF-8 text") from exc
+    text = read_config_text(path, "inventory", MAX_INVENTORY_BYTES)
     if suffix == ".csv":
         rows = _csv_rows(path, text)
     elif suffix in (".yaml", ".yml"):
@@ -103,16 +99,15 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
 
 def _yaml_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
     """Either a list of nodes, or {cluster: NAME, nodes: [...]} for a one-cluster file."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0]
-        raise ConfigError(f"inventory {path} is not valid YAML: {first}") from exc
+    # the agent's one loader: no aliases, bounded nesting and integers, one-line errors
+    data = load_yaml_text(text, path, "inventory")
     default_cluster: str | None = None
     if isinstance(data, dict):
-        unknown = sorted(set(data) - {"cluster", "nodes"})
+        unknown = sorted((key for key in data if key not in ("cluster", "nodes")), key=str)
         if unknown:
-            raise ConfigError(f"inventory {path}: unknown key(s) {', '.join(map(str, unknown))}")
+            raise ConfigError(
+                f"inventory {path}: unknown key(s) {', '.join(map(key_text, unknown))}"
+            )
         default_cluster = None if data.get("cluster") is None else str(data["cluster"])
         data = data.get("nodes")
     if not isinstance(data, list) or not data:
@@ -135,7 +130,7 @@ def _check_columns(
     unknown = [h for h in header if h not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
     if unknown:
         raise ConfigError(
-            f"inventory {path}: unknown column(s) {', '.join(unknown)} "
+            f"inventory {path}: unknown column(s) {', '.join(map(key_text, unknown))} "
             f"(known: {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)})"
         )
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -158,12 +153,12 @@ def validate(path: Path, rows: Iterable[tuple[int, Mapping[str, str]]]) -> list[
                 raise ConfigError(f"{where}: empty {column}")
         hostname = row["hostname"]
         if not _HOSTNAME.match(hostname):
-            raise ConfigError(f"{where}: invalid hostname {hostname!r}")
+            raise ConfigError(f"{where}: invalid hostname {shown(hostname)}")
         try:
             address = str(ipaddress.ip_address(row["address"]))
         except ValueError:
             raise ConfigError(
-                f"{where}: invalid address {row['address']!r} for {hostname}: use an IPv4 or "
+                f"{where}: invalid address {shown(row['address'])} for {hostname}: use an IPv4 or "
                 "IPv6 address"
             ) from None
         cluster = row.get("cluster") or DEFAULT_CLUSTER
@@ -171,7 +166,7 @@ def validate(path: Path, rows: Iterable[tuple[int, Mapping[str, str]]]) -> list[
         for column, value in labels.items():
             if not _NAME.match(value):
                 raise ConfigError(
-                    f"{where}: invalid {column} {value!r}: letters, digits, '-', '_', '.' only"
+                    f"{where}: invalid {column} {shown(value)}: letters, digits, '-', '_', '.' only"
                 )
         key = hostname.lower()  # DNS names are case-insensitive
         if key in hostnames:

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-import yaml
 
 from nvwatch.agent.durations import DurationError, parse_duration
 from nvwatch.agent.webconfig_tls import MAX_FILE_BYTES, ConfigKeyError, build_tls, enabled, text
+from nvwatch.agent.yaml_safe import ConfigError, key_text, load_yaml_text, shown
 
 
-class WebConfigError(ValueError):
-    pass
+class WebConfigError(ConfigError):
+    """One line naming the web config file and, where there is one, the key."""
 
 
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
@@ -77,10 +77,11 @@ def load_web_config(path: Path) -> WebConfig:
 
 def _parse(path: Path) -> dict[str, Any]:
     try:
-        raw: Any = yaml.safe_load(_read(path))
-    except yaml.YAMLError as exc:
-        problem = " ".join(str(exc).split())  # PyYAML's message spans lines: one line
-        raise WebConfigError(f"web config {path} is not valid YAML: {problem}") from exc
+        # the agent's one loader: no aliases (a 1 KB alias bomb took 25 s and 2.2 GB
+        # here), bounded nesting and integers, errors naming the file and the key
+        raw: Any = load_yaml_text(_read(path), path, "web config")
+    except ConfigError as exc:
+        raise WebConfigError(str(exc)) from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -109,7 +110,7 @@ def _read(path: Path) -> str:
 
 
 def _config(path: Path, raw: dict[str, Any]) -> WebConfig:
-    unknown = sorted(str(key) for key in raw if key not in _TOP_KEYS)
+    unknown = sorted(key_text(key) for key in raw if key not in _TOP_KEYS)
     if unknown:
         raise ConfigKeyError(unknown[0], "unknown key")
     tls_raw = _section(raw, "tls_server_config")
@@ -145,7 +146,7 @@ def _users(raw: object) -> dict[str, bytes]:
         raise ConfigKeyError("basic_auth_users", "expected a mapping of user to bcrypt hash")
     users: dict[str, bytes] = {}
     for user, hashed in raw.items():
-        key = f"basic_auth_users.{user}"
+        key = f"basic_auth_users.{key_text(user)}"
         if not isinstance(user, str) or ":" in user or not isinstance(hashed, str):
             raise ConfigKeyError(key, "expected a user name without ':' and a bcrypt hash")
         users[user] = _bcrypt_hash(key, hashed)
@@ -189,12 +190,14 @@ def _bcrypt_hash(key: str, hashed: str) -> bytes:
 
 
 def _http_server(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    unknown = sorted(str(key) for key in raw if key not in ("http2", "headers"))
+    unknown = sorted(key_text(key) for key in raw if key not in ("http2", "headers"))
     if unknown:
         raise ConfigKeyError(f"http_server_config.{unknown[0]}", "unknown key")
     http2 = raw.get("http2", False)
     if not isinstance(http2, bool):
-        raise ConfigKeyError("http_server_config.http2", f"expected true or false, got {http2!r}")
+        raise ConfigKeyError(
+            "http_server_config.http2", f"expected true or false, got {shown(http2)}"
+        )
     if http2:
         raise ConfigKeyError(
             "http_server_config.http2", "nvwatch serves HTTP/1.1 only; remove the key or set false"
@@ -204,19 +207,19 @@ def _http_server(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _header(name: object, value: object) -> tuple[str, str]:
-    key = f"http_server_config.headers.{name}"
+    key = f"http_server_config.headers.{key_text(name)}"
     if not isinstance(name, str) or name not in ALLOWED_HEADERS:
         raise ConfigKeyError(key, f"cannot be configured; allowed: {', '.join(ALLOWED_HEADERS)}")
     allowed = ALLOWED_HEADERS[name]
     if not isinstance(value, str) or _CONTROL.search(value):
         raise ConfigKeyError(key, "expected a one-line string")
     if allowed is not None and value not in allowed:
-        raise ConfigKeyError(key, f"{value!r} is not one of {', '.join(allowed)}")
+        raise ConfigKeyError(key, f"{shown(value)} is not one of {', '.join(allowed)}")
     return name, value
 
 
 def _rate_limit(raw: Mapping[str, Any]) -> RateLimit | None:
-    unknown = sorted(str(key) for key in raw if key not in ("interval", "burst"))
+    unknown = sorted(key_text(key) for key in raw if key not in ("interval", "burst"))
     if unknown:
         raise ConfigKeyError(f"rate_limit.{unknown[0]}", "unknown key")
     interval = raw.get("interval", 0)
@@ -229,5 +232,7 @@ def _rate_limit(raw: Mapping[str, Any]) -> RateLimit | None:
     burst = raw.get("burst")
     if not isinstance(burst, int) or isinstance(burst, bool) or burst < 1:
         # a burst of 0 would refuse every request (golang.org/x/time/rate)
-        raise ConfigKeyError("rate_limit.burst", f"expected a whole number >= 1, got {burst!r}")
+        raise ConfigKeyError(
+            "rate_limit.burst", f"expected a whole number >= 1, got {shown(burst)}"
+        )
     return RateLimit(interval_s, burst)

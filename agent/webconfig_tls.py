@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvwatch.agent.yaml_safe import key_text, shown
+
 MAX_FILE_BYTES = 1024 * 1024  # PEM files: a chain of a few certificates is a few KB
 
 KEYS = frozenset(
@@ -92,7 +94,7 @@ def enabled(raw: Mapping[str, object]) -> bool:
 
 def build_tls(raw: Mapping[str, object], base: Path) -> TlsConfig:
     """The server's SSLContext; ConfigKeyError (key relative to tls_server_config)."""
-    unknown = sorted(str(key) for key in raw if key not in KEYS)
+    unknown = sorted(key_text(key) for key in raw if key not in KEYS)
     if unknown:
         raise ConfigKeyError(unknown[0], "unknown key")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -124,7 +126,7 @@ def text(raw: Mapping[str, object], key: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise ConfigKeyError(key, f"expected a string, got {value!r}")
+        raise ConfigKeyError(key, f"expected a string, got {shown(value)}")
     return value
 
 
@@ -133,7 +135,7 @@ def texts(raw: Mapping[str, object], key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigKeyError(key, f"expected a list of strings, got {value!r}")
+        raise ConfigKeyError(key, f"expected a list of strings, got {shown(value)}")
     return list(value)
 
 
@@ -195,7 +197,7 @@ def _client_auth(context: ssl.SSLContext, raw: Mapping[str, object], base: Path)
     name = text(raw, "client_auth_type") or "NoClientCert"
     if name not in CLIENT_AUTH:
         raise ConfigKeyError(
-            "client_auth_type", f"unknown value {name!r}: one of {', '.join(CLIENT_AUTH)}"
+            "client_auth_type", f"unknown value {shown(name)}: one of {', '.join(CLIENT_AUTH)}"
         )
     mode = CLIENT_AUTH[name]
     if mode is None:
@@ -245,7 +247,9 @@ def _load_client_ca(context: ssl.SSLContext, raw: Mapping[str, object], base: Pa
 def _version(raw: Mapping[str, object], key: str, default: str) -> ssl.TLSVersion:
     name = text(raw, key) or default
     if name not in VERSIONS:
-        raise ConfigKeyError(key, f"unknown TLS version {name!r}: one of {', '.join(VERSIONS)}")
+        raise ConfigKeyError(
+            key, f"unknown TLS version {shown(name)}: one of {', '.join(VERSIONS)}"
+        )
     return VERSIONS[name]
 
 
@@ -270,11 +274,11 @@ def _ciphers(context: ssl.SSLContext, raw: Mapping[str, object], legacy: bool) -
     for name in names:
         if name in TLS13_SUITES:
             raise ConfigKeyError(
-                "cipher_suites", f"{name}: TLS 1.3 suites cannot be chosen (in Go neither)"
+                "cipher_suites", f"{shown(name)}: TLS 1.3 suites cannot be chosen (in Go neither)"
             )
         if name not in CIPHER_SUITES:
             raise ConfigKeyError(
-                "cipher_suites", f"{name}: not one of Go's tls.CipherSuites() below TLS 1.3"
+                "cipher_suites", f"{shown(name)}: not one of Go's tls.CipherSuites() below TLS 1.3"
             )
     if not names and not legacy:
         return
@@ -295,7 +299,7 @@ def _options(context: ssl.SSLContext, raw: Mapping[str, object]) -> None:
     prefer = raw.get("prefer_server_cipher_suites", True)
     if not isinstance(prefer, bool):
         raise ConfigKeyError(
-            "prefer_server_cipher_suites", f"expected true or false, got {prefer!r}"
+            "prefer_server_cipher_suites", f"expected true or false, got {shown(prefer)}"
         )
     if prefer:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
@@ -304,7 +308,7 @@ def _options(context: ssl.SSLContext, raw: Mapping[str, object]) -> None:
     curves = texts(raw, "curve_preferences")
     for curve in curves:
         if curve not in CURVES:
-            raise ConfigKeyError("curve_preferences", f"{curve}: one of {', '.join(CURVES)}")
+            raise ConfigKeyError("curve_preferences", f"{shown(curve)}: one of {', '.join(CURVES)}")
     if len(curves) > 1:
         raise ConfigKeyError(
             "curve_preferences",

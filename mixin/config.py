@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.config import load_yaml_text, read_config_text
 from nvwatch.agent.durations import parse_duration, prometheus_duration
+from nvwatch.agent.yaml_safe import key_text, load_yaml_text, read_config_text, shown
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
 _WINDOWS = (
@@ -268,14 +268,14 @@ class MixinConfig:
                 # frozen: normalising in place is the one write __post_init__ makes
                 object.__setattr__(self, f.name, _prometheus_form(f.name, value))
             elif isinstance(f.default, bool) and not isinstance(value, bool):
-                raise ValueError(f"{f.name}: expected true or false, got {value!r}")
+                raise ValueError(f"{f.name}: expected true or false, got {shown(value)}")
             elif isinstance(f.default, (int, float)) and not isinstance(value, (int, float)):
-                raise ValueError(f"{f.name}: expected a number, got {value!r}")
+                raise ValueError(f"{f.name}: expected a number, got {shown(value)}")
             elif isinstance(f.default, str) and not isinstance(value, str):
-                raise ValueError(f"{f.name}: expected a string, got {value!r}")
+                raise ValueError(f"{f.name}: expected a string, got {shown(value)}")
         names = [c.name for c in self.node_classes]
         if len(set(names)) != len(names):
-            raise ValueError(f"node_classes: duplicate class name in {names}")
+            raise ValueError(f"node_classes: duplicate class name in {shown(names)}")
 
     # --- selector helpers -----------------------------------------------------------
     def sel(self, *matchers: str) -> str:
@@ -316,7 +316,7 @@ class MixinConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"unknown mixin config key(s): {', '.join(unknown)}")
+            raise ValueError(f"unknown mixin config key(s): {', '.join(map(key_text, unknown))}")
         return dataclasses.replace(self, **overrides)
 
     @classmethod
@@ -329,7 +329,7 @@ class MixinConfig:
         for key in ("critical_xids", "dashboard_tags"):
             if key in values:
                 if not isinstance(values[key], list):
-                    raise ValueError(f"{key}: expected a list, got {values[key]!r}")
+                    raise ValueError(f"{key}: expected a list, got {shown(values[key])}")
                 values[key] = tuple(str(v) for v in values[key])
         return cls().with_overrides(**values)
 
@@ -344,7 +344,7 @@ class MixinConfig:
             raise ValueError(f"{path}: mixin config must be a mapping, got {type(data).__name__}")
         try:
             return cls.from_mapping(data)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OverflowError) as err:  # int(.inf): OverflowError
             raise ValueError(f"{path}: {err}") from err
 
 
@@ -357,11 +357,12 @@ def _node_classes(raw: Any) -> tuple[NodeClass, ...]:
         raise ValueError("node_classes: expected a mapping of class name to expectations")
     classes = []
     for name, spec in raw.items():
+        where = f"node_classes.{key_text(name)}"
         if not isinstance(spec, dict):
-            raise ValueError(f"node_classes.{name}: expected a mapping")
+            raise ValueError(f"{where}: expected a mapping")
         unknown = sorted(set(spec) - set(_NODE_CLASS_KEYS))
         if unknown:
-            raise ValueError(f"node_classes.{name}: unknown key(s): {', '.join(unknown)}")
+            raise ValueError(f"{where}: unknown key(s): {', '.join(map(key_text, unknown))}")
         rate = spec.get("ib_rate_gbps")
         classes.append(
             NodeClass(
@@ -382,9 +383,8 @@ def _rack_budgets(raw: Any) -> tuple[tuple[str, float], ...]:
     budgets = []
     for rack, kilowatts in raw.items():
         if isinstance(kilowatts, bool) or not isinstance(kilowatts, (int, float)) or kilowatts <= 0:
-            raise ValueError(
-                f"rack_gpu_power_budgets_kw.{rack}: expected kW > 0, got {kilowatts!r}"
-            )
+            where = f"rack_gpu_power_budgets_kw.{key_text(rack)}"
+            raise ValueError(f"{where}: expected kW > 0, got {shown(kilowatts)}")
         budgets.append((str(rack), float(kilowatts)))
     return tuple(budgets)
 
@@ -392,7 +392,7 @@ def _rack_budgets(raw: Any) -> tuple[tuple[str, float], ...]:
 def _prometheus_form(name: str, value: object) -> str:
     """`value` in the one duration grammar, rewritten as rule files and PromQL take it."""
     if not isinstance(value, str):
-        raise ValueError(f"{name}: {value!r} is not a duration like 5m, 1h30m or 2.5s")
+        raise ValueError(f"{name}: {shown(value)} is not a duration like 5m, 1h30m or 2.5s")
     return prometheus_duration(parse_duration(value, name))
 
 

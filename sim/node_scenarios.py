@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nvwatch.agent.config import ScenarioSpec, parse_scenario
+from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
 from nvwatch.sim import scenarios
 from nvwatch.sim.fabric import (
     FABRIC_SCENARIOS,
@@ -140,9 +140,9 @@ def repair(
     gpu_side = name is None or name in scenarios.NVML_SCENARIOS
     fabric_side = name is None or is_ib_scenario(name)
     repaired: list[str] = []
-    if gpu_side and (target is None or target.isdigit()):
+    if gpu_side and (target is None or is_index(target)):
         repaired += nvml.end_scenarios(name, None if target is None else int(target))
-    if fabric_side and (target is None or not target.isdigit()):
+    if fabric_side and (target is None or not is_index(target)):
         repaired += fabric.end_scenarios(name, target)
     return repaired
 

@@ -24,7 +24,10 @@ Every open is non-blocking and refuses anything that is not a regular file
 the source.
 
 A value that is not a value (garbage, a number wider than its counter) is dropped and
-counted in `parse_errors_total`, exported as nvwatch_agent_parse_errors_total.
+counted in `parse_errors_total`, exported as nvwatch_agent_parse_errors_total; so is, on
+every poll, a device directory that exists and cannot be listed (an unreadable ports/
+loses every value in it). Entries that are no directory (a symbolic link loop in
+class/infiniband) are skipped; each of these is logged once.
 """
 
 from __future__ import annotations
@@ -202,8 +205,12 @@ class InfinibandSource:
             raise self._no_devices(class_dir_exists=True)
         listings, relisted = self._listing.devices(names, mtime, self._current_gpu_bus_ids())
         if relisted:
-            self._note_seen(names)
+            for path, reason, level in self._listing.skipped:
+                self._log_once(path, reason, level)
+            self._note_seen([listing.name for listing in listings])
             self._static.clear()
+        if not listings:  # every entry skipped: no device, as in an empty directory
+            raise self._no_devices(class_dir_exists=True)
         devices = []
         for listing in listings:
             device = self._read_device(listing)
@@ -257,6 +264,10 @@ class InfinibandSource:
     # --- reading -----------------------------------------------------------------------
 
     def _read_device(self, listing: DeviceListing) -> InfinibandDevice | None:
+        for path, reason in listing.unlisted:
+            # the values in it are lost on this poll like a garbage file's value is
+            self.parse_errors_total += 1
+            self._log_once(path, reason, logging.WARNING)
         ports = tuple(
             self._read_port(listing.name, port, listing.nearest_gpus) for port in listing.ports
         )

@@ -5,6 +5,13 @@ listing is kept and rebuilt only when the device list or the class directory's m
 changes (hot-plug), when the GPUs' bus ids change (affinity), when the source reports a
 listed file gone (`invalidate`), or every `relist_every` polls (new counter files).
 
+An entry of class/infiniband or of a device's ports/ that is not a directory (a symbolic
+link loop, a dangling link, a file) is skipped and reported in `skipped`, for the source
+to log once: listed, it was a device or port of empty labels, relisted on every poll. A
+directory that exists and cannot be listed (EACCES, EIO, a file named `ports`) is kept
+in its device's `unlisted`, which the source counts as a parse error on every poll:
+before, an unreadable ports/ dropped every series of its device without a word.
+
 A file that vanishes stays in the listing of its port, marked `absent`, for as long as
 its device is there: it is opened on every poll, so the poll after it returns reads it
 again. Dropping it at the relist that noticed it gone would keep it missing until the
@@ -16,7 +23,10 @@ counter that stays gone costs one failed open per poll, not a relist per poll.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,19 +60,50 @@ class DeviceListing:
     nearest_gpus: tuple[int, ...]  # GPUs nearest the device, the same for every port
     ports: tuple[PortListing, ...]
     absent: frozenset[str] = frozenset()  # device attributes missing when listed
-
-
-def visible_files(directory: str) -> list[str]:
-    """File names in a directory, sorted; dotfiles (a writer's temp files) skipped."""
-    try:
-        return visible_files_strict(directory)
-    except OSError:
-        return []
+    # directories of the device (ports/, a port's counters/...) that exist and could not
+    # be listed, with why: every value in them is missing
+    unlisted: tuple[tuple[str, str], ...] = ()
 
 
 def visible_files_strict(directory: str) -> list[str]:
-    """Like visible_files, but a directory that cannot be listed is an error to report."""
+    """File names in a directory, sorted; dotfiles (a writer's temp files) skipped.
+    OSError when it cannot be listed."""
     return sorted(n for n in os.listdir(directory) if not n.startswith("."))
+
+
+def listed(directory: str, unlisted: list[tuple[str, str]]) -> list[str]:
+    """visible_files_strict, adding to `unlisted` a directory that is there and cannot
+    be listed (with why) instead of raising.
+
+    A missing one is not an error: counters_ext/ and hw_counters/ exist only on some
+    drivers, and a device unplugged mid-listing is noticed when it is read.
+    """
+    try:
+        return visible_files_strict(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        unlisted.append((directory, f"cannot list: {_reason(exc)}"))
+        return []
+
+
+def not_a_directory(path: str) -> tuple[str, int] | None:
+    """Why an entry that should be a device or port directory is not one (with the log
+    level it deserves), or None when it is one."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        # a dangling link, or a device unplugged since the directory was listed
+        return "missing (a dangling link, or unplugged): skipped", logging.INFO
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop: skipped", logging.WARNING
+        return f"{_reason(exc)}: skipped", logging.WARNING
+    return None if stat.S_ISDIR(mode) else ("not a directory: skipped", logging.WARNING)
+
+
+def _reason(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else type(exc).__name__
 
 
 def port_sort_key(name: str) -> tuple[int, str]:
@@ -88,6 +129,9 @@ class ListingCache:
         self._key: tuple[object, ...] | None = None
         self._polls_since_list = 0
         self._absent: frozenset[str] = frozenset()
+        # entries of the last listing that are no device or port directory: (path, why,
+        # log level), for the source to log
+        self.skipped: tuple[tuple[str, str, int], ...] = ()
 
     def devices(
         self, names: tuple[str, ...], mtime: int, bus_ids: tuple[str, ...]
@@ -129,20 +173,26 @@ class ListingCache:
         gpu_paths = [self._resolver.gpu_path(bus_id) for bus_id in bus_ids]
         before = {(d.name, p.name): p for d in previous for p in d.ports}
         listings = []
+        skipped: list[tuple[str, str, int]] = []
         for name in names:
             device_dir = os.path.join(self._class_dir, name)
+            if self._skipped(device_dir, skipped):
+                continue
             pci_path = self._resolver.hca_path(name)
             ports_dir = os.path.join(device_dir, "ports")
+            unlisted: list[tuple[str, str]] = []
             ports = tuple(
                 _list_port(
                     port,
                     os.path.join(ports_dir, port),
                     before.get((name, port)),
                     self._hw_counters,
+                    unlisted,
                 )
-                for port in sorted(visible_files(ports_dir), key=port_sort_key)
+                for port in sorted(listed(ports_dir, unlisted), key=port_sort_key)
+                if not self._skipped(os.path.join(ports_dir, port), skipped)
             )
-            present = set(visible_files(device_dir))
+            present = set(listed(device_dir, unlisted))
             listings.append(
                 DeviceListing(
                     name=name,
@@ -153,9 +203,18 @@ class ListingCache:
                     absent=frozenset(
                         os.path.join(device_dir, a) for a in DEVICE_ATTRIBUTES if a not in present
                     ),
+                    unlisted=tuple(unlisted),
                 )
             )
+        self.skipped = tuple(skipped)
         return tuple(listings)
+
+    @staticmethod
+    def _skipped(path: str, skipped: list[tuple[str, str, int]]) -> bool:
+        why = not_a_directory(path)
+        if why is not None:
+            skipped.append((path, *why))
+        return why is not None
 
 
 def _absent_paths(device: DeviceListing) -> frozenset[str]:
@@ -163,24 +222,28 @@ def _absent_paths(device: DeviceListing) -> frozenset[str]:
 
 
 def _list_port(
-    port: str, port_dir: str, previous: PortListing | None, wanted: frozenset[str] | None
+    port: str,
+    port_dir: str,
+    previous: PortListing | None,
+    wanted: frozenset[str] | None,
+    unlisted: list[tuple[str, str]],
 ) -> PortListing:
     files: dict[str, str] = {}
     counters_dir = os.path.join(port_dir, "counters")
-    for name in visible_files(counters_dir):
+    for name in listed(counters_dir, unlisted):
         if name in READ_COUNTERS:
             files[name] = os.path.join(counters_dir, name)
     ext_dir = os.path.join(port_dir, "counters_ext")
-    for name in visible_files(ext_dir):
+    for name in listed(ext_dir, unlisted):
         if EXTENDED_COUNTERS.get(name) in READ_COUNTERS:
             files[EXTENDED_COUNTERS[name]] = os.path.join(ext_dir, name)
     hw_dir = os.path.join(port_dir, "hw_counters")
     hw_files = {
         name: os.path.join(hw_dir, name)
-        for name in visible_files(hw_dir)
+        for name in listed(hw_dir, unlisted)
         if name not in HW_COUNTER_NOT_COUNTERS and (wanted is None or name in wanted)
     }
-    present = set(visible_files(port_dir))
+    present = set(listed(port_dir, unlisted))
     absent = {os.path.join(port_dir, a) for a in PORT_ATTRIBUTES if a not in present}
     if previous is not None:
         # files this port had before and has not now: kept, so their return is seen

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 
 from nvwatch.agent.durations import (
@@ -82,3 +86,61 @@ def test_prometheus_form_refuses_what_it_cannot_write() -> None:
     for seconds in (float("inf"), float("nan"), 1e306):
         with pytest.raises(DurationError):
             prometheus_duration(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "１s",  # FULLWIDTH DIGIT ONE: \d took it, and float() reads it as 1
+        "1.５s",
+        "٣m",  # ARABIC-INDIC DIGIT THREE
+        "²s",  # str.isdigit() is true of superscripts
+        "１",
+        "\u30005s",  # an IDEOGRAPHIC SPACE around the number: str.strip() dropped it
+        "5s\u00a0",
+    ],
+)
+def test_only_ascii_digits_and_spaces_are_a_duration(text: str) -> None:
+    with pytest.raises(DurationError) as info:
+        parse_duration(text, "interval")
+    assert "\n" not in str(info.value)
+
+
+def test_a_long_duration_is_refused_quickly_and_shown_bounded() -> None:
+    # before: the term regex searched on from every digit (minutes), and the message
+    # quoted all 100,001 characters
+    started = time.monotonic()
+    with pytest.raises(DurationError) as info:
+        parse_duration("5" * 100_000 + "q", "interval")
+    assert time.monotonic() - started < 2
+    assert "(100,001 characters)" in str(info.value) and len(str(info.value)) < 300
+
+
+def test_an_int_past_a_float_is_no_finite_duration() -> None:
+    with pytest.raises(DurationError, match="finite"):
+        parse_duration(10**400, "interval")  # float() of it raised OverflowError
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--sources", "host", "--settle", "１s"],
+        ["--simulate", "dgx-h100", "--sources", "nvml", "--scenario", "gpu-lost@1,from=１s"],
+        ["--simulate", "dgx-h100", "--sources", "nvml", "--scenario", "gpu-lost@１"],
+        ["--simulate", "dgx-h100", "--sources", "nvml", "--scenario", "gpu-lost@²"],
+    ],
+    ids=["settle", "scenario-from", "fullwidth-gpu", "superscript-gpu"],
+)
+def test_non_ascii_digits_are_refused_by_the_command(args: list[str]) -> None:
+    # before: '１s' settled for a second, gpu-lost@１ lost GPU 1, and gpu-lost@² ended in
+    # int()'s own "invalid literal for int() with base 10: '²'"
+    completed = subprocess.run(
+        [sys.executable, "-m", "nvwatch.agent.cli", "dump", "--settle", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2, completed.stderr[-1000:]
+    errors = [line for line in completed.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("nvwatch: error: "), errors
+    assert args[-1] in errors[0] and "int()" not in errors[0]

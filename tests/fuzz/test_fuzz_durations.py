@@ -25,6 +25,7 @@ def test_parse_duration(text: str, bounds: object) -> None:
         assert "\n" not in str(exc).replace(repr(text), "")  # one line, for a user
         return
     assert math.isfinite(seconds) and seconds > 0
+    assert text.strip(" \t\r\n\v\f").isascii()  # no '１s', no U+3000 around it
     if bounds is not None:
         assert bounds.low <= seconds <= bounds.high  # type: ignore[attr-defined]
 

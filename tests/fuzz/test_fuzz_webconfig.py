@@ -1,7 +1,7 @@
-"""Fuzz the web config loader: a WebConfig or a ValueError (one line naming the file).
+"""Fuzz the web config loader: a WebConfig or a WebConfigError (one line naming the file).
 
-`nvwatch serve` turns a ValueError from the loader into one line and exit 2; anything
-else would be a traceback at start-up. Certificates and hashes are not generated: the
+`nvwatch serve` turns a WebConfigError (a ConfigError) into one line and exit 2;
+anything else would be a traceback at start-up. Certificates and hashes are not generated: the
 point is the loader's handling of shapes and values, not TLS or bcrypt.
 """
 
@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvwatch.agent.webconfig import load_web_config
+from nvwatch.agent.webconfig import WebConfigError, load_web_config
 
 from .strategies import FUZZ, tricky_text
 
@@ -46,7 +46,7 @@ def _load(content: bytes) -> None:
         path.write_bytes(content)
         try:
             load_web_config(path)
-        except ValueError as exc:
+        except WebConfigError as exc:
             assert str(path) in str(exc)
             assert "\n" not in str(exc)
 

@@ -1,0 +1,264 @@
+"""The one YAML loader of every file the agent reads: --config, --web-config, the mixin
+config and the cluster inventory, and `shown()`, the one way an error shows a value.
+
+A config file is a page of plain values. PyYAML's SafeLoader builds only plain values,
+but takes things a mistaken or hostile file can turn against the agent at start-up:
+
+- aliases: a 1 KB web config of aliases to aliases took 25 s and 2.2 GB, most of it
+  spent printing the expanded value in an error message;
+- nesting: its composer recurses once per level, so 50,000 '[' ended in a RecursionError
+  traceback, and recursion is no bound to rely on anyway;
+- integers: int() refuses 4,300 digits with a ValueError of its own (a traceback from
+  --config), and a long base-60 integer (1:2:3:...) is quadratic work to build;
+- constructors: a timestamp with month 13, or `!!int x`, raise ValueError and friends,
+  not YAMLError.
+
+So `load_yaml_text` refuses aliases (anchors are then harmless), nesting deeper than
+MAX_DEPTH (counted as the composer goes, so a megabyte of '[' is refused at the 33rd),
+and integers of more than MAX_INT_DIGITS digits, and turns every problem into one
+ConfigError line naming the file, the key path where there is one, and the position.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+# Levels of lists and mappings one file may nest: every config here needs three or four.
+MAX_DEPTH = 32
+# Digits of one integer: 30 is past any count, port, byte size or seed a config holds,
+# and far below int()'s own limit of 4,300.
+MAX_INT_DIGITS = 30
+# A config file is a page of option: value lines (a web config a few users and paths);
+# a megabyte is far more than any real one and far less than what hurts (a 52 MB YAML
+# list took minutes and gigabytes to load).
+MAX_CONFIG_BYTES = 1 << 20
+# Characters of a value an error message shows (see `shown`).
+SHOWN_CHARS = 60
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_TAG_PREFIX = "tag:yaml.org,2002:"
+
+
+class ConfigError(ValueError):
+    """Bad input from a flag, the environment or a config file; the message is one line.
+
+    Defined here, beside the loader that raises it most, and re-exported by
+    agent/config.py, where every other parser raises it too.
+    """
+
+
+def shown(value: object) -> str:
+    """`value` as an error message may show it: its repr, cut to about SHOWN_CHARS
+    characters with an ellipsis and its size when longer.
+
+    One line (repr escapes newlines and control characters) whatever the value, and
+    never built whole: a megabyte string, a list of a million items or a huge integer
+    costs what its first few items cost.
+    """
+    if isinstance(value, (str, bytes)):
+        text = repr(value[: SHOWN_CHARS + 1])
+        if len(value) <= SHOWN_CHARS and len(text) <= SHOWN_CHARS + 3:
+            return text
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{text[:SHOWN_CHARS]}… ({len(value):,} {unit})"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**SHOWN_CHARS:
+        # repr() of an int past 4,300 digits raises; its size says enough anyway
+        return f"an integer of about {int(abs(value).bit_length() * 0.30103):,} digits"
+    text = _REPR.repr(value)
+    if len(text) <= SHOWN_CHARS and "..." not in text:
+        return text
+    if isinstance(value, (list, tuple, dict, set)):
+        count = len(value)
+        return f"{text[:SHOWN_CHARS]}… ({count:,} item{'' if count == 1 else 's'})"
+    return f"{text[:SHOWN_CHARS]}…"
+
+
+def _bounded_repr() -> reprlib.Repr:
+    # attributes, not keyword arguments: Repr() takes none before Python 3.12
+    bounded = reprlib.Repr()
+    bounded.maxlevel = 3
+    bounded.maxstring = bounded.maxother = bounded.maxlong = SHOWN_CHARS
+    bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = 6
+    return bounded
+
+
+_REPR = _bounded_repr()
+
+
+def key_text(key: object) -> str:
+    """One key of a key path in an error: as written when short and printable, else shown."""
+    if isinstance(key, str) and key and key.isprintable() and len(key) <= SHOWN_CHARS:
+        return key
+    return shown(key)
+
+
+def read_config_text(path: Path, what: str = "config file", limit: int = MAX_CONFIG_BYTES) -> str:
+    """The text of a config file of kind `what`, for any loader (agent, web config).
+
+    ConfigError, one line naming the file, when it cannot be read, is over `limit`
+    bytes, or is not UTF-8 text. Opened normally, not refused when not a regular file:
+    `--config <(generate-config)` hands over a pipe, and that is fine.
+    """
+    try:
+        with open(path, "rb") as file:
+            data = file.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise ConfigError(f"{what} {path} is larger than the limit of {limit:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}): is it a binary file?"
+        ) from exc
+    if "\x00" in text:
+        raise ConfigError(f"{what} {path} contains NUL bytes: is it a binary file?")
+    return text
+
+
+def load_yaml_text(text: str, path: Path, what: str = "config file") -> Any:
+    """Parse `text` (read from `path`) as YAML: plain values only, no aliases, at most
+    MAX_DEPTH levels, integers of at most MAX_INT_DIGITS digits. ConfigError, one line
+    naming the file (and the key path where there is one), on anything else."""
+    try:
+        return _load(text)
+    except _Refused as exc:
+        # a path 32 levels deep of 60-character keys is still one line, but not a short one
+        where = f"{_one_line(exc.key_path, 120)}: " if exc.key_path else ""
+        raise ConfigError(f"{what} {path}: {where}{exc.problem}{_position(exc.mark)}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = _one_line(str(exc.problem or exc.context or "syntax error"))
+        raise ConfigError(f"{what} {path} is not valid YAML{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {_one_line(str(exc))}") from None
+
+
+def _load(text: str) -> Any:
+    loader = _Loader(text)  # its reader refuses control characters here already
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """PyYAML's message on one line, bounded: a problem may quote a tag or a token whole."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else f"{flat[:limit]}… ({len(flat):,} characters)"
+
+
+class _Mark(Protocol):
+    """Where in the text: PyYAML's pure and C implementations each have a Mark class."""
+
+    line: int
+    column: int
+
+
+def _position(mark: _Mark | None) -> str:
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+
+
+class _Refused(yaml.YAMLError):
+    """What this loader refuses, where PyYAML would have gone on (or crashed)."""
+
+    def __init__(self, problem: str, mark: _Mark | None, key_path: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.mark = mark
+        self.key_path = key_path
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases, deep nesting and long integers as it composes,
+    and knows the key path of the node it is at for its error messages."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._keys: list[str | int] = []  # the key path of the node composed: keys, indexes
+        self._depth = 0  # lists and mappings open around it
+        # the key path of every node composed, by id (the nodes live until the load
+        # ends): a constructor fails after composition, when the path is gone
+        self._paths: dict[int, str] = {}
+
+    def key_path(self) -> str:
+        """'rate_limit.burst', 'sources[2]': where the node being composed sits."""
+        path = ""
+        for part in self._keys:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else part
+        return path
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        part = _key_part(parent, index)
+        if part is not None:
+            self._keys.append(part)
+        try:
+            event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, yaml.AliasEvent):
+                raise self._refused("aliases (*name) are not allowed", event.start_mark)
+            opens = isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent))
+            if opens:
+                if self._depth >= MAX_DEPTH:
+                    raise self._refused(
+                        f"nested too deeply: more than {MAX_DEPTH} levels of lists and mappings",
+                        event.start_mark,
+                    )
+                self._depth += 1
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                if opens:
+                    self._depth -= 1
+            if node is not None:
+                self._paths[id(node)] = self.key_path()
+            return node
+        finally:
+            if part is not None:
+                self._keys.pop()
+
+    def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
+        node = super().compose_scalar_node(anchor)
+        if node.tag == _INT_TAG and _int_digits(node.value) > MAX_INT_DIGITS:
+            raise self._refused(
+                f"an integer of {_int_digits(node.value):,} digits (at most {MAX_INT_DIGITS})",
+                node.start_mark,
+            )
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError):
+            # a scalar its tag's constructor cannot read: '2001-13-45', `!!int x`
+            tag = node.tag.replace(_TAG_PREFIX, "!!")
+            raise _Refused(
+                f"{shown(node.value)} is not a valid {key_text(tag)}",
+                node.start_mark,
+                self._paths.get(id(node), ""),
+            ) from None
+
+    def _refused(self, problem: str, mark: _Mark | None) -> _Refused:
+        return _Refused(problem, mark, self.key_path())
+
+
+def _key_part(parent: yaml.Node | None, index: Any) -> str | int | None:
+    """The part a child adds to the key path: its key in a mapping, its index in a list."""
+    if isinstance(parent, yaml.SequenceNode) and isinstance(index, int):
+        return index
+    if isinstance(parent, yaml.MappingNode) and isinstance(index, yaml.Node):
+        return key_text(index.value) if isinstance(index, yaml.ScalarNode) else "(a complex key)"
+    return None  # the root, or a mapping's key itself (its path is the mapping's)
+
+
+def _int_digits(text: str) -> int:
+    """The digits of a YAML 1.1 integer: no sign, '_', base prefix or base-60 ':'."""
+    body = text.lstrip("+-").replace("_", "").replace(":", "")
+    return len(body) - 2 if body[:2].lower() in ("0x", "0b", "0o") else len(body)
