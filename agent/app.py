@@ -71,13 +71,20 @@ class Agent:
         return Health(True, f"last poll {age:.1f}s ago, every {self.config.interval:g}s")
 
 
-def make_server(agent: Agent) -> MetricsServer:
-    web: WebConfig | None = None
-    if agent.config.web_config is not None:
-        try:
-            web = load_web_config(agent.config.web_config)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+def web_config_of(config: AgentConfig) -> WebConfig | None:
+    """The --web-config file, loaded and checked; ConfigError (one line) when it is bad."""
+    if config.web_config is None:
+        return None
+    try:
+        return load_web_config(config.web_config)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def make_server(agent: Agent, web: WebConfig | None = None) -> MetricsServer:
+    """The server for `agent`; `web` when the caller loaded the web config already."""
+    if web is None:
+        web = web_config_of(agent.config)
     try:
         server = MetricsServer(
             agent.config.listen_host,
@@ -101,6 +108,7 @@ def serve(
     *,
     ready: Callable[[MetricsServer], None] | None = None,
     stop: threading.Event | None = None,
+    web: WebConfig | None = None,
 ) -> int:
     """Poll and serve until `stop` is set; returns the exit code.
 
@@ -109,7 +117,7 @@ def serve(
     """
     agent = Agent(config, sources)
     # nothing has started yet: if binding fails there is nothing to stop
-    server = make_server(agent)
+    server = make_server(agent, web)
     stop = stop or threading.Event()
     # the first poll before listening: the first scrape already has data
     agent.poller.poll_once()

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from nvwatch.agent import __version__, logs, simulation
-from nvwatch.agent.app import StartupError, poll_and_render, serve
+from nvwatch.agent.app import StartupError, poll_and_render, serve, web_config_of
 from nvwatch.agent.cli.options import agent_options, build_config, option, source_options
 from nvwatch.agent.click_groups import HelpGroup
 from nvwatch.agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
@@ -115,13 +115,16 @@ def serve_command(**params: Any) -> None:
     """Poll the sources on an interval and serve /metrics."""
     config = build_config(params)
     logs.configure(config.log_format)
+    # before anything starts: a bad web config is one line, not a simulated node's
+    # warning followed by it
+    web = web_config_of(config)
     stop = threading.Event()
     deaths = ThreadDeaths(stop)
     # outermost: the simulated node's thread starts in runtime(), and it must stop (and
     # its files go) however the agent ends
     with thread_deaths(deaths.died), runtime(config) as effective, _agent_process(stop):
         sources = build_sources(effective)
-        code = serve(effective, sources, stop=stop)
+        code = serve(effective, sources, stop=stop, web=web)
     sys.exit(deaths.exit_code(code))
 
 

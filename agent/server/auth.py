@@ -172,4 +172,11 @@ class BcryptPool:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _BCRYPT_NICE)
         while (job := self._jobs.get()) is not None:
             pending, token, done = job
-            done(token, self._auth.verify(pending))
+            try:
+                ok = self._auth.verify(pending)
+            except Exception:
+                # a bug checking one credential refuses that request; the worker, which
+                # every later check needs, lives on (the loop waits for every answer)
+                log.exception("checking a credential failed; answering 401")
+                ok = False
+            done(token, ok)

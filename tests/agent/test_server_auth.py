@@ -79,13 +79,10 @@ def test_users_of_different_bcrypt_costs_are_refused_at_start_up(tmp_path: Path)
             "--listen", "127.0.0.1:0", "--web-config", str(web)]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1, result.stderr
+    # one line: the web config is checked before the simulated node starts (and warns)
+    (line,) = result.stderr.splitlines()
     for fragment in (str(web), "alice (bcrypt cost 4)", "bob (cost 12)", "htpasswd -nBC 12"):
-        assert fragment in errors[0], errors[0]
-    # the only other line is the simulated node's warning
-    assert all("SIMULATED" in line for line in result.stderr.splitlines() if line not in errors)
+        assert fragment in line, line
 
 
 def test_a_known_user_and_an_unknown_user_take_as_long_to_refuse(tmp_path: Path) -> None:

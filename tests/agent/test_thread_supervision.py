@@ -8,12 +8,14 @@ Before, the HTTP thread died with its listener closed and the process polled on,
 
 from __future__ import annotations
 
+import base64
 import http.client
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import bcrypt
 import pytest
 
 from nvwatch.sim.ports import free_port
@@ -66,11 +68,11 @@ def _start(
     return process, port
 
 
-def _get(port: int, path: str) -> int | None:
+def _get(port: int, path: str, headers: dict[str, str] | None = None) -> int | None:
     """The status of one GET, or None when the connection failed or was closed."""
     client = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        client.request("GET", path)
+        client.request("GET", path, headers=headers or {})
         return client.getresponse().status
     except (OSError, http.client.HTTPException):
         return None
@@ -140,3 +142,21 @@ def test_a_bug_serving_one_connection_closes_that_connection_only(tmp_path: Path
     assert 'nvwatch_agent_http_requests_refused_total{reason="internal_error"} 1.0' in text
     assert "internal error serving 127.0.0.1; closing that connection" in stderr
     assert process.returncode == 0
+
+
+def test_a_bug_checking_one_password_refuses_that_request_only(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    target = ("nvwatch.agent.server.auth", "BasicAuth", "verify", 1)
+    process, port = _start(tmp_path, target, ["--sources", "host", f"--web-config={web}"])
+    good = {"Authorization": "Basic " + base64.b64encode(b"prometheus:s3cret").decode()}
+    try:
+        _wait_serving(process, port)  # unauthenticated: 401 without a check
+        assert _get(port, "/healthz", good) == 401  # the check that met the bug
+        assert _get(port, "/healthz", good) == 200  # the worker lives on
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=20)
+    assert "checking a credential failed; answering 401" in stderr
