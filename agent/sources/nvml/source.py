@@ -136,8 +136,9 @@ class NvmlSource:
         self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
         self._attribution = attribution
         self._owners = ProcessOwners()  # process name and user, read once per process
-        # this poll's XID counts by GPU and the bus map they were split by (_xid_counts)
-        self._poll_xids: tuple[dict[str, int], dict[int, dict[int, int]]] | None = None
+        # this poll's XID counts by GPU (_xid_counts); None: to be read and split again,
+        # at each poll and whenever the bus map changes
+        self._poll_xids: dict[int, dict[int, int]] | None = None
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -276,6 +277,7 @@ class NvmlSource:
     def _rebuild_bus_map(self) -> None:
         keys = {s.index: bus_key(s.info.pci_bus_id) for s in self._gpus if s.info.pci_bus_id}
         self._bus_to_index = {key: index for index, key in keys.items() if key is not None}
+        self._poll_xids = None  # split by the old map: a GPU just known would get none
 
     def _start_xid_listener(self) -> None:
         handles = [(s.index, s.device.handle) for s in self._gpus if s.device is not None]
@@ -384,10 +386,9 @@ class NvmlSource:
         nvwatch_gpu_up 1 (else a history XID would look new to the alert)."""
         if self._xid is None:
             return {}
-        kept = self._poll_xids
-        if kept is None or kept[0] is not self._bus_to_index:
-            kept = self._poll_xids = (self._bus_to_index, self._xid.counts_by_gpu())
-        return kept[1].get(index, {})
+        if self._poll_xids is None:
+            self._poll_xids = self._xid.counts_by_gpu()
+        return self._poll_xids.get(index, {})
 
 
 # --- helpers ---------------------------------------------------------------------------
