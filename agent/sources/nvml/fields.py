@@ -10,13 +10,10 @@ differs from the call (power draw: NVML_FI_DEV_POWER_INSTANT is not the averaged
 nvmlDeviceGetPowerUsage on every board; PCIe throughput: the fields are cumulative
 bytes, the call a KiB/s rate), stay on their calls.
 
-The readings are grouped in "families" (e.g. nvlink_tx: one field id per link). Each
-family is decided once per GPU from the first answer: "field" when the batch serves it,
-"call" when every entry said NotSupported (or InvalidArgument: an id the driver does
-not know), the batch call itself is missing, or the family has no field id (the reader
-then uses the per-call function). The decision
-sticks, so a counter never switches between two sources from one poll to the next (they
-need not agree, and a switch would look like a counter going backwards without a reset).
+The readings are grouped in "families" (e.g. nvlink_tx: one field id per link), each
+decided once per GPU to come from the batch or from its call; the decisions, and the
+request they leave, are kept in the GPU's plan (plan.py). This module is the batch on
+the wire: the request's bytes, the call, and the answer decoded.
 """
 
 from __future__ import annotations
@@ -26,27 +23,13 @@ import itertools
 import struct
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import pynvml
 
-from nvwatch.agent.sources.nvml.device import (
-    DOWN_CODES,
-    NO_VALUE_SENTINELS,
-    Device,
-    plain_number,
-)
+from nvwatch.agent.sources.nvml.device import NO_VALUE_SENTINELS, plain_number
 from nvwatch.agent.sources.nvml.samples import THROTTLE_POLICIES
-
-FIELD_MODE = "field"
-CALL_MODE = "call"
-
-# An entry's answers that mean "this driver has no such field here": NotSupported, and
-# InvalidArgument, which a driver older than the field id may answer for an id it does
-# not know. Either way the call is the one to ask.
-_NO_FIELD = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT})
 
 #: (field id, scope id) pairs of one family; the scope is the link for per-link fields.
 FieldIds = Sequence[tuple[int, int]]
@@ -54,7 +37,7 @@ FieldIds = Sequence[tuple[int, int]]
 
 #: The GPU-wide readings of the field batch (NVLink adds its per-link families). One
 #: family per value, so a field one board answers NotSupported falls back to its call
-#: alone (FieldBatch decides per family); each value equals its call's, unit for unit.
+#: alone (decided per family, plan.py); each value equals its call's, unit for unit.
 GPU_FIELDS: dict[str, FieldIds] = {
     "memory_temp": [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0)],
     "energy": [(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
@@ -182,7 +165,7 @@ def pack_request(ids: FieldIds) -> bytes:
     return b"".join([_REQUEST.pack(field_id, scope_id) for field_id, scope_id in ids])
 
 
-def _request_field_values(handle: Any, ids: FieldIds, request: bytes) -> Any:
+def request_field_values(handle: Any, ids: FieldIds, request: bytes) -> Any:
     """pynvml.nvmlDeviceGetFieldValues, with the request copied from `request`, the
     packed `ids`.
 
@@ -228,102 +211,5 @@ class FieldAnswers:
         return self._values[span[0] + position]
 
 
-_NO_ANSWERS = FieldAnswers()
-# a position past the end of a short answer: neither "no such field" nor success
-_UNANSWERED = -1
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """A kept request, valid while the families mapping and the decisions are the same."""
-
-    families: Mapping[str, FieldIds | None]  # the mapping it was made for (by identity)
-    decisions: int  # len(FieldBatch._modes) then
-    ids: list[tuple[int, int]]
-    request: bytes  # the ids packed as the request array
-    spans: dict[str, tuple[int, int]]  # each asked family's (first entry, entries)
-    undecided: tuple[str, ...]  # asked families whose mode the answer will decide
-
-
-class FieldBatch:
-    """One GPU's field families and the sticky field/call decision for each."""
-
-    def __init__(self) -> None:
-        self._modes: dict[str, str] = {}  # family -> FIELD_MODE / CALL_MODE
-        self._plan: _Plan | None = None
-
-    @property
-    def decisions(self) -> int:
-        """How many families are decided: a reader's cache of by_call answers is valid
-        while this is unchanged (decisions are never taken back)."""
-        return len(self._modes)
-
-    def by_call(self, family: str) -> bool:
-        """True when the family's readers must use the per-call function instead."""
-        return self._modes.get(family) == CALL_MODE
-
-    def read(self, dev: Device, families: Mapping[str, FieldIds | None]) -> FieldAnswers:
-        """One nvmlDeviceGetFieldValues for every family not decided "call".
-
-        `families` maps a family to its field ids, or to None when it has no field form.
-        Pass the same mapping each poll while it is unchanged: the request is kept.
-        Raises GpuDown when an entry carries one of the codes that mean the GPU is gone.
-        """
-        plan = self._plan_for(families)
-        values: list[float | None] = []
-        failed: dict[int, int] = {}
-        if plan.ids:
-            raw = dev.call("field_values", _request_field_values, plan.ids, plan.request)
-            if raw is None:
-                if dev.is_unsupported("field_values"):
-                    for family in plan.spans:
-                        self._modes.setdefault(family, CALL_MODE)
-                return _NO_ANSWERS
-            values, failed = decode_answer(raw, len(plan.ids))
-            for status in failed.values():
-                if status in DOWN_CODES:
-                    dev.raise_if_down(pynvml.NVMLError(status))
-        answered = len(values)
-        if answered < len(plan.ids):  # a short answer: the rest unread
-            values.extend([None] * (len(plan.ids) - answered))
-        if plan.undecided:
-            self._decide(plan, failed, answered)
-        return FieldAnswers(values, plan.spans)
-
-    def _plan_for(self, families: Mapping[str, FieldIds | None]) -> _Plan:
-        """The request for `families`: kept while the mapping and the decisions are the
-        same (decisions only add families to `_modes`, and a family with no field form is
-        "call" from the start, so the same mapping and as many decisions give the same
-        request)."""
-        plan = self._plan
-        if plan is not None and plan.families is families and plan.decisions == len(self._modes):
-            return plan
-        for family, family_ids in families.items():
-            if family_ids is None:
-                self._modes[family] = CALL_MODE
-        ids: list[tuple[int, int]] = []
-        spans: dict[str, tuple[int, int]] = {}
-        for family, family_ids in families.items():
-            if family_ids is not None and not self.by_call(family):
-                spans[family] = (len(ids), len(family_ids))
-                ids.extend(family_ids)
-        undecided = tuple(family for family in spans if family not in self._modes)
-        self._plan = _Plan(families, len(self._modes), ids, pack_request(ids), spans, undecided)
-        return self._plan
-
-    def _decide(self, plan: _Plan, failed: Mapping[int, int], answered: int) -> None:
-        """Decide the families seen for the first time from their entries' statuses:
-        "call" when every entry said there is no such field, "field" when one answered.
-        (A kept plan's undecided families are still undecided: the plan is made again
-        whenever a decision is added.)"""
-        success = pynvml.NVML_SUCCESS
-        for family in plan.undecided:
-            start, length = plan.spans[family]
-            statuses = [
-                failed.get(i, success) if i < answered else _UNANSWERED
-                for i in range(start, start + length)
-            ]
-            if all(status in _NO_FIELD for status in statuses):
-                self._modes[family] = CALL_MODE
-            elif success in statuses:
-                self._modes[family] = FIELD_MODE
+#: the answers of a poll whose batch was not read
+NO_ANSWERS = FieldAnswers()

@@ -3,19 +3,22 @@
 Counters, state and speed come from the GPU's field batch (fields.py) where the driver
 serves them there, else from the per-link calls; `nvidia-smi nvlink -s` (state, speed),
 `-e` (error counters), `-gt d` (data counters) and `-R` (remote end) show the same.
+Which of the two each reading takes is in the link's `LinkPlan`, part of the GPU's plan
+(plan.py), made again whenever the links or a decision change.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 import pynvml
 
 from nvwatch.agent.sources.nvml.device import Device, bus_key, error_name, plain_number, text
-from nvwatch.agent.sources.nvml.fields import FieldAnswers, FieldBatch, FieldIds
+from nvwatch.agent.sources.nvml.fields import FieldAnswers, FieldIds
 from nvwatch.agent.sources.nvml.samples import NVLINK_ERROR_TYPES, NvLinkSample
 from nvwatch.agent.sources.nvml.static import STATIC_REFRESH_S
 from nvwatch.agent.sources.nvml.units import MBPS, int_or_none, kib
@@ -112,12 +115,10 @@ class GpuLinks:
         # every STATIC_REFRESH_S, e.g. after a tray was recabled
         self._remote_read_at: float | None = None
         self._remote_due = True
-        # field_families of `self.links` as last computed: (links, families)
-        self._families: tuple[list[Link] | None, dict[str, FieldIds | None]] = (None, {})
-        # _error_plans' answer: (links, batch decisions, one plan per link)
-        self._plans: tuple[list[Link] | None, int, list[_ErrorPlan]] = (None, -1, [])
 
-    def refresh(self, dev: Device, now: float, reprobe_interval: float) -> None:
+    def refresh(self, dev: Device, now: float, reprobe_interval: float) -> list[Link] | None:
+        """Probe the links when due; the links found when a probe ran to the end (the
+        GPU's plan is made for them then), else None: the links are as they were."""
         read_at = self._remote_read_at
         self._remote_due = read_at is None or now - read_at >= STATIC_REFRESH_S
         if self._remote_due:
@@ -127,46 +128,27 @@ class GpuLinks:
             found = _discover(dev)
             if found is not None:
                 self.links = found
-
-    def field_families(self) -> dict[str, FieldIds | None]:
-        """Field ids per NVLink family, one per link; None for a family without fields.
-
-        The same dict while the links are the same (the batch keeps its request)."""
-        links, families = self._families
-        if links is not self.links:
-            families = _field_families([link.link for link in self.links or []])
-            self._families = (self.links, families)
-        return families
+                return found
+        return None
 
     def read(
         self,
         dev: Device,
-        batch: FieldBatch,
+        plans: Sequence[LinkPlan],
         answers: FieldAnswers,
         bus_to_index: Mapping[str, int],
     ) -> tuple[NvLinkSample, ...]:
-        """This poll's sample of every link; `bus_to_index` names the GPUs at far ends."""
-        for link in self.links or []:
-            _read_remote(dev, link, bus_to_index, self._remote_due)
-        plans = self._error_plans(batch)
-        return tuple(
-            _read_link(dev, position, link, batch, answers, bus_to_index, plans[position])
-            for position, link in enumerate(self.links or [])
-        )
-
-    def _error_plans(self, batch: FieldBatch) -> list[_ErrorPlan]:
-        """Each link's error plan, kept while the links and the batch's decisions are the
-        same: ~90 error readings per GPU per poll need no family name or decision lookup."""
-        links, decisions, plans = self._plans
-        if links is not self.links or decisions != batch.decisions:
-            plans = [_error_plan(link.link, batch) for link in self.links or []]
-            self._plans = (self.links, batch.decisions, plans)
-        return plans
+        """This poll's sample of every planned link; `bus_to_index` names the GPUs at
+        far ends."""
+        for plan in plans:
+            _read_remote(dev, plan.link, bus_to_index, self._remote_due)
+        return tuple(_read_link(dev, plan, answers, bus_to_index) for plan in plans)
 
 
-def _field_families(numbers: list[int]) -> dict[str, FieldIds | None]:
-    """Field ids per NVLink family of links `numbers`."""
+def field_families(links: Sequence[Link]) -> dict[str, FieldIds | None]:
+    """Field ids per NVLink family of `links`; None for a family without fields."""
     h = pynvml
+    numbers = [link.link for link in links]
     if not numbers:
         return {}
     families: dict[str, FieldIds | None] = {
@@ -181,28 +163,56 @@ def _field_families(numbers: list[int]) -> dict[str, FieldIds | None]:
     return families
 
 
+#: One error counter of a link: (type, NVML counter, its family in the batch or None
+#: where the call serves it, the call's key for the device layer).
+ErrorSource = tuple[str, int, str | None, str]
+
+
+class LinkPlan(NamedTuple):
+    """Where one link's readings come from under one set of decisions: worked out once
+    per plan, so ~90 error readings per GPU per poll need no family name or decision
+    lookup."""
+
+    link: Link
+    position: int  # the link's entry in each per-link family of the batch
+    state_by_call: bool
+    speed_by_call: bool
+    errors: tuple[ErrorSource, ...]  # one per NVLINK_ERROR_TYPES
+
+
+def link_plans(links: Sequence[Link], by_call: Callable[[str], bool]) -> tuple[LinkPlan, ...]:
+    """Each link's plan, `by_call` telling the families decided "call"."""
+    state_by_call = by_call("nvlink_state")
+    speed_by_call = by_call("nvlink_speed")
+    plans = []
+    for position, link in enumerate(links):
+        n = link.link
+        errors = []
+        for kind, counter in NVLINK_ERROR_TYPES:
+            family = _error_family(kind, n)
+            source = None if by_call(family) else family
+            errors.append((kind, counter, source, f"nvlink_err:{kind}:{n}"))
+        plans.append(LinkPlan(link, position, state_by_call, speed_by_call, tuple(errors)))
+    return tuple(plans)
+
+
 def _read_link(
-    dev: Device,
-    position: int,
-    link: Link,
-    batch: FieldBatch,
-    answers: FieldAnswers,
-    bus_to_index: Mapping[str, int],
-    errors: _ErrorPlan,
+    dev: Device, plan: LinkPlan, answers: FieldAnswers, bus_to_index: Mapping[str, int]
 ) -> NvLinkSample:
+    link = plan.link
     n = link.link
     bus = link.remote_pci_bus_id
     key = bus_key(bus) if bus else None
     remote_gpu = bus_to_index.get(key) if key is not None else None
-    up = _state(dev, n, position, batch, answers)
+    up = _state(dev, plan, answers)
     return NvLinkSample(
         link=n,
         up=bool(up) if up is not None else None,
-        speed_bytes_per_second=_speed(dev, n, position, batch, answers),
+        speed_bytes_per_second=_speed(dev, plan, answers),
         # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX count KiB (nvidia-smi nvlink -gt d)
-        transmit_bytes=int_or_none(kib(answers.value("nvlink_tx", position))),
-        receive_bytes=int_or_none(kib(answers.value("nvlink_rx", position))),
-        errors=_errors(dev, n, errors, answers),
+        transmit_bytes=int_or_none(kib(answers.value("nvlink_tx", plan.position))),
+        receive_bytes=int_or_none(kib(answers.value("nvlink_rx", plan.position))),
+        errors=_errors(dev, n, plan.errors, answers),
         remote_type=link.remote_type,
         remote_gpu=remote_gpu if link.remote_type == "gpu" else None,
         remote_pci_bus_id=bus,
@@ -228,43 +238,26 @@ def _read_remote(dev: Device, link: Link, bus_to_index: Mapping[str, int], due: 
         link.remote_type = "gpu"
 
 
-def _state(
-    dev: Device, n: int, position: int, batch: FieldBatch, answers: FieldAnswers
-) -> float | None:
+def _state(dev: Device, plan: LinkPlan, answers: FieldAnswers) -> float | None:
     """NVML_FI_DEV_NVLINK_GET_STATE, or nvmlDeviceGetNvLinkState (nvidia-smi nvlink -s)."""
-    if batch.by_call("nvlink_state"):
+    if plan.state_by_call:
+        n = plan.link.link
         return plain_number(dev.call(f"nvlink_state:{n}", pynvml.nvmlDeviceGetNvLinkState, n))
-    return answers.value("nvlink_state", position)
+    return answers.value("nvlink_state", plan.position)
 
 
-def _speed(
-    dev: Device, n: int, position: int, batch: FieldBatch, answers: FieldAnswers
-) -> float | None:
+def _speed(dev: Device, plan: LinkPlan, answers: FieldAnswers) -> float | None:
     """NVML_FI_DEV_NVLINK_GET_SPEED (MBps), or the nominal rate of the link's version."""
-    if batch.by_call("nvlink_speed"):
+    if plan.speed_by_call:
+        n = plan.link.link
         version = dev.call(f"nvlink_version:{n}", pynvml.nvmlDeviceGetNvLinkVersion, n)
         return _NVLINK_VERSION_SPEED.get(version) if isinstance(version, int) else None
-    mbps = answers.value("nvlink_speed", position)
+    mbps = answers.value("nvlink_speed", plan.position)
     return mbps * MBPS if mbps is not None else None
 
 
-#: One link's error counters: (type, NVML counter, family in the batch or None where the
-#: call serves it, the call's key for the device layer), one entry per NVLINK_ERROR_TYPES.
-_ErrorPlan = tuple[tuple[str, int, str | None, str], ...]
-
-
-def _error_plan(n: int, batch: FieldBatch) -> _ErrorPlan:
-    plan = []
-    for kind, counter in NVLINK_ERROR_TYPES:
-        family = _error_family(kind, n)
-        plan.append(
-            (kind, counter, None if batch.by_call(family) else family, f"nvlink_err:{kind}:{n}")
-        )
-    return tuple(plan)
-
-
 def _errors(
-    dev: Device, n: int, plan: _ErrorPlan, answers: FieldAnswers
+    dev: Device, n: int, plan: Sequence[ErrorSource], answers: FieldAnswers
 ) -> MappingProxyType[str, int]:
     """NVML_FI_DEV_NVLINK_*_ERROR_COUNT_L<n> (or ..._ERROR_DL_* for link n), or
     nvmlDeviceGetNvLinkErrorCounter per type

@@ -15,7 +15,8 @@ from typing import Any
 import pynvml
 
 from nvwatch.agent.sources.nvml.device import Device, plain_int, plain_number, text
-from nvwatch.agent.sources.nvml.fields import FieldAnswers, FieldBatch
+from nvwatch.agent.sources.nvml.fields import FieldAnswers
+from nvwatch.agent.sources.nvml.plan import GpuPlan
 from nvwatch.agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
@@ -29,10 +30,10 @@ Readings = dict[str, Any]
 
 
 def _field_or_call(
-    batch: FieldBatch, answers: FieldAnswers, family: str, call: Callable[[], float | None]
+    plan: GpuPlan, answers: FieldAnswers, family: str, call: Callable[[], float | None]
 ) -> float | None:
-    """The family's field value, or its call where the batch decided "call" for it."""
-    return call() if batch.by_call(family) else answers.value(family)
+    """The family's field value, or its call's where the plan gives the family to it."""
+    return call() if plan.by_call(family) else answers.value(family)
 
 
 def identity(
@@ -88,7 +89,7 @@ def memory(dev: Device) -> Readings:
     }
 
 
-def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+def power(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readings:
     """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit
     (NVML_FI_DEV_POWER_CURRENT_LIMIT, or ...GetEnforcedPowerLimit when the batch lacks it),
     power.default_limit (...GetPowerManagementDefaultLimit), all mW; and the energy
@@ -96,7 +97,7 @@ def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> 
     NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, or nvmlDeviceGetTotalEnergyConsumption when the
     batch lacks it."""
     h = pynvml
-    if batch.by_call("energy"):
+    if plan.by_call("energy"):
         energy = plain_number(dev.call("energy", h.nvmlDeviceGetTotalEnergyConsumption))
     else:
         energy = answers.value("energy")
@@ -107,7 +108,7 @@ def power(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> 
         "power_watts": milli(dev.call("power", h.nvmlDeviceGetPowerUsage)),
         "power_limit_watts": milli(
             _field_or_call(
-                batch,
+                plan,
                 answers,
                 "power_limit",
                 lambda: plain_number(dev.call("power_limit", h.nvmlDeviceGetEnforcedPowerLimit)),
@@ -159,7 +160,7 @@ def _gpu_temperature(dev: Device) -> float | None:
     return plain_number(value)
 
 
-def clocks(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+def clocks(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readings:
     """clocks.sm, clocks.mem, clocks.gr (nvmlDeviceGetClockInfo) and clocks.max.sm,
     clocks.max.memory, clocks.max.graphics (nvmlDeviceGetMaxClockInfo), all MHz; the
     clock-event reasons and the violation (throttle) time."""
@@ -182,7 +183,7 @@ def clocks(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) ->
         "clock_memory_max_hertz": maximum("mem", h.NVML_CLOCK_MEM),
         "clock_graphics_max_hertz": maximum("gr", h.NVML_CLOCK_GRAPHICS),
         "clock_events": _clock_events(dev, kept),
-        "throttle_seconds": _throttle(dev, batch, answers),
+        "throttle_seconds": _throttle(dev, plan, answers),
     }
 
 
@@ -214,9 +215,7 @@ def _clock_events(dev: Device, kept: Kept) -> MappingProxyType[str, bool]:
     )
 
 
-def _throttle(
-    dev: Device, batch: FieldBatch, answers: FieldAnswers
-) -> MappingProxyType[str, float]:
+def _throttle(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> MappingProxyType[str, float]:
     """Violation time per policy: NVML_FI_DEV_PERF_POLICY_*, or nvmlDeviceGetViolationStatus,
     ns (nvidia-smi -q -d PERFORMANCE)."""
     result = {}
@@ -227,13 +226,13 @@ def _throttle(
             status = dev.call(key, pynvml.nvmlDeviceGetViolationStatus, policy)
             return plain_number(status.violationTime) if status is not None else None
 
-        ns = _field_or_call(batch, answers, key, call)
+        ns = _field_or_call(plan, answers, key, call)
         if ns is not None:
             result[name] = ns / NS_PER_S
     return MappingProxyType(result)
 
 
-def pcie(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+def pcie(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readings:
     """PCIe throughput (nvmlDeviceGetPcieThroughput, KiB/s; no --query-gpu field,
     nvidia-smi dmon -s t: NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES are cumulative bytes, not the
     same value), replays (NVML_FI_DEV_PCIE_REPLAY_COUNTER or nvmlDeviceGetPcieReplayCounter),
@@ -242,7 +241,7 @@ def pcie(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> R
     (nvmlDeviceGet{Curr,Max}PcieLink{Generation,Width})."""
     h = pynvml
     replays = _field_or_call(
-        batch,
+        plan,
         answers,
         "pcie_replay",
         lambda: plain_number(dev.call("pcie_replay", h.nvmlDeviceGetPcieReplayCounter)),
@@ -274,7 +273,7 @@ def pcie(dev: Device, kept: Kept, batch: FieldBatch, answers: FieldAnswers) -> R
     }
 
 
-def ecc(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+def ecc(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> Readings:
     """ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total:
     NVML_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL, or nvmlDeviceGetTotalEccErrors(error type,
     counter type)."""
@@ -287,7 +286,7 @@ def ecc(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Readings:
             key = f"ecc:{kind}:{scope}"
             return plain_number(dev.call(key, h.nvmlDeviceGetTotalEccErrors, kind, scope))
 
-        return int_or_none(_field_or_call(batch, answers, family, call))
+        return int_or_none(_field_or_call(plan, answers, family, call))
 
     return {
         "ecc_corrected_volatile": count("ecc_sbe_vol", corrected, h.NVML_VOLATILE_ECC),
@@ -297,7 +296,7 @@ def ecc(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Readings:
     }
 
 
-def retirement(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Readings:
+def retirement(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> Readings:
     """retired_pages.sbe, retired_pages.dbe (NVML_FI_DEV_RETIRED_SBE/DBE, or the length
     of nvmlDeviceGetRetiredPages' list), retired_pages.pending (NVML_FI_DEV_RETIRED_PENDING
     or ...GetRetiredPagesPendingStatus), and --query-remapped-rows=remapped_rows.correctable,
@@ -322,7 +321,7 @@ def retirement(dev: Device, batch: FieldBatch, answers: FieldAnswers) -> Reading
         return plain_number(rows[position]) if rows is not None else None
 
     def value(family: str, call: Callable[[], float | None]) -> float | None:
-        return _field_or_call(batch, answers, family, call)
+        return _field_or_call(plan, answers, family, call)
 
     sbe = h.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
     dbe = h.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR

@@ -6,7 +6,8 @@ GPU that is lost, or one value that is garbage, never spoils the rest of the sam
 Where each reading comes from:
   reads.py   one GPU's readings, a small function per area (identity, memory, power,
              thermal, clocks, PCIe, ECC and retirement)
-  fields.py  the nvmlDeviceGetFieldValues batch per GPU and its field/call decisions
+  fields.py  the nvmlDeviceGetFieldValues batch per GPU: request, call, answer
+  plan.py    each GPU's plan: the field/call decisions, the request and link sources
   nvlink.py  link discovery, far-end info and per-link readings
   gpm.py     GPU Performance Monitoring ratios (Hopper+)
   mig.py     MIG mode and each MIG instance's memory and GPM (Ampere+)
@@ -42,10 +43,10 @@ from nvwatch.agent.sources.nvml.device import (
     system_call,
     text,
 )
-from nvwatch.agent.sources.nvml.fields import GPU_FIELDS, FieldBatch, FieldIds
 from nvwatch.agent.sources.nvml.gpm import GpmSampler
 from nvwatch.agent.sources.nvml.mig import MigReader, with_pids
 from nvwatch.agent.sources.nvml.nvlink import GpuLinks
+from nvwatch.agent.sources.nvml.plan import GpuPlan, new_plan
 from nvwatch.agent.sources.nvml.processes import (
     MAX_PROCESSES,
     ProcessOwners,
@@ -77,23 +78,12 @@ class _GpuState:
     info: GpuInfo
     down: bool = False
     links: GpuLinks = field(default_factory=GpuLinks)
-    fields: FieldBatch = field(default_factory=FieldBatch)
+    plan: GpuPlan = field(default_factory=new_plan)
     kept: Kept = field(default_factory=Kept)
     gpm: GpmSampler | None = None
     mig: MigReader | None = None
     processes: ProcessReader = field(default_factory=ProcessReader)
     info_read_at: float | None = None  # when identity was last read in full
-    # GPU_FIELDS and the links' families as one mapping, for the NVLink families it was
-    # made of: one object while they are unchanged, so the batch keeps its request
-    batch_families: tuple[object, dict[str, FieldIds | None]] = (None, {})
-
-    def field_families(self) -> dict[str, FieldIds | None]:
-        nvlink = self.links.field_families()
-        made_of, families = self.batch_families
-        if made_of is not nvlink:
-            families = {**GPU_FIELDS, **nvlink}
-            self.batch_families = (nvlink, families)
-        return families
 
 
 class NvmlSource:
@@ -146,8 +136,9 @@ class NvmlSource:
         self._kmsg_path = kmsg_path  # the kernel log XIDs are counted from (xid.py)
         self._attribution = attribution
         self._owners = ProcessOwners()  # process name and user, read once per process
-        # this poll's XID counts by GPU and the bus map they were split by (_xid_counts)
-        self._poll_xids: tuple[dict[str, int], dict[int, dict[int, int]]] | None = None
+        # this poll's XID counts by GPU (_xid_counts); None: to be read and split again,
+        # at each poll and whenever the bus map changes
+        self._poll_xids: dict[int, dict[int, int]] | None = None
         self._next_init_at = 0.0
         self._init_backoff = _INIT_BACKOFF_START_S
         # raised again while backing off: (SourceAbsent or SourceUnavailable, message)
@@ -286,6 +277,7 @@ class NvmlSource:
     def _rebuild_bus_map(self) -> None:
         keys = {s.index: bus_key(s.info.pci_bus_id) for s in self._gpus if s.info.pci_bus_id}
         self._bus_to_index = {key: index for index, key in keys.items() if key is not None}
+        self._poll_xids = None  # split by the old map: a GPU just known would get none
 
     def _start_xid_listener(self) -> None:
         handles = [(s.index, s.device.handle) for s in self._gpus if s.device is not None]
@@ -348,19 +340,22 @@ class NvmlSource:
     def _read_gpu(self, state: _GpuState) -> GpuSample:
         dev = state.device
         assert dev is not None
-        state.links.refresh(dev, self._clock(), self._reprobe_interval)
-        answers = state.fields.read(dev, state.field_families())
+        found = state.links.refresh(dev, self._clock(), self._reprobe_interval)
+        if found is not None:
+            state.plan = state.plan.relinked(found)
+        answers, state.plan = state.plan.read(dev)
+        plan = state.plan
         kept = state.kept
         kept.now = self._clock()
         readings: reads.Readings = {
             **reads.utilization(dev),
             **reads.memory(dev),
-            **reads.power(dev, kept, state.fields, answers),
+            **reads.power(dev, kept, plan, answers),
             **reads.thermal(dev, kept, answers),
-            **reads.clocks(dev, kept, state.fields, answers),
-            **reads.pcie(dev, kept, state.fields, answers),
-            **reads.ecc(dev, state.fields, answers),
-            **reads.retirement(dev, state.fields, answers),
+            **reads.clocks(dev, kept, plan, answers),
+            **reads.pcie(dev, kept, plan, answers),
+            **reads.ecc(dev, plan, answers),
+            **reads.retirement(dev, plan, answers),
         }
         if state.gpm is not None:
             readings.update(dataclasses.asdict(state.gpm.read()))
@@ -381,7 +376,7 @@ class NvmlSource:
             **readings,
             xid_counts=MappingProxyType(self._xid_counts(state.index)),
             processes=processes(running, self._attribution, utilization, self._owners),
-            nvlinks=state.links.read(dev, state.fields, answers, self._bus_to_index),
+            nvlinks=state.links.read(dev, plan.nvlinks, answers, self._bus_to_index),
         )
 
     def _xid_counts(self, index: int) -> dict[int, int]:
@@ -391,10 +386,9 @@ class NvmlSource:
         nvwatch_gpu_up 1 (else a history XID would look new to the alert)."""
         if self._xid is None:
             return {}
-        kept = self._poll_xids
-        if kept is None or kept[0] is not self._bus_to_index:
-            kept = self._poll_xids = (self._bus_to_index, self._xid.counts_by_gpu())
-        return kept[1].get(index, {})
+        if self._poll_xids is None:
+            self._poll_xids = self._xid.counts_by_gpu()
+        return self._poll_xids.get(index, {})
 
 
 # --- helpers ---------------------------------------------------------------------------
