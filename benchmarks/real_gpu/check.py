@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -34,8 +35,6 @@ OUTPUTS = ("summary.json", "summary.md", "raw.tar.gz", "check.log")
 TOTAL_BUDGET_S = 450.0
 RESERVE_S = 15.0  # kept back for the summary and the archive
 WHEELS = REPO / ".whl"
-# the folders a wheel of nvwatch is built from (pyproject.toml's package-dir)
-SOURCE_TREE = ("pyproject.toml", "README.md", "agent", "alerts", "dashboards", "mixin")
 NO_SMI_SIMULATED = (
     "skipped: simulated node; nvidia-smi reads the real driver, and the repository has no "
     "nvidia-smi stand-in for the simulator"
@@ -307,63 +306,88 @@ def _module_version(name: str) -> str | None:
         return None
 
 
+def package_dirs(root: Path = REPO) -> dict[str, str]:
+    """pyproject.toml's [tool.setuptools.package-dir]: installed package -> folder."""
+    text = (root / "pyproject.toml").read_text()
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the table's lines are simple enough to read
+        block = text.split("[tool.setuptools.package-dir]", 1)[-1].split("\n[", 1)[0]
+        pairs = re.findall(r'^"([\w.]+)"\s*=\s*"([\w./-]+)"', block, re.MULTILINE)
+        return dict(pairs)
+    table = tomllib.loads(text).get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    return {str(k): str(v) for k, v in table.items()}
+
+
 def step_install(run: Run) -> None:
-    """pip install --no-index of the copied tree and the carried wheels into a folder on
-    PYTHONPATH (the image's Python keeps its own packages: PyTorch, pynvml, ...)."""
+    """pip install --no-index of a copy of the tree and of the carried wheels into a
+    folder put first on PYTHONPATH: the image's Python keeps its own packages (PyTorch,
+    pynvml, ...). Where pip cannot build nvwatch (an old setuptools, say), its packages
+    are copied into that folder as pyproject.toml maps them, which is what the wheel holds."""
     name = "install"
     if not run.options.install:
         run.data["missing"] = _missing_line(run)
-        run.skip(name, "skipped: --no-install; nvwatch runs from the tree")
+        run.skip(name, "skipped: --no-install; the nvwatch this Python imports is used")
         return
     limit = run.budget(120.0)
     if limit is None:
         run.skip(name, "skipped: the total time budget is spent")
         return
     started = time.monotonic()
-    site = run.scratch / "site"
-    source = run.scratch / "source"
-    source.mkdir()
-    for item in SOURCE_TREE:
-        path = REPO / item
-        if path.is_dir():
-            shutil.copytree(path, source / item, ignore=shutil.ignore_patterns("__pycache__"))
-        elif path.exists():
-            shutil.copy2(path, source / item)
+    site, source = run.scratch / "site", run.scratch / "source"
+    mapping = package_dirs()
+    _copy_tree(source, ["pyproject.toml", "README.md", "LICENSE", *sorted(set(mapping.values()))])
     wheels = sorted(run.options.wheels.glob("*.whl")) if run.options.wheels.is_dir() else []
     pip = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile"]
-    pip += ["--no-build-isolation", "--disable-pip-version-check", "--target", str(site)]
-    log = []
-    ok = True
-    for target in [*(str(w) for w in wheels), str(source)]:
-        try:
-            done = subprocess.run(
-                [*pip, target],
-                capture_output=True,
-                text=True,
-                timeout=max(5.0, limit - (time.monotonic() - started)),
-                cwd=run.scratch,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            log.append(f"$ pip install {target}: timed out")
-            ok = False
-            break
-        log.append(f"$ pip install {target} -> exit {done.returncode}\n{done.stdout}{done.stderr}")
-        if done.returncode != 0 and target == str(source):
-            ok = False
-    (run.raw / "install.log").write_text("\n".join(log) + "\n")
-    if ok and (site / "nvwatch" / "agent").is_dir():
-        run.site = site
-        reason = f"nvwatch and {len(wheels)} wheel(s) from {_shown(run.options.wheels)} installed"
-        status = "ok"
-    else:
-        reason = "pip install failed (install.log); nvwatch runs from the tree instead"
+    pip += ["--no-build-isolation", "--disable-pip-version-check", "--upgrade"]
+    pip += ["--target", str(site)]
+    log: list[str] = []
+    for wheel in wheels:
+        _pip(pip, str(wheel), log, limit - (time.monotonic() - started))
+    built = _pip(pip, str(source), log, limit - (time.monotonic() - started))
+    how = f"pip installed nvwatch and {len(wheels)} wheel(s) from {_shown(run.options.wheels)}"
+    status = "ok"
+    if not built or not (site / "nvwatch" / "agent").is_dir():
+        for package, folder in mapping.items():
+            target = site.joinpath(*package.split("."))
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(REPO / folder, target, ignore=shutil.ignore_patterns("__pycache__"))
+        how = (
+            "pip could not build nvwatch (install.log): its packages were copied as "
+            f"pyproject.toml maps them; {len(wheels)} wheel(s) from {_shown(run.options.wheels)}"
+        )
         status = "failed"
+    (run.raw / "install.log").write_text("\n".join(log) + "\n")
+    run.site = site
     run.data["missing"] = _missing_line(run)
-    if run.data["missing"]:
-        reason += f"; {run.data['missing']}"
-    step = Step(name, status, reason, time.monotonic() - started, ["install.log"])
-    run.record(step)
+    reason = how + (f"; {run.data['missing']}" if run.data["missing"] else "")
+    run.record(Step(name, status, reason, time.monotonic() - started, ["install.log"]))
+
+
+def _copy_tree(into: Path, items: list[str]) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    for item in items:
+        path = REPO / item
+        if path.is_dir():
+            shutil.copytree(path, into / item, ignore=shutil.ignore_patterns("__pycache__"))
+        elif path.is_file():
+            shutil.copy2(path, into / item)
+
+
+def _pip(pip: list[str], target: str, log: list[str], seconds: float) -> bool:
+    try:
+        done = subprocess.run(
+            [*pip, target],
+            capture_output=True,
+            text=True,
+            timeout=max(5.0, seconds),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        log.append(f"$ pip install {target}: timed out")
+        return False
+    log.append(f"$ pip install {target} -> exit {done.returncode}\n{done.stdout}{done.stderr}")
+    return done.returncode == 0
 
 
 def _shown(path: Path) -> str:
@@ -381,16 +405,14 @@ try:
     from packaging.requirements import Requirement
 except ImportError:
     Requirement = None
-requires = metadata.requires("nvwatch") or []
 report = []
-for text in requires:
-    if "extra ==" in text:
-        continue
-    name = re.split(r"[<>=!~;\[ ]", text, 1)[0]
+for text in json.loads(sys.argv[1]):
+    name = re.split(r"[<>=!~;\[ ]", text, maxsplit=1)[0]
     try:
         version = metadata.version(name)
     except metadata.PackageNotFoundError:
-        report.append([name, None, text]); continue
+        report.append([name, None, text])
+        continue
     spec = Requirement(text).specifier if Requirement is not None else None
     if spec is not None and not spec.contains(version, prereleases=True):
         report.append([name, version, text])
@@ -398,11 +420,23 @@ print(json.dumps(report))
 """
 
 
+def requirements(root: Path = REPO) -> list[str]:
+    """pyproject.toml's [project] dependencies."""
+    text = (root / "pyproject.toml").read_text()
+    try:
+        import tomllib
+    except ImportError:
+        block = text.split("dependencies = [", 1)[-1].split("\n]", 1)[0]
+        return re.findall(r'^\s*"([^"]+)"', block, re.MULTILINE)
+    return [str(r) for r in tomllib.loads(text).get("project", {}).get("dependencies", [])]
+
+
 def _missing_line(run: Run) -> str:
-    """One line: the agent's requirements that are missing or outside their range."""
+    """One line: the agent's requirements that are missing or outside their range, as the
+    Python that runs the agent sees them."""
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _CHECK_REQUIREMENTS],
+            [sys.executable, "-c", _CHECK_REQUIREMENTS, json.dumps(requirements())],
             capture_output=True,
             text=True,
             timeout=30,
@@ -410,7 +444,7 @@ def _missing_line(run: Run) -> str:
             env=run.env(),
             check=False,
         )
-        report = json.loads(done.stdout or "[]")
+        report = json.loads(done.stdout)
     except (subprocess.TimeoutExpired, ValueError, OSError):
         return "could not check nvwatch's requirements"
     if not report:
@@ -587,13 +621,19 @@ def step_device_queries(run: Run) -> None:
     """Every read-only pynvml device query on every GPU (tests/sim/every_device_query.py):
     the board's NotSupported set; on a real board also the simulator's for its profile."""
     script = str(REPO / "tests" / "sim" / "every_device_query.py")
-    run.command(
+    step, stdout = run.command(
         "device-queries",
         run.in_nvml([sys.executable, script]),
         60.0,
         out="device-queries.jsonl",
         ok_codes=(0, 1),  # 1: some query broke; the lines still say which
     )
+    if step.status == "ok" and not stdout.strip():
+        step.status = "failed"
+        errors = run.raw / "device-queries.jsonl.stderr"
+        step.reason = "no GPU answered: " + (
+            _last_line(errors.read_text()) if errors.exists() else "no output"
+        )
     if run.options.simulate:
         return
     profile = board_profile(run)

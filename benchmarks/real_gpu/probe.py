@@ -520,8 +520,13 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--wait-ms", type=int, default=500)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    from benchmarks.real_nvml import RealNvmlUnavailable
+
     try:
         run(args)
+    except RealNvmlUnavailable as err:
+        print(f"NVML unavailable: {err}", file=sys.stderr)
+        return 2
     except pynvml.NVMLError as err:
         # no driver, no GPU: one line for the check's summary, not a traceback
         print(
