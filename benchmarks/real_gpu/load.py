@@ -4,21 +4,26 @@
 
 With the image's PyTorch: utilization, power, clocks, PCIe (the copies come from pinned
 host memory) and energy should all move while it runs. It stops by itself after
---seconds (checked every iteration, and every iteration is bounded: one product and one
-copy, then a synchronisation), and writes what it did: the products' rate, the bytes
-copied and the copy rate, the start and end times. Exit 3 without PyTorch or CUDA.
+--seconds or on SIGTERM (checked every iteration, and every iteration is bounded: four
+products and one copy, then a synchronisation), and writes what it did: the products'
+rate, the bytes copied and the copy rate, the start and end times. Exit 3 without
+PyTorch or CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 NO_TORCH = 3
+# set by SIGTERM: the check stops the load once its recording is done
+STOP = threading.Event()
 
 
 def run(seconds: float, size: int, copy_mib: int) -> dict[str, Any]:
@@ -36,7 +41,7 @@ def run(seconds: float, size: int, copy_mib: int) -> dict[str, Any]:
     started = time.time()
     deadline = time.monotonic() + seconds
     products = copied = iterations = 0
-    while time.monotonic() < deadline and iterations < 10_000_000:
+    while time.monotonic() < deadline and iterations < 10_000_000 and not STOP.is_set():
         with torch.cuda.stream(copies):
             target.copy_(host, non_blocking=True)
         for _ in range(4):
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copy-mib", type=int, default=256)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: STOP.set())
     try:
         import torch  # noqa: F401
     except ImportError as exc:
