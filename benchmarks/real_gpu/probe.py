@@ -353,17 +353,19 @@ def _pcie_rate(h: Any, seconds: float) -> dict[str, Any]:
     ids = [(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0), (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0)]
     before = _fields(h, ids)
     started = time.monotonic()
-    samples: dict[str, list[int]] = {"tx": [], "rx": []}
+    samples: dict[str, list[tuple[float, int]]] = {"tx": [], "rx": []}
     while time.monotonic() - started < seconds and len(samples["rx"]) < 2000:
         for direction, which in (
             ("tx", pynvml.NVML_PCIE_UTIL_TX_BYTES),
             ("rx", pynvml.NVML_PCIE_UTIL_RX_BYTES),
         ):
             with contextlib.suppress(pynvml.NVMLError):
-                samples[direction].append(pynvml.nvmlDeviceGetPcieThroughput(h, which))
+                reading = pynvml.nvmlDeviceGetPcieThroughput(h, which)
+                samples[direction].append((time.monotonic(), reading))
         time.sleep(0.005)
     after = _fields(h, ids)
-    elapsed = time.monotonic() - started
+    ended = time.monotonic()
+    elapsed = ended - started
     result: dict[str, Any] = {"seconds": elapsed, "counters_before": before}
     result["counters_after"] = after
     for position, direction in enumerate(("tx", "rx")):
@@ -375,10 +377,23 @@ def _pcie_rate(h: Any, seconds: float) -> dict[str, Any]:
             counter_rate = (b["value"] - a["value"]) / span if span > 0 else None
         result[direction] = {
             "throughput_samples": len(values),
-            "throughput_mean": sum(values) / len(values) if values else None,
+            "throughput_mean": _time_weighted(values, ended),
             "counter_bytes_per_second": counter_rate,
         }
     return result
+
+
+def _time_weighted(samples: list[tuple[float, int]], ended: float) -> float | None:
+    """The mean of readings taken at uneven times, each holding until the next: a rate
+    that changes within the window (a phase of the load) is weighed by how long it held,
+    as the byte counter weighs it."""
+    if not samples:
+        return None
+    total = span = 0.0
+    for (at, reading), (until, _) in zip(samples, [*samples[1:], (ended, 0)], strict=True):
+        total += reading * (until - at)
+        span += until - at
+    return total / span if span > 0 else float(samples[-1][1])
 
 
 def _gpm(h: Any, interval: float) -> dict[str, Any]:
