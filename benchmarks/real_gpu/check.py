@@ -158,43 +158,54 @@ class Run:
         with_repo: bool = False,
         ok_codes: Sequence[int] = (0,),
     ) -> tuple[Step, str]:
-        """Run `argv` within its budget; stdout to raw/`out`, stderr beside it."""
+        """Run `argv` within its budget; stdout to raw/`out`, stderr beside it.
+
+        The child writes straight into files and runs in its own process group, which is
+        killed whole at the budget; a child stuck in the driver that outlives even that
+        is left behind (and said so) rather than holding up the run."""
         limit = self.budget(wanted)
         if limit is None:
             return self.skip(name, "skipped: the total time budget is spent"), ""
         started = time.monotonic()
-        files = []
+        stdout_path = self.raw / (out or f"{name}.out")
+        stderr_path = self.raw / f"{stdout_path.name}.stderr"
         try:
-            done = subprocess.run(
-                list(argv),
-                capture_output=True,
-                text=True,
-                timeout=limit,
-                cwd=self.scratch,
-                env=self.env(with_repo=with_repo),
-                start_new_session=True,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            text = _text(exc.stdout)
-            if out:
-                (self.raw / out).write_text(text)
-                files.append(out)
-            step = Step(name, "timeout", f"stopped after its {limit:.0f}s budget", files=files)
-            step.seconds = time.monotonic() - started
-            return self.record(step), text
+            with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
+                process = subprocess.Popen(
+                    list(argv),
+                    stdout=stdout,
+                    stderr=stderr,
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.scratch,
+                    env=self.env(with_repo=with_repo),
+                    start_new_session=True,
+                )
         except OSError as exc:
             return self.record(Step(name, "skipped", f"skipped: cannot run: {exc}")), ""
-        if out:
-            (self.raw / out).write_text(done.stdout)
-            files.append(out)
-            if done.stderr.strip():
-                (self.raw / f"{out}.stderr").write_text(done.stderr)
-                files.append(f"{out}.stderr")
-        status = "ok" if done.returncode in ok_codes else "failed"
-        reason = "" if status == "ok" else f"exit {done.returncode}: {_last_line(done.stderr)}"
+        timed_out = False
+        try:
+            process.wait(limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(process)
+        text = stdout_path.read_text(errors="replace")
+        errors = stderr_path.read_text(errors="replace")
+        files = [stdout_path.name] if out else []
+        if not errors.strip():
+            stderr_path.unlink()
+        elif out:
+            files.append(stderr_path.name)
+        if not out:
+            stdout_path.unlink()
+        if timed_out:
+            alive = " (it did not die: left behind)" if process.poll() is None else ""
+            reason = f"stopped after its {limit:.0f}s budget{alive}"
+            step = Step(name, "timeout", reason, time.monotonic() - started, files)
+            return self.record(step), text
+        status = "ok" if process.returncode in ok_codes else "failed"
+        reason = "" if status == "ok" else f"exit {process.returncode}: {_last_line(errors)}"
         step = Step(name, status, reason, time.monotonic() - started, files)
-        return self.record(step), done.stdout
+        return self.record(step), text
 
     def probe(
         self, name: str, args: Sequence[str], wanted: float, scenario: str | None = None
@@ -210,10 +221,12 @@ class Run:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _text(data: bytes | str | None) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the child's whole process group, then a bounded wait."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(5.0)
 
 
 def _last_line(text: str) -> str:
@@ -585,9 +598,7 @@ def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     try:
         process.wait(grace)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(grace)
+        _kill_group(process)
 
 
 def step_agent_views(run: Run) -> None:
@@ -723,7 +734,9 @@ def check(options: Options) -> int:
         step_device_queries(run)
         step_bench(run)
         step_serve(run)
-        write_outputs(run)
+        summary = write_outputs(run)
+        for finding in summary["assumptions"]:
+            run.log(f"assumption {finding['id']}: {finding['verdict']}")
         run.log(f"done in {time.monotonic() - run.started:.1f}s: {options.outdir}/summary.md")
     finally:
         run.close()

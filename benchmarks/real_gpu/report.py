@@ -82,8 +82,8 @@ def board(ev: Evidence) -> dict[str, Any]:
 def compare(ev: Evidence, phase: str) -> dict[str, Any]:
     """nvsmi_compare's table between the phase's exposition and nvidia-smi's answer
     taken right after it (static values equal, instantaneous within the tolerance)."""
+    from nvwatch.agent.nvsmi_compare import PAIRINGS, format_rows
     from nvwatch.agent.nvsmi_compare import compare as pair_up
-    from nvwatch.agent.nvsmi_compare import format_rows
 
     exposition = ev.text(f"exposition-{phase}.prom")
     smi = ev.text(f"nvidia-smi-{phase}.csv")
@@ -99,7 +99,18 @@ def compare(ev: Evidence, phase: str) -> dict[str, Any]:
         for r in rows
         if not r.ok
     ]
-    return {"pairs": len(rows), "failing": failing, "raw": f"compare-{phase}.md"}
+    tolerances = {
+        p.query: "equal"
+        if not p.tolerance and not p.relative
+        else f"within {p.tolerance:g}" + (f" or {p.relative:.0%}" if p.relative else "")
+        for p in PAIRINGS
+    }
+    return {
+        "pairs": len(rows),
+        "failing": failing,
+        "tolerances_in_nvwatch_units": tolerances,
+        "raw": f"compare-{phase}.md",
+    }
 
 
 def exports(ev: Evidence, phase: str) -> dict[str, Any]:

@@ -168,4 +168,5 @@ def _stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait(grace)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace)

@@ -146,6 +146,18 @@ def test_a_rerun_starts_from_a_clean_folder(tmp_path: Path) -> None:
         run.close()
 
 
+def test_a_step_over_its_budget_is_stopped_with_its_children(tmp_path: Path) -> None:
+    run = Run(Options(outdir=tmp_path))
+    try:
+        argv = ["sh", "-c", "sleep 30 & sleep 30; echo never"]
+        started = time.monotonic()
+        step, out = run.command("slow", argv, 6.0, out="slow.txt")
+        assert time.monotonic() - started < 15
+        assert step.status == "timeout" and "6s budget" in step.reason and out == ""
+    finally:
+        run.close()
+
+
 def _nvml_loads() -> bool:
     import pynvml
 
