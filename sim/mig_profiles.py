@@ -111,11 +111,25 @@ H100_80GB: tuple[GpuInstanceProfile, ...] = (
     _row("7g.80gb", _7G, 0, (7, 8, (0,), 1), 132, 79.25, (8, 7, 7, 1)),
 )  # fmt: skip
 
+# ~ H200 (141 GB HBM3e): the H100's slices, SMs and engines (same GH100 die) with the
+# memory of each scaled to the larger board (NVIDIA's MIG guide names 1g.18gb to
+# 7g.141gb, seven instances at most); check the GiB with `nvidia-smi mig -lgip` there
+H200_141GB: tuple[GpuInstanceProfile, ...] = (
+    _row("1g.18gb", _1G, 19, (1, 1, _ANY_1G, 7), 16, 17.125, (1, 1, 1, 0)),
+    _row("1g.18gb+me", _1G_ME, 20, (1, 1, _ANY_1G, 1), 16, 17.125, (1, 1, 1, 1)),
+    _row("1g.35gb", _1G_2M, 15, (1, 2, _EVEN, 4), 26, 34.5, (1, 1, 1, 0)),
+    _row("2g.35gb", _2G, 14, (2, 2, (0, 2, 4), 3), 32, 34.5, (2, 2, 2, 0)),
+    _row("3g.71gb", _3G, 9, (3, 4, (0, 4), 2), 60, 69.5, (3, 3, 3, 0)),
+    _row("4g.71gb", _4G, 5, (4, 4, (0,), 1), 64, 69.5, (4, 4, 4, 0)),
+    _row("7g.141gb", _7G, 0, (7, 8, (0,), 1), 132, 139.75, (8, 7, 7, 1)),
+)  # fmt: skip
+
 #: GPU model name (nvmlDeviceGetName) -> its GPU-instance profiles
 PROFILES_BY_GPU: dict[str, tuple[GpuInstanceProfile, ...]] = {
     "NVIDIA A100-SXM4-40GB": A100_40GB,
     "NVIDIA A100-SXM4-80GB": A100_80GB,
     "NVIDIA H100 80GB HBM3": H100_80GB,
+    "NVIDIA H200": H200_141GB,
 }
 
 #: compute-instance slice count -> NVML_COMPUTE_INSTANCE_PROFILE_* (also the CI profile

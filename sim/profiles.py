@@ -218,6 +218,21 @@ H100_SXM5_80 = GpuModel(
     cuda_compute_capability=(9, 0),
 )
 
+# HGX/DGX H200 board. NVIDIA's H200 datasheet: 141 GB HBM3e at 4.8 TB/s, up to 700 W
+# (SXM), NVLink 900 GB/s (18 NVLink4 links), PCIe Gen5 x16, MIG up to 7 instances; the
+# same GH100 die as the H100 SXM5 (132 SMs, 1980 MHz boost). The rest as the H100's (~)
+# until a recorded run (tests/real_gpu/) says otherwise.
+H200_SXM5_141 = GpuModel(
+    **{
+        **H100_SXM5_80.__dict__,
+        "name": "NVIDIA H200",  # what nvidia-smi prints for the SXM board
+        "memory_bytes": 143771 * MIB,  # ~ nvidia-smi memory.total on an H200 (143771 MiB)
+        "memory_bandwidth_bytes_per_second": 4.8e12,
+        "max_memory_clock_mhz": 3201,  # ~ nvidia-smi clocks.max.memory on an H200
+        "vbios_version": "96.00.A5.00.01",  # ~ an HGX H200 VBIOS string
+    }
+)
+
 T4 = GpuModel(
     name="Tesla T4",
     architecture="turing",
@@ -597,6 +612,21 @@ PROFILES: dict[str, Profile] = {
             pcie_switch_socket=(0, 0, 1, 1),
             nics=_nics(8, "MT4129", "MT_0000000838", "28.39.1002", NDR, per_switch=2),
             system_power_watts=10200,
+            driver_version="570.124.06",
+            cuda_driver_version=12080,
+        ),
+        Profile(
+            name="hgx-h200",
+            description="HGX H200: 8x H200 141 GB HBM3e, 4 NVSwitch chips, 8x NDR ConnectX-7",
+            gpus=(H200_SXM5_141,) * 8,
+            # the HGX H200 baseboard is the H100's: 18 NVLink4 links per GPU to the four
+            # NVSwitch chips (5/4/4/5), the same PCIe switches and NDR400 ConnectX-7 NICs
+            nvlinks=_to_switches(8, (5, 4, 4, 5)),
+            nvswitch_count=4,
+            gpu_pcie_switch=(0, 0, 1, 1, 2, 2, 3, 3),
+            pcie_switch_socket=(0, 0, 1, 1),
+            nics=_nics(8, "MT4129", "MT_0000000838", "28.39.1002", NDR, per_switch=2),
+            system_power_watts=10200,  # ~ DGX H200, the DGX H100 chassis
             driver_version="570.124.06",
             cuda_driver_version=12080,
         ),

@@ -55,7 +55,11 @@ SATURATED_FAMILY = "nvwatch_ib_port_reading_saturated"
 # ticks (10 ms) on every CPU, so its CPU ratios are exported, as in any poll but the first.
 HOST_INTERVAL_S = 0.05
 #: profile -> the layout with the most MIG devices (seven per GPU), for the budget's MIG rows
-MIG_LAYOUTS = {"dgx-a100": "all:1g.5gb*7", "dgx-h100": "all:1g.10gb*7"}
+MIG_LAYOUTS = {
+    "dgx-a100": "all:1g.5gb*7",
+    "dgx-h100": "all:1g.10gb*7",
+    "hgx-h200": "all:1g.18gb*7",
+}
 
 
 def render_profile(

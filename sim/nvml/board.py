@@ -34,6 +34,7 @@ _MEMORY_BUS_BITS = {
     "Tesla V100-DGXS-32GB": 4096,
     "NVIDIA A100-SXM4-40GB": 5120,
     "NVIDIA H100 80GB HBM3": 5120,
+    "NVIDIA H200": 6144,  # six HBM3e stacks
     "Tesla T4": 256,
     "NVIDIA GeForce GTX 1080 Ti": 352,
     "NVIDIA GeForce RTX 2080 Ti": 352,
@@ -49,6 +50,7 @@ _PART_NUMBERS = {
     "Tesla V100-DGXS-32GB": "900-2G500-0010-000",
     "NVIDIA A100-SXM4-40GB": "692-2G506-0200-002",
     "NVIDIA H100 80GB HBM3": "692-2G520-0200-000",
+    "NVIDIA H200": "692-2G520-0280-000",
     "Tesla T4": "900-2G183-0000-001",
 }
 # InfoROM object versions by architecture (~ `nvidia-smi -q`, "Inforom Version")

@@ -41,6 +41,7 @@ _CORES_PER_SOCKET = {
     "dgx2": 24,
     "dgx-a100": 64,
     "dgx-h100": 56,
+    "hgx-h200": 56,  # ~ as the DGX H200 (the DGX H100 chassis)
     "geforce-workstation": 16,
     "inference-t4": 20,
 }
