@@ -44,3 +44,10 @@ def workloads() -> frozenset[str]:
     from nvwatch.sim.node_scenarios import WORKLOADS
 
     return frozenset(WORKLOADS)
+
+
+def default_onsets() -> dict[str, float]:
+    """Each fault scenario's onset when no from= or --onset sets one, in seconds."""
+    from nvwatch.sim.node_scenarios import WORKLOADS, known_scenarios, onset
+
+    return {name: onset(name) for name in known_scenarios() if name not in WORKLOADS}

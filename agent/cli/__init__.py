@@ -22,7 +22,13 @@ import click
 
 from nvwatch.agent import __version__, logs, simulation
 from nvwatch.agent.app import StartupError, poll_and_render, serve, web_config_of
-from nvwatch.agent.cli.options import agent_options, build_config, option, source_options
+from nvwatch.agent.cli.options import (
+    LISTEN_DEFAULT,
+    agent_options,
+    build_config,
+    option,
+    source_options,
+)
 from nvwatch.agent.click_groups import HelpGroup
 from nvwatch.agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
 from nvwatch.agent.durations import parse_duration
@@ -93,7 +99,7 @@ def cli() -> None:
 @cli.command("serve")
 @option(
     "--listen",
-    default="0.0.0.0:9477",
+    default=LISTEN_DEFAULT,
     show_default=True,
     help="HOST:PORT to serve on; [::]:PORT takes IPv4 too, tcp6:[::]:PORT IPv6 alone; "
     "zone ids as [fe80::1%eth0]:PORT.",

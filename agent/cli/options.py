@@ -23,13 +23,13 @@ import click
 from nvwatch.agent import simulation
 from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
-    DEFAULT_KUBELET_SOCKET,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
     SCENARIO_SYNTAX,
     AgentConfig,
     ConfigError,
     ScenarioSpec,
+    format_listen,
     load_config_file,
     parse_attribution,
     parse_listen,
@@ -38,12 +38,20 @@ from nvwatch.agent.config import (
     split_ipv6_only,
     split_scenarios,
 )
-from nvwatch.agent.durations import DURATION_FORMAT, DurationError, parse_duration
+from nvwatch.agent.durations import (
+    DURATION_FORMAT,
+    DurationError,
+    parse_duration,
+    prometheus_duration,
+)
 from nvwatch.agent.sources.infiniband_parse import HW_COUNTER_CHOICES
+from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH as DEFAULT_KMSG_PATH
 from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Every option's default is AgentConfig's: the decorators below show it as the flag's
+# text (`_flag_text`), and build_config leaves AgentConfig to fill in what is not given.
 _DEFAULTS = AgentConfig()
 # options of `serve` beyond the ones below; a config file may name them for any command
 _SERVE_ONLY = frozenset({"listen", "web_config", "sim_process_file"})
@@ -61,6 +69,15 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     mine_loaded = {key: loaded[key] for key in loaded if key in mine}
     ctx.default_map = {**(ctx.default_map or {}), **mine_loaded}
     return value
+
+
+def _flag_text(value: object) -> str:
+    """An AgentConfig default as a flag takes it: 5.0 -> '5s', ('a', 'b') -> 'a,b'."""
+    if isinstance(value, float):
+        return prometheus_duration(value)
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
 
 
 def _env(name: str) -> str:
@@ -82,6 +99,27 @@ class _ScenarioOption(click.Option):
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         self.help = f"{_SCENARIO_HELP} Scenarios: {simulation.scenario_names()}."
         return super().get_help_record(ctx)
+
+
+class _OnsetOption(click.Option):
+    """--onset, whose default (each scenario's own onset) is read from the simulator when
+    help is shown, like --scenario's list."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        by_onset: dict[float, list[str]] = {}
+        for name, seconds in simulation.default_onsets().items():
+            by_onset.setdefault(seconds, []).append(name)
+        # the most common onset alone, then the scenarios that begin otherwise
+        common, *others = sorted(by_onset.items(), key=lambda item: -len(item[1]))
+        self.show_default = "; ".join(
+            [_onset_text(common[0])]
+            + [f"{_onset_text(seconds)} for {', '.join(names)}" for seconds, names in others]
+        )
+        return super().get_help_record(ctx)
+
+
+def _onset_text(seconds: float) -> str:
+    return prometheus_duration(seconds) if seconds else "0"
 
 
 _SCENARIO_HELP = (
@@ -134,20 +172,20 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     ),
     "interval": option(
         "--interval",
-        default="5s",
+        default=_flag_text(_DEFAULTS.interval),
         show_default=True,
         metavar="DURATION",
         help=f"Poll interval, {INTERVAL_BOUNDS}; {DURATION_FORMAT}.",
     ),
     "sources": option(
         "--sources",
-        default="nvml,infiniband,host",
+        default=_flag_text(_DEFAULTS.sources),
         show_default=True,
         help="Comma-separated sources to poll.",
     ),
     "sysfs-root": option(
         "--sysfs-root",
-        default="/sys",
+        default=_flag_text(_DEFAULTS.sysfs_root),
         show_default=True,
         type=click.Path(file_okay=False),
         help="Root of sysfs (for InfiniBand and PCIe affinity).",
@@ -158,11 +196,14 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     "scenario": scenario_option,
     "onset": option(
         "--onset",
+        cls=_OnsetOption,
         metavar="DURATION",
         help="With --simulate: when faults without from= begin, in simulated time since "
-        "start (0: at once) [default: 30s, 0 for InfiniBand ones].",
+        "start (0: at once).",
     ),
-    "seed": option("--seed", default=0, show_default=True, type=int, help="Simulation seed."),
+    "seed": option(
+        "--seed", default=_DEFAULTS.seed, show_default=True, type=int, help="Simulation seed."
+    ),
     "mig": option(
         "--mig",
         metavar="LAYOUT",
@@ -173,14 +214,14 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     "nvlink-detail": option(
         "--nvlink-detail",
         type=click.Choice(NVLINK_DETAIL_CHOICES),
-        default="link",
+        default=_DEFAULTS.nvlink_detail,
         show_default=True,
         help="NVLink series per link, or aggregated per GPU (fewer series).",
     ),
     "ib-hw-counters": option(
         "--ib-hw-counters",
         type=click.Choice(HW_COUNTER_CHOICES),
-        default="default",
+        default=_DEFAULTS.ib_hw_counters,
         show_default=True,
         help="mlx5 hw_counters to export: the loss and congestion ones (out_of_sequence, "
         "local_ack_timeout_err; CNP/ECN on RoCE), or all of them.",
@@ -188,13 +229,13 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     "kmsg-path": option(
         "--kmsg-path",
         type=click.Path(dir_okay=False),
-        show_default="/dev/kmsg; with --simulate, the simulated node's log",
+        show_default=f"{DEFAULT_KMSG_PATH}; with --simulate, the simulated node's log",
         help="Kernel log to count XIDs from since boot (a file in /dev/kmsg's record "
         "format or dmesg text works too); unreadable: NVML events since start only.",
     ),
     "attribution": option(
         "--attribution",
-        default="none",
+        default=_flag_text(_DEFAULTS.attribution),
         show_default=True,
         metavar="MODES",
         help="Who uses each GPU: comma-separated slurm, kubernetes, or none "
@@ -202,7 +243,7 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     ),
     "attribution-interval": option(
         "--attribution-interval",
-        default="10s",
+        default=_flag_text(_DEFAULTS.attribution_interval),
         show_default=True,
         metavar="DURATION",
         help=f"How often attribution re-reads its sources, {ATTRIBUTION_INTERVAL_BOUNDS}; "
@@ -216,14 +257,14 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     ),
     "kubelet-socket": option(
         "--kubelet-socket",
-        default=str(DEFAULT_KUBELET_SOCKET),
+        default=_flag_text(_DEFAULTS.kubelet_socket),
         show_default=True,
         type=click.Path(dir_okay=False),
         help="Kubernetes: the kubelet pod-resources gRPC socket.",
     ),
     "proc-root": option(
         "--proc-root",
-        default="/proc",
+        default=_flag_text(_DEFAULTS.proc_root),
         show_default=True,
         type=click.Path(file_okay=False),
         help="Root of procfs, for the cgroup and environment of GPU processes.",
@@ -231,7 +272,7 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     "log-format": option(
         "--log-format",
         type=click.Choice(LOG_FORMATS),
-        default="text",
+        default=_DEFAULTS.log_format,
         show_default=True,
         help="Log as text or JSON lines.",
     ),
@@ -256,10 +297,53 @@ def agent_options(*names: str) -> Callable[[F], F]:
 source_options = agent_options(*_OPTIONS)
 
 
+def _listen(text: str) -> dict[str, Any]:
+    ipv6_only, listen = split_ipv6_only(text)
+    host, port = parse_listen(listen)
+    return {"listen_host": host, "listen_port": port, "listen_ipv6_only": ipv6_only}
+
+
+def _path(field: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda value: {field: Path(value)}
+
+
+# option name -> its AgentConfig field(s) from the value given
+_FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "listen": _listen,
+    "interval": lambda v: {"interval": parse_duration(v, "interval", INTERVAL_BOUNDS)},
+    "sources": lambda v: {"sources": parse_sources(v)},
+    "sysfs_root": _path("sysfs_root"),
+    "simulate": lambda v: {"simulate": v},
+    "seed": lambda v: {"seed": int(v)},
+    "web_config": _path("web_config"),
+    "log_format": lambda v: {"log_format": v},
+    "nvlink_detail": lambda v: {"nvlink_detail": v},
+    "ib_hw_counters": lambda v: {"ib_hw_counters": v},
+    "kmsg_path": _path("kmsg_path"),
+    "attribution": lambda v: {"attribution": parse_attribution(v)},
+    "attribution_interval": lambda v: {
+        "attribution_interval": parse_duration(
+            v, "attribution interval", ATTRIBUTION_INTERVAL_BOUNDS
+        )
+    },
+    "hpc_job_mapping_dir": _path("hpc_job_mapping_dir"),
+    "kubelet_socket": _path("kubelet_socket"),
+    "proc_root": _path("proc_root"),
+    "mig": lambda v: {"mig": v},
+    "sim_process_file": _path("sim_process_file"),
+}
+
+# shown in serve's --help as AgentConfig's listen address
+LISTEN_DEFAULT = format_listen(
+    _DEFAULTS.listen_host, _DEFAULTS.listen_port, _DEFAULTS.listen_ipv6_only
+)
+
+
 def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
     """Turn raw option values into the one config object; ConfigError on bad values.
 
-    An option the command does not take keeps AgentConfig's default."""
+    An option the command does not take, or that is given empty, keeps AgentConfig's
+    default: this function has no defaults of its own."""
     # from the environment or a config file one string: keep from=/until= with their scenario
     scenario_values = split_scenarios(params.get("scenario") or ())
     onset = params.get("onset")
@@ -267,43 +351,11 @@ def build_config(params: dict[str, Any], **extra: Any) -> AgentConfig:
         [parse_scenario(s) for s in scenario_values],
         None if onset is None else parse_onset(str(onset)),
     )
-    ipv6_only, listen = split_ipv6_only(params.get("listen") or "0.0.0.0:9477")
-    listen_host, listen_port = parse_listen(listen)
-    interval = params.get("interval")
-    config = AgentConfig(
-        listen_host=listen_host,
-        listen_port=listen_port,
-        listen_ipv6_only=ipv6_only,
-        interval=_DEFAULTS.interval
-        if interval is None
-        else parse_duration(interval, "interval", INTERVAL_BOUNDS),
-        sources=parse_sources(params.get("sources") or ",".join(_DEFAULTS.sources)),
-        sysfs_root=Path(params.get("sysfs_root") or _DEFAULTS.sysfs_root),
-        simulate=params.get("simulate"),
-        scenarios=scenarios,
-        seed=int(params.get("seed") or 0),
-        web_config=Path(params["web_config"]) if params.get("web_config") else None,
-        log_format=params.get("log_format") or "text",
-        nvlink_detail=params.get("nvlink_detail") or "link",
-        ib_hw_counters=params.get("ib_hw_counters") or "default",
-        kmsg_path=Path(params["kmsg_path"]) if params.get("kmsg_path") else None,
-        attribution=parse_attribution(params.get("attribution") or ()),
-        attribution_interval=parse_duration(
-            params.get("attribution_interval") or "10s",
-            "attribution interval",
-            ATTRIBUTION_INTERVAL_BOUNDS,
-        ),
-        hpc_job_mapping_dir=(
-            Path(params["hpc_job_mapping_dir"]) if params.get("hpc_job_mapping_dir") else None
-        ),
-        kubelet_socket=Path(params.get("kubelet_socket") or DEFAULT_KUBELET_SOCKET),
-        proc_root=Path(params.get("proc_root") or "/proc"),
-        mig=params.get("mig") or None,
-        sim_process_file=(
-            Path(params["sim_process_file"]) if params.get("sim_process_file") else None
-        ),
-        **extra,
-    )
+    values: dict[str, Any] = {"scenarios": scenarios} if scenarios else {}
+    for name, value in params.items():
+        if name in _FIELDS and value is not None and value != "":
+            values.update(_FIELDS[name](value))
+    config = AgentConfig(**values, **extra)
     check_attribution(config)
     return config
 

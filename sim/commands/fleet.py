@@ -12,11 +12,10 @@ import click
 import psutil
 
 from nvwatch.agent import logs
-from nvwatch.agent.cli.options import option
+from nvwatch.agent.cli.options import agent_options, option
 from nvwatch.agent.config import (
     FLEET_DURATION_BOUNDS,
     INTERVAL_BOUNDS,
-    LOG_FORMATS,
     SCENARIO_SYNTAX,
     ConfigError,
     split_scenarios,
@@ -118,13 +117,7 @@ _SCENARIOS = ", ".join(known_scenarios())
     help="Every this many intervals print the process's CPU (share of one core, simulator "
     "included), RSS and polls done (0: never).",
 )
-@option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS),
-    default="text",
-    show_default=True,
-    help="Log as text or JSON lines.",
-)
+@agent_options("log-format")
 def simulate_fleet(
     nodes: int | None,
     profile: str,
