@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.durations import (
+from nvwatch.common.durations import (
     DurationBounds,
     DurationError,
     parse_duration,
     prometheus_duration,
 )
-from nvwatch.agent.yaml_safe import ConfigError as ConfigError
-from nvwatch.agent.yaml_safe import key_text, load_yaml_text, read_config_text, shown
+from nvwatch.common.yaml_safe import ConfigError as ConfigError
+from nvwatch.common.yaml_safe import key_text, load_yaml_text, read_config_text, shown
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what

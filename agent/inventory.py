@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.yaml_safe import ConfigError, key_text, load_yaml_text, read_config_text, shown
+from nvwatch.common.yaml_safe import ConfigError, key_text, load_yaml_text, read_config_text, shown
 
 REQUIRED_COLUMNS = ("hostname", "address", "node_class", "rack")
 OPTIONAL_COLUMNS = ("cluster",)

@@ -24,9 +24,9 @@ from typing import Any
 
 import bcrypt
 
-from nvwatch.agent.durations import DurationError, parse_duration
 from nvwatch.agent.webconfig_tls import MAX_FILE_BYTES, ConfigKeyError, build_tls, enabled, text
-from nvwatch.agent.yaml_safe import ConfigError, key_text, load_yaml_text, shown
+from nvwatch.common.durations import DurationError, parse_duration
+from nvwatch.common.yaml_safe import ConfigError, key_text, load_yaml_text, shown
 
 
 class WebConfigError(ConfigError):

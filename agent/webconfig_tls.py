@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvwatch.agent.yaml_safe import key_text, shown
+from nvwatch.common.yaml_safe import key_text, shown
 
 MAX_FILE_BYTES = 1024 * 1024  # PEM files: a chain of a few certificates is a few KB
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nvwatch.alerts.dcgm_compat import compat_rules
+from nvwatch.alerts.dcgm_doc import DOC_NAME as DCGM_DOC
+from nvwatch.alerts.dcgm_doc import RULE_FILE as DCGM_COMPAT
+from nvwatch.alerts.dcgm_doc import render_doc as render_dcgm_doc
 from nvwatch.alerts.docs import render_docs
 from nvwatch.alerts.render import (
     dump_yaml,
@@ -18,10 +22,6 @@ from nvwatch.alerts.render import (
     vmalert_alerts,
 )
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.mixin.dcgm_compat import compat_rules
-from nvwatch.mixin.dcgm_doc import DOC_NAME as DCGM_DOC
-from nvwatch.mixin.dcgm_doc import RULE_FILE as DCGM_COMPAT
-from nvwatch.mixin.dcgm_doc import render_doc as render_dcgm_doc
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"
@@ -76,7 +76,7 @@ def write_docs(path: Path, config: MixinConfig) -> list[Path]:
 
 def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
     """The prometheus-operator PrometheusRule holding the same rule groups."""
-    from nvwatch.mixin.kubernetes import RULES_FILE, rules_text
+    from nvwatch.alerts.kubernetes import RULES_FILE, rules_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RULES_FILE

@@ -17,8 +17,8 @@ utilization for, and counting it as a GPU would inflate the hours.
 
 from __future__ import annotations
 
-from nvwatch.agent.durations import parse_duration
 from nvwatch.alerts.recording import RecordingGroup, RecordingRule
+from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 
 OWNER_ALLOCATED = "owner:nvwatch_gpu_allocated:share"

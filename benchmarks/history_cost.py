@@ -23,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nvwatch.agent.durations import parse_duration
+from nvwatch.common.durations import parse_duration
 from nvwatch.sim.history import generate
 from nvwatch.sim.history_plan import plan_history
 

@@ -37,8 +37,8 @@ from benchmarks.common import REPO_ROOT, cpu_model, scratch_dir, tool_version
 from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
 from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name
-from nvwatch.agent.durations import parse_duration
 from nvwatch.alerts import build as alerts_build
+from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.series_budget import measure as measure_budget
 

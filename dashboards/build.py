@@ -68,7 +68,7 @@ def write(out_dir: Path, config: MixinConfig) -> list[Path]:
 
 def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:
     """The same dashboards as Grafana-sidecar ConfigMaps, one manifest file."""
-    from nvwatch.mixin.kubernetes import DASHBOARDS_FILE, dashboards_text
+    from nvwatch.alerts.kubernetes import DASHBOARDS_FILE, dashboards_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / DASHBOARDS_FILE

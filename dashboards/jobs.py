@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
-from nvwatch.agent.durations import parse_duration
 from nvwatch.alerts.recording_attribution import WHOLE_GPU, allocated, busy
+from nvwatch.common.durations import parse_duration
 from nvwatch.dashboards import thresholds as t
 from nvwatch.dashboards.builder import (
     HIDE_TIME_AND_VALUE,

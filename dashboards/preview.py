@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.durations import prometheus_duration
+from nvwatch.common.durations import prometheus_duration
 from nvwatch.dashboards.preview_panels import DRAWERS, Series, legend
 
 GRID_COLUMNS = 24

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from nvwatch.agent.click_groups import HelpGroup
+from nvwatch.common.click_groups import HelpGroup
 from nvwatch.mixin.config import MixinConfig, load
 
 # The command for each committed generated file, named by the staleness test.
@@ -63,7 +63,7 @@ _no_kubernetes_option = _option("--no-kubernetes", is_flag=True, help="No Kubern
 
 
 def _kubernetes_dir(kubernetes: str | None, no_kubernetes: bool) -> Path | None:
-    from nvwatch.mixin.kubernetes import default_dir
+    from nvwatch.alerts.kubernetes import default_dir
 
     if no_kubernetes and kubernetes:
         raise click.UsageError("--kubernetes and --no-kubernetes contradict each other")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nvwatch.agent.durations import parse_duration, prometheus_duration
-from nvwatch.agent.yaml_safe import key_text, load_yaml_text, read_config_text, shown
+from nvwatch.common.durations import parse_duration, prometheus_duration
+from nvwatch.common.yaml_safe import key_text, load_yaml_text, read_config_text, shown
 
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
 _WINDOWS = (

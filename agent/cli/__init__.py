@@ -29,13 +29,13 @@ from nvwatch.agent.cli.options import (
     option,
     source_options,
 )
-from nvwatch.agent.click_groups import HelpGroup
 from nvwatch.agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
-from nvwatch.agent.durations import parse_duration
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.runtime import runtime
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import ThreadDeaths, thread_deaths
+from nvwatch.common.click_groups import HelpGroup
+from nvwatch.common.durations import parse_duration
 
 EXIT_BAD_INPUT = 2
 # the profile `topology` suggests without a driver: the DGX-1 cube-mesh, the one to see

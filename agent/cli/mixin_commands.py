@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from nvwatch.agent.durations import DurationBounds, parse_duration
+from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.mixin.commands import _mixin_config, dashboards_group
 
 RANGE_BOUNDS = DurationBounds(60.0, 90 * 86400.0)

@@ -38,15 +38,15 @@ from nvwatch.agent.config import (
     split_ipv6_only,
     split_scenarios,
 )
-from nvwatch.agent.durations import (
+from nvwatch.agent.sources.infiniband_parse import HW_COUNTER_CHOICES
+from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH as DEFAULT_KMSG_PATH
+from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
+from nvwatch.common.durations import (
     DURATION_FORMAT,
     DurationError,
     parse_duration,
     prometheus_duration,
 )
-from nvwatch.agent.sources.infiniband_parse import HW_COUNTER_CHOICES
-from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH as DEFAULT_KMSG_PATH
-from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,8 +10,8 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from nvwatch.agent.durations import DurationBounds, parse_duration, prometheus_duration
 from nvwatch.agent.report.errors import ReportError
+from nvwatch.common.durations import DurationBounds, parse_duration, prometheus_duration
 
 RANGE_BOUNDS = DurationBounds(3600.0, 400 * 86400.0)
 # Steps a reader can name; the report picks the smallest that keeps a series at or

@@ -20,7 +20,7 @@ from nvwatch.agent.config import (
     ConfigError,
     split_scenarios,
 )
-from nvwatch.agent.durations import DURATION_FORMAT, parse_duration
+from nvwatch.common.durations import DURATION_FORMAT, parse_duration
 from nvwatch.sim.commands.group import simulate_group
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import JOB_SYNTAX, NodeJobs, parse_job

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from nvwatch.agent.cli.options import option
-from nvwatch.agent.durations import DurationBounds, parse_duration
+from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.sim.commands.group import simulate_group
 from nvwatch.sim.fleet_plan import DEFAULT_CLUSTER, FleetError
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import nvwatch.agent.cli as cli_module
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import AgentConfig, parse_listen
-from nvwatch.agent.durations import parse_duration
+from nvwatch.common.durations import parse_duration
 from nvwatch.dashboards.build import build_all
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.ports import free_port

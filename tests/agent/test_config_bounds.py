@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
 from nvwatch.agent.cli.options import build_config
-from nvwatch.agent.durations import DurationBounds, DurationError, parse_duration
+from nvwatch.common.durations import DurationBounds, DurationError, parse_duration
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 # host alone: a poll costs nothing and needs no hardware

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nvwatch.agent.config import ConfigError, load_config_file
-from nvwatch.agent.yaml_safe import MAX_CONFIG_BYTES, read_config_text
+from nvwatch.common.yaml_safe import MAX_CONFIG_BYTES, read_config_text
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 ALLOWED = {"interval", "sources", "scenario", "sysfs_root"}

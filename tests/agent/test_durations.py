@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nvwatch.agent.durations import (
+from nvwatch.common.durations import (
     DurationBounds,
     DurationError,
     parse_duration,

@@ -17,7 +17,7 @@ import pytest
 from nvwatch.sim.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("agent", "alerts", "dashboards", "mixin")
+PRODUCT = ("agent", "alerts", "common", "dashboards", "mixin")
 DOOR = REPO / "agent" / "simulation.py"
 
 

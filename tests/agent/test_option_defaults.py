@@ -28,8 +28,8 @@ import nvwatch.agent.topology as topology_module
 from nvwatch.agent import logs, simulation
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import AgentConfig
-from nvwatch.agent.durations import parse_duration
 from nvwatch.agent.sources.registry import kmsg_path
+from nvwatch.common.durations import parse_duration
 
 COMMANDS = ("serve", "dump", "doctor", "topology")
 # the AgentConfig field of an option, where its name differs

@@ -1,4 +1,4 @@
-"""The one YAML loader (agent/yaml_safe.py) of every file the agent reads.
+"""The one YAML loader (common/yaml_safe.py) of every file the agent reads.
 
 From outside first: real `nvwatch` processes given a hostile file as --config,
 --web-config, a mixin config and an inventory. Before, the web config took aliases
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.yaml_safe import (
+from nvwatch.common.yaml_safe import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
     SHOWN_CHARS,

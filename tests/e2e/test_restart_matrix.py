@@ -43,9 +43,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.agent.config import ScenarioSpec
-from nvwatch.agent.durations import parse_duration
 from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.rules import Severity, all_alerts
+from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.node import known_scenarios

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvwatch.agent.config import FLEET_DURATION_BOUNDS, INTERVAL_BOUNDS, SETTLE_BOUNDS
-from nvwatch.agent.durations import DurationError, parse_duration, prometheus_duration
+from nvwatch.common.durations import DurationError, parse_duration, prometheus_duration
 
 from .strategies import FUZZ, near
 

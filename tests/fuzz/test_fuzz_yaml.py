@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from nvwatch.agent.config import CONFIG_ERRORS, load_config_file
 from nvwatch.agent.inventory import load_inventory
 from nvwatch.agent.webconfig import WebConfigError, load_web_config
-from nvwatch.agent.yaml_safe import MAX_DEPTH, MAX_INT_DIGITS, ConfigError, load_yaml_text
+from nvwatch.common.yaml_safe import MAX_DEPTH, MAX_INT_DIGITS, ConfigError, load_yaml_text
 from nvwatch.mixin.config import MixinConfig
 
 from .strategies import FUZZ

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from nvwatch.agent.durations import prometheus_duration
+from nvwatch.common.durations import prometheus_duration
 from nvwatch.sim.history import generate, truth_path_for
 from nvwatch.sim.history_plan import DAY_S, plan_history
 from nvwatch.sim.ports import free_port

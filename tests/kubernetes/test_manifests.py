@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from nvwatch.alerts import build as alerts_build
+from nvwatch.alerts import kubernetes as k8s
 from nvwatch.dashboards import build as dashboards_build
-from nvwatch.mixin import kubernetes as k8s
 from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
 

@@ -11,10 +11,10 @@ import yaml
 
 from nvwatch.agent.catalogue import BY_NAME
 from nvwatch.alerts.build import build_all
+from nvwatch.alerts.dcgm_compat import FIELDS, LABELS_RULE, MIB, DcgmField, labels
+from nvwatch.alerts.dcgm_doc import RULE_FILE, render_doc
 from nvwatch.alerts.promql import metric_names
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.mixin.dcgm_compat import FIELDS, LABELS_RULE, MIB, DcgmField, labels
-from nvwatch.mixin.dcgm_doc import RULE_FILE, render_doc
 from tests.mixin.conftest import REPO
 
 # The uncommented lines of dcgm-exporter's etc/default-counters.csv (NVIDIA/dcgm-exporter,

@@ -1,7 +1,7 @@
 """dcgm-exporter's fields and labels, and the nvwatch series that give the same values.
 
 One table feeds two outputs, so they cannot disagree:
-- docs/migrating-from-dcgm-exporter.md (mixin/dcgm_doc.py), the table a person reads;
+- docs/migrating-from-dcgm-exporter.md (alerts/dcgm_doc.py), the table a person reads;
 - the optional compatibility recording rules (alerts/generated/dcgm-compat.rules.yml)
   that write `DCGM_FI_*` series in dcgm-exporter's units and with its label names, so
   its dashboards and alerts keep working while a fleet moves to nvwatch.

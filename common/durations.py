@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from nvwatch.agent.yaml_safe import shown
+from nvwatch.common.yaml_safe import shown
 
 UNIT_SECONDS: dict[str, float] = {
     "y": 365 * 86400.0,

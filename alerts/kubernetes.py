@@ -5,7 +5,8 @@ alerts/generated and dashboards/generated (never a second copy to keep in step).
 `nvwatch alerts build` writes deploy/kubernetes/nvwatch-rules.yaml and `nvwatch
 dashboards build` deploy/kubernetes/nvwatch-dashboards.yaml (`--kubernetes DIR` to
 write elsewhere); tests/kubernetes validates them against the Kubernetes and
-prometheus-operator schemas.
+prometheus-operator schemas. It sits with the alerts, whose rule groups it renders;
+dashboards/build.py hands it the dashboards (the mixin config imports neither).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/migrating-from-dcgm-exporter.md, rendered from the table in mixin/dcgm_compat.py.
+"""docs/migrating-from-dcgm-exporter.md, rendered from the table in alerts/dcgm_compat.py.
 
 `nvwatch alerts build` writes it next to docs/alerts.md; a test fails when the
 committed file and this rendering differ.
@@ -6,8 +6,8 @@ committed file and this rendering differ.
 
 from __future__ import annotations
 
+from nvwatch.alerts.dcgm_compat import FIELDS, LABELS_RULE, DcgmField, labels, value_expr
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.mixin.dcgm_compat import FIELDS, LABELS_RULE, DcgmField, labels, value_expr
 
 DOC_NAME = "migrating-from-dcgm-exporter.md"
 RULE_FILE = "dcgm-compat.rules.yml"
@@ -15,7 +15,7 @@ RULE_FILE = "dcgm-compat.rules.yml"
 _INTRO = """\
 # Migrating from dcgm-exporter
 
-Generated from `mixin/dcgm_compat.py` by `nvwatch alerts build` (which also writes the
+Generated from `alerts/dcgm_compat.py` by `nvwatch alerts build` (which also writes the
 compatibility rules below); a test fails when this file and the table disagree.
 
 nvwatch reads NVML directly where dcgm-exporter reads DCGM (which reads NVML and, for
