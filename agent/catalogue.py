@@ -1,8 +1,8 @@
 """The metric catalogue: every family nvwatch exports, defined once, and where it comes from.
 
-Names, types and label sets here are a contract with dashboards, alerts and users (see
-DESIGN.md). Each entry is also the map of its value: `origin` names the NVML call or field
-id, the sysfs file or the psutil call; each `Series` names the sample attribute that holds
+Names, types and label sets here are a contract with dashboards, alerts and users. Each
+entry is also the map of its value: `origin` names the NVML call or field id, the sysfs
+file or the psutil call; each `Series` names the sample attribute that holds
 the value (on the scope's sample class: `GpuSample`, `NvLinkSample`, `InfinibandPort`, ...)
 and, where one exists, the `nvidia-smi --query-gpu` field it must agree with; `when` says
 under which condition a family is absent. The exposition renders by looping over this table

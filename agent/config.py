@@ -104,7 +104,7 @@ class AgentConfig:
     proc_root: Path = Path("/proc")
     # a simulated node's MIG layout (--mig, sim/mig_layout.py); None: MIG off
     mig: str | None = None
-    # with --simulate: a file of real processes the simulated GPUs report (process_file.py)
+    # with --simulate: a file of real processes the simulated GPUs report (sim/process_file.py)
     sim_process_file: Path | None = None
 
     @property

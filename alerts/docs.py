@@ -7,7 +7,7 @@ from nvwatch.alerts.rules import Alert, alert_groups
 from nvwatch.alerts.rules.base import Kind
 from nvwatch.mixin.config import MixinConfig
 
-# XID codes an operator pages on, from NVIDIA's XID catalogue (hardware-facts.md).
+# XID codes an operator pages on, from NVIDIA's Xid Errors catalogue.
 XID_MEANINGS: tuple[tuple[str, str, str], ...] = (
     ("13", "Graphics engine exception", "Usually the application; hardware if it repeats."),
     ("31", "GPU memory page fault", "Usually the application (illegal address)."),

@@ -14,7 +14,7 @@ What it costs, in CPU:
   64 pids, timed on its own and spread over the polls of one attribution interval
   (default 10 s refresh, 5 s polls: half a refresh per poll).
 
-The target (issue 15): both together <= 1 ms per poll. For context the whole poll is
+The target: both together <= 1 ms per poll. For context the whole poll is
 timed with and without attribution too; their difference is below this machine's
 poll-to-poll noise, which is why the verdict sums the parts instead.
 """

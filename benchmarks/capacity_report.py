@@ -6,8 +6,8 @@
 
 Generates the history with `nvwatch simulate history`'s code (nvwatch.sim.history),
 backfills it with promtool into a fresh TSDB, starts Prometheus on it on 127.0.0.1, then
-times the report itself (queries, analysis, plots, files) end to end. Target (issue 16):
-under 2 minutes. Generation and backfill are set-up, timed but not judged.
+times the report itself (queries, analysis, plots, files) end to end. Target: under 2
+minutes. Generation and backfill are set-up, timed but not judged.
 
 Besides wall time it records the CPU seconds of the report process and of Prometheus
 during the report: on a shared machine wall time follows the neighbours' load, CPU time

@@ -1,4 +1,4 @@
-"""The agent under 1,000 slowloris connections (issue 14, item 7): scrape latency, threads, RSS.
+"""The agent under 1,000 slowloris connections: scrape latency, threads, RSS.
 
     python -m benchmarks.slowloris [--profile dgx-h100] [--connections 1000]
 

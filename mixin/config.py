@@ -47,7 +47,7 @@ def _gbps(gigabits: float) -> float:
     return gigabits * 125_000_000
 
 
-# Figures from /work/shared/hardware-facts.md (the simulation profiles).
+# Figures of the simulated systems (sim/profiles.py: public datasheets).
 DEFAULT_NODE_CLASSES: tuple[NodeClass, ...] = (
     NodeClass(
         "dgx1-p100", gpus=8, nvlinks_per_gpu=4, ib_ports=4, ib_rate_bytes_per_second=_gbps(100)
@@ -71,8 +71,8 @@ DEFAULT_NODE_CLASSES: tuple[NodeClass, ...] = (
     ),
 )
 
-# XIDs an operator pages on (hardware-facts.md, NVIDIA's XID catalogue): hardware or
-# driver faults that need a drain, reset or RMA rather than a user fixing their job.
+# XIDs an operator pages on (NVIDIA's Xid Errors catalogue): hardware or driver faults
+# that need a drain, reset or RMA rather than a user fixing their job.
 DEFAULT_CRITICAL_XIDS: tuple[str, ...] = (
     "48", "61", "62", "63", "64", "74", "79", "92", "94", "95", "119", "120",
 )  # fmt: skip

@@ -1,10 +1,10 @@
 """Hardware profiles of the simulated systems: GPUs, NVLink wiring, PCIe layout, NICs.
 
-Figures come from public datasheets and typical `nvidia-smi -q` readings (see
-shared/hardware-facts.md). Values marked "~" are approximate and vary by board and
-driver. This module is data only: the simulated NVML (`nvwatch.sim.nvml`) and the
-simulated sysfs fabric (`nvwatch.sim.fabric`) both read it, so a GPU's PCI bus id and the
-HCA beside it on the same PCIe switch always agree.
+Figures come from public datasheets and typical `nvidia-smi -q` readings. Values marked
+"~" are approximate and vary by board and driver. This module is data only: the
+simulated NVML (`nvwatch.sim.nvml`) and the simulated sysfs fabric (`nvwatch.sim.fabric`)
+both read it, so a GPU's PCI bus id and the HCA beside it on the same PCIe switch always
+agree.
 """
 
 from __future__ import annotations

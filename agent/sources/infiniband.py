@@ -129,7 +129,7 @@ class InfinibandPort:
 
         What nvwatch_ib_port_reading_saturated exports: a series only while a counter is
         pinned. A flag per counter per port that is 0 all its life was 80 of a DGX
-        H100's ~830 series (issue 13's series budget); `== 1` alerts, the dashboard's
+        H100's ~830 series (docs/metrics.md's series budget); `== 1` alerts, the dashboard's
         table and `count()` read the same without them."""
         return {name: True for name, flag in self.saturated.items() if flag}
 

@@ -24,8 +24,9 @@ from benchmarks.real_gpu.tape import Call, decoded, field_entries, handle_of
 SUCCESS = pynvml.NVML_SUCCESS
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 KIB = 1024
-# nvmlDeviceGetNvLinkVersion -> nominal rate per link per direction (hardware-facts.md:
-# NVLink1 20 GB/s, NVLink2-4 25 GB/s), the agent's stand-in when the speed field is missing
+# nvmlDeviceGetNvLinkVersion -> nominal rate per link per direction (NVLink1 20 GB/s,
+# NVLink2-4 25 GB/s), the agent's stand-in when the speed field is missing
+# (agent/sources/nvml/nvlink.py)
 NVLINK_VERSION_BYTES_PER_SECOND = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 25e9, 6: 25e9, 7: 50e9}
 
 _THRESHOLDS = {

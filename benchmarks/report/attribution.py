@@ -1,5 +1,5 @@
 """The attribution section: what `--attribution slurm` adds to a poll, part by part, and
-its target (issue 15: <= 1 ms per poll on a dgx-h100 with 64 GPU processes)."""
+its target (<= 1 ms per poll on a dgx-h100 with 64 GPU processes)."""
 
 from __future__ import annotations
 

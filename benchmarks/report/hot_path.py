@@ -1,4 +1,4 @@
-"""The hot path's targets (issue 13) beyond the poll median: the dgx-h100 poll's p99, the
+"""The hot path's targets beyond the poll median: the dgx-h100 poll's p99, the
 16-GPU dgx2's median, the agent's own share of a poll (the simulator taken out), and the
 stages one by one (build_exposition, samples to series, InfiniBand collect)."""
 

@@ -17,10 +17,10 @@ from benchmarks.sim_cost import FleetCpu, ServeCpu
 from benchmarks.startup import Startup
 from benchmarks.wrk import WrkResult
 
-# The targets from the issue; each figure is judged against one of these.
-POLL_CPU_TARGET_S = 0.015  # issue 13: a simulated dgx-h100 poll, simulator included
+# The targets; each figure is judged against one of these.
+POLL_CPU_TARGET_S = 0.015  # a simulated dgx-h100 poll, simulator included
 P99_ONE_CONNECTION_TARGET_S = 0.002
-RSS_TARGET_MB = 45.0  # issue 13: the agent is the cheapest thing on the node
+RSS_TARGET_MB = 45.0  # the agent is the cheapest thing on the node
 SERIES_LINK_TARGET = 2500
 SERIES_GPU_TARGET = 800
 TARGET_PROFILE = "dgx-h100"

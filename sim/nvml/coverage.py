@@ -1,6 +1,6 @@
 """The rest of NVML's device queries, so that every public pynvml `nvmlDevice*` query
 reaches an answer: values where the simulated hardware has them, NotSupported where
-the real driver would say so (issue 18). One class composes the areas, each in its own
+the real driver would say so. One class composes the areas, each in its own
 module; `SimulatedNvml` (library.py) puts it first among its bases, so that
 `ProcessQueries`, which builds on `MemoryQueries`, comes before it in the MRO.
 """

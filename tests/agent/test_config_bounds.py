@@ -90,7 +90,7 @@ def test_help_states_the_bounds(command: list[str], flag: str, bounds: str) -> N
 
 @pytest.mark.parametrize("interval", ["1ms", "99999999999h"])
 def test_serve_refuses_the_interval_at_start(interval: str) -> None:
-    # the two cases, through a real process: nothing is served, exit 2, one line
+    # a typo on each side, through a real process: nothing is served, exit 2, one line
     completed = subprocess.run(
         [*NVWATCH, "serve", *HOST, "--listen", "127.0.0.1:0", "--interval", interval],
         capture_output=True,

@@ -55,7 +55,8 @@ def test_the_loop_dying_calls_on_death_with_the_reason() -> None:
 
 
 def test_an_overflowing_timer_is_a_death_too() -> None:
-    # the OverflowError, which the interval bounds now keep away from the CLI
+    # the timer's OverflowError (an interval of 99999999999h did it before the interval
+    # bounds kept such values away from the CLI)
     died = threading.Event()
     poller = Poller([HostSource()], interval=1e300, timeout=1.0)
     poller.start(on_death=lambda _exc: died.set())

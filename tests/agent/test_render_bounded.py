@@ -1,5 +1,5 @@
 """The slot table is bounded: a series that disappears leaves it with the last exposition
-that showed it, however many processes come and go or ports flap (issue 13)."""
+that showed it, however many processes come and go or ports flap."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent's renderer against prometheus_client, byte for byte (issue 13).
+"""The agent's renderer against prometheus_client, byte for byte.
 
 prometheus_client stays the definition of correct output. Every simulated profile runs
 every scenario (a few nodes per profile, each scenario aimed at its own GPU or HCA, and

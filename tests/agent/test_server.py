@@ -127,7 +127,7 @@ PROMETHEUS_3 = (
 PROMETHEUS_TEXT_FIRST = (
     "text/plain;version=0.0.4;q=0.6,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.4"
 )
-# the example: every entry weighted, OpenMetrics highest
+# every entry weighted, OpenMetrics highest
 PROMETHEUS_STYLE = (
     "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
     "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"

@@ -1,7 +1,7 @@
 """Connections that never finish: slowloris, the request deadline, the connection limit.
 
-Bounded: 300 slowloris connections here (the 1,000 of issue 14 are in
-benchmarks/slowloris.py), deadlines shortened through ServerLimits.
+Bounded: 300 slowloris connections here (1,000 are in benchmarks/slowloris.py), deadlines
+shortened through ServerLimits.
 """
 
 from __future__ import annotations

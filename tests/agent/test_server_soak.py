@@ -1,4 +1,4 @@
-"""The bounded soak of issue 14: a simulated dgx-h100 agent under all three attacks at once.
+"""A bounded soak: a simulated dgx-h100 agent under all three attacks at once.
 
 30 s of 64 authorised scrapers (each 4 scrapes/s, as many Prometheus servers would be),
 200 slowloris connections held open (reopened as the request deadline cuts them) and 10

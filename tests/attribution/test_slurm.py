@@ -21,7 +21,7 @@ NOBODY = pwd.getpwnam("nobody").pw_uid
 NOBODY_GID = grp.getgrnam("nogroup").gr_gid
 UUID = "GPU-0d5a1f6e-1111-2222-3333-444455556666"
 
-# every layout of the issue, each as a whole /proc/<pid>/cgroup file
+# every cgroup layout slurmstepd makes, each as a whole /proc/<pid>/cgroup file
 LAYOUTS = {
     "v2": "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0",
     "v2-multiple-slurmd": (

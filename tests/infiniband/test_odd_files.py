@@ -77,7 +77,7 @@ def test_a_fifo_attribute_costs_one_value(tmp_path: Path, attribute: str) -> Non
 
 
 def test_a_fifo_keeps_the_source_up_through_the_poller(tmp_path: Path) -> None:
-    # the issue as an operator saw it: one FIFO and every IB series was gone until restart
+    # as an operator saw it: one FIFO and every IB series was gone until restart
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
     counter = tmp_path / PORT / "counters/symbol_error"
     poller = Poller([InfinibandSource(tmp_path)], interval=1.0, timeout=2.0)
@@ -235,7 +235,7 @@ def test_no_pma_is_not_a_parse_error_and_garbage_is(tmp_path: Path) -> None:
 
 
 def test_parse_errors_are_exported_and_the_wide_value_is_not(tmp_path: Path) -> None:
-    # the issue's case: 2^64+1 in port_xmit_data was exported as 1.8e19 bytes
+    # 2^64+1 in port_xmit_data was once exported as 1.8e19 bytes
     wide = {"counters/port_xmit_data": f"{2**64 + 1}\n"}
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**wide)})
     poller = Poller([InfinibandSource(tmp_path)], interval=60, timeout=5, prepare=prepare)

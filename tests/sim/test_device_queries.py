@@ -68,7 +68,7 @@ def test_every_query_on_every_gpu_under_simulate_exec(profile: str) -> None:
     outcomes = {row["outcome"] for row in rows}
     assert outcomes <= {"ok", "refused", "NVMLError_NotSupported", "NVMLError_NotFound"}
     by_name = {(row["gpu"], row["fn"]): row for row in rows}
-    # the calls issue 18 found missing: answered, with the Linux driver's answers
+    # calls the simulator once left unanswered: answered, with the Linux driver's answers
     for gpu in range(gpus):
         assert by_name[(gpu, "nvmlDeviceGetDriverModel")]["outcome"] == "NVMLError_NotSupported"
         assert by_name[(gpu, "nvmlDeviceGetNumaNodeId")]["outcome"] == "NVMLError_NotSupported"

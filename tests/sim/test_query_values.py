@@ -1,6 +1,7 @@
-"""The values behind the queries issue 18 found missing, checked against another view of
-the same simulated hardware: the node's sysfs tree (as the agent's PCI code reads it),
-NVML's own per-link NVLink answers, its utilization and process lists, field values."""
+"""The values behind the queries the simulator once left unanswered, checked against
+another view of the same simulated hardware: the node's sysfs tree (as the agent's PCI
+code reads it), NVML's own per-link NVLink answers, its utilization and process lists,
+field values."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A real one-node Slurm (Debian's slurm-wlm and munge) on 127.0.0.1, in a temp dir.
 
-What works on these machines as root is in ../shared/slurm-notes.md: munged on its own
+What works on a test machine as root: munged on its own
 socket, slurmctld and slurmd in the foreground from inside the directory, two fake GPUs
 as character devices for GRES, and the cgroup v1 plugin (the hybrid hierarchy has no
 usable cgroup v2). `proctrack` picks how jobs are tracked: "cgroup" puts their processes
