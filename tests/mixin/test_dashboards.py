@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nvwatch.dashboards import thresholds as t
 from nvwatch.dashboards.build import build_all
 from nvwatch.dashboards.grafana import DATASOURCE, MODERN_PANEL_TYPES, SCHEMA_VERSION, modernise
 from nvwatch.mixin.config import MixinConfig, NodeClass
+from tests.mixin.conftest import REPO
 
 LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
 LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}
@@ -183,15 +187,95 @@ def test_every_tunable_colour_threshold_follows_the_config(
             assert steps in structural, f"{panel}: colour steps {steps} ignore the mixin config"
 
 
+TEMPERATURE_PANELS = (
+    "nvwatch-node.json: GPU and HBM temperature vs thresholds",
+    "nvwatch-cluster-overview.json: Hottest nodes (hottest GPU of each)",
+)
+
+
+def _colour(steps: list[tuple[Any, str]], value: float) -> str:
+    """The colour Grafana draws `value` in: the last step at or below it."""
+    return [colour for limit, colour in steps if limit is None or value >= limit][-1]
+
+
+def _slowdowns() -> dict[str, float]:
+    """Each simulated board's slowdown temperature (what NVML's threshold reads)."""
+    from nvwatch.sim.profiles import PROFILES
+
+    return {g.name: float(g.temp_slowdown_c) for p in PROFILES.values() for g in p.gpus}
+
+
+@pytest.mark.parametrize("panel", TEMPERATURE_PANELS)
 def test_temperature_colours_warn_where_the_alert_fires(
-    cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
+    cfg: MixinConfig,
+    dashboards: dict[str, dict[str, Any]],
+    promtool: str,
+    tmp_path: Path,
+    panel: str,
 ) -> None:
-    critical = cfg.dashboard_temperature_critical_celsius
-    expected = [
-        (None, "green"),
-        (critical - cfg.gpu_temp_margin_celsius, "orange"),
-        (critical, "red"),
+    """Prometheus evaluates NvwatchGpuTemperatureNearSlowdown's expression (from the
+    generated rule file) on GPUs of every simulated board at temperatures around the
+    margin, beside a series naming the GPUs the panel does not draw green: no GPU the
+    alert selects is green, and on the board whose slowdown is the panel's red line
+    every GPU drawn orange or red is selected, but at exactly slowdown - margin, where
+    the panel's step is inclusive (>=) and the alert's comparison strict (>)."""
+    steps = _steps(dashboards)[panel]
+    rules = yaml.safe_load((REPO / "alerts/generated/nvwatch-alerts.yaml").read_text())
+    (expr,) = [
+        r["expr"]
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "NvwatchGpuTemperatureNearSlowdown"
     ]
-    steps = _steps(dashboards)
-    assert steps["nvwatch-node.json: GPU and HBM temperature vs thresholds"] == expected
-    assert steps["nvwatch-cluster-overview.json: Hottest nodes (hottest GPU of each)"] == expected
+    critical = cfg.dashboard_temperature_critical_celsius
+    margin = cfg.gpu_temp_margin_celsius
+    assert critical in _slowdowns().values()  # a board slows down at the red line
+    series, boundary = [], []
+    for board, slowdown in _slowdowns().items():
+        # every board is red from where it slows down
+        assert _colour(steps, slowdown) == "red", (board, steps)
+    for slowdown in sorted(set(_slowdowns().values())):
+        for tenths in range(round((critical - margin - 2) * 10), round(slowdown * 10) + 11, 5):
+            celsius = tenths / 10
+            gpu = f'gpu="{slowdown:g}/{celsius:g}", slowdown="{slowdown:g}"'
+            labels = f'job="nvwatch", instance="n1", {gpu}'
+            series += [
+                {"series": f"nvwatch_gpu_temperature_celsius{{{labels}, sensor=\"gpu\"}}",
+                 "values": f"{celsius}x3"},
+                {"series": f'nvwatch_gpu_temperature_threshold_celsius{{{labels}, '
+                           f'threshold="slowdown"}}', "values": f"{slowdown}x3"},
+            ]  # fmt: skip
+            if _colour(steps, celsius) != "green":
+                series.append({"series": f"not_green{{{gpu}}}", "values": "1x3"})
+            if slowdown == critical and celsius == critical - margin:
+                boundary.append({"labels": f"not_green{{{gpu}}}", "value": 1})
+    selected = f"count by (gpu, slowdown) ({expr})"
+    test = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": f"{selected} unless on (gpu) not_green",
+                        "eval_time": "1m",
+                        "exp_samples": [],
+                    },
+                    {
+                        "expr": f'not_green{{slowdown="{critical:g}"}} unless on (gpu) {selected}',
+                        "eval_time": "1m",
+                        "exp_samples": boundary,
+                    },
+                ],
+            }
+        ],
+    }
+    assert len(boundary) == 1
+    path = tmp_path / "temperature.yaml"
+    path.write_text(yaml.safe_dump(test))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
