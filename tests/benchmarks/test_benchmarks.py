@@ -9,8 +9,15 @@ import re
 import pynvml
 import pytest
 
+from benchmarks.poll_cost import PollCost, Quantiles, SeriesCount
 from benchmarks.real_nvml import RealNvmlUnavailable, measure_real_nvml
 from benchmarks.report import Machine, Results, render_markdown, verdicts
+from benchmarks.report.model import (
+    POLL_CPU_TARGET_S,
+    SERIES_GPU_TARGET,
+    SERIES_LINK_TARGET,
+    TARGET_PROFILE,
+)
 from benchmarks.run import Settings, collect, main
 from benchmarks.scrape import compare_expositions
 from benchmarks.wrk import parse_wrk
@@ -132,8 +139,10 @@ def test_quick_run_produces_every_table_with_positive_numbers() -> None:
     # InfiniBand collect, p99 at 1 connection x2 encodings, RSS size + trend, series x2,
     # NVML calls, serve process CPU, fleet CPU share, nvitop-exporter, attribution per poll
     assert len(judged) == 18
-    for verdict in judged:
-        assert verdict.mark in ("PASS", "**MISS**")
+    targets = text.split("## Targets\n", 1)[1].split("\n## ", 1)[0]
+    assert [f"| {v.target} | {v.figure} | {v.mark} |" for v in judged] == [
+        line for line in targets.splitlines() if line.startswith("| ") and "---" not in line
+    ][1:]  # the table's rows, its header left out
 
     (cost,) = results.poll_costs
     assert cost.polls == 3
@@ -205,3 +214,40 @@ def test_real_nvml_without_a_driver_fails_with_exit_code_2(
         measure_real_nvml(polls=1, time_limit=1.0)
     assert main(["--quick", "--real-nvml"]) == 2
     assert "NVML is not available" in capsys.readouterr().err
+
+
+def _judged(poll_median_s: float, link_series: int, gpu_series: int) -> tuple[dict[str, bool], str]:
+    """The verdicts and the report of a run that measured these figures alone."""
+    results = Results(
+        settings={},
+        poll_costs=[PollCost(TARGET_PROFILE, 3, Quantiles(poll_median_s, poll_median_s, 3), 0.01)],
+        series=[SeriesCount(TARGET_PROFILE, link_series, gpu_series, {}, {}, {})],
+    )
+    return {v.target: v.passed for v in verdicts(results)}, render_markdown(results, MACHINE)
+
+
+@pytest.mark.parametrize(
+    ("figures", "missed"),
+    [
+        ((POLL_CPU_TARGET_S, SERIES_LINK_TARGET, SERIES_GPU_TARGET), set()),
+        ((POLL_CPU_TARGET_S * 1.01, SERIES_LINK_TARGET, SERIES_GPU_TARGET), {"poll CPU (median)"}),
+        ((POLL_CPU_TARGET_S, SERIES_LINK_TARGET + 1, SERIES_GPU_TARGET), {"full NVLink detail"}),
+        ((POLL_CPU_TARGET_S, SERIES_LINK_TARGET, SERIES_GPU_TARGET + 1), {"--nvlink-detail=gpu"}),
+    ],
+)
+def test_a_figure_past_its_target_is_a_miss(
+    figures: tuple[float, int, int], missed: set[str]
+) -> None:
+    """A target is met at its limit and missed just past it; the Targets table and the
+    closing section say so."""
+    judged, text = _judged(*figures)
+    assert len(judged) == 4  # median and p99 poll CPU, series at both NVLink details
+    misses = {target for target, passed in judged.items() if not passed}
+    assert {next(m for m in missed if m in target) for target in misses} == missed
+    assert len(misses) == len(missed)
+    for target, passed in judged.items():
+        assert f"| {target} | " in text
+        row = next(line for line in text.splitlines() if line.startswith(f"| {target} | "))
+        assert row.endswith("| PASS |" if passed else "| **MISS** |")
+    closing = text.split("## Misses: why, and what would fix them", 1)[1]
+    assert ("Every target was met in this run." in closing) == (not missed)
