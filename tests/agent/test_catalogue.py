@@ -7,8 +7,11 @@ simulated profiles; they do not compare the table with a copy of itself.
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.agent.catalogue import BY_NAME, CATALOGUE, Field, MetricSpec, Scope
@@ -26,7 +29,9 @@ from nvwatch.agent.sources.nvml.samples import (
     ProcessSample,
 )
 from nvwatch.sim.profiles import PROFILES
-from nvwatch.sim.series_budget import render_profile
+from nvwatch.sim.series_budget import MIG_LAYOUTS, render_profile
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Every class an entry of each scope may be rendered from.
 _CLASSES: dict[Scope, tuple[type, ...]] = {
@@ -91,28 +96,66 @@ def test_a_misspelt_name_fails_even_when_the_value_is_absent() -> None:
 
 
 @pytest.fixture(scope="module")
-def exported_families(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """Names of the families with at least one sample, over every simulated profile."""
-    names: set[str] = set()
-    for profile in sorted(PROFILES):
-        text = render_profile(profile, tmp_path_factory.mktemp(profile), with_host=True)
+def exported_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Metric]:
+    """The families with at least one sample, by catalogue name, over every simulated
+    profile (the host source included) and the MIG boards split seven ways."""
+    renders = [
+        render_profile(profile, tmp_path_factory.mktemp(profile), with_host=True)
+        for profile in sorted(PROFILES)
+    ]
+    renders += [
+        render_profile(profile, tmp_path_factory.mktemp(f"{profile}-mig"), mig=layout)
+        for profile, layout in sorted(MIG_LAYOUTS.items())
+    ]
+    found: dict[str, Metric] = {}
+    for text in renders:
         for family in text_string_to_metric_families(text):
             if family.samples:
-                names.add(family.name + ("_total" if family.type == "counter" else ""))
-    return names
+                found.setdefault(
+                    family.name + ("_total" if family.type == "counter" else ""), family
+                )
+    return found
 
 
-@pytest.mark.parametrize("spec", CATALOGUE, ids=lambda s: s.name)
-def test_every_entry_is_exported_or_says_when_it_is_absent(
-    spec: MetricSpec, exported_families: set[str]
+# What no healthy simulated node exports, the condition that brings it, and the test
+# that renders it under that condition.
+NOT_IN_A_HEALTHY_RENDER = {
+    "nvwatch_gpu_xid_errors_total": "a GPU that raised an XID (tests/agent/test_xid_history.py)",
+    "nvwatch_gpu_allocation_info": "a job on a GPU (tests/attribution/test_agent.py)",
+    "nvwatch_ib_port_reading_saturated": "a counter pinned at its maximum "
+    "(tests/infiniband/test_render.py)",
+    "nvwatch_agent_simulated": "serve --simulate (tests/agent/test_simulated_marker.py)",
+    "nvwatch_agent_http_requests_refused_total": "the HTTP server "
+    "(tests/agent/test_server_metrics.py)",
+    "nvwatch_agent_http_connections_open": "the HTTP server (tests/agent/test_server_metrics.py)",
+    "nvwatch_agent_http_connections_limit": "the HTTP server (tests/agent/test_server_metrics.py)",
+}
+
+
+def test_the_renders_leave_out_only_what_needs_another_condition(
+    exported_families: dict[str, Metric],
 ) -> None:
-    if spec.name in exported_families:
-        return
-    assert spec.when, (
-        f"{spec.name} appears in no simulated profile's exposition and its catalogue entry "
-        "does not say when it is absent"
-    )
+    """A family the renderer stops writing fails here, and so does one listed above
+    that a healthy node now exports."""
+    absent = {spec.name for spec in CATALOGUE} - set(exported_families)
+    assert absent == set(NOT_IN_A_HEALTHY_RENDER)
 
 
-def test_every_exported_family_is_in_the_catalogue(exported_families: set[str]) -> None:
-    assert exported_families <= set(BY_NAME)
+@pytest.mark.parametrize("name", sorted(NOT_IN_A_HEALTHY_RENDER))
+def test_what_a_healthy_node_leaves_out_says_when_and_is_rendered_elsewhere(name: str) -> None:
+    assert BY_NAME[name].when, f"{name}: its entry does not say when it is absent"
+    found = re.search(r"\((tests/\S+\.py)\)", NOT_IN_A_HEALTHY_RENDER[name])
+    assert found is not None
+    assert name in (REPO / found.group(1)).read_text(), f"{found.group(1)} never renders {name}"
+
+
+def test_every_exported_family_is_written_as_the_catalogue_declares_it(
+    exported_families: dict[str, Metric],
+) -> None:
+    """The exposition as a scraper parses it: each family's TYPE and HELP are its
+    entry's, and every sample carries exactly the entry's labels."""
+    for name, family in exported_families.items():
+        spec = BY_NAME[name]
+        assert (family.type, family.documentation) == (spec.type.value, spec.help), name
+        for sample in family.samples:
+            assert sorted(sample.labels) == sorted(spec.labels), (name, sample.labels)
