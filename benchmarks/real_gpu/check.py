@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -25,6 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from benchmarks.common import stop as stop_process
 from benchmarks.real_gpu.install import step_environment, step_install
 from benchmarks.real_gpu.runner import (
     NO_SMI_SIMULATED,
@@ -35,7 +34,6 @@ from benchmarks.real_gpu.runner import (
     Options,
     Run,
     Step,
-    _kill_group,
     _last_line,
 )
 
@@ -154,18 +152,7 @@ def _process(argv: Sequence[str], run: Run, log_name: str) -> Iterator[subproces
         try:
             yield process
         finally:
-            stop(process)
-
-
-def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
+            stop_process(process)
 
 
 def step_agent_views(run: Run) -> None:

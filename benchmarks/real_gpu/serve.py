@@ -3,10 +3,7 @@ second and the scrape latency (median, p99, max), as a node's Prometheus would s
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -17,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from benchmarks.common import stop as stop_process
 
 READY_TIMEOUT_S = 30.0
 
@@ -61,7 +60,7 @@ def measure_serve(
         try:
             return _scrape(process, url, seconds, raw)
         finally:
-            _stop(process)
+            stop_process(process)
 
 
 def _scrape(
@@ -156,17 +155,3 @@ def _poll_durations(body: bytes) -> dict[str, float]:
     except ValueError:
         return {}
     return found
-
-
-def _stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(grace)
