@@ -23,7 +23,7 @@ def temperature_near_slowdown(cfg: MixinConfig) -> Alert:
     return Alert(
         "NvwatchGpuTemperatureNearSlowdown",
         f"nvwatch_gpu_temperature_celsius{s('sensor=' + q('gpu'))}\n"
-        f"  > ignoring (sensor, threshold)\n"
+        f"  >= ignoring (sensor, threshold)\n"
         f"  (nvwatch_gpu_temperature_threshold_celsius{s('threshold=' + q('slowdown'))}"
         f" - {margin:g})",
         cfg.for_default,
