@@ -129,7 +129,8 @@ def measure(code: str, env: dict[str, str], cwd: Path, runs: int) -> list[Startu
             seconds, mib, modules = _one_start(env, cwd, flags)
             times.append(seconds)
             rss.append(mib)
-        found.append(Startup(code, mode, statistics.median(times), statistics.median(rss), modules))
+        median_s, median_mib = statistics.median(times), statistics.median(rss)
+        found.append(Startup(code, mode, median_s, median_mib, modules, runs))
     return found
 
 
