@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -99,8 +100,12 @@ def test_a_context_without_a_package_folder_fails(release: ModuleType, tmp_path:
     text = CONTAINERFILE.read_text(encoding="utf-8")
     broken.write_text(text.replace("COPY mixin ./mixin\n", ""), encoding="utf-8")
     buildah = release.Buildah(tmp_path / "storage", "vfs", "chroot")
-    with pytest.raises(release.ReleaseError) as err:
-        release.check_context(tmp_path / "ctx", release.Report(), buildah, broken)
+    try:
+        with pytest.raises(release.ReleaseError) as err:
+            release.check_context(tmp_path / "ctx", release.Report(), buildah, broken)
+        assert buildah("images", "--quiet").strip() == "", "the context's image was left"
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
     assert "exited" in str(err.value)
     assert "package directory 'mixin' does not exist" in err.value.detail
 
