@@ -1,4 +1,4 @@
-"""Write the generated rule files and docs/alerts.md.
+"""Write the generated rule files, docs/alerts.md and the runbooks in docs/runbooks/.
 
 `nvwatch alerts build --out alerts/generated` is the command; `python -m nvwatch.alerts.build`
 runs that same command (same options, same `build`), so the two cannot drift apart.
@@ -13,7 +13,7 @@ from nvwatch.alerts.dcgm_compat import compat_rules
 from nvwatch.alerts.dcgm_doc import DOC_NAME as DCGM_DOC
 from nvwatch.alerts.dcgm_doc import RULE_FILE as DCGM_COMPAT
 from nvwatch.alerts.dcgm_doc import render_doc as render_dcgm_doc
-from nvwatch.alerts.docs import render_docs
+from nvwatch.alerts.docs import render_docs, render_runbooks
 from nvwatch.alerts.render import (
     dump_yaml,
     grafana_alerts,
@@ -21,7 +21,7 @@ from nvwatch.alerts.render import (
     prometheus_recording,
     vmalert_alerts,
 )
-from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.config import RUNBOOK_DIR, MixinConfig
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"
@@ -66,12 +66,26 @@ def write(out_dir: Path, config: MixinConfig) -> list[Path]:
     return written
 
 
+def runbook_dir(docs: Path) -> Path:
+    """The runbooks' folder beside the index `docs` (docs/alerts.md -> docs/runbooks)."""
+    return docs.with_name(Path(RUNBOOK_DIR).name)
+
+
 def write_docs(path: Path, config: MixinConfig) -> list[Path]:
-    """The runbooks at `path`, and the dcgm-exporter migration guide beside them."""
+    """The runbook index at `path`, the runbooks in the folder beside it (a runbook of an
+    alert that no longer exists is removed), and the dcgm-exporter migration guide."""
     path.write_text(render_docs(config), encoding="utf-8")
+    runbooks = runbook_dir(path)
+    runbooks.mkdir(exist_ok=True)
+    texts = render_runbooks(config)
+    for stale in runbooks.glob("*.md"):
+        if stale.name not in texts:
+            stale.unlink()
+    for name, text in texts.items():
+        (runbooks / name).write_text(text, encoding="utf-8")
     guide = path.with_name(DCGM_DOC)
     guide.write_text(render_dcgm_doc(config), encoding="utf-8")
-    return [path, guide]
+    return [path, runbooks, guide]
 
 
 def write_kubernetes(out_dir: Path, config: MixinConfig) -> Path:

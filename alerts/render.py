@@ -40,12 +40,21 @@ def _prometheus_alert(cfg: MixinConfig, alert: Alert) -> JsonDict:
         # a scrape gap (agent restart) must not resolve a condition nobody repaired
         rule["keep_firing_for"] = cfg.keep_firing_for
     rule["labels"] = {"severity": alert.severity.value}
-    rule["annotations"] = {
+    rule["annotations"] = alert_annotations(cfg, alert)
+    return rule
+
+
+def alert_annotations(cfg: MixinConfig, alert: Alert) -> dict[str, str]:
+    """summary, description and runbook_url, in Prometheus' template language.
+
+    The description ends with the runbook's action: a notification read on a phone, or
+    where the runbook_url does not open, says what to do.
+    """
+    return {
         "summary": alert.summary,
-        "description": alert.description,
+        "description": f"{alert.description} Action: {alert.runbook.action}",
         "runbook_url": cfg.runbook_url(alert.name),
     }
-    return rule
 
 
 def prometheus_alerts(cfg: MixinConfig) -> JsonDict:
@@ -153,11 +162,7 @@ def _grafana_rule(cfg: MixinConfig, alert: Alert) -> JsonDict:
         # may therefore resolve over a scrape gap; the Prometheus rules (what deploy/ and
         # the restart matrix run) keep it firing.
         "labels": {"severity": alert.severity.value},
-        "annotations": {
-            "summary": alert.summary,
-            "description": _grafana_text(alert.description),
-            "runbook_url": cfg.runbook_url(alert.name),
-        },
+        "annotations": {k: _grafana_text(v) for k, v in alert_annotations(cfg, alert).items()},
         "isPaused": False,
     }
 

@@ -107,8 +107,9 @@ def alerts_group() -> None:
 @_option(
     "--docs",
     type=click.Path(dir_okay=False),
-    help="Where to write the alert runbooks [default: docs/alerts.md of the source "
-    "checkout nvwatch runs from; none when installed without one].",
+    help="Where to write the alert index, with the runbooks in runbooks/ beside it "
+    "[default: docs/alerts.md of the source checkout nvwatch runs from; none when "
+    "installed without one].",
 )
 @_option("--no-docs", is_flag=True, help="No runbooks.")
 @_kubernetes_option
@@ -121,10 +122,10 @@ def alerts_build(
     kubernetes: str | None,
     no_kubernetes: bool,
 ) -> None:
-    """Write Prometheus rule files and Grafana alert provisioning into OUT, the
-    runbooks (docs/alerts.md) their runbook_url points at, and the same rules as a
-    prometheus-operator PrometheusRule (nvwatch-rules.yaml) into the Kubernetes
-    directory."""
+    """Write Prometheus rule files and Grafana alert provisioning into OUT, the alert
+    index (docs/alerts.md) with the runbooks their runbook_url names (docs/runbooks/),
+    and the same rules as a prometheus-operator PrometheusRule (nvwatch-rules.yaml) into
+    the Kubernetes directory."""
     from nvwatch.alerts.build import build, default_docs
 
     if no_docs and docs:

@@ -17,6 +17,16 @@ from typing import Any
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.common.yaml_safe import key_text, load_yaml_text, read_config_text, shown
 
+# The folder of the generated runbooks in the repository, one Markdown file per alert;
+# the default runbook_base_url.
+RUNBOOK_DIR = "docs/runbooks"
+
+
+def runbook_file(alert_name: str) -> str:
+    """The file of an alert's runbook in RUNBOOK_DIR."""
+    return f"{alert_name}.md"
+
+
 # Durations that are not a `for:` but go into PromQL or a rule group the same way.
 _WINDOWS = (
     "rate_window",
@@ -257,8 +267,14 @@ class MixinConfig:
     grafana_datasource_uid: str = "prometheus"
     # Grafana folder for the provisioned alert rules.
     grafana_folder: str = "nvwatch"
-    # Each alert's runbook_url is this plus "#" and the lower-cased alert name.
-    runbook_base_url: str = "https://github.com/nvwatch/nvwatch/blob/main/docs/alerts.md"
+    # Where docs/runbooks/ is read: each alert's runbook_url is this, "/", the alert's name
+    # and ".md" (docs/runbooks/NvwatchGpuDown.md, one file per alert, generated with the
+    # rules). The default is that folder's path in the repository, which resolves in a
+    # checkout and on any Git web page of it; set the URL where your copy is published
+    # (a Git host's blob/main/docs/runbooks, an internal docs site) for links that open
+    # from a notification. Every alert's description carries its action as well, so a
+    # page can be acted on without the link.
+    runbook_base_url: str = RUNBOOK_DIR
     dashboard_tags: tuple[str, ...] = field(default=("nvwatch",))
 
     def __post_init__(self) -> None:
@@ -273,6 +289,7 @@ class MixinConfig:
                 raise ValueError(f"{f.name}: expected a number, got {shown(value)}")
             elif isinstance(f.default, str) and not isinstance(value, str):
                 raise ValueError(f"{f.name}: expected a string, got {shown(value)}")
+        _check_runbook_base_url(self.runbook_base_url)
         names = [c.name for c in self.node_classes]
         if len(set(names)) != len(names):
             raise ValueError(f"node_classes: duplicate class name in {shown(names)}")
@@ -309,7 +326,8 @@ class MixinConfig:
         return kilowatts * 1000 if kilowatts > 0 else None
 
     def runbook_url(self, alert_name: str) -> str:
-        return f"{self.runbook_base_url}#{alert_name.lower()}"
+        """The alert's runbook: its file under docs/runbooks/, as `runbook_base_url` reads it."""
+        return f"{self.runbook_base_url.rstrip('/')}/{runbook_file(alert_name)}"
 
     def with_overrides(self, **overrides: Any) -> MixinConfig:
         """A copy with some fields replaced; unknown names are a ValueError."""
@@ -346,6 +364,17 @@ class MixinConfig:
             return cls.from_mapping(data)
         except (TypeError, ValueError, OverflowError) as err:  # int(.inf): OverflowError
             raise ValueError(f"{path}: {err}") from err
+
+
+def _check_runbook_base_url(url: str) -> None:
+    """A folder: the old form, one page with an anchor per alert, would build links to
+    nowhere (`.../alerts.md/NvwatchGpuDown.md`)."""
+    base = url.rstrip("/")
+    if not base or "#" in base or base.endswith(".md"):
+        raise ValueError(
+            f"runbook_base_url: expected the folder where docs/runbooks/ is published "
+            f"(each alert's runbook is <folder>/<AlertName>.md), got {shown(url)}"
+        )
 
 
 _NODE_CLASS_KEYS = ("gpus", "nvlinks_per_gpu", "ib_ports", "ib_rate_gbps")

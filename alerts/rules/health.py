@@ -316,7 +316,9 @@ def agent_source_down(cfg: MixinConfig) -> Alert:
             "`nvwatch_agent_source_errors_total` counts the failed polls.",
             "nvml: `nvidia-smi`, `dmesg | grep NVRM`; reload the driver or reboot. "
             "infiniband: `lspci | grep Mellanox`, `dmesg | grep mlx5`; reload mlx5_core "
-            "or reboot; fix the mounts/permissions of /sys in a container. host: psutil.",
+            "or reboot; fix the mounts/permissions of /sys in a container. host: the "
+            "agent cannot read /proc (CPU, memory, load); fix its sandbox or container "
+            "mounts and restart it.",
             "Repaired means the source's polls succeed again (`nvwatch_agent_source_up` "
             "1); the alert resolves at the next evaluation. Restarting the agent on a "
             "node whose hardware is really gone makes the source absent and resolves "

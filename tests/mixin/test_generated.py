@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.dcgm_doc import DOC_NAME as DCGM_DOC
 from nvwatch.alerts.dcgm_doc import render_doc as render_dcgm_doc
-from nvwatch.alerts.docs import render_docs
+from nvwatch.alerts.docs import render_docs, render_runbooks
 from nvwatch.alerts.kubernetes import default_dir as default_kubernetes_dir
 from nvwatch.alerts.rules import all_alerts
 from nvwatch.dashboards import build as dashboards_build
@@ -24,6 +24,7 @@ from nvwatch.mixin.config import MixinConfig
 from tests.mixin.conftest import REPO
 
 DOCS = REPO / "docs" / "alerts.md"
+RUNBOOKS = REPO / "docs" / "runbooks"
 KUBERNETES = REPO / "deploy" / "kubernetes"
 REFRESH_ALERTS = commands.REFRESH_ALERTS
 REFRESH_DASHBOARDS = commands.REFRESH_DASHBOARDS
@@ -53,10 +54,12 @@ def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path)
     docs, k8s = tmp_path / "alerts.md", tmp_path / "k8s"
     args = ("--out", str(tmp_path / "r"), "--docs", str(docs), "--kubernetes", str(k8s))
     written = _invoke(commands.alerts_build, *args)
-    guide = tmp_path / DCGM_DOC
-    assert written[-3:-1] == [docs, guide] and written[-1].parent == k8s and len(written) == 9
-    _assert_same_dir(written[:-3], REPO / "alerts" / "generated", REFRESH_ALERTS)
+    guide, runbooks = tmp_path / DCGM_DOC, tmp_path / "runbooks"
+    assert written[-4:-1] == [docs, runbooks, guide] and written[-1].parent == k8s
+    assert len(written) == 10
+    _assert_same_dir(written[:-4], REPO / "alerts" / "generated", REFRESH_ALERTS)
     _assert_same(docs, DOCS, REFRESH_ALERTS)
+    _assert_same_dir(sorted(runbooks.iterdir()), RUNBOOKS, REFRESH_ALERTS)
     _assert_same(guide, REPO / "docs" / DCGM_DOC, REFRESH_ALERTS)
     _assert_same(written[-1], KUBERNETES / written[-1].name, REFRESH_ALERTS)
 
@@ -129,12 +132,24 @@ def test_nvwatch_has_the_same_commands() -> None:
 
 def test_docs_have_a_runbook_per_alert_and_the_xid_table(cfg: MixinConfig) -> None:
     text = render_docs(cfg)
+    runbooks = render_runbooks(cfg)
     for alert in all_alerts(cfg):
-        section = text.split(f"### {alert.name}\n", 1)[1].split("###", 1)[0]
+        runbook = runbooks[f"{alert.name}.md"]
+        assert f"[{alert.name}](runbooks/{alert.name}.md)" in text
         for heading in ("What it means.", "How to confirm.", "What to do."):
-            assert heading in section, alert.name
+            assert heading in runbook, alert.name
     for code in ("48", "63", "64", "74", "79", "92", "94", "95"):
         assert f"| {code} |" in text
+        assert f"| {code} |" in runbooks["NvwatchGpuXidCritical.md"]
+
+
+def test_a_runbook_of_an_alert_that_is_gone_is_removed(cfg: MixinConfig, tmp_path: Path) -> None:
+    (tmp_path / "runbooks").mkdir()
+    gone = tmp_path / "runbooks" / "NvwatchRetired.md"
+    gone.write_text("old\n", encoding="utf-8")
+    alerts_build.write_docs(tmp_path / "alerts.md", cfg)
+    assert not gone.exists()
+    assert len(list((tmp_path / "runbooks").iterdir())) == len(render_runbooks(cfg))
 
 
 def test_write_returns_the_files(cfg: MixinConfig, tmp_path: Path) -> None:

@@ -46,8 +46,9 @@ def test_promtool_fires_it_for_the_simulated_agent_only(promtool: str, tmp_path:
 
 def test_its_runbook_is_in_the_generated_docs() -> None:
     docs = (REPO / "docs" / "alerts.md").read_text(encoding="utf-8")
-    assert f"### {ALERT}" in docs
-    assert f"[{ALERT}](#{ALERT.lower()})" in docs
+    runbook = (REPO / "docs" / "runbooks" / f"{ALERT}.md").read_text(encoding="utf-8")
+    assert runbook.startswith(f"# {ALERT}\n")
+    assert f"[{ALERT}](runbooks/{ALERT}.md)" in docs
 
 
 @pytest.mark.parametrize("command", ["alerts", "dashboards"])

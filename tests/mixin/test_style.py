@@ -32,7 +32,7 @@ def test_severity_and_annotations(cfg: MixinConfig, rules: list[dict[str, Any]])
         assert re.fullmatch(r"[A-Z].+\.", notes["summary"]), name
         assert "{{" not in notes["summary"], f"{name}: summary must be static"
         assert "$labels." in notes["description"], f"{name}: description names no labels"
-        assert notes["runbook_url"] == f"{cfg.runbook_base_url}#{name.lower()}"
+        assert notes["runbook_url"] == f"{cfg.runbook_base_url}/{name}.md"
 
 
 def test_descriptions_show_value_where_it_means_something(rules: list[dict[str, Any]]) -> None:
