@@ -368,7 +368,7 @@ class MixinConfig:
 
 def _check_runbook_base_url(url: str) -> None:
     """A folder: the old form, one page with an anchor per alert, would build links to
-    nowhere (`.../alerts.md/NvwatchGpuDown.md`)."""
+    nowhere (the page's name with each alert's file name appended)."""
     base = url.rstrip("/")
     if not base or "#" in base or base.endswith(".md"):
         raise ValueError(
