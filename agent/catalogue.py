@@ -919,17 +919,19 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_ib_port_reading_saturated",
         _G,
-        "1 while a narrow IB counter is pinned at its maximum and has stopped counting; "
-        "no series for a counter that is not (a 0 per counter per port cost 80 series "
-        "on a DGX H100 and said nothing). Only counters that can fill: not the "
+        "1 while a narrow IB counter sits exactly at the maximum of its PortCounters "
+        "width and has stopped counting (a reading above it comes from a wider field "
+        "that still counts); no series for a counter that is not (a 0 per counter per "
+        "port cost 80 series on a DGX H100 and said nothing). Only counters that can fill: not the "
         "switch-only port_rcv_switch_relay_errors, port_xmit_constraint_errors, "
         "port_rcv_constraint_errors, which never count on an HCA.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/<file> of the 4- to 32-bit PMA counters, compared with "
-        "their maximum (SATURATION_FLAGGED in agent/sources/infiniband_parse.py)",
+        "the all-ones value of that width (SATURATION_FLAGGED in "
+        "agent/sources/infiniband_parse.py)",
         _each("pinned"),
         own_labels=("counter",),
-        when=f"{_NO_PMA}; every counter below its maximum (the normal case)",
+        when=f"{_NO_PMA}; every counter off its maximum (the normal case)",
         always_declared=True,
     ),
 )
@@ -1041,7 +1043,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         "nvwatch_agent_parse_errors_total",
         _C,
         "Values the source read and dropped as invalid since the agent started: garbage, "
-        "or a number wider than its counter's defined width. Counted once per poll that "
+        "or a counter wider than 64 bits. Counted once per poll that "
         "drops it; a counter the kernel reports as N/A (no PMA) is not an error.",
         Scope.SOURCE,
         "the source's count of sysfs values that failed to parse (NotAValue in "

@@ -23,7 +23,7 @@ Every open is non-blocking and refuses anything that is not a regular file
 (agent/sources/sysfs_read.py): a FIFO left where a counter was costs that counter, not
 the source.
 
-A value that is not a value (garbage, a number wider than its counter) is dropped and
+A value that is not a value (garbage, a number wider than 64 bits) is dropped and
 counted in `parse_errors_total`, exported as nvwatch_agent_parse_errors_total; so is, on
 every poll, a device directory that exists and cannot be listed (an unreadable ports/
 loses every value in it). Entries that are no directory (a symbolic link loop in
@@ -51,7 +51,6 @@ from nvwatch.agent.sources.infiniband_parse import (
     ERROR_COUNTER_TYPES,
     SATURATION_FLAGGED,
     NotAValue,
-    counter_bits,
     is_saturated,
     parse_counter,
     parse_rate,
@@ -324,7 +323,7 @@ class InfinibandSource:
                 self._read_failed(path, exc)
                 continue
             try:
-                values[name] = parse_counter(raw, counter_bits(name))
+                values[name] = parse_counter(raw)
             except NotAValue as exc:
                 self._not_a_value(path, exc)
         return values

@@ -21,11 +21,16 @@ BYTES_PER_SECOND_PER_GBIT = 125_000_000
 # file is declared as PORT_PMA_ATTR(name, counter, width, offset): symbol_error 16,
 # link_error_recovery 8, link_downed 8, port_rcv_errors 16, ... port_xmit_wait 32.
 # These counters stop at all-ones instead of wrapping (the IBA says saturate), so a value
-# at its maximum means "at least this many, and no longer counting": exported as
-# nvwatch_ib_port_reading_saturated. The data and packet counters are left out on
-# purpose: the kernel serves them from PortCountersExtended (64-bit) when the HCA has it,
-# as every mlx5 does, and from the 32-bit PortCounters otherwise, and the file does not
-# say which, so a width table entry for them would be a guess.
+# exactly at its maximum means "at least this many, and no longer counting": exported as
+# nvwatch_ib_port_reading_saturated. The width says where a counter saturates, not how
+# large a file may read: PortXmitWait also has a 64-bit PortCountersExtended form, tools
+# that read it over MADs show values above 2^32, and a vendor or a later kernel may serve
+# any of these from a wider field; a reading above the width is a wider counter counting,
+# so it is kept (up to 64 bits, like every counter) and not flagged. The data and packet
+# counters are left out on purpose: the kernel serves them from PortCountersExtended
+# (64-bit) when the HCA has it, as every mlx5 does, and from the 32-bit PortCounters
+# otherwise, and the file does not say which, so a width table entry for them would be
+# a guess.
 NARROW_COUNTER_BITS: dict[str, int] = {
     "symbol_error": 16,
     "link_error_recovery": 8,
@@ -146,30 +151,21 @@ class NotAValue(ValueError):
         self.reason = reason
 
 
-# Counters with no entry in NARROW_COUNTER_BITS: the 64-bit PortCountersExtended fields
-# and mlx5's hw_counters (u64 in struct rdma_hw_stats). No sysfs counter is wider.
+# Every counter file holds at most 64 bits: the PortCountersExtended fields and mlx5's
+# hw_counters are u64 (struct rdma_hw_stats), and no sysfs counter is wider.
 COUNTER_BITS = 64
+_COUNTER_DIGITS = len(str(1 << COUNTER_BITS))
 
 
-def counter_bits(name: str) -> int:
-    """The defined width of the counters/ file `name`: the most bits its value can have."""
-    return NARROW_COUNTER_BITS.get(name, COUNTER_BITS)
-
-
-@functools.lru_cache(maxsize=16)
-def _max_digits(bits: int) -> int:
-    # a handful of widths (4 to 64 bits): worked out once, not per counter read
-    return len(str(1 << bits))
-
-
-def parse_counter(text: str, bits: int = COUNTER_BITS) -> int:
-    """A counter file: an unsigned decimal integer of at most `bits` bits and a newline.
+def parse_counter(text: str) -> int:
+    """A counter file: an unsigned decimal integer that fits 64 bits, and a newline.
 
     Raises NotAValue for "N/A (no PMA)" (no performance-management agent on the port),
-    an empty read, anything that is not a non-negative integer, and a number wider than
-    the counter: the kernel prints each field with its own width (show_pma_counter in
-    drivers/infiniband/core/sysfs.c), so 2^64 + 1 in a 64-bit counter, or 70000 in a
-    16-bit one, is not a reading but a broken file, and a rate computed from it is junk.
+    an empty read, anything that is not a non-negative integer, and a number of more
+    than 64 bits: no counter the kernel prints (show_pma_counter in
+    drivers/infiniband/core/sysfs.c, the hw_counters) is wider, so 2^64 + 1 is not a
+    reading but a broken file, and a rate computed from it is junk. A narrow counter
+    reading above its PortCounters width is kept: see NARROW_COUNTER_BITS.
     """
     value = text.strip()
     if not value:
@@ -180,17 +176,23 @@ def parse_counter(text: str, bits: int = COUNTER_BITS) -> int:
         raise NotAValue("not an integer")
     # the length test first: int() of thousands of digits is slow, and refused past 4300
     digits = value.lstrip("0") or "0"
-    if len(digits) > _max_digits(bits) or int(digits) >= 1 << bits:
-        raise NotAValue(f"wider than {bits} bits")
+    if len(digits) > _COUNTER_DIGITS or int(digits) >= 1 << COUNTER_BITS:
+        raise NotAValue(f"wider than {COUNTER_BITS} bits")
     return int(digits)
 
 
+# where each narrow counter saturates: the all-ones value of its width
+_SATURATES_AT = {name: (1 << bits) - 1 for name, bits in NARROW_COUNTER_BITS.items()}
+
+
 def is_saturated(name: str, value: int) -> bool | None:
-    """True when a narrow counter sits at all-ones; None for counters with no fixed width."""
-    bits = NARROW_COUNTER_BITS.get(name)
-    if bits is None:
+    """True when a narrow counter sits exactly at the all-ones value of its PortCounters
+    width; None for counters with no known width. A value above it comes from a wider
+    field that is still counting: not saturated."""
+    maximum = _SATURATES_AT.get(name)
+    if maximum is None:
         return None
-    return value >= (1 << bits) - 1
+    return value == maximum
 
 
 # ASCII digits, a few of them: \d would take "١" (which int() reads) and 5,000 digits

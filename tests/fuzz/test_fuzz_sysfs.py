@@ -24,17 +24,16 @@ from .strategies import FUZZ, near
 COUNTERS = near(["0\n", "1234567890\n", f"{2**64 - 1}\n", "N/A (no PMA)\n", ""])
 STATES = near(["4: ACTIVE\n", "5: LinkUp\n", "7: Phy Test\n", "9: <unknown>\n", "1: DOWN"])
 RATES = near(["100 Gb/sec (4X EDR)\n", "2.5 Gb/sec (1X SDR)\n", "0 GB/sec\n", "10 Gb/sec (4X)"])
-WIDTHS = st.sampled_from([4, 8, 16, 32, 64])
 
 
 @FUZZ
-@given(COUNTERS, WIDTHS)
-def test_parse_counter(text: str, bits: int) -> None:
+@given(COUNTERS)
+def test_parse_counter(text: str) -> None:
     try:
-        value = parse_counter(text, bits)
+        value = parse_counter(text)
     except NotAValue:
         return
-    assert 0 <= value < 1 << bits
+    assert 0 <= value < 1 << 64
     assert str(value) == (text.strip().lstrip("0") or "0")
 
 

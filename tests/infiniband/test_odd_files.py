@@ -1,7 +1,7 @@
 """Files that are not what sysfs would put there: each costs its one value, never a source.
 
 A FIFO where a counter was (open() of a FIFO blocks until a writer comes), a counter file
-that vanishes and comes back, a number wider than its counter. Every test builds a real
+that vanishes and comes back, a number wider than 64 bits. Every test builds a real
 tree on disk; the FIFO tests run the read on a thread so that a regression fails the test
 instead of hanging it.
 """
@@ -176,7 +176,7 @@ def test_a_new_counter_file_is_still_found_at_the_relist(tmp_path: Path) -> None
     assert seen == [False, True]
 
 
-# --- values wider than their counter ------------------------------------------------------
+# --- values wider than 64 bits, and narrow counters read wider --------------------------
 
 
 @pytest.mark.parametrize(
@@ -186,13 +186,12 @@ def test_a_new_counter_file_is_still_found_at_the_relist(tmp_path: Path) -> None
         ("counters/port_xmit_data", f"{2**64}\n"),
         ("counters_ext/port_xmit_data_64", f"{2**64}\n"),
         ("hw_counters/local_ack_timeout_err", f"{2**64 + 1}\n"),
-        ("counters/port_xmit_wait", f"{2**32}\n"),  # 32-bit in PortCounters
-        ("counters/symbol_error", f"{2**16}\n"),  # 16-bit
-        ("counters/link_downed", "256\n"),  # 8-bit
+        ("counters/port_xmit_wait", f"{2**64}\n"),
+        ("counters/symbol_error", f"{2**64}\n"),
         ("counters/port_xmit_data", "9" * 5000 + "\n"),  # beyond int()'s digit limit
     ],
 )
-def test_a_value_wider_than_its_counter_is_dropped_and_counted(
+def test_a_value_wider_than_64_bits_is_dropped_and_counted(
     tmp_path: Path, relative: str, text: str
 ) -> None:
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**{relative: text})})
@@ -222,6 +221,30 @@ def test_the_widest_value_of_a_counter_is_kept(tmp_path: Path, relative: str, to
     source = InfinibandSource(tmp_path)
     port = _port(source.collect(), "mlx5_0")
     assert {**port.counters, **port.hw_counters}[Path(relative).name] == top
+    assert source.parse_errors_total == 0
+
+
+@pytest.mark.parametrize(
+    ("counter", "reading"),
+    [
+        # PortXmitWait's 64-bit extended form, as MAD tools and a widened file show it
+        ("port_xmit_wait", 2**32),
+        ("port_xmit_wait", 2**40 + 7),
+        ("port_xmit_wait", 2**64 - 1),
+        ("symbol_error", 2**16),  # 16 bits in PortCounters
+        ("link_downed", 256),  # 8 bits
+        ("local_link_integrity_errors", 16),  # 4 bits
+    ],
+)
+def test_a_narrow_counter_read_wider_than_its_field_is_kept_and_not_saturated(
+    tmp_path: Path, counter: str, reading: int
+) -> None:
+    wide = healthy_port(**{f"counters/{counter}": f"{reading}\n"})
+    add_device(tmp_path, "mlx5_0", ports={"1": wide})
+    source = InfinibandSource(tmp_path)
+    port = _port(source.collect(), "mlx5_0")
+    assert port.counters[counter] == reading
+    assert port.pinned == {}  # counting on in a wider field: not pinned
     assert source.parse_errors_total == 0
 
 

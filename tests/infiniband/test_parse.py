@@ -198,6 +198,14 @@ def test_counter_one_below_its_maximum_is_not_saturated(
     assert _flag(tmp_path, counter, f"{maximum - 1}\n") is None
 
 
+@pytest.mark.parametrize(("counter", "maximum"), _AT_MAXIMUM)
+def test_counter_above_its_maximum_counts_on_in_a_wider_field(
+    tmp_path: Path, counter: str, maximum: int
+) -> None:
+    # PortXmitWait's 64-bit extended form, or a file a vendor widened: still counting
+    assert _flag(tmp_path, counter, f"{maximum + 1}\n") is None
+
+
 def test_16_bit_maximum_does_not_saturate_the_32_bit_xmit_wait(tmp_path: Path) -> None:
     # port_xmit_wait is 32 bits wide: 65535 is an ordinary reading, not a pinned one
     assert _flag(tmp_path, "port_xmit_wait", f"{2**16 - 1}\n") is None
