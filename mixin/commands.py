@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from nvwatch.common.click_groups import HelpGroup
+from nvwatch.common.outputs import output_directory, output_file, writing
 from nvwatch.mixin.config import MixinConfig, load
 
 # The command for each committed generated file, named by the staleness test.
@@ -89,9 +90,13 @@ def dashboards_build(
 
     target = _kubernetes_dir(kubernetes, no_kubernetes)
     config = _mixin_config(mixin_config)
-    written = write(Path(out), config)
+    out_dir = output_directory(out)
     if target is not None:
-        written.append(write_kubernetes(target, config))
+        output_directory(target, "--kubernetes")
+    with writing():
+        written = write(out_dir, config)
+        if target is not None:
+            written.append(write_kubernetes(target, config))
     for path in written:
         click.echo(str(path))
 
@@ -132,5 +137,13 @@ def alerts_build(
         raise click.UsageError("--docs and --no-docs contradict each other")
     target = None if no_docs else Path(docs) if docs else default_docs()
     manifests = _kubernetes_dir(kubernetes, no_kubernetes)
-    for path in build(Path(out), _mixin_config(mixin_config), target, manifests):
+    config = _mixin_config(mixin_config)
+    out_dir = output_directory(out)
+    if target is not None:
+        output_file(target, "--docs")
+    if manifests is not None:
+        output_directory(manifests, "--kubernetes")
+    with writing():
+        written = build(out_dir, config, target, manifests)
+    for path in written:
         click.echo(str(path))

@@ -10,6 +10,7 @@ node's agent with `build_agent` too, so a restarted agent is built as the first 
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -110,7 +111,9 @@ class FleetNode:
             )
         except OSError as exc:
             where = f"{agent.config.listen_host}:{agent.config.listen_port}"
-            raise FleetError(f"{spec.name}: cannot listen on {where}: {exc.strerror}") from exc
+            # the errno's own words: socket.create_server appends the address again
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise FleetError(f"{spec.name}: cannot listen on {where}: {reason}") from exc
         # the server's refusals and connection counts are part of each poll, as in serve
         agent.http_state = self.server.http_state
 

@@ -8,6 +8,7 @@ import click
 
 from nvwatch.agent.cli.options import option
 from nvwatch.agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
+from nvwatch.common.outputs import output_directory, writing
 
 
 @click.command("inventory")
@@ -23,5 +24,8 @@ from nvwatch.agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 def inventory_command(in_path: str, out: str, port: int) -> None:
     """Turn a cluster inventory into Prometheus file_sd files, one per node class."""
     nodes = load_inventory(Path(in_path))
-    for path in write_file_sd(nodes, Path(out), port):
+    out_dir = output_directory(out)
+    with writing():
+        written = write_file_sd(nodes, out_dir, port)
+    for path in written:
         click.echo(path)

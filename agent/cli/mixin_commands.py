@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from nvwatch.common.durations import DurationBounds, parse_duration
+from nvwatch.common.outputs import output_directory, writing
 from nvwatch.mixin.commands import _mixin_config, dashboards_group
 
 RANGE_BOUNDS = DurationBounds(60.0, 90 * 86400.0)
@@ -51,20 +52,28 @@ def dashboards_preview(
 ) -> None:
     """Draw every dashboard's panels (their queries, units, thresholds and layout) from
     PROMETHEUS into one PNG per dashboard in OUT; list the panels with no data."""
-    from nvwatch.agent.report.style import PlottingUnavailable
-    from nvwatch.dashboards.build import build_all
-    from nvwatch.dashboards.preview import PreviewError, Prometheus, preview
+    from nvwatch.agent.report import style
 
     range_s = parse_duration(range_, "range", RANGE_BOUNDS)
     scrape_s = parse_duration(scrape_interval, "scrape interval", SCRAPE_BOUNDS)
     chosen = _variables(variables)
-    dashboards = build_all(_mixin_config(mixin_config))
     try:
-        drawn = preview(
-            dashboards, Prometheus(url), Path(out), range_s=range_s, scrape_s=scrape_s,
-            chosen=chosen,
-        )  # fmt: skip
-    except (PreviewError, PlottingUnavailable) as exc:
+        # before anything imports numpy or matplotlib: without the extra, one line
+        style.require()
+    except style.PlottingUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    from nvwatch.dashboards.build import build_all
+    from nvwatch.dashboards.preview import PreviewError, Prometheus, preview
+
+    dashboards = build_all(_mixin_config(mixin_config))
+    out_dir = output_directory(out)
+    try:
+        with writing():
+            drawn = preview(
+                dashboards, Prometheus(url), out_dir, range_s=range_s, scrape_s=scrape_s,
+                chosen=chosen,
+            )  # fmt: skip
+    except PreviewError as exc:
         raise click.ClickException(str(exc)) from exc
     empty = 0
     for name, panels in drawn.items():

@@ -9,6 +9,7 @@ import click
 
 from nvwatch.agent.cli.options import option
 from nvwatch.agent.report.errors import ReportError
+from nvwatch.common.outputs import output_directory
 
 
 def _secret(path: str | None, what: str) -> str | None:
@@ -19,6 +20,8 @@ def _secret(path: str | None, what: str) -> str | None:
         return Path(path).read_text(encoding="utf-8").strip()
     except OSError as err:
         raise click.BadParameter(f"cannot read {path}: {err.strerror}", param_hint=what) from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"{path} is not UTF-8 text", param_hint=what) from None
 
 
 @click.command("report")
@@ -69,6 +72,14 @@ def report_command(
 ) -> None:
     """Write report.html, report.json and CSVs: utilization, users, power, thermal,
     fabric and health over a range, from the nvwatch series in Prometheus."""
+    from nvwatch.agent.report import style
+
+    try:
+        # first: the report's modules import numpy, and without the extra that is a
+        # traceback rather than this line
+        style.require()
+    except style.PlottingUnavailable as err:
+        raise click.ClickException(str(err)) from None
     from nvwatch.agent.report.build import ReportOptions, run_report
     from nvwatch.agent.report.prom import Connection
     from nvwatch.mixin.config import load
@@ -91,7 +102,8 @@ def report_command(
             step_text=step_text,
             cluster=cluster,
             config=load(Path(config_path) if config_path else None),
-            out=Path(out),
+            # checked before the queries, which take minutes over a long range
+            out=output_directory(out),
         )
         written = run_report(options, progress=sys.stderr)
     except ReportError as err:

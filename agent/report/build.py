@@ -61,7 +61,11 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
             + ")"
         )
     report = assemble(Context(options.config, window, frames), options, now)
-    return write_report(report, options.out)
+    try:
+        return write_report(report, options.out)
+    except OSError as err:
+        where = options.out if err.filename is None else err.filename
+        raise ReportError(f"cannot write the report to {where}: {err.strerror}") from None
 
 
 def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:

@@ -5,8 +5,8 @@ colour and a watt the same label in every picture. Figures are built with
 `matplotlib.figure.Figure` (no pyplot state machine): nothing global, safe to draw from
 any thread, and never a window.
 
-matplotlib is an optional extra (`pip install 'nvwatch[report]'`); `require()` turns its
-absence into one clear message.
+matplotlib and numpy are an optional extra (`pip install 'nvwatch[report]'`); `require()`
+turns their absence into one clear message.
 """
 
 from __future__ import annotations
@@ -22,21 +22,30 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-MISSING_MATPLOTLIB = (
-    "nvwatch report needs matplotlib: pip install 'nvwatch[report]' (or pip install matplotlib)"
+MISSING_EXTRA = (
+    "this command needs the report extra ({missing} is not installed): "
+    "pip install 'nvwatch[report]' (or pip install matplotlib numpy)"
 )
 
 
 class PlottingUnavailable(RuntimeError):
-    """matplotlib is not installed; the message says how to install it."""
+    """matplotlib or numpy is not installed; the message says how to install them."""
 
 
 def require() -> None:
-    """Select the headless Agg backend and the house style; raise if matplotlib is missing."""
+    """Select the headless Agg backend and the house style; raise if the report extra
+    (matplotlib, and numpy, which the report computes with) is missing.
+
+    Called by a command before it imports anything of the report or the previews,
+    which import numpy at module level."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError as err:
+        raise PlottingUnavailable(MISSING_EXTRA.format(missing="numpy")) from err
     try:
         import matplotlib
     except ImportError as err:
-        raise PlottingUnavailable(MISSING_MATPLOTLIB) from err
+        raise PlottingUnavailable(MISSING_EXTRA.format(missing="matplotlib")) from err
     # Agg: no display on a login node or in CI; force=False keeps a backend someone chose
     matplotlib.use("Agg")
     import matplotlib.style

@@ -21,6 +21,7 @@ from nvwatch.agent.config import (
     split_scenarios,
 )
 from nvwatch.common.durations import DURATION_FORMAT, parse_duration
+from nvwatch.common.outputs import output_file, writing
 from nvwatch.sim.commands.group import simulate_group
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import JOB_SYNTAX, NodeJobs, parse_job
@@ -159,12 +160,14 @@ def simulate_fleet(
         jobs=job,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
+    sd_path = output_file(file_sd, "--file-sd") if file_sd else None
     stop = _stop_on_signals()
     started = time.monotonic(), time.process_time()
     _start(fleet)
     try:
-        if file_sd:
-            fleet.write_file_sd(Path(file_sd))
+        if sd_path is not None:
+            with writing("--file-sd"):
+                fleet.write_file_sd(sd_path)
         _announce(fleet, started)
         _wait(fleet, stop, limit, stats_every)
     finally:
@@ -226,7 +229,8 @@ def _stop_on_signals() -> threading.Event:
 def _start(fleet: Fleet) -> None:
     try:
         fleet.start()
-    except OSError as exc:
+    except (OSError, FleetError) as exc:
+        # a node's port in use is a FleetError naming the node, the address and why
         fleet.stop()
         raise ConfigError(f"cannot start the fleet: {exc}") from exc
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import datetime
 import time
-from pathlib import Path
 
 import click
 
 from nvwatch.agent.cli.options import option
 from nvwatch.common.durations import DurationBounds, parse_duration
+from nvwatch.common.outputs import output_file, writing
 from nvwatch.sim.commands.group import simulate_group
 from nvwatch.sim.fleet_plan import DEFAULT_CLUSTER, FleetError
+from nvwatch.sim.history_plan import MIN_NODES
 
 STEP_BOUNDS = DurationBounds(1.0, 3600.0)
 
@@ -42,7 +43,12 @@ def _progress(done: int, total: int) -> None:
 
 
 @simulate_group.command("history")
-@option("--nodes", type=int, required=True, help="Number of nodes (at least 6: one per episode).")
+@option(
+    "--nodes",
+    type=int,
+    required=True,
+    help=f"Number of nodes: at least {MIN_NODES}, one per episode.",
+)
 @option("--days", type=float, default=30.0, show_default=True, help="Length of the history.")
 @option("--step", default="10m", show_default=True, help="Time between samples (a scrape).")
 @option("--out", required=True, type=click.Path(dir_okay=False), help="OpenMetrics file.")
@@ -96,8 +102,10 @@ def simulate_history(
         )
     except FleetError as exc:
         raise click.UsageError(str(exc)) from exc
-    target = Path(out)
-    result = generate(plan, target, nodes_per_file=nodes_per_file, progress=_progress)
+    # before simulating for minutes: the file, its parts and the ground truth beside it
+    target = output_file(out)
+    with writing():
+        result = generate(plan, target, nodes_per_file=nodes_per_file, progress=_progress)
     written = ", ".join(str(p) for p in result.paths)
     click.echo(
         f"{result.samples} samples of {len(plan.nodes)} nodes over {days:g} days in "

@@ -88,15 +88,18 @@ def test_tick_labels_carry_the_unit() -> None:
     assert "0 W" in labels
 
 
-def test_without_matplotlib_the_agent_imports_and_plotting_says_how_to_install() -> None:
-    # matplotlib=None in sys.modules makes `import matplotlib` raise ImportError
+@pytest.mark.parametrize("hidden", ["matplotlib", "numpy"])
+def test_without_the_extra_the_agent_imports_and_plotting_says_how_to_install(
+    hidden: str,
+) -> None:
+    # None in sys.modules makes `import <hidden>` raise ImportError
     code = (
-        "import sys; sys.modules['matplotlib'] = None\n"
+        f"import sys; sys.modules[{hidden!r}] = None\n"
         "import nvwatch.agent.cli, nvwatch.agent.report.style as s\n"
         "try:\n    s.require()\nexcept s.PlottingUnavailable as e:\n    print(e)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == style.MISSING_MATPLOTLIB
+    assert out.strip() == style.MISSING_EXTRA.format(missing=hidden)
     assert "pip install 'nvwatch[report]'" in out
