@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 
 
 class JsonFormatter(logging.Formatter):
@@ -22,8 +23,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def configure(log_format: str, level: int = logging.INFO) -> None:
+class _Quiet(logging.Filter):
+    """Drops records below ERROR from the named loggers (and their children)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self._names = tuple(names)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        return not any(
+            record.name == name or record.name.startswith(name + ".") for name in self._names
+        )
+
+
+def configure(log_format: str, level: int = logging.INFO, quiet: Sequence[str] = ()) -> None:
+    """Log to stderr at `level`; `quiet` loggers only from ERROR up (a command that
+    prints what they would say, such as `doctor`, names them)."""
     handler = logging.StreamHandler(sys.stderr)
+    if quiet:
+        handler.addFilter(_Quiet(quiet))
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:

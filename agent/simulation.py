@@ -15,6 +15,9 @@ import click
 
 from nvwatch.agent.config import AgentConfig
 
+# the logger of a simulated node's start-up banner (`doctor` prints that itself)
+BANNER_LOGGER = "nvwatch.sim.runtime"
+
 
 @contextlib.contextmanager
 def simulated_node(config: AgentConfig) -> Iterator[AgentConfig]:

@@ -30,6 +30,7 @@ from nvwatch.agent.cli.options import (
     source_options,
 )
 from nvwatch.agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
+from nvwatch.agent.doctor import Finding, diagnose
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.runtime import runtime
 from nvwatch.agent.sources.registry import build_sources
@@ -214,42 +215,53 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 
 
 @cli.command("doctor")
+@option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: one line per source; json: one object (sources, XID history, exit code).",
+)
 @agent_options(
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "mig",
     "kmsg-path", "attribution", "hpc-job-mapping-dir", "kubelet-socket", "proc-root",
     "log-format",
 )  # fmt: skip
-def doctor_command(**params: Any) -> None:
-    """One line per source: up (what it serves), absent (why) or down (why)."""
+def doctor_command(output_format: str, **params: Any) -> None:
+    """One line per source: up (what it serves), absent (why) or down (why).
+
+    Exits 0 when every source is up or absent, 1 when one is down (or nothing can be
+    collected), 2 for bad input: a health check for systemd's ExecStartPre, a Kubernetes
+    exec probe or Slurm's HealthCheckProgram. It reads the flags, NVWATCH_* environment
+    and config file the agent reads, so it checks what `serve` would serve.
+    """
     config = build_config(params)
-    logs.configure(config.log_format)
+    # warnings only, and not the ones doctor prints itself: the poller's "source is
+    # down" and the simulated node's banner would say each finding twice
+    logs.configure(config.log_format, level=logging.WARNING, quiet=DOCTOR_RESTATES)
     with runtime(config) as effective:
         exposition = poll_and_render(effective, build_sources(effective), settle=0)
         # inside: a simulated node's kernel log goes when the runtime ends
-        xid_history = _xid_history_line(effective) if "nvml" in effective.sources else None
-    working = 0
-    for status in exposition.snapshot.sources.values():
-        # up: what it serves; absent: how we know the hardware is not there (nothing
-        # to fix); down: why it cannot be read (something to fix)
-        if status.absent:
-            detail = status.absent_reason
-        elif status.up and isinstance(status.prepared, FamilySet):
-            series = sum(len(f.samples) for f in status.prepared)
-            detail = f"{series} series in {status.duration_seconds:.3f}s"
-            working += 1
-        else:
-            detail = status.error
-        click.echo(f"{status.name:<11} {status.state:<8} {detail}")
-    if xid_history is not None:
-        click.echo(xid_history)
-    if effective.simulate:
-        click.echo(f"{'simulation':<11} on       profile {effective.simulate} (not real hardware)")
-    if working == 0:
+        xid_history = _xid_history(effective) if "nvml" in effective.sources else None
+    diagnosis = diagnose(
+        exposition.snapshot.sources.values(), xid_history, simulated=effective.simulate
+    )
+    if output_format == "json":
+        click.echo(json.dumps(diagnosis.as_json(), indent=2))
+    else:
+        for line in diagnosis.lines():
+            click.echo(line)
+    if not diagnosis.collecting:
         click.echo("nothing can be collected on this node", err=True)
-        sys.exit(1)
+    sys.exit(diagnosis.exit_code)
 
 
-def _xid_history_line(config: AgentConfig) -> str:
+# loggers whose warnings `doctor` prints as findings of its own
+DOCTOR_RESTATES = ("nvwatch.agent.poller", simulation.BANNER_LOGGER)
+
+
+def _xid_history(config: AgentConfig) -> Finding:
     """Where XID counts come from: the kernel log (the whole boot) or NVML events only."""
     from nvwatch.agent.sources.nvml.kmsg import probe
     from nvwatch.agent.sources.registry import kmsg_path
@@ -257,10 +269,11 @@ def _xid_history_line(config: AgentConfig) -> str:
     path = kmsg_path(config)
     reason = probe(path) if path is not None else "no kernel log for a simulated node"
     if reason is None:
-        return f"{'xid-history':<11} up       {path}: XID counts cover the whole boot"
-    return (
-        f"{'xid-history':<11} limited  {reason}; "
-        "XIDs are counted from NVML events since the agent started"
+        return Finding("xid-history", "up", f"{path}: XID counts cover the whole boot")
+    return Finding(
+        "xid-history",
+        "limited",
+        f"{reason}; XIDs are counted from NVML events since the agent started",
     )
 
 

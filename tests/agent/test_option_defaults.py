@@ -28,6 +28,7 @@ import nvwatch.agent.topology as topology_module
 from nvwatch.agent import logs, simulation
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.doctor import Finding
 from nvwatch.agent.sources.registry import kmsg_path
 from nvwatch.common.durations import parse_duration
 
@@ -87,8 +88,8 @@ def what_it_does(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(cli_module, "build_sources", lambda config: [])
     monkeypatch.setattr(cli_module, "poll_and_render", poll_and_render)
     monkeypatch.setattr(cli_module, "serve", lambda config, sources, stop, web: 0)
-    monkeypatch.setattr(cli_module, "_xid_history_line", lambda config: "xid-history\n")
-    monkeypatch.setattr(logs, "configure", lambda log_format: None)
+    monkeypatch.setattr(cli_module, "_xid_history", lambda config: Finding("xid-history", "up", ""))
+    monkeypatch.setattr(logs, "configure", lambda log_format, **quiet: None)
     monkeypatch.setattr(topology_module, "build_topology", lambda root, hcas: None)
     monkeypatch.setattr(topology_module, "format_matrix", lambda topology: "matrix\n")
 

@@ -63,7 +63,9 @@ class Cluster:
             time.sleep(0.2)
 
 
-def _write_config(root: Path, host: str, proctrack: str, map_dir: Path) -> None:
+def _write_config(
+    root: Path, host: str, proctrack: str, map_dir: Path, health_check: str | None = None
+) -> None:
     for sub in ("munge", "state", "spool", "log"):
         (root / sub).mkdir()
     (root / "munge").chmod(0o755)  # the socket's directory must be world-executable
@@ -78,6 +80,16 @@ def _write_config(root: Path, host: str, proctrack: str, map_dir: Path) -> None:
             f"#!/bin/sh\nNVWATCH_HPC_JOB_MAPPING_DIR={map_dir} "
             f"exec {DEPLOY / f'nvwatch-{name}.sh'}\n"
         )
+        script.chmod(0o755)
+    # slurmd runs it at start-up and every interval, with an environment of its own
+    health = (
+        f"HealthCheckProgram={root}/healthcheck.sh\nHealthCheckInterval=5\n"
+        if health_check is not None
+        else ""
+    )
+    if health_check is not None:
+        script = root / "healthcheck.sh"
+        script.write_text(f"#!/bin/sh\nexport SLURM_CONF={root}/slurm.conf\n{health_check}\n")
         script.chmod(0o755)
     tracking = (
         "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n"
@@ -109,7 +121,7 @@ ReturnToService=2
 GresTypes=gpu
 Prolog={root}/prolog.sh
 Epilog={root}/epilog.sh
-NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
+{health}NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
     )
@@ -120,27 +132,28 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
 
 @contextmanager
-def slurm_cluster(proctrack: str) -> Iterator[Cluster]:
+def slurm_cluster(proctrack: str, health_check: str | None = None) -> Iterator[Cluster]:
     """munged + slurmctld + slurmd in a fresh directory under /tmp (not pytest's, which
     other users cannot traverse: jobs run as nobody write to its `out`); every process
-    stopped, Slurm's cgroups and the directory removed."""
+    stopped, Slurm's cgroups and the directory removed. `health_check`: a shell command
+    slurmd runs as its HealthCheckProgram (with SLURM_CONF set), every 5 s."""
     root = Path(tempfile.mkdtemp(prefix="nvwatch-slurm-"))
     root.chmod(0o755)
     try:
-        with _running(root, proctrack) as cluster:
+        with _running(root, proctrack, health_check) as cluster:
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
-def _running(root: Path, proctrack: str) -> Iterator[Cluster]:
+def _running(root: Path, proctrack: str, health_check: str | None) -> Iterator[Cluster]:
     host = socket.gethostname().split(".")[0]
     map_dir = root / "job-map"
     out_dir = root / "out"
     out_dir.mkdir()
     out_dir.chmod(0o1777)
-    _write_config(root, host, proctrack, map_dir)
+    _write_config(root, host, proctrack, map_dir, health_check)
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
     daemons: list[subprocess.Popen[bytes]] = []
     cluster = Cluster(root, env, host, map_dir, out_dir)
@@ -164,9 +177,10 @@ def _running(root: Path, proctrack: str) -> Iterator[Cluster]:
         cluster.wait_for("munged socket", (munge / "munge.sock").exists)
         daemons.append(_start(["slurmctld", "-D"], root, env))
         daemons.append(_start(["slurmd", "-D"], root, env))
+        # a health check may drain the node as it registers
         cluster.wait_for(
-            "node idle",
-            lambda: _quiet(cluster, "sinfo", "-h", "-o", "%T") == "idle",
+            "node registered",
+            lambda: _quiet(cluster, "sinfo", "-h", "-o", "%T") in ("idle", "drained", "draining"),
         )
         yield cluster
     finally:
