@@ -147,3 +147,30 @@ def alerts_build(
         written = build(out_dir, config, target, manifests)
     for path in written:
         click.echo(str(path))
+
+
+@alerts_group.command("backfill-rules")
+@_option(
+    "--step",
+    required=True,
+    metavar="DURATION",
+    help="Time between the history's samples (simulate history's --step).",
+)
+@_option("--out", required=True, type=click.Path(dir_okay=False), help="Rule file to write.")
+@_config_option
+def alerts_backfill_rules(step: str, out: str, mixin_config: str | None) -> None:
+    """Write the recording rules for `promtool tsdb create-blocks-from rules` over a
+    history sampled every STEP, so a backfilled history has the recorded series the
+    dashboards' capacity panels read: each rule stands alone (promtool cannot read what
+    another rule records), every group is evaluated once per STEP and every rate window
+    spans at least two steps."""
+    from nvwatch.alerts.backfill import backfill_rules
+    from nvwatch.alerts.render import dump_yaml
+    from nvwatch.common.durations import DurationBounds, parse_duration
+
+    step_s = parse_duration(step, "step", DurationBounds(1.0, 86400.0))
+    text = dump_yaml(backfill_rules(_mixin_config(mixin_config), step_s))
+    target = output_file(out)
+    with writing():
+        target.write_text(text, encoding="utf-8")
+    click.echo(str(target))

@@ -10,6 +10,7 @@ asked for.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -32,6 +33,19 @@ def _variables(pairs: tuple[str, ...]) -> dict[str, str]:
     return chosen
 
 
+def _end(text: str | None) -> float | None:
+    """--end as unix seconds (the report's grammar); None: now."""
+    if text is None:
+        return None
+    from nvwatch.agent.report.errors import ReportError
+    from nvwatch.agent.report.window import parse_time
+
+    try:
+        return parse_time(text, now=time.time())
+    except ReportError as exc:
+        raise click.BadParameter(str(exc), param_hint="--end") from None
+
+
 @dashboards_group.command("preview")
 @click.option("--prometheus", "url", required=True, help="Prometheus base URL to query.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="PNG directory.")
@@ -40,6 +54,9 @@ def _variables(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--var", "variables", multiple=True, metavar="NAME=VALUE",
               help="A template variable's value (default: All, or the first value).")  # fmt: skip
 @click.option("--config", "mixin_config", type=click.Path(dir_okay=False), help="Mixin YAML.")
+@click.option("--end", "end_text", metavar="TIME",
+              help="End of the range drawn: unix seconds or 2026-11-01T00:00:00Z "
+              "[default: now].")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Exit 1 when a panel has no data.")
 def dashboards_preview(
     url: str,
@@ -48,6 +65,7 @@ def dashboards_preview(
     scrape_interval: str,
     variables: tuple[str, ...],
     mixin_config: str | None,
+    end_text: str | None,
     strict: bool,
 ) -> None:
     """Draw every dashboard's panels (their queries, units, thresholds and layout) from
@@ -57,6 +75,7 @@ def dashboards_preview(
     range_s = parse_duration(range_, "range", RANGE_BOUNDS)
     scrape_s = parse_duration(scrape_interval, "scrape interval", SCRAPE_BOUNDS)
     chosen = _variables(variables)
+    end = _end(end_text)
     try:
         # before anything imports numpy or matplotlib: without the extra, one line
         style.require()
@@ -71,7 +90,7 @@ def dashboards_preview(
         with writing():
             drawn = preview(
                 dashboards, Prometheus(url), out_dir, range_s=range_s, scrape_s=scrape_s,
-                chosen=chosen,
+                chosen=chosen, end=end,
             )  # fmt: skip
     except PreviewError as exc:
         raise click.ClickException(str(exc)) from exc
