@@ -185,6 +185,13 @@ FIELDS: tuple[DcgmField, ...] = (
 )  # fmt: skip
 
 
+# dcgm-exporter's Kubernetes labels come from the kubelet's pod-resources API, and so do
+# nvwatch's with `--attribution kubernetes`: on the allocation series (one per GPU and
+# owner, `scheduler` naming the mode), joined at query time instead of on every series.
+ALLOCATION = "nvwatch_gpu_allocation_info"
+KUBERNETES = "kubernetes"  # the --attribution mode, and the allocation's `scheduler`
+
+
 @dataclass(frozen=True)
 class DcgmLabel:
     """A label on dcgm-exporter's series and where the compatibility rules take it from."""
@@ -196,6 +203,10 @@ class DcgmLabel:
     replacement: str = "$1"
     # on the compatibility series (they are per GPU; MIG labels are per MIG device)
     per_gpu: bool = True
+    # the nvwatch series carrying it when it is not on the GPU's own series (joined at
+    # query time), and the --attribution mode that fills it
+    series: str = ""
+    attribution: str = ""
 
 
 def labels(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
@@ -209,9 +220,14 @@ def labels(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
         # the scrape address without its port ([::1]:9477 -> [::1])
         DcgmLabel("Hostname", "the node's host name", cfg.instance_label, regex="(.*?)(:[0-9]+)?"),
         DcgmLabel("DCGM_FI_DRIVER_VERSION", "driver version", "driver_version"),
-        DcgmLabel("pod", "Kubernetes pod using the GPU", ""),
-        DcgmLabel("namespace", "that pod's namespace", ""),
-        DcgmLabel("container", "that pod's container", ""),
+        *(
+            DcgmLabel(name, meaning, name, per_gpu=False, series=ALLOCATION, attribution=KUBERNETES)
+            for name, meaning in (
+                ("pod", "Kubernetes pod using the GPU"),
+                ("namespace", "that pod's namespace"),
+                ("container", "that pod's container"),
+            )
+        ),
         DcgmLabel("GPU_I_ID", "MIG GPU instance id", "gpu_instance_id", per_gpu=False),
         DcgmLabel("GPU_I_PROFILE", "MIG GPU instance profile", "profile", per_gpu=False),
         DcgmLabel("err_code, err_msg", "XID code and text (DCGM_FI_DEV_XID_ERRORS)", ""),
@@ -223,7 +239,26 @@ LABELS_RULE = "gpu:nvwatch_gpu_info:dcgm_labels"
 
 
 def _on_compat(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:
-    return tuple(lb for lb in labels(cfg) if lb.nvwatch and lb.per_gpu)
+    return tuple(lb for lb in labels(cfg) if lb.nvwatch and lb.per_gpu and not lb.series)
+
+
+def pod_labels(cfg: MixinConfig) -> tuple[str, ...]:
+    """dcgm-exporter's Kubernetes labels, which nvwatch's allocation series carries."""
+    return tuple(lb.name for lb in labels(cfg) if lb.series == ALLOCATION)
+
+
+def allocation_on(cfg: MixinConfig) -> str:
+    """The labels a per-GPU value and the allocation series are joined on."""
+    return f"{cfg.cluster_label}, {cfg.instance_label}, gpu"
+
+
+def per_pod_expr(cfg: MixinConfig, field: DcgmField) -> str:
+    """The field's value per pod, as dcgm-exporter's Kubernetes mode labels it: the
+    allocation on the many side (pods sharing a GPU each get its value), its labels kept."""
+    allocation = ALLOCATION + cfg.sel(f'scheduler="{KUBERNETES}"')
+    return (
+        f"{allocation}\n  * on ({allocation_on(cfg)}) group_left ()\n  ({value_expr(cfg, field)})"
+    )
 
 
 def _renamed(cfg: MixinConfig) -> tuple[DcgmLabel, ...]:

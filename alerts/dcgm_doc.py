@@ -6,8 +6,22 @@ committed file and this rendering differ.
 
 from __future__ import annotations
 
-from nvwatch.alerts.dcgm_compat import FIELDS, LABELS_RULE, DcgmField, labels, value_expr
+from nvwatch.alerts.dcgm_compat import (
+    ALLOCATION,
+    FIELDS,
+    KUBERNETES,
+    LABELS_RULE,
+    DcgmField,
+    allocation_on,
+    labels,
+    per_pod_expr,
+    pod_labels,
+    value_expr,
+)
 from nvwatch.mixin.config import MixinConfig
+
+# the field the per-pod example shows
+POD_EXAMPLE = "DCGM_FI_DEV_GPU_UTIL"
 
 DOC_NAME = "migrating-from-dcgm-exporter.md"
 RULE_FILE = "dcgm-compat.rules.yml"
@@ -96,6 +110,11 @@ def _labels(cfg: MixinConfig) -> list[str]:
     for lb in labels(cfg):
         if not lb.nvwatch:
             source = "none"
+        elif lb.series:
+            source = (
+                f"`{lb.nvwatch}` of `{lb.series}` (`--attribution {lb.attribution}`), "
+                f"joined on `{allocation_on(cfg)}`"
+            )
         elif lb.replacement != "$1" or lb.regex not in ("", "(.*)"):
             source = f"from `{lb.nvwatch}`: `{lb.regex}` -> `{lb.replacement}`"
         else:
@@ -107,8 +126,7 @@ def _labels(cfg: MixinConfig) -> list[str]:
         "",
         "nvwatch puts `gpu` and `uuid` on every per-GPU series and the descriptive labels "
         "on `nvwatch_gpu_info` only (join with `* on (instance, gpu) group_left (name) "
-        "nvwatch_gpu_info`). Kubernetes pod attribution (`pod`, `namespace`, `container`) "
-        "has no nvwatch equivalent; per-process device memory is "
+        "nvwatch_gpu_info`). Per-process device memory is "
         "`nvwatch_gpu_process_memory_bytes` (labels `pid`, `process`, `user`, `job`). "
         "MIG devices are the `nvwatch_mig_*` series (labels `gpu_instance_id`, "
         "`compute_instance_id`; the `profile` is on `nvwatch_mig_info`); the "
@@ -120,6 +138,34 @@ def _labels(cfg: MixinConfig) -> list[str]:
         "| dcgm-exporter label | meaning | nvwatch | on the compatibility series |",
         "|---|---|---|---|",
         *rows,
+        "",
+        *_pods(cfg),
+    ]
+
+
+def _pods(cfg: MixinConfig) -> list[str]:
+    """How dcgm-exporter's Kubernetes labels map to the allocation join."""
+    names = ", ".join(f"`{n}`" for n in pod_labels(cfg))
+    field = next(f for f in FIELDS if f.name == POD_EXAMPLE)
+    return [
+        "### Kubernetes pods",
+        "",
+        f"dcgm-exporter's Kubernetes mode labels each GPU's series with the pod holding it "
+        f"({names}), from the kubelet's pod-resources API. nvwatch reads the same API with "
+        f"`--attribution {KUBERNETES}` and puts those labels on one series per GPU (or MIG "
+        f'instance) and owner, `{ALLOCATION}{{scheduler="{KUBERNETES}"}}`, instead of on '
+        "every series: GPU series never carry job labels, so a pod's rollout does not start "
+        "a fresh copy of them. Join it at query time, the allocation on the many side (a GPU "
+        f"time-sliced between pods gives its value to each). `{POD_EXAMPLE}` per pod, in "
+        "dcgm-exporter's unit:",
+        "",
+        "```promql",
+        per_pod_expr(cfg, field),
+        "```",
+        "",
+        "Any row of the table above joins the same way. The compatibility series below are "
+        "per GPU and carry no pod labels; README, *Who uses each GPU*, has the Kubernetes "
+        "set-up.",
         "",
     ]
 

@@ -4,14 +4,26 @@ values, worked out by hand)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
 import yaml
 
 from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.agent.config import ATTRIBUTION_MODES
+from nvwatch.agent.sources.attribution import kubernetes as kubernetes_attribution
 from nvwatch.alerts.build import build_all
-from nvwatch.alerts.dcgm_compat import FIELDS, LABELS_RULE, MIB, DcgmField, labels
+from nvwatch.alerts.dcgm_compat import (
+    ALLOCATION,
+    FIELDS,
+    KUBERNETES,
+    LABELS_RULE,
+    MIB,
+    DcgmField,
+    labels,
+    pod_labels,
+)
 from nvwatch.alerts.dcgm_doc import RULE_FILE, render_doc
 from nvwatch.alerts.promql import metric_names
 from nvwatch.mixin.config import MixinConfig
@@ -136,3 +148,31 @@ def test_every_mapped_label_exists_in_nvwatch(cfg: MixinConfig) -> None:
     on_compat = set(yaml.safe_load(build_all(cfg)[RULE_FILE])["groups"][0]["rules"][1]["expr"]
                     .split("group_left (", 1)[1].split(")", 1)[0].split(", "))  # fmt: skip
     assert on_compat == {lb.name for lb in labels(cfg) if lb.nvwatch and lb.per_gpu} - {"gpu"}
+
+
+def test_pod_labels_are_the_allocation_series_of_kubernetes_attribution(cfg: MixinConfig) -> None:
+    """The guide's pod row comes from the table the code uses: the catalogue's labels of
+    the allocation series, the --attribution modes, and the scheduler the Kubernetes
+    attribution writes."""
+    pods = [lb for lb in labels(cfg) if lb.series]
+    assert [lb.name for lb in pods] == list(pod_labels(cfg)) == ["pod", "namespace", "container"]
+    for lb in pods:
+        assert lb.series == ALLOCATION and lb.nvwatch in BY_NAME[ALLOCATION].labels
+        assert lb.attribution == KUBERNETES and not lb.per_gpu
+    assert KUBERNETES in ATTRIBUTION_MODES
+    assert KUBERNETES == kubernetes_attribution.SCHEDULER
+    text = render_doc(cfg)
+    assert "no nvwatch equivalent" not in text.split("## Labels", 1)[1].split("## Compat")[0]
+
+
+def test_the_guides_per_pod_query_is_the_one_promtool_evaluates(cfg: MixinConfig) -> None:
+    text = render_doc(cfg)
+    section = text.split("### Kubernetes pods", 1)[1]
+    (query,) = re.findall(r"```promql\n(.*?)```", section.split("##", 1)[0], flags=re.DOTALL)
+    path = REPO / "tests" / "mixin" / "promtool" / "dcgm_compat.yaml"
+    tested = {
+        " ".join(case["expr"].split())
+        for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]
+        for case in test["promql_expr_test"]
+    }
+    assert " ".join(query.split()) in tested
