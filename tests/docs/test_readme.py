@@ -59,3 +59,21 @@ def test_prerequisites_match_the_project() -> None:
     assert "sudo -n" in script and "id -u" in script and "apt-get install" in script
     assert "root or passwordless `sudo`" in " ".join(SETUP.split())
     assert "VENV=${NVWATCH_VENV:-.venv}" in script  # the same .venv as the first command
+
+
+_LISTEN = re.compile(
+    r"(?:--listen[= ]|listen: |--web\.listen-address[= ]|-httpListenAddr[= ])(\S+)"
+)
+
+
+def test_every_example_listens_on_loopback() -> None:
+    """An example copied into a shell exposes nothing: its listen addresses are loopback
+    (the agent's default, every interface, is stated in words, not in an example)."""
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.DOTALL):
+            for address in _LISTEN.findall(block):
+                found.append(address)
+                assert address.startswith(("127.0.0.1:", "[::1]:", "HOST:")), (path, address)
+    assert any(a.startswith("127.0.0.1:") for a in found)
