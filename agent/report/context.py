@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvwatch.agent.report import stats
+from nvwatch.agent.report import stats, style
 from nvwatch.agent.report.frame import Array, Frame
 from nvwatch.agent.report.window import Window
 from nvwatch.mixin.config import MixinConfig
@@ -21,6 +21,19 @@ class Context:
     cfg: MixinConfig
     window: Window
     frames: dict[str, Frame]
+    # rack -> colour, given out as charts ask (rack_colour)
+    _rack_colours: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def rack_colour(self, rack: str) -> str:
+        """The rack's colour in every chart of this report: the next unused one of
+        style.RACK_COLOURS the first time a chart asks (distinct within a chart of up
+        to that many racks), the same one after."""
+        colour = self._rack_colours.get(rack)
+        if colour is None:
+            palette = style.RACK_COLOURS
+            colour = palette[len(self._rack_colours) % len(palette)]
+            self._rack_colours[rack] = colour
+        return colour
 
     @property
     def node_labels(self) -> tuple[str, str, str, str]:

@@ -37,6 +37,11 @@ h3 { font-size: 1rem; margin: 1.2rem 0 .4rem; }
 table { border-collapse: collapse; margin: .3rem 0 1rem; font-size: .85rem; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: .2rem .5rem; text-align: left; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+/* a number reads on one line: its column widens, and a table wider than the page
+   scrolls in its own box rather than wrapping "1.84 kW" over two lines */
+td.num { white-space: nowrap; }
+.table { overflow-x: auto; margin: .3rem 0 1rem; }
+.table table { margin: 0; }
 th { background: #f4f6f8; }
 .note { color: #555; font-size: .8rem; margin-top: -.6rem; }
 figure { margin: .8rem 0; }
@@ -48,6 +53,7 @@ footer { color: #777; font-size: .8rem; margin-top: 3rem; }
   h2 { break-before: page; }
   .summary + h2, h2:first-of-type { break-before: auto; }
   figure, table, .numbers { break-inside: avoid; }
+  .table { overflow: visible; }
   a { color: inherit; text-decoration: none; }
 }
 """
@@ -152,5 +158,6 @@ def _table(table: Table) -> str:
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
     return (
         f"<h3>{escape(table.title)}</h3>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}{note}"
+        f'<div class="table"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>{more}{note}"
     )

@@ -46,6 +46,8 @@ class Plot:
     name: str
     title: str  # the one message of the plot, as a sentence
     png: bytes
+    # (label, #rrggbb) of each legend entry, as drawn
+    legend: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,13 @@ class Section:
             },
             "tables": {t.name: t.as_json() for t in self.tables},
             "plots": [
-                {"name": p.name, "title": p.title, "png_bytes": len(p.png)} for p in self.plots
+                {
+                    "name": p.name,
+                    "title": p.title,
+                    "png_bytes": len(p.png),
+                    "legend": [{"label": label, "colour": c} for label, c in p.legend],
+                }
+                for p in self.plots
             ],
         }
 

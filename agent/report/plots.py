@@ -1,7 +1,8 @@
 """The report's few kinds of plot, each with one message in its title and units on its axes.
 
-Colours come from `style.class_colour`, so a node class looks the same in every plot;
-limits and budgets are dashed red lines labelled with their value.
+Colours come from `style.class_colour`, so a node class looks the same in every plot,
+and racks from `Context.rack_colour`, one each; limits and budgets are dashed red lines
+labelled with their value. Each plot keeps its legend as drawn (label, colour).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def time_lines(
         axes.set_ylim(0, 1.05)
     if lines:
         axes.legend(loc="upper left", ncols=min(4, len(lines)))
-    return Plot(name, title, style.figure_png(fig))
+    return Plot(name, title, style.figure_png(fig), style.legend_of(axes))
 
 
 def histogram(
@@ -104,7 +105,7 @@ def histogram(
     axes.set_title(title)
     if groups:
         axes.legend(loc="upper right")
-    return Plot(name, title, style.figure_png(fig))
+    return Plot(name, title, style.figure_png(fig), style.legend_of(axes))
 
 
 def bars(

@@ -82,6 +82,15 @@ CLASS_COLOURS: dict[str, str] = {
     "inference-t4": "#882255",
 }
 _FALLBACK_COLOURS = ("#332288", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#AA4499")
+# Racks, one colour each (Paul Tol's "muted" qualitative scheme, also for colour-vision
+# deficiencies), given out in the order a report asks for them (Context.rack_colour),
+# so no two racks of one chart share a colour and a rack keeps its colour in every
+# chart of the report. A node class is not a rack's colour: racks mix classes.
+# Rose comes last: it is the nearest to the red of limits and budgets.
+RACK_COLOURS = (
+    "#332288", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499",
+    "#DDCC77", "#CC6677",
+)  # fmt: skip
 NEUTRAL = "#555555"
 # what a plot draws against: a limit, a budget, a threshold
 LIMIT_COLOUR = "#C0392B"
@@ -99,6 +108,21 @@ def class_colour(name: str) -> str:
     if known is not None:
         return known
     return _FALLBACK_COLOURS[zlib.crc32(name.encode()) % len(_FALLBACK_COLOURS)]
+
+
+def legend_of(axes: Axes) -> tuple[tuple[str, str], ...]:
+    """(label, colour as #rrggbb) of each entry of the axes' legend, read from the drawn
+    artists: what a reader of the picture sees, for the report's JSON and its tests."""
+    from matplotlib.colors import to_hex
+
+    entries = []
+    for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
+        colour = handle.get_color() if hasattr(handle, "get_color") else None
+        if colour is None:  # a bar or histogram patch
+            patches = getattr(handle, "patches", None) or [handle]
+            colour = patches[0].get_facecolor()
+        entries.append((label, to_hex(colour)))
+    return tuple(entries)
 
 
 def new_figure(width: float = 7.5, height: float = 3.0) -> Figure:

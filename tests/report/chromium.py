@@ -8,10 +8,13 @@ below mostly silence). Console messages come from --enable-logging.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 FLAGS = (
     "--headless",
@@ -72,3 +75,34 @@ def _page_requests(netlog: Path) -> list[str]:
         if not params["url"].startswith(LOCAL_SCHEMES):
             urls.append(params["url"])
     return urls
+
+
+MEASURE = Path(__file__).with_name("measure.js")
+
+
+def measure(binary: str, page: Path, work: Path, *, width: int) -> dict[str, Any]:
+    """What measure.js finds in `page` laid out in a window `width` pixels wide: the page
+    is copied with the script appended, and Chromium prints the DOM the script wrote."""
+    work.mkdir(parents=True, exist_ok=True)
+    copy = work / f"measured-{width}.html"
+    script = f"<script>{MEASURE.read_text()}</script>"
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", script + "</body>"))
+    result = subprocess.run(
+        [
+            binary,
+            *FLAGS,
+            f"--user-data-dir={work / 'profile'}",
+            f"--window-size={width},1600",
+            "--dump-dom",
+            copy.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'<pre id="nvwatch-measure">(.*?)</pre>', result.stdout, re.DOTALL)
+    assert found, result.stdout[-2000:]
+    measured: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return measured

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
+from nvwatch.agent.report.style import RACK_COLOURS
 from nvwatch.agent.report.window import WEEK_SECONDS
 from tests.history.backfill import HistoryPrometheus
 from tests.report.conftest import EXAMPLE_CONFIG
@@ -173,3 +174,22 @@ def test_the_idle_node(
     ]
     assert all(v < 0.05 for k, v in row.items() if k.startswith("week_") and v is not None)
     assert episode["node"] in " ".join(history_report["sections"]["utilization"]["findings"])
+
+
+def test_each_rack_has_one_colour_of_its_own_in_every_chart(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    """The simulated racks mix node classes (one colour per class would be grey for all):
+    each rack gets a colour of its own, the same in every chart that shows it."""
+    racks = {node["rack"] for node in history_prometheus.truth["nodes"]}
+    assert len(racks) >= 2
+    plots = [p for section in history_report["sections"].values() for p in section["plots"]]
+    (rack_plot,) = [p for p in plots if p["name"] == "rack_power"]
+    colours = {entry["label"]: entry["colour"].upper() for entry in rack_plot["legend"]}
+    assert set(colours) == racks
+    assert len(set(colours.values())) == len(racks)
+    assert set(colours.values()) <= set(RACK_COLOURS)
+    for plot in plots:
+        for entry in plot["legend"]:
+            if entry["label"] in racks:
+                assert entry["colour"].upper() == colours[entry["label"]], plot["name"]

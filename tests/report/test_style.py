@@ -103,3 +103,11 @@ def test_without_the_extra_the_agent_imports_and_plotting_says_how_to_install(
     ).stdout
     assert out.strip() == style.MISSING_EXTRA.format(missing=hidden)
     assert "pip install 'nvwatch[report]'" in out
+
+
+def test_a_rack_chart_can_give_each_rack_its_own_colour() -> None:
+    from nvwatch.agent.report.sections.power import SHOWN_RACKS
+
+    assert len(set(style.RACK_COLOURS)) == len(style.RACK_COLOURS) >= SHOWN_RACKS
+    assert style.NEUTRAL not in style.RACK_COLOURS
+    assert style.LIMIT_COLOUR not in style.RACK_COLOURS

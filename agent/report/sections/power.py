@@ -6,12 +6,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from nvwatch.agent.report import plots, stats, style, units
+from nvwatch.agent.report import plots, stats, units
 from nvwatch.agent.report.context import Context, NodeKey
 from nvwatch.agent.report.frame import Array
 from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
 
-SHOWN_RACKS = 8
+SHOWN_RACKS = 8  # one colour each: at most len(style.RACK_COLOURS)
 
 
 def power(ctx: Context) -> Section:
@@ -260,15 +260,7 @@ def _plots(
     lines = []
     for rack in sorted(top):
         times, values = ctx.daily(rack_power[rack], "max")
-        classes = sorted({n[2] for n in members[rack]})
-        lines.append(
-            plots.Line(
-                rack,
-                times,
-                values,
-                style.class_colour(classes[0]) if len(classes) == 1 else style.NEUTRAL,
-            )
-        )
+        lines.append(plots.Line(rack, times, values, ctx.rack_colour(rack)))
     budget = ctx.cfg.rack_gpu_power_budget_watts("")
     limits = [plots.Limit("budget", budget)] if budget else []
     section.plots.append(
