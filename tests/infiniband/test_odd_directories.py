@@ -17,14 +17,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from nvwatch.agent.exposition.render import build_exposition, prepare
-from nvwatch.agent.poller import Poller
 from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
 from nvwatch.agent.sources.infiniband import InfinibandSample, InfinibandSource
 
-from .exposition import scrape
+from .exposition import agent_samples, scrape
 from .sysfs_tree import add_device, healthy_port
 
 CLASS = "class/infiniband"
@@ -84,17 +81,7 @@ def test_an_unlistable_counters_directory_is_counted_too(tmp_path: Path) -> None
 def test_an_unlistable_ports_directory_is_exported_as_parse_errors(tmp_path: Path) -> None:
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port()})
     _unlistable(tmp_path / CLASS / "mlx5_0/ports", "file")
-    poller = Poller([InfinibandSource(tmp_path)], interval=60, timeout=5, prepare=prepare)
-    try:
-        poller.poll_once()
-        text = build_exposition(poller.poll_once()).text.decode()
-    finally:
-        poller.stop()
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    samples = agent_samples(tmp_path)
     assert samples[("nvwatch_agent_parse_errors_total", (("source", "infiniband"),))] == 2
     assert samples[("nvwatch_agent_source_up", (("source", "infiniband"),))] == 1
 

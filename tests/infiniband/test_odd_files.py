@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from nvwatch.agent.exposition.render import build_exposition, prepare
 from nvwatch.agent.poller import Poller
 from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSample, InfinibandSource
 from nvwatch.agent.sources.pci_affinity import Resolver
 from nvwatch.agent.sources.presence import scan_pci
 
+from .exposition import agent_samples
 from .sysfs_tree import (
     add_device,
     add_pci_device,
@@ -261,17 +260,7 @@ def test_parse_errors_are_exported_and_the_wide_value_is_not(tmp_path: Path) -> 
     # 2^64+1 in port_xmit_data was once exported as 1.8e19 bytes
     wide = {"counters/port_xmit_data": f"{2**64 + 1}\n"}
     add_device(tmp_path, "mlx5_0", ports={"1": healthy_port(**wide)})
-    poller = Poller([InfinibandSource(tmp_path)], interval=60, timeout=5, prepare=prepare)
-    try:
-        poller.poll_once()
-        text = build_exposition(poller.poll_once()).text.decode()
-    finally:
-        poller.stop()
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    samples = agent_samples(tmp_path)
     assert samples[("nvwatch_agent_parse_errors_total", (("source", "infiniband"),))] == 2
     port = (("device", "mlx5_0"), ("port", "1"))
     assert ("nvwatch_ib_port_transmit_bytes_total", port) not in samples
