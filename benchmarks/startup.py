@@ -34,6 +34,8 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from nvwatch.sim.ports import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 MODES = {
     "real": ["--sources=nvml,infiniband,host"],
@@ -76,14 +78,6 @@ class Startup:
     runs: int = 1  # starts the medians are taken over
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _answers(port: int) -> bool:
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=0.5)
@@ -95,7 +89,7 @@ def _answers(port: int) -> bool:
 
 
 def _one_start(env: dict[str, str], cwd: Path, flags: list[str]) -> tuple[float, float, int]:
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as scratch:
         listed = Path(scratch) / "modules.json"
         argv = [sys.executable, "-c", _LIST_MODULES, str(listed), str(port), "serve",
