@@ -237,7 +237,9 @@ def bmc_address(value: str) -> str:
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        if not _HOSTNAME.match(host):
+        # a name of digits and dots is a mistyped IPv4 address (RFC 3696: no all-numeric
+        # top-level label), not a host name
+        if not _HOSTNAME.match(host) or host.rsplit(".", 1)[-1].isdigit():
             raise ValueError("use an IP address or a host name, with :port if not 623") from None
         return host if port is None else f"{host}:{port}"
     if ip.version == 6:
