@@ -1,0 +1,445 @@
+"""A real BMC for the tests: OpenIPMI's `ipmi_sim` on loopback, with a console to change it.
+
+One ipmi_sim per fixture: its own temp dir, free ports (UDP for IPMI, TCP for the
+console), an SDR compiled by `sdrcomp` from the sensor table below, SIGPIPE ignored (a
+console client closing early kills it otherwise), stopped by pid at teardown with SIGKILL
+after a grace period. The sensors are a node's view from its BMC: inlet and exhaust air,
+a CPU, two fans, two power supplies and the node's input power, plus a sensor whose
+scanning is off (it reads "unavailable"). Values are raw bytes; the SDR holds the
+conversion (temperatures raw = °C, fans RPM = raw x 100, power W = raw x 4).
+
+With `dcmi_plugin`, the small C module in tests/bmc/dcmi_power.c (compiled once per
+session by `build_dcmi_plugin`) adds DCMI Get Power Reading, which stock ipmi_sim lacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvwatch.sim.ports import LOOPBACK, free_port
+
+USER = "admin"
+PASSWORD = "password"
+BMC_ADDRESS = 0x20
+# how long a start may take: it answers within ~0.1 s, but a rare start took 8.8 s
+READY_TIMEOUT_S = 20.0
+STOP_GRACE_S = 5.0
+CONSOLE_TIMEOUT_S = 5.0
+PLUGIN_SOURCE = Path(__file__).with_name("dcmi_power.c")
+
+
+@dataclass(frozen=True)
+class SimSensor:
+    """One sensor of the simulated BMC: its SDR and its initial raw value."""
+
+    number: int
+    name: str
+    entity: str  # sdrcomp's entity name or number
+    sensor_type: str  # sdrcomp's sensor type name
+    unit: str | None  # base unit for a threshold sensor; None: discrete power supply
+    m: int = 1  # value = raw x m
+    raw: int = 0
+    # raw thresholds of a threshold sensor: unr, uc, unc (upper) and lc, lnc (lower)
+    upper: tuple[int, int, int] | None = None
+    lower: tuple[int, int] | None = None
+    scanning: bool = True
+
+
+SENSORS: tuple[SimSensor, ...] = (
+    SimSensor(1, "Inlet Temp", "0x37", "Temperature", "degrees_C", raw=24, upper=(45, 40, 35)),
+    SimSensor(
+        2, "Exhaust Temp", "system_board", "Temperature", "degrees_C", raw=38, upper=(80, 70, 60)
+    ),
+    SimSensor(3, "Fan1", "fan_cooling_device", "Fan", "RPM", m=100, raw=48, lower=(5, 10)),
+    SimSensor(4, "Fan2", "fan_cooling_device", "Fan", "RPM", m=100, raw=50, lower=(5, 10)),
+    SimSensor(5, "PSU1 Status", "power_supply", "Power_Supply", None),
+    SimSensor(6, "PSU2 Status", "power_supply", "Power_Supply", None),
+    SimSensor(7, "Pwr Consumption", "system_board", "Current", "Watts", m=4, raw=80),
+    SimSensor(8, "CPU Temp", "processor", "Temperature", "degrees_C", raw=51, upper=(95, 90, 85)),
+    SimSensor(9, "Spare Temp", "system_board", "Temperature", "degrees_C", raw=30, scanning=False),
+)
+# sensor numbers by role, for tests that inject faults
+INLET, EXHAUST, FAN1, FAN2, PSU1, PSU2, POWER, CPU, UNSCANNED = (s.number for s in SENSORS)
+POWER_M = 4  # the power sensor's watts per raw count
+# SDR record ids: the management controller locator is record 1, sensors follow in order
+RECORD_IDS = {sensor.number: index + 2 for index, sensor in enumerate(SENSORS)}
+
+# IPMI power supply offsets (sensor-specific, type 0x08)
+PSU_PRESENT, PSU_FAILURE, PSU_PREDICTIVE, PSU_AC_LOST = 0, 1, 2, 3
+
+
+def _sdr_header(sensor: SimSensor, record_type: int) -> list[str]:
+    return [
+        f"sdr type {record_type}",
+        f"\tsensor_owner_id\t{BMC_ADDRESS:#04x}",
+        "\tsensor_owner_lun\t0",
+        "\tchannel_number\t0",
+        f"\tsensor_number\t{sensor.number}",
+        f"\tentity_id\t{sensor.entity}",
+        f"\tentity_instance\t{sensor.number}",
+        f"\tsensor_type\t{sensor.sensor_type}",
+        "\tinit_scanning\ttrue",
+        "\tinit_events\ttrue",
+        "\tinit_sensor_type\ttrue",
+        "\tdefault_event_gen_on\ttrue",
+        "\tdefault_sensor_scan_on\ttrue",
+        "\tsensor_auto_rearm\ttrue",
+        "\tsensor_event_msg_ctrl\tper_state",
+    ]
+
+
+def _threshold_sdr(sensor: SimSensor) -> list[str]:
+    lines = [
+        *_sdr_header(sensor, 1),
+        "\tsensor_threshold_access\treadable",
+        "\tevent_reading_type_code\t1",
+        "\tanalog_data_format\tunsigned",
+        f"\tbase_unit\t{sensor.unit}",
+        "\tlinearization\tlinear",
+        f"\tm\t{sensor.m}",
+        "\tb\t0",
+        "\tr_exp\t0",
+        "\tb_exp\t0",
+        "\tsensor_maximum\t255",
+        "\tsensor_minimum\t0",
+    ]
+    if sensor.upper:
+        for event in ("uncgh", "ucgh", "unrgh"):
+            lines += [f"\tassert_{event}\ttrue", f"\tdeassert_{event}\ttrue"]
+        lines += [f"\t{t}_thrsh_readable\ttrue" for t in ("unc", "uc", "unr")]
+        unr, uc, unc = sensor.upper
+        lines += [f"\tunr_thresh\t{unr}", f"\tuc_thresh\t{uc}", f"\tunc_thresh\t{unc}"]
+    if sensor.lower:
+        for event in ("lncgl", "lcgl"):
+            lines += [f"\tassert_{event}\ttrue", f"\tdeassert_{event}\ttrue"]
+        lines += [f"\t{t}_thrsh_readable\ttrue" for t in ("lnc", "lc")]
+        lc, lnc = sensor.lower
+        lines += [f"\tlc_thresh\t{lc}", f"\tlnc_thresh\t{lnc}"]
+    return [*lines, f'\tid_string\t"{sensor.name}"', "endsdr", ""]
+
+
+def _supply_sdr(sensor: SimSensor) -> list[str]:
+    lines = [*_sdr_header(sensor, 2), "\tevent_reading_type_code\t0x6f"]
+    for bit in range(4):
+        lines += [
+            f"\tassert_event{bit}\ttrue",
+            f"\tdeassert_event{bit}\ttrue",
+            f"\tevent{bit}_state_ret\ttrue",
+        ]
+    return [*lines, f'\tid_string\t"{sensor.name}"', "endsdr", ""]
+
+
+def sdr_source() -> str:
+    """The SDR repository in sdrcomp's language: the BMC's locator, then every sensor."""
+    lines = [
+        "sdr type 18",
+        f"\tdevice_slave_address\t{BMC_ADDRESS:#04x}",
+        "\tdevice_channel_number\t0",
+        "\tchassis\ttrue",
+        "\tipmb_event_gen\tfalse",
+        "\tipmb_event_recv\tfalse",
+        "\tfru_inventory\tfalse",
+        "\tsel\ttrue",
+        "\tsdr\ttrue",
+        "\tsensor\ttrue",
+        "\tentity_id\tsystem_board",
+        "\tentity_instance\t1",
+        '\tid_string\t"Sim BMC"',
+        "endsdr",
+        "",
+    ]
+    for sensor in SENSORS:
+        lines += _threshold_sdr(sensor) if sensor.unit else _supply_sdr(sensor)
+    return "\n".join(lines)
+
+
+def _event_support(sensor: SimSensor) -> str:
+    """Which states raise events: the thresholds the SDR has, or the supply offsets 0-3;
+    and whether the sensor is scanned (one that is not reads "unavailable")."""
+    mask = _threshold_mask(sensor) if sensor.unit else "000000000001111"
+    scanning = "scanning" if sensor.scanning else "no-scanning"
+    return (
+        f"sensor_set_event_support {BMC_ADDRESS:#04x} 0 {sensor.number} enable {scanning} "
+        f"per-state {mask} {mask} {mask} {mask}"
+    )
+
+
+def _threshold_mask(sensor: SimSensor) -> str:
+    # 15 event offsets, bit 14 first: 11-6 upper going high/low, 5-0 lower (ipmi_sim_cmd(5))
+    upper = "111111" if sensor.upper else "000000"
+    lower = "111111" if sensor.lower else "000000"
+    return "000" + upper + lower
+
+
+def emu_source() -> str:
+    """ipmi_sim_cmd(5) commands: the BMC, its SEL, and each sensor's initial state."""
+    mc = f"{BMC_ADDRESS:#04x}"
+    lines = [
+        f"mc_setbmc {mc}",
+        f"mc_add {mc} 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr",
+        f"sel_enable {mc} 1000 0x0a",
+    ]
+    for sensor in SENSORS:
+        if sensor.unit:
+            lines.append(f"sensor_add {mc} 0 {sensor.number} 0x{_type_code(sensor):02x} 0x01")
+            if sensor.upper or sensor.lower:
+                unr, uc, unc = sensor.upper or (0, 0, 0)
+                lc, lnc = sensor.lower or (0, 0)
+                mask = ("111" if sensor.upper else "000") + ("011" if sensor.lower else "000")
+                lines.append(
+                    f"sensor_set_threshold {mc} 0 {sensor.number} readable {mask} "
+                    f"{unr} {uc} {unc} 0 {lc} {lnc}"
+                )
+            lines.append(_event_support(sensor))
+            lines.append(f"sensor_set_value {mc} 0 {sensor.number} {sensor.raw} 0")
+        else:
+            lines.append(f"sensor_add {mc} 0 {sensor.number} 0x08 0x6f")
+            lines.append(_event_support(sensor))
+            # present, nothing else (takes no bit value: it always sets the bit)
+            lines.append(f"sensor_set_bit_clr_rest {mc} 0 {sensor.number} {PSU_PRESENT} 0")
+    lines.append(f"mc_enable {mc}")
+    return "\n".join(lines) + "\n"
+
+
+def initial_raw(number: int) -> int:
+    """The raw value sensor `number` starts with."""
+    return next(s.raw for s in SENSORS if s.number == number)
+
+
+_TYPE_CODES = {"Temperature": 0x01, "Current": 0x03, "Fan": 0x04, "Power_Supply": 0x08}
+
+
+def _type_code(sensor: SimSensor) -> int:
+    return _TYPE_CODES[sensor.sensor_type]
+
+
+def lan_conf(name: str, udp_port: int, console_port: int, plugin: Path | None) -> str:
+    """ipmi_lan(5): one LAN channel on loopback, user 2 admin/password, the console."""
+    lines = [
+        f'name "{name}"',
+        f"set_working_mc {BMC_ADDRESS:#04x}",
+        "  startlan 1",
+        f"    addr {LOOPBACK} {udp_port}",
+        "    priv_limit admin",
+        "    allowed_auths_callback none md2 md5 straight",
+        "    allowed_auths_user none md2 md5 straight",
+        "    allowed_auths_operator none md2 md5 straight",
+        "    allowed_auths_admin none md2 md5 straight",
+        "    guid a123456789abcdefa123456789abcdef",
+        "  endlan",
+        f'  user 2 true "{USER}" "{PASSWORD}" admin 10 none md2 md5 straight',
+        f"console {LOOPBACK} {console_port}",
+    ]
+    if plugin is not None:
+        watts = initial_raw(POWER) * POWER_M
+        lines.append(f'loadlib "{plugin}" "watts={watts},sensor={POWER},m={POWER_M}"')
+    return "\n".join(lines) + "\n"
+
+
+def build_dcmi_plugin(directory: Path) -> Path:
+    """tests/bmc/dcmi_power.c compiled into `directory` (once: reused while newer than
+    the source). Needs gcc and libopenipmi-dev's headers."""
+    output = directory / "dcmi_power.so"
+    if output.exists() and output.stat().st_mtime >= PLUGIN_SOURCE.stat().st_mtime:
+        return output
+    compiler = shutil.which("gcc") or "gcc"
+    done = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(output), str(PLUGIN_SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot compile {PLUGIN_SOURCE.name}: {done.stderr.strip()}")
+    return output
+
+
+class Console:
+    """ipmi_sim's telnet-style console: a command per line, echoed, then the next `> `."""
+
+    def __init__(self, port: int) -> None:
+        self._sock = socket.create_connection((LOOPBACK, port), timeout=CONSOLE_TIMEOUT_S)
+        self._lock = threading.Lock()
+        self._buffer = b""
+        self._until_prompt()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def run(self, command: str) -> str:
+        """Run one command; RuntimeError with ipmi_sim's message when it refuses it."""
+        with self._lock:
+            self._sock.sendall(command.encode() + b"\n")
+            output = self._until_prompt()
+        text = output.replace(command, "", 1).strip()
+        if "**" in text:
+            raise RuntimeError(f"ipmi_sim refused {command!r}: {text}")
+        return text
+
+    def _until_prompt(self) -> str:
+        deadline = time.monotonic() + CONSOLE_TIMEOUT_S
+        while b"> " not in self._buffer:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ipmi_sim console: no prompt, got {self._buffer!r}")
+            chunk = self._sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("ipmi_sim closed its console")
+            self._buffer += _without_telnet_commands(chunk)
+        text, _, self._buffer = self._buffer.partition(b"> ")
+        return text.decode(errors="replace")
+
+
+def _without_telnet_commands(data: bytes) -> bytes:
+    """Drop telnet IAC sequences (0xFF and the two bytes after it) from console output."""
+    out = bytearray()
+    skip = 0
+    for byte in data:
+        if skip:
+            skip -= 1
+        elif byte == 0xFF:
+            skip = 2
+        else:
+            out.append(byte)
+    return bytes(out)
+
+
+class IpmiSim:
+    """A running ipmi_sim: where it listens and its console, for fault injection."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], port: int, console: Console, dcmi: bool
+    ) -> None:
+        self.process = process
+        self.host = LOOPBACK
+        self.port = port
+        self.console = console
+        self.dcmi = dcmi  # the DCMI plug-in is loaded
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def set_raw(self, number: int, raw: int) -> None:
+        self.console.run(f"sensor_set_value {BMC_ADDRESS:#04x} 0 {number} {raw} 1")
+
+    def set_bit(self, number: int, bit: int, value: bool) -> None:
+        self.console.run(f"sensor_set_bit {BMC_ADDRESS:#04x} 0 {number} {bit} {int(value)} 1")
+
+    def supply_present_only(self, number: int) -> None:
+        self.console.run(f"sensor_set_bit_clr_rest {BMC_ADDRESS:#04x} 0 {number} 0 0")
+
+    def set_dcmi_watts(self, watts: int) -> None:
+        """The DCMI reading (plug-in only); the power sensor follows, rounded to its M."""
+        self.console.run(f"dcmi_power {BMC_ADDRESS:#04x} {watts}")
+
+    def reset(self) -> None:
+        """Every sensor (and DCMI's reading) back to its initial value."""
+        for sensor in SENSORS:
+            if sensor.unit:
+                self.console.run(
+                    f"sensor_set_value {BMC_ADDRESS:#04x} 0 {sensor.number} {sensor.raw} 0"
+                )
+            else:
+                self.supply_present_only(sensor.number)
+        if self.dcmi:
+            self.set_dcmi_watts(initial_raw(POWER) * POWER_M)
+
+
+def _udp_port() -> int:
+    return free_port(kind=socket.SOCK_DGRAM)
+
+
+def _write_files(root: Path, udp_port: int, console_port: int, plugin: Path | None) -> None:
+    (root / "lan.conf").write_text(lan_conf("bmc1", udp_port, console_port, plugin))
+    (root / "bmc1.emu").write_text(emu_source())
+    (root / "bmc1.sdrs").write_text(sdr_source())
+    subprocess.run(
+        ["sdrcomp", "-o", str(root / "sdr.20.main"), str(root / "bmc1.sdrs")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    state = root / "state" / "ipmi_sim" / "bmc1"
+    state.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "sdr.20.main", state / "sdr.20.main")
+
+
+def _udp_bound(port: int) -> bool:
+    """Whether something holds UDP `port` on loopback: binding it ourselves fails."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return True
+    return False
+
+
+def _wait_until_ready(
+    process: subprocess.Popen[bytes], udp_port: int, console_port: int, log: Path
+) -> Console:
+    """The console once it accepts and the LAN channel once it is bound (the console
+    comes up first)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    console: Console | None = None
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"ipmi_sim exited with {process.returncode}: {log.read_text()}")
+        with contextlib.suppress(OSError):
+            console = console or Console(console_port)
+        if console is not None and _udp_bound(udp_port):
+            return console
+        if time.monotonic() > deadline:
+            if console is not None:
+                console.close()
+            raise RuntimeError(f"ipmi_sim not ready after {READY_TIMEOUT_S:g}s: {log.read_text()}")
+        time.sleep(0.02)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM by pid (it takes 1-2 s to exit), then SIGKILL after the grace period."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=STOP_GRACE_S)
+
+
+@contextlib.contextmanager
+def running_ipmi_sim(root: Path, plugin: Path | None = None) -> Iterator[IpmiSim]:
+    """An ipmi_sim in `root` for the duration of the block, stopped by pid afterwards."""
+    udp_port, console_port = _udp_port(), free_port()
+    _write_files(root, udp_port, console_port, plugin)
+    log = root / "sim.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            ["ipmi_sim", "-c", "lan.conf", "-f", "bmc1.emu", "-s", str(root / "state"), "-n"],
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            # Python ignores SIGPIPE and the child keeps that: a console client that
+            # closes before reading the reply would kill ipmi_sim otherwise
+            restore_signals=False,
+            env={**os.environ, "T": str(root)},
+        )
+    try:
+        console = _wait_until_ready(process, udp_port, console_port, log)
+        try:
+            yield IpmiSim(process, udp_port, console, dcmi=plugin is not None)
+        finally:
+            console.close()
+    finally:
+        stop(process)
