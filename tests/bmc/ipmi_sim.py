@@ -15,6 +15,7 @@ session by `build_dcmi_plugin`) adds DCMI Get Power Reading, which stock ipmi_si
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -52,6 +53,18 @@ class SimSensor:
     upper: tuple[int, int, int] | None = None
     lower: tuple[int, int] | None = None
     scanning: bool = True
+    # a compact record shared by `share` sensors, numbered on from `number` and named
+    # `name` and a numeric instance modifier counting from `modifier` (IPMI 2.0 43-2),
+    # joined by a space as FreeIPMI shows them
+    share: int = 1
+    modifier: int = 0
+
+    @property
+    def names(self) -> dict[int, str]:
+        """Sensor number -> name as a client shows it (one per sensor of a shared record)."""
+        if self.share == 1:
+            return {self.number: self.name}
+        return {self.number + i: f"{self.name} {self.modifier + i}" for i in range(self.share)}
 
 
 SENSORS: tuple[SimSensor, ...] = (
@@ -66,9 +79,14 @@ SENSORS: tuple[SimSensor, ...] = (
     SimSensor(7, "Pwr Consumption", "system_board", "Current", "Watts", m=4, raw=80),
     SimSensor(8, "CPU Temp", "processor", "Temperature", "degrees_C", raw=51, upper=(95, 90, 85)),
     SimSensor(9, "Spare Temp", "system_board", "Temperature", "degrees_C", raw=30, scanning=False),
+    # two more supplies in one shared compact record: "Supply 3" and "Supply 4"
+    SimSensor(10, "Supply", "power_supply", "Power_Supply", None, share=2, modifier=3),
 )
 # sensor numbers by role, for tests that inject faults
-INLET, EXHAUST, FAN1, FAN2, PSU1, PSU2, POWER, CPU, UNSCANNED = (s.number for s in SENSORS)
+INLET, EXHAUST, FAN1, FAN2, PSU1, PSU2, POWER, CPU, UNSCANNED, PSU3 = (s.number for s in SENSORS)
+PSU4 = PSU3 + 1
+# every sensor's name by number (a shared record's sensors each have their own)
+NAMES = {number: name for sensor in SENSORS for number, name in sensor.names.items()}
 POWER_M = 4  # the power sensor's watts per raw count
 # SDR record ids: the management controller locator is record 1, sensors follow in order
 RECORD_IDS = {sensor.number: index + 2 for index, sensor in enumerate(SENSORS)}
@@ -129,6 +147,13 @@ def _threshold_sdr(sensor: SimSensor) -> list[str]:
 
 def _supply_sdr(sensor: SimSensor) -> list[str]:
     lines = [*_sdr_header(sensor, 2), "\tevent_reading_type_code\t0x6f"]
+    if sensor.share > 1:
+        lines += [
+            f"\tshare_count\t{sensor.share}",
+            "\tid_string_modifier\tnumeric",
+            f"\tinstance_modifier_off\t{sensor.modifier}",
+            "\tentity_instance_incr\ttrue",
+        ]
     for bit in range(4):
         lines += [
             f"\tassert_event{bit}\ttrue",
@@ -202,10 +227,11 @@ def emu_source() -> str:
             lines.append(_event_support(sensor))
             lines.append(f"sensor_set_value {mc} 0 {sensor.number} {sensor.raw} 0")
         else:
-            lines.append(f"sensor_add {mc} 0 {sensor.number} 0x08 0x6f")
-            lines.append(_event_support(sensor))
-            # present, nothing else (takes no bit value: it always sets the bit)
-            lines.append(f"sensor_set_bit_clr_rest {mc} 0 {sensor.number} {PSU_PRESENT} 0")
+            for number in sensor.names:
+                lines.append(f"sensor_add {mc} 0 {number} 0x08 0x6f")
+                lines.append(_event_support(dataclasses.replace(sensor, number=number)))
+                # present, nothing else (takes no bit value: it always sets the bit)
+                lines.append(f"sensor_set_bit_clr_rest {mc} 0 {number} {PSU_PRESENT} 0")
     lines.append(f"mc_enable {mc}")
     return "\n".join(lines) + "\n"
 
@@ -350,7 +376,8 @@ class IpmiSim:
                     f"sensor_set_value {BMC_ADDRESS:#04x} 0 {sensor.number} {sensor.raw} 0"
                 )
             else:
-                self.supply_present_only(sensor.number)
+                for number in sensor.names:
+                    self.supply_present_only(number)
         if self.dcmi:
             self.set_dcmi_watts(initial_raw(POWER) * POWER_M)
 

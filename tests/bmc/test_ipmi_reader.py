@@ -25,10 +25,13 @@ from tests.bmc.ipmi_sim import (
     FAN1,
     FAN2,
     INLET,
+    NAMES,
     POWER,
     POWER_M,
     PSU1,
     PSU2,
+    PSU3,
+    PSU4,
     PSU_AC_LOST,
     PSU_FAILURE,
     PSU_PRESENT,
@@ -58,17 +61,18 @@ def _sim(number: int) -> SimSensor:
 def test_every_sensor_reads_what_the_bmc_holds(target: Target, module: Module) -> None:
     reading = IpmiReader().read(target, module)
     sensors = _by_name(reading)
-    assert set(sensors) == {sensor.name for sensor in SENSORS}
+    assert set(sensors) == set(NAMES.values())
     for sim in SENSORS:
-        got = sensors[sim.name]
-        assert got.record_id == RECORD_IDS[sim.number], sim.name
-        if not sim.scanning:
-            assert (got.value, got.states) == (None, None), "unavailable must read as absent"
-        elif sim.unit is None:  # a power supply: present, nothing else
-            assert (got.value, got.unit, got.states) == (None, None, 1 << PSU_PRESENT), sim.name
-        else:
-            assert got.value == sim.raw * sim.m, sim.name
-            assert got.states == 0, sim.name
+        for name in sim.names.values():  # a shared record's sensors each read
+            got = sensors[name]
+            assert got.record_id == RECORD_IDS[sim.number], name
+            if not sim.scanning:
+                assert (got.value, got.states) == (None, None), "unavailable must read as absent"
+            elif sim.unit is None:  # a power supply: present, nothing else
+                assert (got.value, got.unit, got.states) == (None, None, 1 << PSU_PRESENT), name
+            else:
+                assert got.value == sim.raw * sim.m, name
+                assert got.states == 0, name
     assert reading.dcmi_watts == _sim(POWER).raw * POWER_M
     assert 0 < reading.duration_s < module.timeout_s
 
@@ -91,6 +95,7 @@ def test_faults_read_as_injected(bmc: IpmiSim, target: Target, module: Module) -
     bmc.set_raw(FAN2, 3)  # 300 RPM: below LNC and LC
     bmc.set_bit(PSU1, PSU_FAILURE, True)
     bmc.set_bit(PSU2, PSU_AC_LOST, True)
+    bmc.set_bit(PSU4, PSU_FAILURE, True)  # the second sensor of a shared record
     bmc.set_dcmi_watts(452)  # and the power sensor follows, 113 x 4 W
     sensors = _by_name(reading := IpmiReader().read(target, module))
     assert (sensors["Inlet Temp"].value, sensors["Inlet Temp"].states) == (42, UNC | UC)
@@ -99,6 +104,8 @@ def test_faults_read_as_injected(bmc: IpmiSim, target: Target, module: Module) -
     assert sensors["Fan1"].states == 0
     assert sensors["PSU1 Status"].states == (1 << PSU_PRESENT) | (1 << PSU_FAILURE)
     assert sensors["PSU2 Status"].states == (1 << PSU_PRESENT) | (1 << PSU_AC_LOST)
+    assert sensors[NAMES[PSU4]].states == (1 << PSU_PRESENT) | (1 << PSU_FAILURE)
+    assert sensors[NAMES[PSU3]].states == 1 << PSU_PRESENT
     assert reading.dcmi_watts == 452
     assert sensors["Pwr Consumption"].value == 452
 
@@ -118,7 +125,7 @@ def test_excluded_sensors_and_collectors(target: Target, module: Module) -> None
     assert (dcmi_only.sensors, dcmi_only.dcmi_watts) == ((), _sim(POWER).raw * POWER_M)
     ipmi_only = reader.read(target, dataclasses.replace(module, collectors=frozenset({"ipmi"})))
     assert ipmi_only.dcmi_watts is None
-    assert len(ipmi_only.sensors) == len(SENSORS)
+    assert len(ipmi_only.sensors) == len(NAMES)
 
 
 def test_reads_from_many_threads_at_once_agree(target: Target, module: Module) -> None:

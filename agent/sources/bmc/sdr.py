@@ -148,7 +148,9 @@ def sensor_records(record: Any) -> list[SensorRecord]:
         record_id=record.id,
         number=record.number,
         lun=record.owner_lun,
-        name=str(record.device_id_string).strip(),
+        # as the BMC reports it (trailing spaces too, as FreeIPMI shows it), less the NUL
+        # padding some firmwares add
+        name=str(record.device_id_string).rstrip("\x00"),
         sensor_type=record.sensor_type_code,
         reading_type=record.event_reading_type_code,
         entity_id=record.entity_id,
@@ -162,8 +164,8 @@ def sensor_records(record: Any) -> list[SensorRecord]:
 
 def _shared(base: SensorRecord, sharing: int) -> list[SensorRecord]:
     """A compact record's sensors (IPMI 2.0 table 43-2, bytes 24-25): `count` sensors
-    numbered on from the record's, named with an instance modifier (numeric or alpha)
-    from `offset`."""
+    numbered on from the record's, each named with an instance modifier (numeric or
+    alpha) counting from `offset`, after a space as FreeIPMI names them ("PSU 3")."""
     count = sharing & 0x0F
     if count <= 1:
         return [base]
@@ -174,7 +176,7 @@ def _shared(base: SensorRecord, sharing: int) -> list[SensorRecord]:
             **{
                 **base.__dict__,
                 "number": base.number + index,
-                "name": f"{base.name}{_modifier(offset + index, alpha)}",
+                "name": f"{base.name} {_modifier(offset + index, alpha)}",
             }
         )
         for index in range(count)
