@@ -7,6 +7,7 @@ takes 1-2 s, and a few of those add up over a suite.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +18,17 @@ from tests.bmc.ipmi_sim import PASSWORD, USER, IpmiSim, build_dcmi_plugin, runni
 from tests.conftest import require_tool
 
 
+OPENIPMI_HEADER = Path("/usr/include/OpenIPMI/mcserv.h")  # from libopenipmi-dev
+
+
 @pytest.fixture(scope="session")
 def dcmi_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_tool("gcc")
-    if not Path("/usr/include/OpenIPMI/mcserv.h").exists():
-        require_tool("libopenipmi-dev headers (/usr/include/OpenIPMI/mcserv.h)")
+    if not OPENIPMI_HEADER.exists():  # as require_tool does for a tool: CI fails, else skip
+        message = f"libopenipmi-dev not installed: no {OPENIPMI_HEADER}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
     return build_dcmi_plugin(tmp_path_factory.mktemp("dcmi-plugin"))
 
 

@@ -1,7 +1,7 @@
-"""The BMC config: ipmi_exporter's module file, accepted as it is, plus two keys of ours.
+"""The BMC config: ipmi_exporter's module file, accepted as it is, plus keys of ours.
 
 A site that runs the Prometheus community ipmi_exporter points nvwatch at the file it
-has. Its format (prometheus-community/ipmi_exporter, config.go and docs/configuration.md):
+has. Its format (as prometheus-community/ipmi_exporter parses and documents it):
 
     modules:
       <name>:
