@@ -17,7 +17,6 @@ from nvwatch.agent.sources.bmc.reading import Module, Target
 from tests.bmc.ipmi_sim import PASSWORD, USER, IpmiSim, build_dcmi_plugin, running_ipmi_sim
 from tests.conftest import require_tool
 
-
 OPENIPMI_HEADER = Path("/usr/include/OpenIPMI/mcserv.h")  # from libopenipmi-dev
 
 
