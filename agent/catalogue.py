@@ -1086,8 +1086,8 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
         _G,
         "State of a threshold sensor or power supply: 0 nominal, 1 warning (a non-critical "
         "threshold crossed; a supply's predictive failure, or a supply not present), 2 "
-        "critical (a critical or non-recoverable threshold crossed; a supply failed or "
-        "without input). type: the IPMI sensor type as FreeIPMI names it.",
+        "critical (a critical or non-recoverable threshold crossed; a supply failed, "
+        "without input or misconfigured). type: the IPMI sensor type as FreeIPMI names it.",
         Scope.BMC_SENSOR,
         _IPMI_READING + ": threshold comparison bits (byte 4, bits 0-5) of threshold "
         "sensors, sensor-specific offsets of power supplies",

@@ -91,8 +91,9 @@ POWER_M = 4  # the power sensor's watts per raw count
 # SDR record ids: the management controller locator is record 1, sensors follow in order
 RECORD_IDS = {sensor.number: index + 2 for index, sensor in enumerate(SENSORS)}
 
-# IPMI power supply offsets (sensor-specific, type 0x08)
+# IPMI power supply offsets (sensor-specific, type 0x08; IPMI 2.0 table 42-3)
 PSU_PRESENT, PSU_FAILURE, PSU_PREDICTIVE, PSU_AC_LOST = 0, 1, 2, 3
+PSU_INPUT_LOST, PSU_OUT_OF_RANGE, PSU_CONFIG_ERROR = 4, 5, 6
 
 
 def _sdr_header(sensor: SimSensor, record_type: int) -> list[str]:

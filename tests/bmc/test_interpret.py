@@ -103,7 +103,8 @@ def test_repeated_names_stay_apart() -> None:
         (0b0000001, 1, 0, 0),  # presence detected
         (0b0000101, 1, 0, 1),  # + predictive failure
         (0b0010001, 1, 1, 2),  # + input lost or out of range
-        (0b0100001, 1, 0, 1),  # + input out of range, but present
+        (0b0100001, 1, 0, 2),  # + input out of range, but present
+        (0b1000001, 1, 0, 2),  # + configuration error
         (0b0001011, 1, 1, 2),  # + failure detected and AC lost
         (0b0000000, 0, 0, 1),  # not in its bay
     ],

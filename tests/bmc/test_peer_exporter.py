@@ -7,8 +7,8 @@ nvwatch loads as it is (its FreeIPMI-only keys listed as unused). Compared by se
 name (the SDR's): temperatures, fan speeds, power sensors, DCMI power, and the states of
 every sensor both rate. The differences that exist are FreeIPMI's interpretation, and are
 asserted exactly so that no other one can hide among them: FreeIPMI calls a non-critical
-threshold crossing and a supply pulled from its bay nominal (0) where nvwatch says
-warning (1).
+threshold crossing and a supply pulled from its bay nominal (0), and a supply's
+predictive failure critical (2), where nvwatch says warning (1) to all three.
 """
 
 from __future__ import annotations
@@ -34,9 +34,14 @@ from tests.bmc.ipmi_sim import (
     PASSWORD,
     PSU1,
     PSU2,
+    PSU3,
     PSU4,
     PSU_AC_LOST,
+    PSU_CONFIG_ERROR,
     PSU_FAILURE,
+    PSU_INPUT_LOST,
+    PSU_OUT_OF_RANGE,
+    PSU_PREDICTIVE,
     PSU_PRESENT,
     USER,
     IpmiSim,
@@ -184,6 +189,17 @@ def test_faults_read_the_same(peer: Peer, bmc: IpmiSim) -> None:
 def test_a_pulled_supply_is_the_documented_difference(peer: Peer, bmc: IpmiSim) -> None:
     bmc.set_bit(PSU2, PSU_PRESENT, False)
     assert _compare(peer, bmc) == {"PSU2 Status": (1, 0)}
+
+
+def test_every_supply_offset_rates_as_freeipmi_but_predictive_failure(
+    peer: Peer, bmc: IpmiSim
+) -> None:
+    bmc.set_bit(PSU1, PSU_PREDICTIVE, True)  # still delivering power: a warning here
+    bmc.set_bit(PSU2, PSU_OUT_OF_RANGE, True)
+    bmc.set_bit(PSU3, PSU_CONFIG_ERROR, True)
+    bmc.set_bit(PSU4, PSU_INPUT_LOST, True)
+    assert _compare(peer, bmc) == {"PSU1 Status": (1, 2)}
+    assert {_exporter(peer).states[NAMES[n]] for n in (PSU2, PSU3, PSU4)} == {2}
 
 
 def test_one_config_file_for_both(peer: Peer) -> None:

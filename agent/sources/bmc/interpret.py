@@ -48,8 +48,9 @@ THRESHOLD_WARNING = 0b001001
 # Power supply offsets (IPMI 2.0 table 42-3, sensor type 0x08)
 PSU_PRESENT = 1 << 0
 PSU_FAILED = (1 << 1) | (1 << 3) | (1 << 4)  # failure; AC lost; input lost or out of range
-# predictive failure; input out of range but present; configuration error
-PSU_WARNING = (1 << 2) | (1 << 5) | (1 << 6)
+# also critical, as FreeIPMI rates them: input out of range but present; configuration error
+PSU_CRITICAL = PSU_FAILED | (1 << 5) | (1 << 6)
+PSU_WARNING = 1 << 2  # predictive failure (FreeIPMI: critical; it still delivers power)
 
 
 @dataclass(frozen=True)
@@ -170,13 +171,14 @@ def _threshold_state(states: int | None) -> int | None:
 def _supply(sensor: SensorReading, name: str, type_name: str) -> BmcSensor:
     """A discrete power supply: present, failed, and a state. A supply pulled from its
     bay is a warning (FreeIPMI calls it nominal): redundancy is what it costs, and the
-    alerts judge that per node class."""
+    alerts judge that per node class. So is a predictive failure (FreeIPMI: critical):
+    the supply still delivers power."""
     bits = sensor.states
     if bits is None:
         return BmcSensor(name, type_name)
     present = int(bool(bits & PSU_PRESENT))
     failed = int(bool(bits & PSU_FAILED))
-    if failed:
+    if bits & PSU_CRITICAL:
         state = STATE_CRITICAL
     elif bits & PSU_WARNING or not present:
         state = STATE_WARNING
