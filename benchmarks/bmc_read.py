@@ -27,7 +27,8 @@ from benchmarks.common import cpu_model, package_version, percentile
 from nvwatch.agent.sources.bmc.ipmi import IpmiReader
 from nvwatch.agent.sources.bmc.reading import BmcError, Module, Target
 from nvwatch.sim.ports import LOOPBACK
-from tests.bmc.ipmi_sim import PASSWORD, USER, build_dcmi_plugin, running_ipmi_sim
+from tests.bmc.ipmi_sim import build_dcmi_plugin, running_ipmi_sim
+from tests.bmc.sim_sensors import PASSWORD, USER
 
 MODULE = Module(
     name="bench",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from nvwatch.agent.sources.bmc.reading import Module, Target
-from tests.bmc.ipmi_sim import PASSWORD, USER, IpmiSim, build_dcmi_plugin, running_ipmi_sim
+from tests.bmc.ipmi_sim import IpmiSim, build_dcmi_plugin, running_ipmi_sim
+from tests.bmc.sim_sensors import PASSWORD, USER
 from tests.conftest import require_tool
 
 OPENIPMI_HEADER = Path("/usr/include/OpenIPMI/mcserv.h")  # from libopenipmi-dev

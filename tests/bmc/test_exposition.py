@@ -20,7 +20,8 @@ from nvwatch.agent.catalogue import BY_NAME, Scope, of_scope
 from nvwatch.agent.exposition.bmc import probe_exposition
 from nvwatch.agent.sources.bmc.ipmi import IpmiReader
 from nvwatch.agent.sources.bmc.reading import Module, Target
-from tests.bmc.ipmi_sim import (
+from tests.bmc.ipmi_sim import IpmiSim
+from tests.bmc.sim_sensors import (
     EXHAUST,
     FAN2,
     INLET,
@@ -32,7 +33,6 @@ from tests.bmc.ipmi_sim import (
     PSU_FAILURE,
     PSU_PRESENT,
     SENSORS,
-    IpmiSim,
 )
 from tests.conftest import require_tool
 

@@ -19,7 +19,8 @@ import pytest
 from nvwatch.agent.sources.bmc.ipmi import IpmiReader
 from nvwatch.agent.sources.bmc.reading import BmcError, BmcReading, Module, SensorReading, Target
 from tests.bmc import responders
-from tests.bmc.ipmi_sim import (
+from tests.bmc.ipmi_sim import IpmiSim, running_ipmi_sim
+from tests.bmc.sim_sensors import (
     CPU,
     EXHAUST,
     FAN1,
@@ -37,9 +38,7 @@ from tests.bmc.ipmi_sim import (
     PSU_PRESENT,
     RECORD_IDS,
     SENSORS,
-    IpmiSim,
     SimSensor,
-    running_ipmi_sim,
 )
 from tests.conftest import require_tool
 

@@ -26,7 +26,8 @@ from nvwatch.agent.sources.bmc.config import load_bmc_config
 from nvwatch.agent.sources.bmc.ipmi import IpmiReader
 from nvwatch.agent.sources.bmc.reading import Module, Target
 from nvwatch.sim.ports import free_port
-from tests.bmc.ipmi_sim import (
+from tests.bmc.ipmi_sim import IpmiSim
+from tests.bmc.sim_sensors import (
     EXHAUST,
     FAN2,
     INLET,
@@ -44,7 +45,6 @@ from tests.bmc.ipmi_sim import (
     PSU_PREDICTIVE,
     PSU_PRESENT,
     USER,
-    IpmiSim,
 )
 from tests.conftest import require_tool
 

@@ -134,7 +134,7 @@ class Session:
         self.ipmi: Any = pyipmi.create_connection(self._interface)
         self.ipmi.session.set_session_type_rmcp(address, port=target.port)
         self.ipmi.session.set_auth_type_user(module.user, module.password)
-        self.ipmi.session.set_priv_level(_PRIVILEGES[module.privilege])
+        self.ipmi.session.set_priv_level(_privilege(module))
         self.ipmi.target = pyipmi.Target(ipmb_address=BMC_IPMB_ADDRESS)
 
     def open(self) -> None:
@@ -169,6 +169,14 @@ class Session:
                     self.ipmi.session.close()
         finally:
             self._interface.close()
+
+
+def _privilege(module: Module) -> str:
+    """python-ipmi's name of the module's privilege level."""
+    level = _PRIVILEGES.get(module.privilege.lower())
+    if level is None:
+        raise BmcError(f"module {module.name}: unknown privilege {module.privilege!r}")
+    return level
 
 
 def _resolve(target: Target) -> tuple[int, str]:

@@ -126,9 +126,11 @@ def walk(ipmi: Any) -> Iterator[SensorRecord]:
     for _ in range(MAX_RECORDS):
         record = ipmi.get_repository_sdr(record_id, reservation)
         yield from sensor_records(record)
-        if record.next_id == LAST_RECORD or record.next_id == record_id:
+        # python-ipmi leaves next_id unset when the BMC says 0: no record follows then
+        next_id = getattr(record, "next_id", LAST_RECORD)
+        if next_id in (LAST_RECORD, record_id):
             return
-        record_id = record.next_id
+        record_id = next_id
 
 
 def sensor_records(record: Any) -> list[SensorRecord]:
