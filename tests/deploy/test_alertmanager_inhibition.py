@@ -8,7 +8,6 @@ answers while the node is down), so every alert of the BMC group still notifies.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import yaml
 from nvwatch.alerts.rules import bmc
 from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, log_tail, reap, spawn_logged
+from tests.e2e.loopback import Endpoint, answers_ok, log_tail, reap, spawn_logged, wait_for
 from tests.e2e.service_commands import alertmanager_argv
 
 DEPLOYED = Path(__file__).parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
@@ -40,28 +39,17 @@ def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = workdir / "alertmanager.log"
     process = spawn_logged(alertmanager_argv(binary, path, workdir / "data", endpoint), log)
     try:
-        _wait(lambda: _ready(endpoint.url), 30, f"alertmanager ready ({log_tail(log)})")
+
+        def ready() -> bool:
+            # an Alertmanager that refused the config says why, at once
+            assert process.poll() is None, log_tail(log)
+            return answers_ok(f"{endpoint.url}/-/ready")
+
+        wait_for("alertmanager ready", ready, 30)
         yield endpoint.url
     finally:
         process.terminate()
         reap(process, 10)
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def _wait(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _post(url: str, alerts: list[dict[str, Any]]) -> None:
@@ -93,7 +81,7 @@ def test_a_dead_agent_inhibits_its_gpu_alerts_not_its_bmc_alerts(alertmanager: s
         *(_alert(name, **NODE) for name in bmc_alerts),
     ]
     _post(alertmanager, sent)
-    _wait(lambda: len(_alerts(alertmanager)) == len(sent), 10, "every alert received")
+    wait_for("every alert received", lambda: len(_alerts(alertmanager)) == len(sent), 10)
     suppressed = {
         (a["labels"]["alertname"], a["labels"]["instance"])
         for a in _alerts(alertmanager)
