@@ -108,6 +108,10 @@ FAN_SLOW = ("node-d", "FAN1", during(14 + 10 / 24, 14 + 14 / 24), 900.0)
 HOT_AISLE = ("rack-00", during(16.25, 16.25 + 8 / 24), 41.0)
 
 BMC_JOB = "nvwatch-bmc"
+# The BMC job scrapes half an interval after the agents (as a second scrape job does,
+# at its own offset): no BMC sample sits on a report step's edge, where Prometheus 2
+# counts it in both steps (3 in the one it ends), so a step holds exactly four.
+BMC_OFFSET = INTERVAL / 2
 # Operating inlet air maxima as NVIDIA publishes them: the DGX-1 white paper's 5-35 °C,
 # the DGX A100 user guide's 5-30 °C.
 ENVELOPE = {"dgx1-v100": 35.0, "dgx-a100": 30.0}
@@ -135,6 +139,7 @@ class Series:
     kind: str  # gauge, counter, info
     labels: dict[str, str]
     values: Array  # NaN where there is no sample
+    offset: float = 0.0  # seconds after TIMES its samples are taken
 
 
 @dataclass
@@ -146,13 +151,20 @@ class History:
     up: dict[tuple[str, int], Array] = field(default_factory=dict)
     # what each GPU drew, whether its agent reported it or not (a lost GPU draws nothing)
     drawn: dict[tuple[str, int], Array] = field(default_factory=dict)
-    # per node, as its BMC reported them: node power (the reading the report must use)
-    # and its warmest inlet sensor
+    # per node, as its BMC reported them (at TIMES + BMC_OFFSET): node power (the
+    # reading the report must use) and its warmest inlet sensor
     node_power: dict[str, Array] = field(default_factory=dict)
     inlet: dict[str, Array] = field(default_factory=dict)
 
-    def add(self, family: str, kind: str, labels: dict[str, str], values: Array) -> None:
-        self.series.append(Series(family, kind, labels, values))
+    def add(
+        self,
+        family: str,
+        kind: str,
+        labels: dict[str, str],
+        values: Array,
+        offset: float = 0.0,
+    ) -> None:
+        self.series.append(Series(family, kind, labels, values, offset))
 
 
 def _utilization(node: Node, gpu: int) -> Array:
@@ -164,6 +176,12 @@ def _utilization(node: Node, gpu: int) -> Array:
         util[POWER_CAP[1]] = 0.98
     if node.name == BOB[0]:
         util[BOB[1]] = BOB[2]
+    return util
+
+
+def node_utilization(node: Node) -> Array:
+    """The mean utilization of the node's GPUs, whether its agent reported them or not."""
+    util: Array = np.mean([_utilization(node, g) for g in range(GPUS)], axis=0)
     return util
 
 
@@ -365,11 +383,11 @@ def _bmc(history: History, node: Node) -> None:
     """The node's BMC: its power, air, fans and supplies, absent while it is unreachable."""
     labels = {**node.labels(), "job": BMC_JOB, "bmc": f"{node.name}-bmc"}
     down = BMC_DOWN[1] if node.name == BMC_DOWN[0] else np.zeros(TIMES.size, dtype=bool)
-    history.add("nvwatch_bmc_up", "gauge", labels, np.where(down, 0.0, 1.0))
-    util = np.mean([_utilization(node, g) for g in range(GPUS)], axis=0)
+    history.add("nvwatch_bmc_up", "gauge", labels, np.where(down, 0.0, 1.0), BMC_OFFSET)
+    util = node_utilization(node)
 
     def gauge(family: str, extra: dict[str, str], values: Array) -> None:
-        history.add(family, "gauge", {**labels, **extra}, _masked(values, down))
+        history.add(family, "gauge", {**labels, **extra}, _masked(values, down), BMC_OFFSET)
 
     base, busy = REST[node.node_class]
     gpus = np.sum([history.drawn[(node.name, g)] for g in range(GPUS)], axis=0)
@@ -452,7 +470,8 @@ def openmetrics_lines(history: History, chunk: npt.NDArray[np.bool_]) -> Iterato
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(series.labels.items()) if v != "")
             prefix = f"{family}{suffix}{{{labels}}} "
             present = chunk & ~np.isnan(series.values)
-            for time, value in zip(TIMES[present], series.values[present], strict=True):
+            times = TIMES[present] + series.offset
+            for time, value in zip(times, series.values[present], strict=True):
                 yield f"{prefix}{value:.17g} {time:.0f}\n"
     yield "# EOF\n"
 
