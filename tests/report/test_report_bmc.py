@@ -252,6 +252,9 @@ def test_inlet_percentiles_and_hours_above_the_envelope_per_rack(
         assert row["node_hours_above"] == float(np.sum(above))
         # the episode's own length: it starts and ends on the hour
         assert row["hours_above"] == episodes[rack].sum() / PER_STEP
+    for node in synthetic_report.table("cooling", "inlet_by_node"):
+        raw = backfill.history.inlet[node["node"].split(":")[0]][BMC_SAMPLES]
+        assert node["max_celsius"] == pytest.approx(float(np.nanmax(raw)))
     # 32 °C on rack-01 is above the DGX A100's 30 °C; rack-00 at 24 °C there is not
     # above the DGX-1's 35 °C, whose inlet only the hot aisle broke
     assert rows["rack-01"]["hours_above"] > 0

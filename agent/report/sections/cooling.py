@@ -70,7 +70,7 @@ def cooling(ctx: Context) -> Section:
         }
     )
     section.tables.append(_rack_table(racks))
-    section.tables.append(_node_table(ctx, inlet, above))
+    section.tables.append(_node_table(ctx, inlet, above, ctx.by_node("bmc_inlet_peak")))
     section.tables.append(_event_table(ctx, events))
     section.findings.extend(_findings(ctx, section, racks, events))
     if inlet:
@@ -152,7 +152,12 @@ def _rack_table(rows: list[list[Cell]]) -> Table:
     )
 
 
-def _node_table(ctx: Context, inlet: dict[NodeKey, Array], above: dict[NodeKey, Array]) -> Table:
+def _node_table(
+    ctx: Context,
+    inlet: dict[NodeKey, Array],
+    above: dict[NodeKey, Array],
+    peak: dict[NodeKey, Array],
+) -> Table:
     rows: list[list[Cell]] = [
         [
             ctx.node_name(node),
@@ -161,7 +166,7 @@ def _node_table(ctx: Context, inlet: dict[NodeKey, Array], above: dict[NodeKey, 
             inlet_max_celsius(node[2]),
             stats.percentile(values, 50),
             stats.percentile(values, 95),
-            stats.peak(values),
+            stats.peak(peak.get(node, values)),
             ctx.hours(above[node]),
         ]
         for node, values in inlet.items()
@@ -177,7 +182,7 @@ def _node_table(ctx: Context, inlet: dict[NodeKey, Array], above: dict[NodeKey, 
             Column("envelope_celsius", "envelope", "°C"),
             Column("p50_celsius", "p50", "°C"),
             Column("p95_celsius", "p95", "°C"),
-            Column("max_celsius", "max of steps", "°C"),
+            Column("max_celsius", "max", "°C"),
             Column("hours_above", "hours above", "h"),
         ],
         rows,
