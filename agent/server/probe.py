@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -30,6 +30,7 @@ from nvwatch.agent.sources.bmc.reading import (
     Module,
     Target,
 )
+from nvwatch.agent.threads import thread_pool
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class ProbeService:
         self._modules, self._reader, self._render = modules, reader, render
         self._cache_s, self._clock = cache_s, clock
         self._limit = workers * _QUEUE_PER_WORKER
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="nvwatch-bmc")
+        self._pool = thread_pool("nvwatch-bmc", workers)
         self._lock = threading.Lock()
         self._cached: dict[tuple[Target, str], tuple[float, Response]] = {}
         self._reading: dict[tuple[Target, str], Future[Response]] = {}
