@@ -1,7 +1,7 @@
 """What a management host pays to probe a fleet's BMCs: one agent, many real BMCs.
 
     python -m benchmarks.bmc_fleet [--bmcs 124] [--rounds 3] [--interval 30]
-                                   [--update docs/performance.md] [--quick]
+        [--modes spread,burst] [--concurrency 32] [--update docs/performance.md] [--quick]
 
 Starts `--bmcs` real BMCs (OpenIPMI's ipmi_sim on loopback, the tests' 11-sensor BMC
 with DCMI where the plug-in builds; as many as this machine starts), and one real
@@ -306,12 +306,15 @@ def _settings(args: argparse.Namespace) -> FleetSettings:
             ("rounds", args.rounds),
             ("interval_s", args.interval),
             ("concurrency", args.concurrency),
+            ("modes", tuple(args.modes.split(",")) if args.modes else None),
         )
         if value is not None
     }
     settings = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
     if settings.bmcs < 1 or settings.rounds < 1 or settings.concurrency < 1:
         raise SystemExit("error: --bmcs, --rounds and --concurrency must be at least 1")
+    if not set(settings.modes) <= set(MODES) or not settings.modes:
+        raise SystemExit(f"error: --modes is a comma-separated list of {', '.join(MODES)}")
     if not 1.0 <= settings.interval_s <= 300.0:
         raise SystemExit("error: --interval must be from 1 to 300 seconds")
     return settings
@@ -323,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="scrape intervals per mode (default 3)")
     parser.add_argument("--interval", type=float, help="seconds per interval (default 30)")
     parser.add_argument("--concurrency", type=int, help="connections at once in a burst")
+    parser.add_argument("--modes", help=f"comma-separated, of {','.join(MODES)} (default all)")
     parser.add_argument("--quick", action="store_true", help="3 BMCs, one 2 s burst round")
     parser.add_argument("--update", type=Path, help="rewrite this section of a markdown file")
     args = parser.parse_args(argv)
