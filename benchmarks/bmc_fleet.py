@@ -61,7 +61,7 @@ from nvwatch.agent.server.probe import DEFAULT_CACHE_S, DEFAULT_WORKERS
 from nvwatch.sim.ports import LOOPBACK, free_port
 from tests.bmc.ipmi_sim import build_dcmi_plugin
 from tests.bmc.ipmi_sim_fleet import SimFleet, running_ipmi_sims
-from tests.bmc.sim_sensors import PASSWORD, USER
+from tests.bmc.sim_sensors import NAMES, PASSWORD, USER
 
 # the seed's cluster: one BMC per node, scraped at ipmi_exporter's usual 30 s
 REFERENCE_BMCS = 124
@@ -135,6 +135,7 @@ class FleetCost:
     start_failures: tuple[str, ...]
     start_s: float
     bmcs_rss_mib: float  # every ipmi_sim together, once started
+    sensors: int  # per BMC
     dcmi: bool
     probing: Probing
     workers: int  # the agent's BMC read pool
@@ -273,6 +274,7 @@ def measure(settings: FleetSettings, root: Path) -> FleetCost:
         start_failures=tuple(fleet.failures[:5]),
         start_s=fleet.start_s,
         bmcs_rss_mib=bmcs_rss,
+        sensors=len(NAMES),
         dcmi=plugin is not None,
         probing=probing,
         workers=DEFAULT_WORKERS,

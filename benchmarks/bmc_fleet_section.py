@@ -72,11 +72,12 @@ def _wrap(paragraph: str) -> str:
 
 
 def _bmcs(cost: FleetCost) -> str:
-    dcmi = " with DCMI power (the tests' plug-in)" if cost.dcmi else " (no DCMI: no plug-in)"
+    dcmi = "with DCMI power from the tests' plug-in" if cost.dcmi else "without DCMI power"
     each = cost.bmcs_rss_mib / max(cost.started, 1)
     text = (
         f"{cost.started} of {cost.settings.bmcs} real BMCs started (OpenIPMI `ipmi_sim` on "
-        f"loopback, each the tests' 11-sensor BMC{dcmi}), {cost.settings.start_parallel} "
+        f"loopback, each the tests' BMC of {cost.sensors} sensors, {dcmi}), "
+        f"{cost.settings.start_parallel} "
         f"at a time, in {cost.start_s:.1f} s; together {cost.bmcs_rss_mib:.0f} MiB RSS "
         f"({each:.1f} MiB each)."
     )
