@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 PROBE_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_MODULE = "default"  # ipmi_exporter's name for the module a probe without one uses
 DEFAULT_CACHE_S = 5.0
-DEFAULT_WORKERS = 16
+# a BMC that does not answer holds a worker until its module's timeout: this many of them
+# at once before a healthy BMC's read waits for a worker (a blocked thread costs a stack)
+DEFAULT_WORKERS = 64
 # reads queued or running at most, per worker; past it a probe is refused at once (503)
 # rather than queued behind reads that would make it late anyway
 _QUEUE_PER_WORKER = 4
