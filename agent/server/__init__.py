@@ -16,7 +16,7 @@ from nvwatch.agent.server.auth import BasicAuth, BcryptPool
 from nvwatch.agent.server.limits import REFUSAL_REASONS, HttpState, HttpStats, ServerLimits
 from nvwatch.agent.server.loop import EventLoop
 from nvwatch.agent.server.negotiation import gzip_accepted, wants_openmetrics
-from nvwatch.agent.server.routes import Health, Router
+from nvwatch.agent.server.routes import Health, Probe, Router
 from nvwatch.agent.threads import start_thread
 from nvwatch.agent.webconfig import WebConfig
 
@@ -75,6 +75,7 @@ class MetricsServer:
         health: Callable[[], Health],
         web_config: WebConfig | None = None,
         limits: ServerLimits | None = None,
+        probe: Probe | None = None,
     ) -> None:
         limits = limits or ServerLimits()
         self.stats = HttpStats(limits.connection_limit())
@@ -85,7 +86,7 @@ class MetricsServer:
             auth = BasicAuth(web_config.users)
             pool = (auth, BcryptPool(auth, limits.bcrypt_workers))
         self._pool = pool[1] if pool else None
-        router = Router(exposition, health)
+        router = Router(exposition, health, probe)
         self._loop = EventLoop(self._listener, router, web_config, pool, limits, self.stats)
         self._thread: threading.Thread | None = None
 

@@ -34,6 +34,7 @@ from typing import Generic, TypeVar
 
 from nvwatch.agent.server.auth import BasicAuth, BcryptPool, Pending
 from nvwatch.agent.server.connection import Connection
+from nvwatch.agent.server.deferred import Deferred
 from nvwatch.agent.server.limits import RateLimiter, ServerLimits
 from nvwatch.agent.server.request import Request
 from nvwatch.agent.server.responses import Response
@@ -255,8 +256,11 @@ class Admission:
         self._wake()
 
 
-def answer(verdict: bool | Response, serve: Callable[[], Response]) -> Response:
-    """The response for a decided request: served, 401, or the refusal given."""
+def answer(
+    verdict: bool | Response, serve: Callable[[], Response | Deferred]
+) -> Response | Deferred:
+    """The response for a decided request: served (maybe by a worker, later), 401, or the
+    refusal given."""
     if isinstance(verdict, Response):
         return verdict
     return serve() if verdict else UNAUTHORIZED

@@ -15,8 +15,12 @@ import ssl
 import struct
 import termios
 from collections import deque
+from typing import TYPE_CHECKING
 
 from nvwatch.agent.server.request import Request
+
+if TYPE_CHECKING:
+    from nvwatch.agent.server.deferred import Deferred
 
 _READ_CHUNK = 64 * 1024
 # TLS: one record per send, so a send retried after SSLWantWriteError is the same buffer
@@ -32,6 +36,7 @@ class State(enum.Enum):
     HANDSHAKE = "handshake"  # TLS handshake in progress
     READ = "read"  # waiting for (the rest of) a request head
     AUTH = "auth"  # a bcrypt worker is checking this request's credentials
+    WORKER = "worker"  # a worker thread is producing this request's response (deferred.py)
     WRITE = "write"  # a response is going out
     LINGER = "linger"  # error reply sent, write side shut: dropping what still arrives
     # done with, but the kernel still holds response bytes the client has not acknowledged:
@@ -43,6 +48,7 @@ class Connection:
     __slots__ = (
         "close_after",
         "deadline",
+        "deferred",
         "discarded",
         "drain",
         "eof",
@@ -74,6 +80,7 @@ class Connection:
         self.drain = False
         self.keep_alive = True
         self.request: Request | None = None  # the request a bcrypt worker is checking
+        self.deferred: Deferred | None = None  # the response a worker is producing
         self.events = 0  # selector interest currently registered; 0: not registered
         self.discarded = 0
         self.eof = False  # the client has finished sending (half-close or gone)
@@ -86,7 +93,7 @@ class Connection:
     def wanted_events(self) -> int:
         if self.state is State.WRITE:
             return selectors.EVENT_WRITE
-        if self.state in (State.AUTH, State.FLUSH):
+        if self.state in (State.AUTH, State.WORKER, State.FLUSH):
             return 0
         return selectors.EVENT_READ
 

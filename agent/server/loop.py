@@ -23,6 +23,7 @@ import time
 from nvwatch.agent.server.admission import CHECKING, Admission, answer, trusted_first
 from nvwatch.agent.server.auth import BasicAuth, BcryptPool
 from nvwatch.agent.server.connection import Connection, State
+from nvwatch.agent.server.deferred import Deferred, DeferredReplies
 from nvwatch.agent.server.limits import HttpStats, ServerLimits
 from nvwatch.agent.server.request import HttpError, Request, take_request
 from nvwatch.agent.server.responses import Response, encode, refusal
@@ -63,6 +64,7 @@ class EventLoop:
         self._sans = web.client_allowed_sans if web else frozenset()
         self._extra = web.headers if web else ()
         self._admission = Admission(web, pool, limits, self._wake)
+        self._deferred = DeferredReplies(self._wake)
         self._limit = stats.connection_limit
         self._cap = limits.max_head_bytes + 1  # bytes read ahead: a head over the limit is seen
         self._selector = selectors.DefaultSelector()
@@ -215,7 +217,7 @@ class EventLoop:
             self._reply(conn, HTTP_ON_TLS)
             return
         assert self._tls is not None
-        self._unwatch(conn)
+        self._conns.unwatch(conn)
         # handshake on this thread, step by step as bytes arrive, under the head deadline
         try:
             conn.sock = self._tls.wrap_socket(
@@ -290,12 +292,19 @@ class EventLoop:
             conn.state, conn.request = State.AUTH, request
             conn.deadline, conn.timeout_reason = math.inf, None  # a worker always answers
         else:
-            self._reply(
-                conn, answer(verdict, functools.partial(self._router.respond, request)), request
-            )
+            self._respond(conn, verdict, request)
+
+    def _respond(self, conn: Connection, verdict: bool | Response, request: Request) -> None:
+        """Reply now, or wait for the worker producing the response (a BMC read)."""
+        response = answer(verdict, functools.partial(self._router.respond, request))
+        if isinstance(response, Deferred):
+            self._deferred.wait(conn, request, response)
+        else:
+            self._reply(conn, response, request)
 
     def _finish_checks(self) -> None:
-        for conn, ok in self._admission.finished():
+        """Answer the requests whose bcrypt check or response worker has finished."""
+        for conn, ok in (*self._admission.finished(), *self._deferred.finished()):
             try:
                 self._finish_check(conn, ok)
             except Exception:
@@ -305,7 +314,7 @@ class EventLoop:
         request, conn.request = conn.request, None
         if conn not in self._conns or request is None:
             return
-        self._reply(conn, answer(ok, functools.partial(self._router.respond, request)), request)
+        self._respond(conn, ok, request)
         if conn.state is State.READ:
             self._advance(conn)  # requests pipelined behind the checked one
         elif conn in self._conns:
@@ -366,6 +375,9 @@ class EventLoop:
 
     def _sweep(self, now: float) -> None:
         for conn in self._conns.expired(now):
+            if conn.state is State.WORKER:
+                self._finish_check(conn, self._deferred.late(conn))
+                continue
             if conn.timeout_reason is not None:
                 self._stats.refuse(conn.timeout_reason)
             if conn.timeout_reason == "write_timeout":
@@ -382,9 +394,6 @@ class EventLoop:
 
     def _watch(self, conn: Connection, events: int | None = None) -> None:
         self._conns.watch(conn, events)
-
-    def _unwatch(self, conn: Connection) -> None:
-        self._conns.unwatch(conn)
 
     def _close(self, conn: Connection) -> None:
         self._conns.close(conn)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from nvwatch.agent import __version__
 from nvwatch.agent.exposition.render import OPENMETRICS_TYPE, TEXT_CONTENT_TYPE, Exposition
+from nvwatch.agent.server.deferred import Deferred
 from nvwatch.agent.server.negotiation import gzip_accepted, wants_openmetrics
 from nvwatch.agent.server.request import Request
 from nvwatch.agent.server.responses import Response, refusal
@@ -35,18 +36,30 @@ AUTH_BUSY = refusal(
 RATE_LIMITED = refusal(429, "too many requests", "rate_limited", (("Retry-After", "1"),))
 
 
+NO_PROBE = Response(404, b"no BMC config: this agent probes no BMC (serve --bmc-config FILE)\n")
+
+Probe = Callable[[Request], "Response | Deferred"]
+
+
 class Router:
     def __init__(
-        self, exposition: Callable[[], Exposition | None], health: Callable[[], Health]
+        self,
+        exposition: Callable[[], Exposition | None],
+        health: Callable[[], Health],
+        probe: Probe | None = None,
     ) -> None:
         self._exposition = exposition
         self._health = health
+        self._probe = probe
 
-    def respond(self, request: Request) -> Response:
-        """The answer to an authorised GET or HEAD."""
+    def respond(self, request: Request) -> Response | Deferred:
+        """The answer to an authorised GET or HEAD; a BMC probe's comes later, from a
+        worker (agent/server/probe.py)."""
         path = request.path
         if path == "/metrics":
             return self._metrics(request)
+        if path == "/probe":
+            return self._probe(request) if self._probe is not None else NO_PROBE
         if path == "/healthz":
             health = self._health()
             body = (("ok: " if health.ok else "stale: ") + health.detail + "\n").encode()
@@ -87,7 +100,8 @@ class Router:
             "<p>GPU, NVLink and InfiniBand telemetry for Prometheus.</p>"
             f"<p>Polling: {html.escape(health.detail)}</p>"
             f"<table><tr><th>source</th><th>state</th></tr>{rows}</table>"
-            '<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a></p>'
+            '<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a>'
+            f"{' · /probe?target=BMC&amp;module=NAME' if self._probe else ''}</p>"
             "</body></html>\n"
         )
 

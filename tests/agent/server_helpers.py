@@ -14,6 +14,7 @@ from pathlib import Path
 from nvwatch.agent.app import Agent
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.server import MetricsServer, ServerLimits
+from nvwatch.agent.server.routes import Probe
 from nvwatch.agent.webconfig import WebConfig, load_web_config
 from tests.agent.fakes import CountingHostSource
 from tests.conftest import require_tool
@@ -34,7 +35,9 @@ class Served:
 
 @contextlib.contextmanager
 def serving(
-    web_config: WebConfig | None = None, limits: ServerLimits | None = None
+    web_config: WebConfig | None = None,
+    limits: ServerLimits | None = None,
+    probe: Probe | None = None,
 ) -> Iterator[Served]:
     """A polled agent's server on a free port of 127.0.0.1, polling every second."""
     config = AgentConfig(listen_host="127.0.0.1", listen_port=0, interval=1, sources=("host",))
@@ -46,6 +49,7 @@ def serving(
         health=agent.health,
         web_config=web_config,
         limits=limits,
+        probe=probe,
     )
     agent.http_state = server.http_state
     agent.poller.poll_once()
