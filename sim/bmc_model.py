@@ -113,6 +113,7 @@ class SimulatedBmc:
         """Add the fault `spec` names (checked: ValueError); returns 'name@target'."""
         fault = make_fault(self.profile, self.chassis, spec)
         self.faults.append(fault)
+        self._refresh()
         return fault.label
 
     def end_scenarios(self, name: str | None = None, target: str | None = None) -> list[str]:
@@ -124,6 +125,7 @@ class SimulatedBmc:
             if chosen and fault.running(elapsed):
                 fault.end(elapsed)
                 ended.append(fault.label)
+        self._refresh()
         return ended
 
     def inlet_at(self, elapsed: float) -> float:
@@ -165,6 +167,11 @@ class SimulatedBmc:
         if dt > 0:
             self.state = self._step(self.state, now, dt)
         return self.state
+
+    def _refresh(self) -> None:
+        """What a fault begun or ended now changes at once (a supply's bits, the BMC
+        answering); what moves with time (fans, air) moves from here."""
+        self.state = self._step(self.state, self.state.time, 0.0)
 
     def _settled(self, now: float) -> BmcState:
         """The steady state at `now`: fans at their duty, the exhaust where it settles

@@ -64,7 +64,7 @@ class SimulatedBmcReader:
         state = node.read_bmc() if node is not None else None
         if state is None or not state.answering:
             self._sleep(min(module.timeout_s, NO_ANSWER_WAIT_CAP_S))
-            raise BmcError(f"no answer from {target} within {module.timeout_s:g}s")
+            raise BmcError(f"no answer from {target}")
         sensors: tuple[SensorReading, ...] = ()
         if "ipmi" in module.collectors:
             excluded = module.exclude_sensor_ids

@@ -59,7 +59,8 @@ INLET_CRITICAL_OVER_C = 5.0
 INLET_NON_RECOVERABLE_OVER_C = 10.0
 EXHAUST_UPPER_C = (60.0, 70.0, 80.0)  # UNC, UC, UNR
 CPU_UPPER_C = (85.0, 95.0, None)
-FAN_LOWER_SHARE = (0.15, 0.08, None)  # LNC, LC, LNR as shares of full speed
+FAN_NON_CRITICAL_SHARE = 0.15  # LNC, of full speed
+FAN_CRITICAL_SHARE = 0.08  # LC
 # the linearisation steps a record may use: the smallest that fits its range in a byte
 POWER_STEPS_W = (1, 2, 4, 5, 8, 10, 16, 20, 25, 40, 50, 80, 100)
 FAN_STEPS_RPM = (10, 20, 50, 100, 200)
@@ -84,8 +85,10 @@ class SensorRecord:
     offsets: Callable[[BmcState], int] | None = None  # discrete records
 
     def read(self, state: BmcState) -> SensorReading:
+        value: float | None = None
+        states: int | None = None
         if self.offsets is not None:
-            value, states = None, self.offsets(state)
+            states = self.offsets(state)
         else:
             raw = self.value(state) if self.value is not None else None
             value = None if raw is None else round(raw / self.step) * self.step
@@ -139,7 +142,7 @@ def _temperatures(chassis: BmcClass) -> list[SensorRecord]:
     for cpu in range(chassis.cpus):
         record = _analog(
             f"CPU{cpu} Temp", SENSOR_TYPE_TEMPERATURE, ENTITY_PROCESSOR, UNIT_DEGREES_C,
-            lambda s, cpu=cpu: s.cpu_c[cpu],
+            _cpu_celsius(cpu),
         )  # fmt: skip
         records.append(replace(record, upper=CPU_UPPER_C))
     return records
@@ -147,17 +150,34 @@ def _temperatures(chassis: BmcClass) -> list[SensorRecord]:
 
 def _fans(chassis: BmcClass) -> list[SensorRecord]:
     step = _smallest_step(FAN_STEPS_RPM, 1.1 * chassis.fan_max_rpm)
-    lower = tuple(
-        None if share is None else round(share * chassis.fan_max_rpm / step) * step
-        for share in FAN_LOWER_SHARE
+    lower: Limits = (
+        round(FAN_NON_CRITICAL_SHARE * chassis.fan_max_rpm / step) * step,
+        round(FAN_CRITICAL_SHARE * chassis.fan_max_rpm / step) * step,
+        None,
     )
     records = []
     for fan in range(chassis.fans + chassis.empty_fan_headers):
         # an empty header reads "unavailable": no fan, not a stopped one
-        value = (lambda s, fan=fan: s.fan_rpm[fan]) if fan < chassis.fans else (lambda s: None)
+        value = _fan_rpm(fan) if fan < chassis.fans else _unavailable
         record = _analog(f"FAN{fan + 1}", SENSOR_TYPE_FAN, ENTITY_FAN, UNIT_RPM, value)
         records.append(replace(record, step=step, lower=lower))
     return records
+
+
+def _cpu_celsius(cpu: int) -> Callable[[BmcState], float | None]:
+    return lambda state: state.cpu_c[cpu]
+
+
+def _fan_rpm(fan: int) -> Callable[[BmcState], float | None]:
+    return lambda state: state.fan_rpm[fan]
+
+
+def _unavailable(_state: BmcState) -> float | None:
+    return None
+
+
+def _supply_offsets(psu: int) -> Callable[[BmcState], int]:
+    return lambda state: PSU_PRESENT | (PSU_FAILED if state.psu_failed[psu] else 0)
 
 
 def _supplies(chassis: BmcClass) -> list[SensorRecord]:
@@ -170,7 +190,7 @@ def _supplies(chassis: BmcClass) -> list[SensorRecord]:
             READING_TYPE_SENSOR_SPECIFIC,
             ENTITY_POWER_SUPPLY,
             None,
-            offsets=lambda s, psu=psu: PSU_PRESENT | (PSU_FAILED if s.psu_failed[psu] else 0),
+            offsets=_supply_offsets(psu),
         )
         for psu in range(supplies.count)
     ]
