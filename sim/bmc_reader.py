@@ -27,6 +27,17 @@ from nvwatch.sim.bmc_sdr import SensorRecord, dcmi_watts, sensor_records
 from nvwatch.sim.node import SimulatedNode
 
 NO_ANSWER_WAIT_CAP_S = 1.0
+# the module a simulated node's or fleet's /probe uses when no --bmc-config names one:
+# every sensor and DCMI power; the inlet of a vendor that gives it no entity by its name
+SIMULATED_MODULE = Module(
+    name="default",
+    user="admin",
+    password="admin",
+    privilege="admin",
+    timeout_s=2.0,
+    collectors=frozenset({"ipmi", "dcmi"}),
+    inlet_pattern=r"(?i)\binlet\b",
+)
 
 
 class SimulatedBmcReader:

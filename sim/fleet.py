@@ -17,6 +17,9 @@ cluster. What makes 128 nodes fit on two cores:
 - Scenarios end on schedule (`until=`), or on request while the fleet runs: `repair()`,
   or a line `NODE[:NAME[@TARGET]]` in the `repair_file`, which the ticker takes (and
   removes) at its next step, so an operator can repair a fault without a restart.
+- Every node has a BMC on a loopback management network (`NodeSpec.bmc`, 127.1.0.1 up);
+  `bmc_reader` reads any of them as the `bmc` source reads a real one, and
+  `bmc_file_sd()` is the `nvwatch-bmc` job's targets, with the node's labels.
 
 The host source reads the real machine: every simulated node reports the same host.
 Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.sim.fleet_plan`,
@@ -41,6 +44,7 @@ from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.inventory import write_json_atomic
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.bmc_reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
 from nvwatch.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
 from nvwatch.sim.fleet_node import FleetNode, build_agent, node_agent_config, simulate_node
@@ -49,6 +53,7 @@ from nvwatch.sim.fleet_plan import (
     DEFAULT_NODES_PER_RACK,
     FleetError,
     NodeSpec,
+    bmc_file_sd_groups,
     file_sd_groups,
     parse_repair_request,
     plan_fleet,
@@ -113,6 +118,8 @@ class Fleet:
         self.repair_file = repair_file
         self.clock = SteppedClock(time_scale, running=not hold_time)
         self.nodes: list[FleetNode] = []
+        # the management network: every node's BMC, read as the `bmc` source reads one
+        self.bmc_reader = SimulatedBmcReader()
         self._root: Path | None = None
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -167,6 +174,7 @@ class Fleet:
         # building the agent started nothing, so a port in use leaves nothing to stop
         node = FleetNode(spec, sim, build_agent(sim, config, self.clock))
         node.start()
+        self.bmc_reader.add(spec.bmc, sim)
         return node
 
     def _tick_loop(self) -> None:
@@ -242,6 +250,13 @@ class Fleet:
 
     def write_file_sd(self, path: Path) -> None:
         write_json_atomic(path, self.file_sd())
+
+    def bmc_file_sd(self) -> list[dict[str, Any]]:
+        """The `nvwatch-bmc` job's targets: every node's BMC, with the node's labels."""
+        return bmc_file_sd_groups(self.specs)
+
+    def write_bmc_file_sd(self, path: Path) -> None:
+        write_json_atomic(path, self.bmc_file_sd())
 
     def stop(self) -> None:
         self._stop.set()

@@ -88,7 +88,8 @@ _SCENARIOS = ", ".join(known_scenarios())
 @option(
     "--file-sd",
     type=click.Path(dir_okay=False),
-    help="Write a Prometheus file_sd JSON of the nodes here.",
+    help="Write a Prometheus file_sd JSON of the nodes here, and beside it (FILE's stem + "
+    ".bmc.json) the nodes' BMCs for an `nvwatch-bmc` job probing them.",
 )
 @option(
     "--time-scale",
@@ -168,10 +169,16 @@ def simulate_fleet(
         if sd_path is not None:
             with writing("--file-sd"):
                 fleet.write_file_sd(sd_path)
+                fleet.write_bmc_file_sd(bmc_file_sd_path(sd_path))
         _announce(fleet, started)
         _wait(fleet, stop, limit, stats_every)
     finally:
         fleet.stop()
+
+
+def bmc_file_sd_path(file_sd: Path) -> Path:
+    """Where the BMCs' file_sd goes beside the agents': `fleet.json` -> `fleet.bmc.json`."""
+    return file_sd.with_name(f"{file_sd.stem}.bmc{file_sd.suffix or '.json'}")
 
 
 def _build_fleet(
