@@ -14,6 +14,7 @@ from nvwatch.agent.config import AgentConfig, ConfigError, format_listen
 from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare
 from nvwatch.agent.poller import Poller, Snapshot
 from nvwatch.agent.server import Health, HttpState, MetricsServer
+from nvwatch.agent.server.probe import ProbeService
 from nvwatch.agent.sources import Source
 from nvwatch.agent.webconfig import WebConfig, load_web_config
 
@@ -81,8 +82,11 @@ def web_config_of(config: AgentConfig) -> WebConfig | None:
         raise ConfigError(str(exc)) from exc
 
 
-def make_server(agent: Agent, web: WebConfig | None = None) -> MetricsServer:
-    """The server for `agent`; `web` when the caller loaded the web config already."""
+def make_server(
+    agent: Agent, web: WebConfig | None = None, probe: ProbeService | None = None
+) -> MetricsServer:
+    """The server for `agent`; `web` when the caller loaded the web config already;
+    `probe` answers /probe for BMCs (agent/bmc_probe.py)."""
     if web is None:
         web = web_config_of(agent.config)
     try:
@@ -93,6 +97,7 @@ def make_server(agent: Agent, web: WebConfig | None = None) -> MetricsServer:
             exposition=agent.exposition,
             health=agent.health,
             web_config=web,
+            probe=probe.respond if probe is not None else None,
         )
     except OSError as exc:
         config = agent.config
@@ -109,6 +114,7 @@ def serve(
     ready: Callable[[MetricsServer], None] | None = None,
     stop: threading.Event | None = None,
     web: WebConfig | None = None,
+    probe: ProbeService | None = None,
 ) -> int:
     """Poll and serve until `stop` is set; returns the exit code.
 
@@ -117,7 +123,7 @@ def serve(
     """
     agent = Agent(config, sources)
     # nothing has started yet: if binding fails there is nothing to stop
-    server = make_server(agent, web)
+    server = make_server(agent, web, probe)
     stop = stop or threading.Event()
     # the first poll before listening: the first scrape already has data
     agent.poller.poll_once()

@@ -34,6 +34,8 @@ class Scope(str, Enum):
     IB_DEVICE = "ib_device"  # InfinibandDevice (agent.sources.infiniband)
     IB_PORT = "ib_port"  # InfinibandPort
     HOST = "host"  # HostSample (agent.sources.host)
+    BMC = "bmc"  # BmcProbe, one per probe of a BMC (agent.sources.bmc.interpret)
+    BMC_SENSOR = "bmc_sensor"  # BmcSensor, per sensor of a BMC probe
     SOURCE = "source"  # SourceStatus of each source (agent.poller)
     AGENT = "agent"  # the poller's Snapshot
 
@@ -48,6 +50,8 @@ IDENTITY: dict[Scope, tuple[str, ...]] = {
     Scope.IB_DEVICE: (),
     Scope.IB_PORT: ("device", "port"),
     Scope.HOST: (),
+    Scope.BMC: (),
+    Scope.BMC_SENSOR: ("sensor",),
     Scope.SOURCE: ("source",),
     Scope.AGENT: (),
 }
@@ -62,6 +66,9 @@ SOURCE_OF: dict[Scope, str] = {
     Scope.IB_DEVICE: "infiniband",
     Scope.IB_PORT: "infiniband",
     Scope.HOST: "host",
+    # read at scrape time by /probe, not by the poller
+    Scope.BMC: "bmc",
+    Scope.BMC_SENSOR: "bmc",
     Scope.SOURCE: "agent",
     Scope.AGENT: "agent",
 }
@@ -981,6 +988,115 @@ HOST_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+_IPMI_READING = (
+    "Get Sensor Reading (IPMI 2.0 NetFn 0x04, cmd 0x2D) of each sensor in the BMC's SDR "
+    "repository (full and compact records the BMC owns)"
+)
+_BMC_PROBE = "/probe?target=&module= (agent/sources/bmc/ipmi.py over IPMI 2.0 RMCP+)"
+_NO_SENSOR = (
+    "a sensor whose reading is unavailable (never 0), modules without the ipmi collector, "
+    "and a BMC that could not be read"
+)
+
+# A BMC, probed at scrape time (multi-target, like ipmi_exporter): these series come from
+# /probe, never from /metrics, and carry the labels of the scrape job (cluster, instance
+# = the node's name, rack, node_class, bmc) besides their own.
+BMC_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "nvwatch_bmc_up",
+        _G,
+        "1 if the probe read the BMC (an IPMI 2.0 session opened and its sensors read), 0 if "
+        "it could not: no answer within the module's timeout, a refused port, wrong "
+        "credentials, a malformed reply. The reason is a comment in the probe's body.",
+        Scope.BMC,
+        _BMC_PROBE + ": RMCP+ session set-up (Open Session, RAKP 1-4), cipher suite 3",
+        _one("up"),
+        when="/metrics: a BMC's series come from its probe, /probe?target=&module=",
+    ),
+    MetricSpec(
+        "nvwatch_bmc_read_duration_seconds",
+        _G,
+        "Wall time of the probe's read of the BMC, session set-up included; when it failed, "
+        "the time until it gave up (at most the module's timeout).",
+        Scope.BMC,
+        "the probe's clock around the read (BmcReading.duration_s)",
+        _one("duration_seconds"),
+        when="a failed probe whose caller did not time it",
+    ),
+    MetricSpec(
+        "nvwatch_bmc_power_watts",
+        _G,
+        'Power the BMC measures. method="dcmi" (sensor="dcmi"): the node\'s input power from '
+        'DCMI Get Power Reading; method="sensor": every SDR sensor in watts, as the vendor '
+        "defines it (node input, a supply's input or output).",
+        Scope.BMC_SENSOR,
+        "DCMI Get Power Reading (NetFn 0x2C, cmd 0x02, mode 1: current power); "
+        + _IPMI_READING
+        + " whose SDR base unit is watts (6), converted by the record's M, B and exponents",
+        (Series(_F("watts"), (_F("method"),)),),
+        own_labels=("method",),
+        when="BMCs without DCMI power (dcmi: the dcmi collector) or without a watts sensor; "
+        + _NO_SENSOR,
+    ),
+    MetricSpec(
+        "nvwatch_bmc_temperature_celsius",
+        _G,
+        "Temperature a BMC sensor reads. entity: inlet (IPMI entity 0x37, DCMI 0x40, or a "
+        "name matching the module's inlet_pattern), exhaust (a name matching "
+        "exhaust_pattern), cpu (0x03, 0x41), board (0x07, 0x42), memory, power_supply, "
+        "add_in_card, disk, chassis, other.",
+        Scope.BMC_SENSOR,
+        _IPMI_READING + " whose SDR base unit is degrees C (F and K converted); entity from "
+        "the record's entity id (agent/sources/bmc/sensor_names.py)",
+        (Series(_F("celsius"), (_F("entity"),)),),
+        own_labels=("entity",),
+        when="BMCs without temperature sensors; " + _NO_SENSOR,
+    ),
+    MetricSpec(
+        "nvwatch_bmc_fan_speed_rpm",
+        _G,
+        "Speed of a fan as its BMC sensor reads it, in revolutions per minute.",
+        Scope.BMC_SENSOR,
+        _IPMI_READING + " whose SDR base unit is RPM (18)",
+        _one("rpm"),
+        when="BMCs without fan sensors; " + _NO_SENSOR,
+    ),
+    MetricSpec(
+        "nvwatch_bmc_power_supply_present",
+        _G,
+        "1 if the power supply is in its bay (presence detected), 0 if it is not.",
+        Scope.BMC_SENSOR,
+        _IPMI_READING + " of type power supply (0x08), sensor-specific offset 0 "
+        "(presence detected)",
+        _one("supply_present"),
+        when="BMCs without power supply sensors; " + _NO_SENSOR,
+    ),
+    MetricSpec(
+        "nvwatch_bmc_power_supply_failed",
+        _G,
+        "1 if the power supply reports a failure or lost input (failure detected, AC lost, "
+        "input lost or out of range), else 0.",
+        Scope.BMC_SENSOR,
+        _IPMI_READING + " of type power supply (0x08), sensor-specific offsets 1, 3 and 4",
+        _one("supply_failed"),
+        when="BMCs without power supply sensors; " + _NO_SENSOR,
+    ),
+    MetricSpec(
+        "nvwatch_bmc_sensor_state",
+        _G,
+        "State of a threshold sensor or power supply: 0 nominal, 1 warning (a non-critical "
+        "threshold crossed; a supply's predictive failure, or a supply not present), 2 "
+        "critical (a critical or non-recoverable threshold crossed; a supply failed, "
+        "without input or misconfigured). type: the IPMI sensor type as FreeIPMI names it.",
+        Scope.BMC_SENSOR,
+        _IPMI_READING + ": threshold comparison bits (byte 4, bits 0-5) of threshold "
+        "sensors, sensor-specific offsets of power supplies",
+        (Series(_F("state"), (_F("type_name"),)),),
+        own_labels=("type",),
+        when="discrete sensors other than power supplies; " + _NO_SENSOR,
+    ),
+)
+
 AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_agent_build_info",
@@ -1101,6 +1217,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     *NVLINK_METRICS,
     *INFINIBAND_METRICS,
     *HOST_METRICS,
+    *BMC_METRICS,
     *AGENT_METRICS,
 )
 

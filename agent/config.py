@@ -44,6 +44,7 @@ FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
 # how often attribution re-reads /proc, the mapping directory and the kubelet: jobs
 # start and end on a scale of minutes, and a new GPU process wakes it early anyway
 ATTRIBUTION_INTERVAL_BOUNDS = DurationBounds(1.0, 3600.0)
+BMC_CACHE_BOUNDS = DurationBounds(0.1, 300.0)
 
 
 def is_index(text: str) -> bool:
@@ -106,6 +107,10 @@ class AgentConfig:
     mig: str | None = None
     # with --simulate: a file of real processes the simulated GPUs report (sim/process_file.py)
     sim_process_file: Path | None = None
+    # ipmi_exporter's module file: /probe?target=&module= reads one BMC (agent/bmc_probe.py)
+    bmc_config: Path | None = None
+    # a BMC read serves the probes of its target and module this long (HA Prometheus pairs)
+    bmc_cache: float = 5.0
 
     @property
     def attribution_timeout(self) -> float:

@@ -19,6 +19,7 @@ _SECTIONS = (
     ("nvwatch_nvlink_", "NVLink"),
     ("nvwatch_ib_", "InfiniBand"),
     ("nvwatch_host_", "Host"),
+    ("nvwatch_bmc_", "BMC (per probe)"),
     ("nvwatch_agent_", "Agent"),
 )
 
@@ -32,6 +33,8 @@ _SAMPLE_CLASS = {
     Scope.IB_DEVICE: "InfinibandDevice",
     Scope.IB_PORT: "InfinibandPort",
     Scope.HOST: "HostSample",
+    Scope.BMC: "BmcProbe",
+    Scope.BMC_SENSOR: "BmcSensor",
     Scope.SOURCE: "SourceStatus",
     Scope.AGENT: "AgentState",
 }
@@ -50,7 +53,7 @@ Under each metric, a list says where its value comes from: the NVML call or fiel
 id, the sysfs file or the psutil call (*origin*); the sample attribute that carries it
 through the agent (*sample*, on the class named: `agent/sources/nvml/samples.py`,
 `agent/sources/infiniband.py`, `agent/sources/host.py`, `agent/poller.py`,
-`agent/sources/attribution/model.py`); the
+`agent/sources/attribution/model.py`, `agent/sources/bmc/interpret.py`); the
 `nvidia-smi --query-gpu` field it must agree with (checked by `python -m
 nvwatch.agent.nvsmi_compare` on a real GPU); and when it is absent.
 """
@@ -58,6 +61,13 @@ nvwatch.agent.nvsmi_compare` on a real GPU); and when it is absent.
 
 # How to use a family, where its name and labels alone do not say it.
 _USAGE: dict[str, str] = {
+    "nvwatch_bmc_up": """Usage: BMC series come from `/probe?target=<bmc>&module=<name>`
+(the `nvwatch-bmc` scrape job, read at scrape time like ipmi_exporter), never from
+`/metrics`; the job's target labels (`cluster`, `instance` = the node's name, `rack`,
+`node_class`, `bmc`) make them join GPU series `on(cluster, instance)`. A probe that
+fails has this series at 0, `nvwatch_bmc_read_duration_seconds`, and a `# ` comment
+line saying why; no other series. docs/bmc.md describes the module config and what was
+tested against a real BMC.""",
     "nvwatch_gpu_allocation_info": """Usage: GPU series carry no job labels (a label per job on
 every series would multiply the node's series by its jobs and break every series when a job
 ends); join this info metric at query time. Each query below is checked by promtool

@@ -10,9 +10,9 @@ import socket
 LOOPBACK = "127.0.0.1"
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port on `host` (an IPv4 or IPv6 address) that nothing was listening on a
-    moment ago.
+def free_port(host: str = LOOPBACK, kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """A TCP port (or, with kind=SOCK_DGRAM, a UDP port: an IPMI BMC's) on `host` (an IPv4
+    or IPv6 address) that nothing was listening on a moment ago.
 
     The port is bound to 0 (the kernel picks) and released at once, so another process
     could take it before the caller's server binds it. That race is accepted: the callers
@@ -21,6 +21,6 @@ def free_port(host: str = LOOPBACK) -> int:
     A server started in this process should bind port 0 itself and read the port back.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    with socket.socket(family, kind) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

@@ -22,6 +22,7 @@ import click
 
 from nvwatch.agent import __version__, logs, simulation
 from nvwatch.agent.app import StartupError, poll_and_render, serve, web_config_of
+from nvwatch.agent.bmc_probe import bmc_config_of, probe_service
 from nvwatch.agent.cli.options import (
     LISTEN_DEFAULT,
     agent_options,
@@ -36,7 +37,7 @@ from nvwatch.agent.runtime import runtime
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import ThreadDeaths, thread_deaths
 from nvwatch.common.click_groups import HelpGroup
-from nvwatch.common.durations import parse_duration
+from nvwatch.common.durations import parse_duration, prometheus_duration
 
 EXIT_BAD_INPUT = 2
 # the profile `topology` suggests without a driver: the DGX-1 cube-mesh, the one to see
@@ -117,21 +118,38 @@ def cli() -> None:
     help="With --simulate: lines '<gpu index> <pid> [<memory MiB>]' naming real processes "
     "the simulated GPUs report (re-read when it changes; dead pids dropped).",
 )
+@option(
+    "--bmc-config",
+    type=click.Path(dir_okay=False),
+    help="ipmi_exporter's module file (as it is; plus password_file): also answer "
+    "/probe?target=HOST[:PORT]&module=NAME with one BMC's series, read over IPMI 2.0.",
+)
+@option(
+    "--bmc-cache",
+    show_default=prometheus_duration(AgentConfig.bmc_cache),
+    help="A BMC read answers the probes of its target and module this long.",
+)
 @source_options
 def serve_command(**params: Any) -> None:
-    """Poll the sources on an interval and serve /metrics."""
+    """Poll the sources on an interval and serve /metrics (and /probe, for BMCs)."""
     config = build_config(params)
     logs.configure(config.log_format)
-    # before anything starts: a bad web config is one line, not a simulated node's
-    # warning followed by it
+    # before anything starts: a bad web or BMC config is one line, not a simulated
+    # node's warning followed by it
     web = web_config_of(config)
+    bmc = bmc_config_of(config)
     stop = threading.Event()
     deaths = ThreadDeaths(stop)
     # outermost: the simulated node's thread starts in runtime(), and it must stop (and
     # its files go) however the agent ends
     with thread_deaths(deaths.died), runtime(config) as effective, _agent_process(stop):
         sources = build_sources(effective)
-        code = serve(effective, sources, stop=stop, web=web)
+        probe = probe_service(effective, bmc)
+        try:
+            code = serve(effective, sources, stop=stop, web=web, probe=probe)
+        finally:
+            if probe is not None:
+                probe.close()
     sys.exit(deaths.exit_code(code))
 
 

@@ -23,6 +23,7 @@ import click
 from nvwatch.agent import simulation
 from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
+    BMC_CACHE_BOUNDS,
     INTERVAL_BOUNDS,
     LOG_FORMATS,
     SCENARIO_SYNTAX,
@@ -54,7 +55,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # text (`_flag_text`), and build_config leaves AgentConfig to fill in what is not given.
 _DEFAULTS = AgentConfig()
 # options of `serve` beyond the ones below; a config file may name them for any command
-_SERVE_ONLY = frozenset({"listen", "web_config", "sim_process_file"})
+_SERVE_ONLY = frozenset({"listen", "web_config", "sim_process_file", "bmc_config", "bmc_cache"})
 
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -331,6 +332,8 @@ _FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "proc_root": _path("proc_root"),
     "mig": lambda v: {"mig": v},
     "sim_process_file": _path("sim_process_file"),
+    "bmc_config": _path("bmc_config"),
+    "bmc_cache": lambda v: {"bmc_cache": parse_duration(v, "BMC cache time", BMC_CACHE_BOUNDS)},
 }
 
 # shown in serve's --help as AgentConfig's listen address

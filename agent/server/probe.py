@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from nvwatch.agent.server.deferred import Deferred
@@ -43,7 +44,20 @@ _QUEUE_PER_WORKER = 4
 _LATE_GRACE_S = 0.5
 _MAX_HOST = 253  # the longest DNS name
 
-Render = Callable[[BmcReading | None, str | None, Module], bytes]
+
+class Render(Protocol):
+    """Writes one probe's body (agent/exposition/bmc.py): a reading, or a failure's reason
+    and how long the read tried."""
+
+    def __call__(
+        self,
+        reading: BmcReading | None,
+        failure: str | None,
+        module: Module,
+        *,
+        duration_s: float | None = None,
+    ) -> bytes: ...
+
 
 BUSY = refusal(503, "too many BMC reads in flight, retry later", None, (("Retry-After", "1"),))
 
@@ -115,7 +129,11 @@ class ProbeService:
                     return BUSY
                 future = self._pool.submit(self._read, target, module)
                 self._reading[key] = future
-        late = self._failed(module, f"no answer from {target} within {module.timeout_s:g} s")
+        late = self._failed(
+            module,
+            f"no answer from {target} within {module.timeout_s:g} s",
+            module.timeout_s + _LATE_GRACE_S,
+        )
         return Deferred(future, module.timeout_s + _LATE_GRACE_S, late)
 
     def close(self) -> None:
@@ -143,14 +161,15 @@ class ProbeService:
         return response
 
     def _answer(self, target: Target, module: Module) -> Response:
+        began = time.monotonic()
         try:
             reading = self._reader.read(target, module)
         except BmcError as exc:
             log.warning("BMC %s (module %s) not read: %s", target, module.name, exc)
-            response = self._failed(module, str(exc))
+            response = self._failed(module, str(exc), time.monotonic() - began)
         except Exception as exc:  # a bug in reading one BMC costs that target only
             log.exception("BMC %s (module %s): internal error", target, module.name)
-            response = self._failed(module, f"internal error: {exc}")
+            response = self._failed(module, f"internal error: {exc}", time.monotonic() - began)
         else:
             response = Response(200, self._render(reading, None, module), PROBE_CONTENT_TYPE)
         with self._lock:
@@ -158,8 +177,9 @@ class ProbeService:
             self._forget_stale()
         return response
 
-    def _failed(self, module: Module, reason: str) -> Response:
-        return Response(200, self._render(None, reason, module), PROBE_CONTENT_TYPE)
+    def _failed(self, module: Module, reason: str, tried_s: float | None = None) -> Response:
+        body = self._render(None, reason, module, duration_s=tried_s)
+        return Response(200, body, PROBE_CONTENT_TYPE)
 
     def _forget_stale(self) -> None:
         # a target probed once and never again must not be kept for the process's life

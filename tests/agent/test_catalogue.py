@@ -20,6 +20,7 @@ from nvwatch.agent.exposition.gpu import NvLinkTotals
 from nvwatch.agent.exposition.render import AgentState
 from nvwatch.agent.poller import Snapshot, SourceStatus
 from nvwatch.agent.sources.attribution.model import Allocation
+from nvwatch.agent.sources.bmc.interpret import BmcProbe, BmcSensor
 from nvwatch.agent.sources.host import HostSample
 from nvwatch.agent.sources.infiniband import InfinibandDevice, InfinibandPort
 from nvwatch.agent.sources.nvml.samples import (
@@ -43,6 +44,8 @@ _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.IB_DEVICE: (InfinibandDevice,),
     Scope.IB_PORT: (InfinibandPort,),
     Scope.HOST: (HostSample,),
+    Scope.BMC: (BmcProbe,),
+    Scope.BMC_SENSOR: (BmcSensor,),
     Scope.SOURCE: (SourceStatus,),
     Scope.AGENT: (AgentState, Snapshot),
 }
@@ -129,6 +132,20 @@ NOT_IN_A_HEALTHY_RENDER = {
     "(tests/agent/test_server_metrics.py)",
     "nvwatch_agent_http_connections_open": "the HTTP server (tests/agent/test_server_metrics.py)",
     "nvwatch_agent_http_connections_limit": "the HTTP server (tests/agent/test_server_metrics.py)",
+    # BMC series come from /probe, not /metrics: a real BMC's probe renders them
+    **{
+        name: "a probe of a BMC (tests/bmc/test_exposition.py)"
+        for name in (
+            "nvwatch_bmc_up",
+            "nvwatch_bmc_read_duration_seconds",
+            "nvwatch_bmc_power_watts",
+            "nvwatch_bmc_temperature_celsius",
+            "nvwatch_bmc_fan_speed_rpm",
+            "nvwatch_bmc_power_supply_present",
+            "nvwatch_bmc_power_supply_failed",
+            "nvwatch_bmc_sensor_state",
+        )
+    },
 }
 
 

@@ -57,7 +57,7 @@ def test_the_walk_finds_each_way_of_crossing(tmp_path: Path) -> None:
 
 # the agent's own modules a real-mode serve must not load, and third-party packages
 NOT_LOADED = ("nvwatch.sim", "nvwatch.agent.report", "nvwatch.dashboards", "nvwatch.alerts",
-              "nvwatch.mixin", "matplotlib", "numpy", "grafanalib", "grpc")  # fmt: skip
+              "nvwatch.mixin", "matplotlib", "numpy", "grafanalib", "grpc", "pyipmi")  # fmt: skip
 
 _SERVE_AND_LIST = """
 import json, os, signal, sys, threading, time, urllib.request
@@ -120,3 +120,11 @@ def test_what_a_flag_needs_is_loaded_with_it(
     tmp_path: Path, flags: list[str], package: str
 ) -> None:
     assert _loaded(_modules_of_serve(tmp_path, *flags), package)
+
+
+def test_a_bmc_config_loads_the_ipmi_client(tmp_path: Path) -> None:
+    config = tmp_path / "ipmi.yml"
+    config.write_text("modules:\n  default: {user: admin, pass: secret}\n")
+    modules = _modules_of_serve(tmp_path, "--sources=host", f"--bmc-config={config}")
+    assert _loaded(modules, "pyipmi")
+    assert not _loaded(modules, "nvwatch.sim")

@@ -129,6 +129,7 @@ def _config_cases() -> list[Case]:
     readers = [
         (SERVE, "--config"),
         (SERVE, "--web-config"),
+        (SERVE, "--bmc-config"),
         (("dump", "--sources", "host"), "--config"),
         (("doctor", "--sources", "host"), "--config"),
         (("topology",), "--config"),

@@ -32,7 +32,13 @@ MODULE = Module(
 )
 
 
-def render(reading: BmcReading | None, failure: str | None, module: Module) -> bytes:
+def render(
+    reading: BmcReading | None,
+    failure: str | None,
+    module: Module,
+    *,
+    duration_s: float | None = None,
+) -> bytes:
     if reading is None:
         return f"up 0\n# {failure}\n".encode()
     return f"up 1\nwatts {reading.dcmi_watts}\n".encode()

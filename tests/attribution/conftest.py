@@ -7,7 +7,9 @@ test needs, since this machine's own cgroups show none of them.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,16 @@ from pathlib import Path
 import pytest
 
 Spawn = Callable[[], subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A short temporary directory: the kubelet's Unix socket is made under it, and a socket
+    path is limited to 107 bytes, which pytest's own (per xdist worker, per test name) can
+    pass."""
+    path = Path(tempfile.mkdtemp(prefix="nvwatch-attr-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from benchmarks.report import Results, verdicts
 
 @pytest.mark.timeout(90)
 def test_a_short_run_measures_both_exporters_and_stops_them(tmp_path: Path) -> None:
+    # daemons of session fixtures (a backfilled Prometheus) may already run in this process
+    before = set(psutil.Process().children(recursive=True))
     cost = measure_peer_cost(
         "dgx-h100", 1.0, seconds=2.0, warmup=1.0, log_dir=tmp_path, configs=NVWATCH_CONFIGS[:1]
     )
@@ -38,7 +40,7 @@ def test_a_short_run_measures_both_exporters_and_stops_them(tmp_path: Path) -> N
     (row,) = [v for v in verdicts(Results(settings={}, peer=cost)) if "exported sample" in v.target]
     assert row.figure.startswith(f"{nvwatch.name}: ") and f"vs {cost.peer.name}: " in row.figure
     # every process the run started is gone: the exporters, simulate exec, the job workers
-    assert psutil.Process().children(recursive=True) == []
+    assert set(psutil.Process().children(recursive=True)) - before == set()
 
 
 def test_an_exporter_that_cannot_be_installed_is_a_miss_with_the_reason(

@@ -59,6 +59,8 @@ class BmcError(Exception):
 
 
 DEFAULT_IPMI_PORT = 623  # RMCP's UDP port
+# Exhaust air has no IPMI entity id: vendors name it ("Exhaust Temp", "Outlet Temp")
+DEFAULT_EXHAUST_PATTERN = r"(?i)exhaust|outlet"
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class Module:
     exclude_sensor_ids: frozenset[int] = frozenset()  # SDR record ids left out
     # sensors named like this are `entity="inlet"` when the vendor set no inlet entity
     inlet_pattern: str | None = None
+    # temperature sensors named like this are `entity="exhaust"` (no entity id exists)
+    exhaust_pattern: str = DEFAULT_EXHAUST_PATTERN
 
 
 class BmcReader(Protocol):
