@@ -186,6 +186,20 @@ def assign_ports(count: int, base_port: int) -> list[int]:
     return [base_port + i for i in range(count)]
 
 
+def management_port(count: int, base_port: int) -> int:
+    """Where the fleet's management host (its BMCs' /probe) listens: right after the
+    nodes' ports, BASE + N; 0 (any free port) when the nodes take any."""
+    if base_port == 0:
+        return 0
+    port = base_port + count
+    if port > _MAX_PORT:
+        raise FleetError(
+            f"{count} nodes from port {base_port} leave no port for the management host "
+            f"({port} > {_MAX_PORT})"
+        )
+    return port
+
+
 def plan_fleet(
     profiles: Sequence[str],
     *,

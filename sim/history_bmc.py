@@ -3,136 +3,81 @@
 A management host probes every BMC (`/probe?target=<bmc>&module=default`), so the series
 carry that job's labels: the node's `cluster`, `rack`, `node_class` and `instance` (the
 join with its GPU series) and `bmc`, its address. The BMC answers whether or not the
-node's agent does, so an agent-down episode leaves these series whole. Values are the
-node's SDR readings (sim/bmc_sdr.py) as the `bmc` source interprets them: temperatures
-with their entity, fan speeds, every power reading (DCMI's as `sensor="dcmi"`), supplies
-present and failed, and each threshold sensor's and supply's state. The read's duration
-is left out: no read happened, and a history must be the same for the same seed.
+node's agent does, so an agent-down episode leaves these series whole.
+
+The values are the probe's: the node's SDR readings (sim/bmc_sdr.py) go through the
+`bmc` source's own interpreter and the catalogue's BMC families, as /probe fills them,
+without rendering and parsing text for every step of a month. The read's duration is
+left out: no read happened, and a history must be the same for the same seed.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
-from nvwatch.agent.sources.bmc.reading import (
-    READING_TYPE_THRESHOLD,
-    SENSOR_TYPE_POWER_SUPPLY,
-    UNIT_DEGREES_C,
-    UNIT_RPM,
-    UNIT_WATTS,
-    BmcReading,
-    SensorReading,
-)
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE
+from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.sources.bmc.interpret import failed, interpret
+from nvwatch.agent.sources.bmc.reading import BmcReading, Module
 from nvwatch.sim.fleet_plan import BMC_JOB, NodeSpec, node_labels
 
 UP = "up"
-BMC_FAMILIES: tuple[str, ...] = (
-    "nvwatch_bmc_up",
-    "nvwatch_bmc_power_watts",
-    "nvwatch_bmc_temperature_celsius",
-    "nvwatch_bmc_fan_speed_rpm",
-    "nvwatch_bmc_power_supply_present",
-    "nvwatch_bmc_power_supply_failed",
-    "nvwatch_bmc_sensor_state",
-)
-DCMI_SENSOR = "dcmi"
-# the interpretation of the `bmc` source: entity ids, type names as FreeIPMI's (the
-# `type` label ipmi_exporter uses), supply offsets and the 0/1/2 state
-ENTITIES = {0x37: "inlet", 0x40: "inlet", 0x03: "cpu", 0x41: "cpu", 0x07: "board", 0x42: "board"}
-TYPE_NAMES = {0x01: "Temperature", 0x03: "Current", 0x04: "Fan", 0x08: "Power Supply"}
-EXHAUST_NAMES = re.compile(r"(?i)exhaust|outlet")
-THRESHOLD_CRITICAL, THRESHOLD_WARNING = 0b110110, 0b001001
-SUPPLY_PRESENT, SUPPLY_FAILED = 1 << 0, (1 << 1) | (1 << 3) | (1 << 4)
+DURATION = "nvwatch_bmc_read_duration_seconds"
+_PROBE_PLANS = plans(s for s in of_scope(Scope.BMC) if s.name != DURATION)
+_SENSOR_PLANS = plans(of_scope(Scope.BMC_SENSOR))
+BMC_FAMILIES: tuple[str, ...] = tuple(spec.name for spec, _ in (*_PROBE_PLANS, *_SENSOR_PLANS))
 
 Row = tuple[str, str, float]
+
+
+def probe_families(reading: BmcReading | None, module: Module) -> FamilySet:
+    """The families /probe fills for `reading` (None: a BMC that did not answer), read by
+    `module`'s rules; the read's duration left out."""
+    probe = failed(None) if reading is None else interpret(reading, module)
+    out = FamilySet()
+    emit_all(_PROBE_PLANS, [((), probe)], out)
+    emit_all(_SENSOR_PLANS, [((sensor.name,), sensor) for sensor in probe.sensors], out)
+    return out
+
+
+def probe_samples(out: FamilySet) -> Iterator[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """(family, own labels, value) of each series of `out`."""
+    for family in out.families():
+        names = family.table.spec.labels
+        for slot, value in zip(family.slots, family.values, strict=True):
+            yield family.table.spec.name, tuple(zip(names, slot.label_values, strict=True)), value
 
 
 class BmcSeries:
     """One node's BMC as the `nvwatch-bmc` job records it; rendered label sets cached."""
 
-    def __init__(self, spec: NodeSpec) -> None:
+    def __init__(self, spec: NodeSpec, module: Module) -> None:
         self.spec = spec
+        self.module = module
         self.target = {"job": BMC_JOB, **node_labels(spec), "bmc": spec.bmc}
-        self._cache: dict[tuple[str, ...], str] = {}
-        inlet = SIMULATED_MODULE.inlet_pattern
-        self._inlet_names = re.compile(inlet) if inlet else None
+        self._cache: dict[tuple[tuple[str, str], ...], str] = {}
+        # the last step's families: while held, the next step finds their series' slots
+        # (the exposition's slot table keeps them only as long as someone does)
+        self._held: FamilySet | None = None
 
-    def labels(self, *pairs: str) -> str:
-        labels = self._cache.get(pairs)
+    def labels(self, own: tuple[tuple[str, str], ...] = ()) -> str:
+        """The rendered label set: the job's labels, then the series' own."""
+        labels = self._cache.get(own)
         if labels is None:
-            extra = dict(zip(pairs[::2], pairs[1::2], strict=True))
-            pairs_text = ",".join(f'{k}="{v}"' for k, v in {**self.target, **extra}.items())
-            labels = self._cache[pairs] = "{" + pairs_text + "}"
+            pairs = {**self.target, **dict(own)}
+            labels = "{" + ",".join(f'{k}="{_escaped(v)}"' for k, v in pairs.items()) + "}"
+            self._cache[own] = labels
         return labels
 
     def rows(self, reading: BmcReading | None) -> Iterator[Row]:
         """The scrape of the probe: `up` 1 (the management host answers), and the BMC's
-        series, or `nvwatch_bmc_up` 0 alone for a BMC that did not answer."""
+        series (`nvwatch_bmc_up` 0 alone for a BMC that did not answer)."""
         yield UP, self.labels(), 1.0
-        yield "nvwatch_bmc_up", self.labels(), 0.0 if reading is None else 1.0
-        if reading is None:
-            return
-        for sensor in reading.sensors:
-            yield from self._sensor(sensor)
-        if reading.dcmi_watts is not None:
-            labels = self.labels("method", "dcmi", "sensor", DCMI_SENSOR)
-            yield "nvwatch_bmc_power_watts", labels, reading.dcmi_watts
-
-    def _sensor(self, sensor: SensorReading) -> Iterator[Row]:
-        name, type_name = sensor.name, TYPE_NAMES.get(sensor.sensor_type)
-        if sensor.states is None or type_name is None:
-            return  # unavailable (absent, never 0), or a sensor nvwatch does not interpret
-        if sensor.sensor_type == SENSOR_TYPE_POWER_SUPPLY:
-            failed = 1.0 if sensor.states & SUPPLY_FAILED else 0.0
-            present = 1.0 if sensor.states & SUPPLY_PRESENT else 0.0
-            yield "nvwatch_bmc_power_supply_present", self.labels("sensor", name), present
-            yield "nvwatch_bmc_power_supply_failed", self.labels("sensor", name), failed
-            state = 2.0 if failed else (0.0 if present else 1.0)
-        elif sensor.reading_type == READING_TYPE_THRESHOLD:
-            yield from self._value(sensor)
-            state = _threshold_state(sensor.states)
-        else:
-            return
-        yield "nvwatch_bmc_sensor_state", self.labels("sensor", name, "type", type_name), state
-
-    def _value(self, sensor: SensorReading) -> Iterator[Row]:
-        value, name = sensor.value, sensor.name
-        if value is None:
-            return
-        if sensor.unit == UNIT_DEGREES_C:
-            labels = self.labels("sensor", name, "entity", self._entity(sensor))
-            yield "nvwatch_bmc_temperature_celsius", labels, value
-        elif sensor.unit == UNIT_RPM:
-            yield "nvwatch_bmc_fan_speed_rpm", self.labels("sensor", name), value
-        elif sensor.unit == UNIT_WATTS:
-            labels = self.labels("method", "sensor", "sensor", name)
-            yield "nvwatch_bmc_power_watts", labels, value
-
-    def _entity(self, sensor: SensorReading) -> str:
-        entity = ENTITIES.get(sensor.entity_id, "other")
-        if entity != "inlet" and self._inlet_names and self._inlet_names.search(sensor.name):
-            return "inlet"
-        if entity != "inlet" and EXHAUST_NAMES.search(sensor.name):
-            return "exhaust"
-        return entity
+        self._held = probe_families(reading, self.module)
+        for family, own, value in probe_samples(self._held):
+            yield family, self.labels(own), value
 
 
-def _threshold_state(states: int) -> float:
-    if states & THRESHOLD_CRITICAL:
-        return 2.0
-    return 1.0 if states & THRESHOLD_WARNING else 0.0
-
-
-BMC_HELP = {
-    "nvwatch_bmc_up": "1 if the probe read the BMC, 0 if it did not answer.",
-    "nvwatch_bmc_power_watts": "Node input power: DCMI Get Power Reading, and each "
-    "power sensor of the SDR.",
-    "nvwatch_bmc_temperature_celsius": "Temperature of a BMC sensor; entity from the "
-    "IPMI entity id (inlet, cpu, board, exhaust, other).",
-    "nvwatch_bmc_fan_speed_rpm": "Speed of a chassis fan.",
-    "nvwatch_bmc_power_supply_present": "1 if the power supply is present.",
-    "nvwatch_bmc_power_supply_failed": "1 if the power supply failed or lost its input.",
-    "nvwatch_bmc_sensor_state": "State of a BMC sensor: 0 nominal, 1 warning, 2 critical.",
-}
+def _escaped(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")

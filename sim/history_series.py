@@ -29,7 +29,7 @@ from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu_model import SimulatedGpu
 from nvwatch.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
-from nvwatch.sim.history_bmc import BMC_FAMILIES, BMC_HELP, BmcSeries
+from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
 from nvwatch.sim.ib_port import SimulatedPort
 from nvwatch.sim.node import SimulatedNode
 
@@ -82,17 +82,15 @@ FAMILIES: tuple[str, ...] = (
 
 def family_type(name: str) -> str:
     """OpenMetrics type of a family (`up` is a gauge Prometheus makes itself)."""
-    return BY_NAME[name].type.value if name in BY_NAME else "gauge"
+    return "gauge" if name == UP else BY_NAME[name].type.value
 
 
 def family_help(name: str) -> str:
-    if name == UP:
-        return "1 if the scrape of the target succeeded."
-    return BY_NAME[name].help if name in BY_NAME else BMC_HELP[name]
+    return "1 if the scrape of the target succeeded." if name == UP else BY_NAME[name].help
 
 
 def is_counter(name: str) -> bool:
-    return name in BY_NAME and BY_NAME[name].type is MetricType.COUNTER
+    return name != UP and BY_NAME[name].type is MetricType.COUNTER
 
 
 Row = tuple[str, str, float]  # family, series labels (rendered), value
@@ -123,7 +121,7 @@ class NodeSeries:
         self._activity: dict[int, Activity] = {g.index: g.activity() for g in self.node.nvml.gpus}
         self.xids: dict[tuple[int, int], int] = {}
         self.node.nvml.event_sinks.append(self._on_event)
-        self.bmc = BmcSeries(self.spec)
+        self.bmc = BmcSeries(self.spec, SIMULATED_MODULE)
         self._bmc_reader = SimulatedBmcReader({self.spec.bmc: self.node})
 
     def _on_event(self, event: object) -> None:

@@ -26,6 +26,8 @@ from nvwatch.sim.fleet_plan import (
     plan_fleet,
 )
 from tests.conftest import require_tool
+from tests.e2e.loopback import Endpoint, instant_query, reap, spawn_logged, wait_for
+from tests.e2e.service_commands import prometheus_argv
 
 TIME_SCALE = 20.0  # the 30 s onset comes 1.5 s into the run
 INTERVAL = 0.5
@@ -103,13 +105,66 @@ def test_each_bmc_reads_its_own_node_and_repairs_reach_it() -> None:
             fleet.bmc_reader.read(Target("127.1.9.9"), SIMULATED_MODULE)
 
 
-def test_simulate_fleet_writes_the_bmc_targets_beside_the_agents(tmp_path: Path) -> None:
-    out = tmp_path / "fleet.json"
+def test_simulate_fleet_writes_the_bmc_targets(tmp_path: Path) -> None:
+    out, bmc = tmp_path / "fleet.json", tmp_path / "bmc" / "fleet.json"
+    bmc.parent.mkdir()
     args = ["simulate", "fleet", "--profile", "dgx-a100", "--nodes", "2", "--base-port", "0",
-            "--duration", "1s", "--interval", "1s", "--file-sd", str(out)]  # fmt: skip
+            "--duration", "1s", "--interval", "1s", "--file-sd", str(out),
+            "--bmc-file-sd", str(bmc)]  # fmt: skip
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    assert "management host: http://127.0.0.1:" in result.output
     agents = json.loads(out.read_text())
-    bmcs = json.loads((tmp_path / "fleet.bmc.json").read_text())
+    bmcs = json.loads(bmc.read_text())
     assert [g["labels"]["instance"] for g in bmcs] == [g["labels"]["instance"] for g in agents]
     assert [g["targets"] for g in bmcs] == [["127.1.0.1"], ["127.1.0.2"]]
+
+
+def test_prometheus_probes_each_bmc_and_joins_it_with_its_node(tmp_path: Path) -> None:
+    """A real Prometheus: the agents' job and the `nvwatch-bmc` job through the fleet's
+    management host; one target no BMC answers for is down alone."""
+    prometheus = require_tool("prometheus")
+    spec = parse_node_scenario("1:psu-failure@2,from=0")
+    with Fleet(["dgx1-v100", "dgx-a100"], base_port=0, interval=1.0, scenarios=[spec]) as fleet:
+        agents, bmcs = tmp_path / "agents.json", tmp_path / "bmcs.json"
+        fleet.write_file_sd(agents)
+        lost = {"targets": ["127.1.9.9"], "labels": {"instance": "dgx-lost", "bmc": "127.1.9.9"}}
+        bmcs.write_text(json.dumps([*fleet.bmc_file_sd(), lost]))
+        jobs = [
+            {"job_name": "nvwatch", "file_sd_configs": [{"files": [str(agents)]}]},
+            fleet.bmc_scrape_config(bmcs, interval="1s"),
+        ]
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs})
+        )
+        endpoint = Endpoint.free()
+        argv = prometheus_argv(prometheus, config, tmp_path / "data", endpoint)
+        process = spawn_logged(argv, tmp_path / "prometheus.log")
+        try:
+
+            def bmc_up() -> dict[str, float] | None:
+                found = instant_query(endpoint.url, "nvwatch_bmc_up")
+                up = {r["metric"]["instance"]: float(r["value"][1]) for r in found}
+                return up if len(up) == 3 else None
+
+            assert wait_for("every BMC probed", bmc_up, 60) == {
+                "dgx-000": 1.0, "dgx-001": 1.0, "dgx-lost": 0.0
+            }  # fmt: skip
+            share = "sum by (cluster, instance) (nvwatch_gpu_power_watts) / on (cluster, instance) "
+            share += "nvwatch_bmc_power_watts{method='dcmi'}"
+            joined = wait_for(
+                "the join", lambda: len(r := instant_query(endpoint.url, share)) == 2 and r, 60
+            )
+            assert all(0.1 < float(r["value"][1]) < 0.9 for r in joined)
+            failed = instant_query(endpoint.url, "nvwatch_bmc_power_supply_failed == 1")
+            assert [(r["metric"]["instance"], r["metric"]["sensor"]) for r in failed] == [
+                ("dgx-001", "PSU2 Status")
+            ]
+            node = instant_query(endpoint.url, "nvwatch_bmc_up{instance='dgx-001'}")[0]["metric"]
+            assert (node["job"], node["bmc"], node["rack"], node["node_class"]) == (
+                "nvwatch-bmc", fleet.specs[1].bmc, fleet.specs[1].rack, "dgx-a100"
+            )  # fmt: skip
+        finally:
+            process.terminate()
+            reap(process, 15)
