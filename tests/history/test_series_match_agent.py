@@ -92,7 +92,7 @@ def test_history_rows_equal_the_agents_exposition(profile: str, tmp_path: Path) 
     finally:
         node.close()
         sim_nvml.uninstall()
-    # the BMC's families come from /probe, not the agent's /metrics (test_bmc_series_match_probe)
+    # the BMC's families come from /probe (test_bmc_series_match_probe.py checks them)
     assert compared == set(FAMILIES) - set(BMC_FAMILIES) - _NOT_COMPARED - (
         set() if profile != "dgx1-v100" else {"nvwatch_gpu_remapped_rows"}
     ) - ({"nvwatch_gpu_retired_pages"} if profile != "dgx1-v100" else set())
