@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from nvwatch.agent.config import parse_scenario
+from nvwatch.agent import simulation
+from nvwatch.agent.config import AgentConfig, parse_scenario
 from nvwatch.agent.sources.bmc.reading import (
     BmcError,
     BmcReading,
@@ -248,3 +249,19 @@ def test_a_seed_decides_every_reading() -> None:
         first, twin, other = (node.read() for node in made)
     assert first.sensors == twin.sensors and first.dcmi_watts == twin.dcmi_watts
     assert first.sensors != other.sensors
+
+
+def test_serve_simulate_reaches_its_nodes_bmc_through_the_door() -> None:
+    """`serve --simulate`'s node has a BMC: the one door gives its reader, its module and
+    its address while the node runs, and nothing outside (a real agent has none)."""
+    assert simulation.simulated_bmc() is None
+    config = AgentConfig(simulate="dgx-a100", scenarios=(parse_scenario("psu-failure@4,from=0"),))
+    with simulation.simulated_node(config):
+        door = simulation.simulated_bmc()
+        assert door is not None
+        reader, module, address = door
+        reading = reader.read(Target(address), module)
+    assert simulation.simulated_bmc() is None
+    sensors = {s.name: s for s in reading.sensors}
+    assert sensors["PSU4 Status"].states == 0b11  # present, failed: the node's scenario
+    assert reading.dcmi_watts is not None and reading.dcmi_watts > 0
