@@ -6,16 +6,18 @@ join with its GPU series) and `bmc`, its address. The BMC answers whether or not
 node's agent does, so an agent-down episode leaves these series whole.
 
 The values are the probe's: the node's SDR readings (sim/bmc_sdr.py) go through the
-`bmc` source's own interpreter and the catalogue's BMC families, as /probe fills them,
-without rendering and parsing text for every step of a month. The read's duration is
-left out: no read happened, and a history must be the same for the same seed.
+`bmc` source's own interpreter and the exposition's readers of the catalogue's BMC
+families, as /probe fills them, into plain rows instead of the exposition's slots (no
+text rendered and parsed for every step of a month). The read's duration is left out: no
+read happened, and a history must be the same for the same seed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import cast
 
-from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.catalogue import MetricSpec, Scope, of_scope
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.series import emit_all, plans
 from nvwatch.agent.sources.bmc.interpret import failed, interpret
@@ -31,22 +33,39 @@ BMC_FAMILIES: tuple[str, ...] = tuple(spec.name for spec, _ in (*_PROBE_PLANS, *
 Row = tuple[str, str, float]
 
 
-def probe_families(reading: BmcReading | None, module: Module) -> FamilySet:
-    """The families /probe fills for `reading` (None: a BMC that did not answer), read by
-    `module`'s rules; the read's duration left out."""
+Sample = tuple[str, tuple[tuple[str, str], ...], float]  # family, own labels, value
+
+
+class _Samples:
+    """What the exposition's readers write into a FamilySet, kept as plain samples."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def add_sample(self, spec: MetricSpec, label_values: Sequence[str], value: object) -> None:
+        if value is not None:
+            labels = tuple(zip(spec.labels, label_values, strict=True))
+            self.samples.append((spec.name, labels, float(value)))  # type: ignore[arg-type]
+
+    def add_series(
+        self, spec: MetricSpec, label_values: Sequence[tuple[str, ...]], values: Sequence[object]
+    ) -> None:
+        for labels, value in zip(label_values, values, strict=True):
+            self.add_sample(spec, labels, value)
+
+    def declare(self, spec: MetricSpec) -> None:
+        pass  # no HELP without samples here: the history declares every family itself
+
+
+def probe_samples(reading: BmcReading | None, module: Module) -> list[Sample]:
+    """The series /probe exports for `reading` (None: a BMC that did not answer), read by
+    `module`'s rules, in the probe's order; the read's duration left out."""
     probe = failed(None) if reading is None else interpret(reading, module)
-    out = FamilySet()
-    emit_all(_PROBE_PLANS, [((), probe)], out)
-    emit_all(_SENSOR_PLANS, [((sensor.name,), sensor) for sensor in probe.sensors], out)
-    return out
-
-
-def probe_samples(out: FamilySet) -> Iterator[tuple[str, tuple[tuple[str, str], ...], float]]:
-    """(family, own labels, value) of each series of `out`."""
-    for family in out.families():
-        names = family.table.spec.labels
-        for slot, value in zip(family.slots, family.values, strict=True):
-            yield family.table.spec.name, tuple(zip(names, slot.label_values, strict=True)), value
+    out = _Samples()
+    sink = cast(FamilySet, out)  # the readers call add_sample, add_series and declare
+    emit_all(_PROBE_PLANS, [((), probe)], sink)
+    emit_all(_SENSOR_PLANS, [((sensor.name,), sensor) for sensor in probe.sensors], sink)
+    return out.samples
 
 
 class BmcSeries:
@@ -57,9 +76,6 @@ class BmcSeries:
         self.module = module
         self.target = {"job": BMC_JOB, **node_labels(spec), "bmc": spec.bmc}
         self._cache: dict[tuple[tuple[str, str], ...], str] = {}
-        # the last step's families: while held, the next step finds their series' slots
-        # (the exposition's slot table keeps them only as long as someone does)
-        self._held: FamilySet | None = None
 
     def labels(self, own: tuple[tuple[str, str], ...] = ()) -> str:
         """The rendered label set: the job's labels, then the series' own."""
@@ -74,8 +90,7 @@ class BmcSeries:
         """The scrape of the probe: `up` 1 (the management host answers), and the BMC's
         series (`nvwatch_bmc_up` 0 alone for a BMC that did not answer)."""
         yield UP, self.labels(), 1.0
-        self._held = probe_families(reading, self.module)
-        for family, own, value in probe_samples(self._held):
+        for family, own, value in probe_samples(reading, self.module):
             yield family, self.labels(own), value
 
 
