@@ -159,7 +159,8 @@ def budget_table(budgets: list[Budget]) -> str:
     return _BUDGET_HEADER + "\n".join(rows) + "\n"
 
 
-_BMC_HEADER = """A node's BMC, probed by the `nvwatch-bmc` job, is a budget of its own: one probe of each
+_BMC_HEADER = """\
+A node's BMC, probed by the `nvwatch-bmc` job, is a budget of its own: one probe of each
 profile's simulated BMC (module `default`: every sensor and DCMI power) through the real
 /probe exposition. Sensors are the SDR's (a real BMC's count is its vendor's); each
 threshold sensor and supply adds a state series, a supply two more, a sensor that reads
