@@ -105,6 +105,11 @@ class MixinConfig:
     # Extra matchers on IB series, e.g. 'device!~"mlx5_(6|7)"' to leave uncabled storage
     # ports out of the fabric alerts; empty means every port.
     ib_port_selector: str = ""
+    # Matches the BMC probe job (`nvwatch inventory --bmc-probe` writes it): Prometheus
+    # asks an nvwatch on a management host for /probe?target=<BMC>, and each BMC target
+    # carries its node's cluster, rack, node_class and instance labels (plus `bmc`), so
+    # BMC series join GPU series on the node labels.
+    bmc_job_selector: str = 'job="nvwatch-bmc"'
 
     # --- thermal --------------------------------------------------------------------
     # Warn this many °C below the GPU's own slowdown threshold (read from NVML, so it
@@ -133,11 +138,18 @@ class MixinConfig:
     # TDP for `for_default` means the node runs at its power budget: the PDU/rack plan
     # must hold this.
     node_power_budget_fraction: float = 0.9
+    # The whole rack's power budget, in kW, for `nvwatch report` (0: no plan): its circuit
+    # budget (PDUs, UPS, cooling), against which the report plans on the node power each
+    # BMC measures (nvwatch_bmc_power_watts: DCMI, else the largest power sensor), the
+    # GPUs and everything around them.
+    rack_power_budget_kw: float = 0.0
+    # Racks whose circuit differs from rack_power_budget_kw: {rack label value: kW}.
+    rack_power_budgets_kw: tuple[tuple[str, float], ...] = ()
     # GPU power each rack's power plan allows, in kW, for `nvwatch report` (0: no plan).
-    # nvwatch measures GPU board power only: set this to the rack's circuit budget less
-    # what the rest of its nodes draw (CPUs, fans, NICs). A DGX-1 is 3.2 kW with 8 x 300 W
-    # of GPUs, so a rack of four on a 12.8 kW plan leaves 4 x 8 x 300 W = 9.6 kW for GPUs
-    # (deploy/mixin.example.yaml).
+    # GPU board power is all nvwatch sees of a node without BMC data: set this to the
+    # rack's circuit budget less what the rest of its nodes draw (CPUs, fans, NICs). A
+    # DGX-1 is 3.2 kW with 8 x 300 W of GPUs, so a rack of four on a 12.8 kW plan leaves
+    # 4 x 8 x 300 W = 9.6 kW for GPUs (deploy/mixin.example.yaml).
     rack_gpu_power_budget_kw: float = 0.0
     # Racks whose plan differs from rack_gpu_power_budget_kw: {rack label value: kW}.
     rack_gpu_power_budgets_kw: tuple[tuple[str, float], ...] = ()
@@ -302,6 +314,10 @@ class MixinConfig:
     def ib_sel(self, *matchers: str) -> str:
         return self.sel(self.ib_port_selector, *matchers)
 
+    def bmc_sel(self, *matchers: str) -> str:
+        """`{job="nvwatch-bmc", extra...}` for a BMC series selector."""
+        return "{" + ", ".join(m for m in (self.bmc_job_selector, *matchers) if m) + "}"
+
     @property
     def node_labels(self) -> str:
         """Labels that identify a node in aggregates."""
@@ -325,6 +341,11 @@ class MixinConfig:
         kilowatts = dict(self.rack_gpu_power_budgets_kw).get(rack, self.rack_gpu_power_budget_kw)
         return kilowatts * 1000 if kilowatts > 0 else None
 
+    def rack_power_budget_watts(self, rack: str) -> float | None:
+        """The whole power budget (circuit) of `rack` in watts; None where none is set."""
+        kilowatts = dict(self.rack_power_budgets_kw).get(rack, self.rack_power_budget_kw)
+        return kilowatts * 1000 if kilowatts > 0 else None
+
     def runbook_url(self, alert_name: str) -> str:
         """The alert's runbook: its file under docs/runbooks/, as `runbook_base_url` reads it."""
         return f"{self.runbook_base_url.rstrip('/')}/{runbook_file(alert_name)}"
@@ -342,8 +363,9 @@ class MixinConfig:
         values = dict(data)
         if "node_classes" in values:
             values["node_classes"] = _node_classes(values["node_classes"])
-        if "rack_gpu_power_budgets_kw" in values:
-            values["rack_gpu_power_budgets_kw"] = _rack_budgets(values["rack_gpu_power_budgets_kw"])
+        for key in ("rack_gpu_power_budgets_kw", "rack_power_budgets_kw"):
+            if key in values:
+                values[key] = _rack_budgets(key, values[key])
         for key in ("critical_xids", "dashboard_tags"):
             if key in values:
                 if not isinstance(values[key], list):
@@ -405,14 +427,15 @@ def _node_classes(raw: Any) -> tuple[NodeClass, ...]:
     return tuple(classes)
 
 
-def _rack_budgets(raw: Any) -> tuple[tuple[str, float], ...]:
-    """rack_gpu_power_budgets_kw: {rack: kW}, every budget a positive number."""
+def _rack_budgets(key: str, raw: Any) -> tuple[tuple[str, float], ...]:
+    """rack_gpu_power_budgets_kw or rack_power_budgets_kw: {rack: kW}, every budget a
+    positive number."""
     if not isinstance(raw, dict):
-        raise ValueError("rack_gpu_power_budgets_kw: expected a mapping of rack to kW")
+        raise ValueError(f"{key}: expected a mapping of rack to kW")
     budgets = []
     for rack, kilowatts in raw.items():
         if isinstance(kilowatts, bool) or not isinstance(kilowatts, (int, float)) or kilowatts <= 0:
-            where = f"rack_gpu_power_budgets_kw.{key_text(rack)}"
+            where = f"{key}.{key_text(rack)}"
             raise ValueError(f"{where}: expected kW > 0, got {shown(kilowatts)}")
         budgets.append((str(rack), float(kilowatts)))
     return tuple(budgets)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 SHARED_SESSION_FIXTURES = {
     "tests/history/test_backfilled_history.py": "history_prometheus",
     "tests/report/test_report_history.py": "history_prometheus",
+    "tests/report/test_report_bmc.py": "synthetic_report",
     "tests/report/test_report_cli.py": "synthetic_report",
     "tests/report/test_report_html.py": "synthetic_report",
     "tests/report/test_report_numbers.py": "synthetic_report",

@@ -16,6 +16,8 @@ from nvwatch.agent.report.model import Report
 from nvwatch.agent.report.output import write_report
 from nvwatch.agent.report.prom import Connection, PrometheusClient
 from nvwatch.agent.report.queries import build_queries
+from nvwatch.agent.report.queries_bmc import bmc_queries
+from nvwatch.agent.report.sections.cooling import cooling
 from nvwatch.agent.report.sections.fabric import fabric
 from nvwatch.agent.report.sections.health import health
 from nvwatch.agent.report.sections.power import power
@@ -51,7 +53,10 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
     now = time.time()
     window = make_window(options.range_text, options.end_text, options.step_text, now)
     client = PrometheusClient(options.connection)
-    queries = build_queries(options.config, window, options.cluster)
+    queries = [
+        *build_queries(options.config, window, options.cluster),
+        *bmc_queries(options.config, window, options.cluster),
+    ]
     frames = fetch_all(client, queries, window, progress)
     if not len(frames["gpu_up"]):
         raise ReportError(
@@ -75,6 +80,7 @@ def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
         usage(ctx, allocs),
         power(ctx),
         thermal(ctx),
+        cooling(ctx),
         fabric(ctx),
         health(ctx),
     ]

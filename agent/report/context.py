@@ -73,6 +73,10 @@ class Context:
         """The instance, with its cluster when the report spans several."""
         return f"{node[0]}/{node[3]}" if self._several_clusters else node[3]
 
+    def rack_name(self, cluster: str, rack: str) -> str:
+        """The rack, with its cluster when the report spans several."""
+        return f"{cluster}/{rack}" if self._several_clusters else rack
+
     def weekly(self, values: Array, how: str = "sum") -> list[float]:
         """Per-week sum (x step hours: hours) or mean of one row of per-step values."""
         weeks = self._week_of_step

@@ -26,6 +26,11 @@ def peak(values: Array | Iterable[float]) -> float:
     return float(present.max()) if present.size else float("nan")
 
 
+def lowest(values: Array | Iterable[float]) -> float:
+    present = _values(values)
+    return float(present.min()) if present.size else float("nan")
+
+
 def percentile(values: Array | Iterable[float], q: float) -> float:
     present = _values(values)
     return float(np.percentile(present, q)) if present.size else float("nan")

@@ -45,6 +45,7 @@ bytes_per_second = _formatter(lambda v: _si(v, "B/s"))
 percent = _formatter(lambda v: f"{100 * v:.1f} %")  # a 0..1 ratio: 0.4567 -> '45.7 %'
 hours = _formatter(lambda v: _large(v, "h"))
 count = _formatter(lambda v: f"{v:,.0f}")
+rpm = _formatter(lambda v: f"{v:,.0f} rpm")  # a fan's speed
 
 # unit name (as plots and tables declare it) -> formatter
 FORMATTERS: dict[str, Callable[[float | None], str]] = {
@@ -56,6 +57,7 @@ FORMATTERS: dict[str, Callable[[float | None], str]] = {
     "ratio": percent,
     "h": hours,
     "count": count,
+    "rpm": rpm,
 }
 
 

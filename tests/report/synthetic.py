@@ -12,13 +12,22 @@ report's own code. Episodes sit in known weeks of a 21-day range:
 - week 3: IB congestion on node-a mlx5_1 (days 15-16, 20 % transmit wait); bob's job
   holds node-b's 4 GPUs days 14-17 at 2 % utilization; XID 79 on node-c GPU 1 (day 18);
   node-b's agent down for 12 h (day 19).
+
+Every node has a BMC (the `nvwatch-bmc` probe job, with its node's labels): node power
+is its GPUs' power plus a known rest, read by DCMI or a "Total Power" sensor, with each
+supply's input power beside it; inlet, exhaust and CPU air; four fans; two supplies.
+Its episodes: node-b's PSU2 failed (days 4-5, 36 h); rack-01 warm, 32 °C inlet, above
+the DGX A100's 30 °C and below the DGX-1's 35 °C (day 10, 3 h); node-c's FAN3 stopped
+(day 11, 12 h), and its GPU 3 slows down for it; node-d's BMC unreachable (day 13, 6 h);
+node-d's FAN1 slow, 900 rpm and critical (day 14, 4 h); a hot aisle on rack-00, 41 °C
+inlet (day 16, 8 h), and node-a's GPU 0 slows down for it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +99,38 @@ CONGESTION = ("node-a", "mlx5_1", during(15, 17), 0.2)
 BOB = ("node-b", during(14, 17), 0.02)
 XID = ("node-c", 1, 18.25, "79")
 AGENT_DOWN = ("node-b", during(19, 19.5))
+# --- the BMCs' episodes (node or rack, sensor, window, value)
+PSU_FAILURE = ("node-b", "PSU2", during(4 + 2 / 24, 5 + 14 / 24))
+WARM = ("rack-01", during(10.5, 10.5 + 3 / 24), 32.0)
+FAN_FAILURE = ("node-c", "FAN3", during(11 + 8 / 24, 11 + 20 / 24))
+BMC_DOWN = ("node-d", during(13.25, 13.5))
+FAN_SLOW = ("node-d", "FAN1", during(14 + 10 / 24, 14 + 14 / 24), 900.0)
+HOT_AISLE = ("rack-00", during(16.25, 16.25 + 8 / 24), 41.0)
+
+BMC_JOB = "nvwatch-bmc"
+# The BMC job scrapes half an interval after the agents (as a second scrape job does,
+# at its own offset): no BMC sample sits on a report step's edge, where Prometheus 2
+# counts it in both steps (3 in the one it ends), so a step holds exactly four.
+BMC_OFFSET = INTERVAL / 2
+# Operating inlet air maxima as NVIDIA publishes them: the DGX-1 white paper's 5-35 °C,
+# the DGX A100 user guide's 5-30 °C.
+ENVELOPE = {"dgx1-v100": 35.0, "dgx-a100": 30.0}
+# What each node draws beyond its GPUs (CPUs, fans, memory, NICs), W: a base, plus this
+# much more with every GPU busy.
+REST = {"dgx1-v100": (300.0, 200.0), "dgx-a100": (500.0, 300.0)}
+# How each node's BMC reports node power: DCMI, or a "Total Power" sensor; node-a and
+# node-b also report each supply's input power (about half the node each), which the
+# report must not take for the node's.
+DCMI_NODES = ("node-a", "node-c")
+SUPPLY_INPUT_NODES = ("node-a", "node-b")
+FANS = 4
+FAN_CRITICAL_RPM = 1200.0  # the fans' lower critical threshold
+SUPPLIES = ("PSU1", "PSU2")
+# GPUs that slow down for the BMC episodes' heat (node, GPU, window, die °C): one in the
+# hot aisle's last 6 h, one in the last 6 h of its node's stopped fan, both above their
+# board's slowdown threshold (V100 87 °C, A100 89 °C)
+ROOM_SLOWDOWN = ("node-a", 0, HOT_AISLE[1] & during(16 + 8 / 24, 17), 89.0)
+NODE_SLOWDOWN = ("node-c", 3, FAN_FAILURE[2] & during(11 + 14 / 24, 12), 90.0)
 
 
 @dataclass
@@ -98,6 +139,7 @@ class Series:
     kind: str  # gauge, counter, info
     labels: dict[str, str]
     values: Array  # NaN where there is no sample
+    offset: float = 0.0  # seconds after TIMES its samples are taken
 
 
 @dataclass
@@ -107,9 +149,22 @@ class History:
     util: dict[tuple[str, int], Array] = field(default_factory=dict)
     power: dict[tuple[str, int], Array] = field(default_factory=dict)
     up: dict[tuple[str, int], Array] = field(default_factory=dict)
+    # what each GPU drew, whether its agent reported it or not (a lost GPU draws nothing)
+    drawn: dict[tuple[str, int], Array] = field(default_factory=dict)
+    # per node, as its BMC reported them (at TIMES + BMC_OFFSET): node power (the
+    # reading the report must use) and its warmest inlet sensor
+    node_power: dict[str, Array] = field(default_factory=dict)
+    inlet: dict[str, Array] = field(default_factory=dict)
 
-    def add(self, family: str, kind: str, labels: dict[str, str], values: Array) -> None:
-        self.series.append(Series(family, kind, labels, values))
+    def add(
+        self,
+        family: str,
+        kind: str,
+        labels: dict[str, str],
+        values: Array,
+        offset: float = 0.0,
+    ) -> None:
+        self.series.append(Series(family, kind, labels, values, offset))
 
 
 def _utilization(node: Node, gpu: int) -> Array:
@@ -121,6 +176,12 @@ def _utilization(node: Node, gpu: int) -> Array:
         util[POWER_CAP[1]] = 0.98
     if node.name == BOB[0]:
         util[BOB[1]] = BOB[2]
+    return util
+
+
+def node_utilization(node: Node) -> Array:
+    """The mean utilization of the node's GPUs, whether its agent reported them or not."""
+    util: Array = np.mean([_utilization(node, g) for g in range(GPUS)], axis=0)
     return util
 
 
@@ -152,6 +213,7 @@ def build() -> History:
         _gpus(history, node)
         _ports(history, node)
         _allocations(history, node)
+        _bmc(history, node)
     return history
 
 
@@ -173,6 +235,11 @@ def _gpus(history: History, node: Node) -> None:
         if (node.name, gpu) == THERMAL[:2]:
             temp[THERMAL[2]] = 91.0
             slowed[THERMAL[2]] = 1.0
+        for hot_node, hot_gpu, window, celsius in (ROOM_SLOWDOWN, NODE_SLOWDOWN):
+            if (node.name, gpu) == (hot_node, hot_gpu):
+                temp[window] = celsius
+                slowed[window] = 1.0
+        history.drawn[(node.name, gpu)] = np.where(up == 1.0, power, 0.0)
         history.up[(node.name, gpu)] = _masked(up, node_gone)
         history.util[(node.name, gpu)] = _masked(util, gone)
         history.power[(node.name, gpu)] = _masked(power, gone)
@@ -312,6 +379,85 @@ def _allocations(history: History, node: Node) -> None:
             )
 
 
+def _bmc(history: History, node: Node) -> None:
+    """The node's BMC: its power, air, fans and supplies, absent while it is unreachable."""
+    labels = {**node.labels(), "job": BMC_JOB, "bmc": f"{node.name}-bmc"}
+    down = BMC_DOWN[1] if node.name == BMC_DOWN[0] else np.zeros(TIMES.size, dtype=bool)
+    history.add("nvwatch_bmc_up", "gauge", labels, np.where(down, 0.0, 1.0), BMC_OFFSET)
+    util = node_utilization(node)
+
+    def gauge(family: str, extra: dict[str, str], values: Array) -> None:
+        history.add(family, "gauge", {**labels, **extra}, _masked(values, down), BMC_OFFSET)
+
+    base, busy = REST[node.node_class]
+    gpus = np.sum([history.drawn[(node.name, g)] for g in range(GPUS)], axis=0)
+    watts = np.round(gpus + base + busy * util)
+    history.node_power[node.name] = _masked(watts, down)
+    if node.name in DCMI_NODES:
+        gauge("nvwatch_bmc_power_watts", {"method": "dcmi", "sensor": "dcmi"}, watts)
+    else:
+        gauge("nvwatch_bmc_power_watts", {"method": "sensor", "sensor": "Total Power"}, watts)
+    failed = {psu: np.zeros(TIMES.size) for psu in SUPPLIES}
+    if node.name == PSU_FAILURE[0]:
+        failed[PSU_FAILURE[1]][PSU_FAILURE[2]] = 1.0
+    if node.name in SUPPLY_INPUT_NODES:
+        # the working supplies share the load; a failed one delivers nothing
+        working = sum(1.0 - f for f in failed.values())
+        for psu in SUPPLIES:
+            share = (1.0 - failed[psu]) / working
+            sensor = {"method": "sensor", "sensor": f"{psu} Input Power"}
+            gauge("nvwatch_bmc_power_watts", sensor, np.round(watts * share))
+    for psu in SUPPLIES:
+        sensor = {"sensor": f"{psu} Status"}
+        gauge("nvwatch_bmc_power_supply_present", sensor, np.ones(TIMES.size))
+        gauge("nvwatch_bmc_power_supply_failed", sensor, failed[psu])
+        state = {**sensor, "type": "Power Supply"}
+        gauge("nvwatch_bmc_sensor_state", state, 2.0 * failed[psu])
+    _air(history, node, util, gauge)
+    _fans(node, util, gauge)
+
+
+def _inlet(node: Node) -> Array:
+    """The room's air at the node: a daily swing, warmer up the rack, and the episodes."""
+    index = [n.name for n in NODES].index(node.name)
+    inlet = np.round(22.0 + 1.5 * np.sin(2 * math.pi * (TIMES - START) / DAY) + 0.5 * index, 1)
+    for rack, window, celsius in (WARM, HOT_AISLE):
+        if node.rack == rack:
+            inlet[window] = celsius
+    return inlet
+
+
+def _air(history: History, node: Node, util: Array, gauge: Callable[..., None]) -> None:
+    inlet = _inlet(node)
+    sensors = [("Inlet Temp", "inlet", inlet)]
+    if node.name == "node-d":  # a second inlet sensor, cooler: the report takes the warmest
+        sensors.append(("Front Inlet", "inlet", inlet - 1.5))
+    sensors += [
+        ("Exhaust Temp", "exhaust", np.round(inlet + 8.0 + 10.0 * util, 1)),
+        ("CPU1 Temp", "cpu", np.round(45.0 + 20.0 * util, 1)),
+    ]
+    for name, entity, celsius in sensors:
+        gauge("nvwatch_bmc_temperature_celsius", {"sensor": name, "entity": entity}, celsius)
+    over = inlet - ENVELOPE[node.node_class]
+    state = np.where(over > 5.0, 2.0, np.where(over > 0.0, 1.0, 0.0))
+    gauge("nvwatch_bmc_sensor_state", {"sensor": "Inlet Temp", "type": "Temperature"}, state)
+    down = BMC_DOWN[1] if node.name == BMC_DOWN[0] else np.zeros(TIMES.size, dtype=bool)
+    history.inlet[node.name] = _masked(inlet, down)
+
+
+def _fans(node: Node, util: Array, gauge: Callable[..., None]) -> None:
+    for fan in range(1, FANS + 1):
+        name = f"FAN{fan}"
+        rpm = np.round(6000.0 + 3000.0 * util + 100.0 * fan, -1)
+        if (node.name, name) == FAN_FAILURE[:2]:
+            rpm[FAN_FAILURE[2]] = 0.0
+        if (node.name, name) == FAN_SLOW[:2]:
+            rpm[FAN_SLOW[2]] = FAN_SLOW[3]
+        gauge("nvwatch_bmc_fan_speed_rpm", {"sensor": name}, rpm)
+        state = np.where(rpm < FAN_CRITICAL_RPM, 2.0, 0.0)
+        gauge("nvwatch_bmc_sensor_state", {"sensor": name, "type": "Fan"}, state)
+
+
 def openmetrics_lines(history: History, chunk: npt.NDArray[np.bool_]) -> Iterator[str]:
     """The samples at TIMES[chunk] as OpenMetrics text: families contiguous, in time order."""
     families: dict[str, list[Series]] = {}
@@ -324,7 +470,8 @@ def openmetrics_lines(history: History, chunk: npt.NDArray[np.bool_]) -> Iterato
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(series.labels.items()) if v != "")
             prefix = f"{family}{suffix}{{{labels}}} "
             present = chunk & ~np.isnan(series.values)
-            for time, value in zip(TIMES[present], series.values[present], strict=True):
+            times = TIMES[present] + series.offset
+            for time, value in zip(times, series.values[present], strict=True):
                 yield f"{prefix}{value:.17g} {time:.0f}\n"
     yield "# EOF\n"
 

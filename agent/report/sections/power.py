@@ -1,4 +1,5 @@
-"""Power: node and rack GPU power against TDP and the rack plan, time at cap, energy."""
+"""Power: node and rack GPU power against TDP and the rack plan, time at cap, energy;
+whole-node power where the BMCs measure it (power_node.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from nvwatch.agent.report import plots, stats, units
 from nvwatch.agent.report.context import Context, NodeKey
 from nvwatch.agent.report.frame import Array
 from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
+from nvwatch.agent.report.sections.power_node import add_measured_power
 
 SHOWN_RACKS = 8  # one colour each: at most len(style.RACK_COLOURS)
 
@@ -48,6 +50,7 @@ def power(ctx: Context) -> Section:
     _rack_findings(ctx, section, racks)
     _cap_findings(ctx, section, cap)
     _plots(ctx, section, avg, tdp)
+    add_measured_power(ctx, section, avg)
     return section
 
 

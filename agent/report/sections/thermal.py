@@ -1,10 +1,15 @@
-"""Thermal: time in thermal slowdown per GPU, the hottest GPUs and their trend, HBM headroom."""
+"""Thermal: time in thermal slowdown per GPU, the hottest GPUs and their trend, HBM headroom.
+
+Where the nodes' BMCs are probed, each slowdown says where its heat came from (air.py):
+the room (inlet air above its envelope), the node (a fan stopped) or the GPU itself.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from nvwatch.agent.report import plots, stats, style, units
+from nvwatch.agent.report.air import GPU, NODE, ROOM, HeatSources
 from nvwatch.agent.report.context import Context
 from nvwatch.agent.report.frame import Array
 from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
@@ -13,6 +18,16 @@ TOP = 10
 TREND_GPUS = 5
 
 GpuKey = tuple[str, ...]  # (cluster, rack, node_class, instance, gpu, uuid)
+# what to do about a slowdown, by where its heat came from ("": no BMC data then)
+ADVICE = {
+    ROOM: "slowed while its node breathed air above its envelope: the room, not the GPU; "
+    "check the aisle's cooling and containment.",
+    NODE: "slowed on normal inlet air with a fan of its node stopped or failing: the node; "
+    "replace the fan.",
+    GPU: "slowed on normal inlet air with every fan turning: the GPU itself; check its heat "
+    "sink and airflow path, reseat or replace it.",
+    "": "needs its cooling checked: inlet air, fans, blocked airflow.",
+}
 
 
 def thermal(ctx: Context) -> Section:
@@ -60,6 +75,8 @@ def _slowdown_tables(
         "GPUs that slowed down for heat", len(affected), "count"
     )
     weeks = range(ctx.window.weeks)
+    sources = HeatSources(ctx)
+    source = {k: sources.of((k[0], k[1], k[2], k[3]), slowed[k]) for k in affected}
     rows: list[list[Cell]] = [
         [
             _gpu_name(ctx, k),
@@ -69,6 +86,7 @@ def _slowdown_tables(
             k[1],
             hours[k],
             stats.peak(temp.get(k, np.zeros(0))),
+            source[k],
             ctx.worst_week(slowed[k]),
             *ctx.weekly(slowed[k]),
         ]
@@ -86,10 +104,13 @@ def _slowdown_tables(
                 Column("rack", "rack"),
                 Column("hours", "in slowdown", "h"),
                 Column("max_celsius", "max die", "°C"),
+                Column("heat_source", "heat from"),
                 Column("worst_week", "worst week"),
                 *(Column(f"week_{w + 1}", ctx.window.week_label(w), "h") for w in weeks),
             ],
             rows,
+            note="Heat from: what the node's BMC read while the GPU slowed down; empty "
+            "where it read nothing.",
         )
     )
     if affected:
@@ -97,8 +118,7 @@ def _slowdown_tables(
         section.findings.append(
             f"{len(affected)} GPU(s) spent {units.hours(total)} in thermal slowdown; the worst, "
             f"{_gpu_name(ctx, worst)} ({units.hours(hours[worst])}, mostly in the "
-            f"{ctx.worst_week(slowed[worst])}), needs its cooling checked: inlet air, fans, "
-            "blocked airflow."
+            f"{ctx.worst_week(slowed[worst])}), {ADVICE[source[worst]]}"
         )
     else:
         section.findings.append("No GPU slowed down for heat.")
