@@ -30,6 +30,10 @@ Threads the agent runs (name, who starts it, why it exists):
 - ``nvwatch-http-auth``, `ServerLimits.bcrypt_workers` of them (1): `MetricsServer.start`,
   only with basic_auth_users. bcrypt checks of credentials not seen before, off the loop
   thread and bounded in number (agent/server/auth.py).
+- ``nvwatch-bmc``, `DEFAULT_WORKERS` of them at most (64): `thread_pool` in `ProbeService`
+  (agent/server/probe.py), only with --bmc-config or a simulated node's BMC. One BMC read
+  each, so a BMC that does not answer holds one worker until its module's timeout, never
+  the HTTP loop or another target's read.
 - ``nvwatch-sim``: `SimulatedNode.start` (sim/node.py), only with `--simulate`
   and the infiniband source. Rewrites the simulated sysfs tree once per poll interval,
   half an interval out of phase with the polls, as the kernel's counters would move.

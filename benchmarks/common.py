@@ -126,3 +126,26 @@ def stop(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(grace)
+
+
+def with_section(text: str, section: str, begin: str, end: str) -> str:
+    """`text` with its part from `begin` to `end` replaced by `section` (which carries
+    both markers), or `section` appended at the end."""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1].lstrip("\n")
+        return head + section + ("\n" + tail if tail else "")
+    return text.rstrip() + "\n\n" + section
+
+
+def replace_section(path: Path, section: str, begin: str, end: str) -> None:
+    """Rewrite one benchmark's section of `path` in place: each benchmark regenerates its
+    own figures and leaves the rest of the document alone."""
+    path.write_text(with_section(path.read_text(), section, begin, end))
+
+
+def section_of(text: str, begin: str, end: str) -> str | None:
+    """The part of `text` from `begin` to `end`, markers included; None without both."""
+    if begin not in text or end not in text:
+        return None
+    return begin + text.split(begin, 1)[1].split(end, 1)[0] + end + "\n"

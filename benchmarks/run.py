@@ -31,7 +31,16 @@ if __package__ in (None, ""):
 from benchmarks.attribution_cost import PROCESSES as ATTRIBUTION_PROCESSES
 from benchmarks.attribution_cost import PROFILE as ATTRIBUTION_PROFILE
 from benchmarks.attribution_cost import measure_attribution_cost
-from benchmarks.common import REPO_ROOT, cpu_model, package_version, tool_version
+from benchmarks.bmc_fleet_section import BEGIN as FLEET_BEGIN
+from benchmarks.bmc_fleet_section import END as FLEET_END
+from benchmarks.common import (
+    REPO_ROOT,
+    cpu_model,
+    package_version,
+    section_of,
+    tool_version,
+    with_section,
+)
 from benchmarks.nvml_calls import measure_nvml_calls
 from benchmarks.peer_cost import measure_peer_cost
 from benchmarks.poll_cost import (
@@ -210,6 +219,14 @@ def machine(command: str) -> Machine:
     )
 
 
+def kept_sections(out: Path, text: str) -> str:
+    """`text` with the sections of `out` that other benchmarks write (this run does not
+    measure them: the BMC fleet takes minutes and real BMCs), carried over as they are."""
+    old = out.read_text() if out.exists() else ""
+    kept = section_of(old, FLEET_BEGIN, FLEET_END)
+    return text if kept is None else with_section(text, kept, FLEET_BEGIN, FLEET_END)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny counts (~1 minute)")
@@ -246,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         out = args.out if args.out.is_absolute() else Path.cwd() / args.out
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        out.write_text(kept_sections(out, text))
         log(f"wrote {out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out}")
     return 0
 

@@ -34,6 +34,7 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import replace_section
 from nvwatch.sim.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,14 +182,7 @@ def _load() -> str:
 
 def update(path: Path, section: str) -> None:
     """Replace this section of `path` (or append it before the end)."""
-    text = path.read_text()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + section + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
+    replace_section(path, section, BEGIN, END)
 
 
 def main() -> None:

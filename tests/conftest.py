@@ -25,10 +25,39 @@ SHARED_SESSION_FIXTURES = {
 }
 
 
+# The files that take longest, mostly waiting on time (alert `for:` windows, a block
+# reload, a sharded scrape settling), longest first (pytest --durations on two cores).
+# Workers take them first, so the suite does not end with one of them running alone.
+LONGEST_FIRST = (
+    "tests/e2e/test_sharded_vm.py",
+    "tests/e2e/test_restart_matrix.py",
+    "tests/history/test_readme_backfill.py",
+    "tests/history/test_backfilled_history.py",
+    "tests/report/test_report_history.py",
+    "tests/preview/test_dashboard_preview.py",
+    "tests/deploy/test_local_stack.py",
+    "tests/release/test_release.py",
+    "tests/benchmarks/test_benchmarks.py",
+    "tests/real_gpu/test_check.py",
+    "tests/e2e/test_fleet_e2e.py",
+    "tests/benchmarks/test_peer_cost.py",
+    "tests/agent/test_server_soak.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """LONGEST_FIRST's files first, the rest in their usual order."""
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Whole test files to each worker, as `--dist loadfile` does (a module-scoped daemon
-    starts once), except that the files of SHARED_SESSION_FIXTURES go together."""
+    starts once), except that the files of SHARED_SESSION_FIXTURES go together; handed
+    out in collection order (LONGEST_FIRST), not xdist's most-tests-first."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class FilesAndSharedFixtures(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -30,13 +30,16 @@ from nvwatch.agent.sources.bmc.reading import (
     Module,
     Target,
 )
+from nvwatch.agent.threads import thread_pool
 
 log = logging.getLogger(__name__)
 
 PROBE_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_MODULE = "default"  # ipmi_exporter's name for the module a probe without one uses
 DEFAULT_CACHE_S = 5.0
-DEFAULT_WORKERS = 16
+# a BMC that does not answer holds a worker until its module's timeout: this many of them
+# at once before a healthy BMC's read waits for a worker (a blocked thread costs a stack)
+DEFAULT_WORKERS = 64
 # reads queued or running at most, per worker; past it a probe is refused at once (503)
 # rather than queued behind reads that would make it late anyway
 _QUEUE_PER_WORKER = 4
@@ -107,7 +110,7 @@ class ProbeService:
         self._modules, self._reader, self._render = modules, reader, render
         self._cache_s, self._clock = cache_s, clock
         self._limit = workers * _QUEUE_PER_WORKER
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="nvwatch-bmc")
+        self._pool = thread_pool("nvwatch-bmc", workers)
         self._lock = threading.Lock()
         self._cached: dict[tuple[Target, str], tuple[float, Response]] = {}
         self._reading: dict[tuple[Target, str], Future[Response]] = {}

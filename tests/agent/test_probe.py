@@ -125,6 +125,20 @@ def test_a_hung_bmc_costs_its_own_probe_a_bounded_wait_and_nothing_else(bmcs: Bm
     assert TIMEOUT_S <= took < TIMEOUT_S + 1.0
 
 
+def test_many_hung_bmcs_do_not_delay_a_healthy_one(bmcs: Bmcs) -> None:
+    probe = start(bmcs)
+    hung_targets = 24  # past what one worker per CPU, or a small fixed pool, would hold
+    with serving(probe=probe.respond) as served, ThreadPoolExecutor(hung_targets) as pool:
+        hung = [pool.submit(get, served, f"/probe?target=hung-{i}") for i in range(hung_targets)]
+        time.sleep(0.2)
+        status, body, took = get(served, "/probe?target=bmc-2")
+        bmcs.release.set()
+        assert all(future.result()[0] == 200 for future in hung)
+    probe.close()
+    assert (status, body) == (200, "up 1\nwatts 5.0\n")
+    assert took < 0.5
+
+
 def test_reads_within_the_cache_time_and_concurrent_ones_share_one_read(bmcs: Bmcs) -> None:
     probe = start(bmcs, cache_s=30.0)
     with serving(probe=probe.respond) as served, ThreadPoolExecutor(6) as pool:

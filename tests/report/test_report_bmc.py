@@ -368,3 +368,23 @@ def test_without_bmc_data_the_plan_is_gpu_only_and_says_so(
     slowdown = without_bmc["sections"]["thermal"]["tables"]["slowdown"]["rows"]
     assert {r["heat_source"] for r in slowdown} == {""}
     assert "inlet air, fans, blocked airflow" in without_bmc["sections"]["thermal"]["findings"][0]
+
+
+def test_a_rack_with_a_node_not_probed_counts_what_was_measured(
+    synthetic_report: SyntheticReport, backfill: Backfill, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """node-b's BMC left out of the probe job (its selector): rack-00 is measured on
+    node-a alone, and says so."""
+    config = _example_config()
+    config["bmc_job_selector"] = f'job="{synthetic.BMC_JOB}", instance!="{_instance("node-b")}"'
+    data = _report(synthetic_report.url, tmp_path_factory.mktemp("partly-probed"), config)
+    racks = {r["rack"]: r for r in _rows(data, "power", "measured_by_rack")}
+    assert (racks["rack-00"]["nodes_measured"], racks["rack-00"]["nodes"]) == (1, 2)
+    node_a = _node_power(backfill, "node-a")
+    assert racks["rack-00"]["max_watts"] == pytest.approx(float(np.nanmax(node_a)), rel=1e-6)
+    measured = {r["node"] for r in _rows(data, "power", "measured_by_node")}
+    assert measured == {_instance(n.name) for n in synthetic.NODES} - {_instance("node-b")}
+    inlet = {r["rack"]: r for r in _rows(data, "cooling", "inlet_by_rack")}
+    assert inlet["rack-00"]["nodes"] == 1
+    events = {(e["kind"], e["node"]) for e in _rows(data, "cooling", "events")}
+    assert ("power supply failed", _instance("node-b")) not in events

@@ -23,7 +23,7 @@ SHOWN_RACKS = 8  # one colour each: at most len(style.RACK_COLOURS)
 RackKey = tuple[str, str]  # (cluster, rack)
 
 NO_BMC = (
-    "No node power from BMCs in the range (nvwatch_bmc_power_watts of the {job} job): "
+    "No node power from BMCs in the range (nvwatch_bmc_power_watts{selector}): "
     "this rack plan counts GPU power only, against rack_gpu_power_budget_kw, the circuit "
     "budget less what the rest of each node draws; probe the nodes' BMCs to plan on "
     "measured node power."
@@ -63,7 +63,7 @@ def add_measured_power(ctx: Context, section: Section, gpu: dict[NodeKey, Array]
     """The measured parts of the power section, or its plain note when there are none."""
     measured = node_power(ctx)
     if not measured.avg:
-        section.findings.append(NO_BMC.format(job=ctx.cfg.bmc_job_selector))
+        section.findings.append(NO_BMC.format(selector=ctx.cfg.bmc_sel()))
         return
     energy = {n: ctx.hours(v) / 1000 for n, v in measured.avg.items()}  # W x h -> kWh
     shared = {n: _shared_energy(ctx, v, gpu.get(n)) for n, v in measured.avg.items()}
@@ -73,7 +73,7 @@ def add_measured_power(ctx: Context, section: Section, gpu: dict[NodeKey, Array]
                 "node energy over the range (BMC)", sum(energy.values()), "kWh"
             ),
             "non_gpu_share": Number(
-                "non-GPU share of node power", _share([shared[n] for n in shared]), "ratio"
+                "non-GPU share of node power", _share(list(shared.values())), "ratio"
             ),
         }
     )
