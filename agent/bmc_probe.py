@@ -2,7 +2,8 @@
 
 Loaded before anything starts, so a bad file is one line and exit 2 like any bad input.
 A real agent reads BMCs over IPMI (python-ipmi, imported only here, only with a BMC
-config).
+config); a simulated one answers for its simulated node's BMC, with the file's modules
+or, without one, the simulator's built-in `default` module.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from nvwatch.agent import simulation
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.server.probe import ProbeService
 from nvwatch.agent.sources.bmc.config import BmcConfig, load_bmc_config
@@ -27,12 +29,19 @@ def probe_service(config: AgentConfig, bmc: BmcConfig | None) -> ProbeService | 
     simulating. None: this agent probes no BMC (/probe answers 404 and says why)."""
     from nvwatch.agent.exposition.bmc import probe_exposition
 
-    if bmc is None:
+    simulated = simulation.simulated_bmc() if config.simulate else None
+    if simulated is not None:
+        reader, module, address = simulated
+        modules = dict(bmc.modules) if bmc is not None else {module.name: module}
+        log.info("/probe reads the simulated BMC: target=%s, modules %s", address, sorted(modules))
+    elif bmc is None:
         return None
-    from nvwatch.agent.sources.bmc.ipmi import IpmiReader
+    else:
+        from nvwatch.agent.sources.bmc.ipmi import IpmiReader
 
-    reader, modules = IpmiReader(), dict(bmc.modules)
-    _log_loaded(config.bmc_config, bmc)
+        reader, modules = IpmiReader(), dict(bmc.modules)
+    if bmc is not None:
+        _log_loaded(config.bmc_config, bmc)
     return ProbeService(modules, reader, probe_exposition, cache_s=config.bmc_cache)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import click
 
 from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sources.bmc.reading import BmcReader, Module
 
 # the logger of a simulated node's start-up banner (`doctor` prints that itself)
 BANNER_LOGGER = "nvwatch.sim.runtime"
@@ -54,3 +55,14 @@ def default_onsets() -> dict[str, float]:
     from nvwatch.sim.node_scenarios import WORKLOADS, known_scenarios, onset
 
     return {name: onset(name) for name in known_scenarios() if name not in WORKLOADS}
+
+
+def simulated_bmc() -> tuple[BmcReader, Module, str] | None:
+    """Inside a `simulated_node` block: the simulated node's BMC for /probe (its reader,
+    the built-in module `default` that reads every sensor and DCMI, and the BMC's address
+    to give as `target=`); None outside one."""
+    from nvwatch.sim.bmc_reader import SIMULATED_MODULE
+    from nvwatch.sim.runtime import BMC_ADDRESS, bmc_reader
+
+    reader = bmc_reader()
+    return None if reader is None else (reader, SIMULATED_MODULE, BMC_ADDRESS)

@@ -17,6 +17,10 @@ cluster. What makes 128 nodes fit on two cores:
 - Scenarios end on schedule (`until=`), or on request while the fleet runs: `repair()`,
   or a line `NODE[:NAME[@TARGET]]` in the `repair_file`, which the ticker takes (and
   removes) at its next step, so an operator can repair a fault without a restart.
+- Every node has a BMC on a loopback management network (`NodeSpec.bmc`, 127.1.0.1 up);
+  `bmc_reader` reads any of them as the `bmc` source reads a real one; the management
+  host (fleet_probe.py, on BASE + N) answers /probe for all of them, and
+  `bmc_file_sd()` / `bmc_scrape_config()` are the `nvwatch-bmc` job that probes them.
 
 The host source reads the real machine: every simulated node reports the same host.
 Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.sim.fleet_plan`,
@@ -41,6 +45,7 @@ from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.inventory import write_json_atomic
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.bmc_reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
 from nvwatch.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
 from nvwatch.sim.fleet_node import FleetNode, build_agent, node_agent_config, simulate_node
@@ -49,10 +54,14 @@ from nvwatch.sim.fleet_plan import (
     DEFAULT_NODES_PER_RACK,
     FleetError,
     NodeSpec,
+    bmc_file_sd_groups,
+    bmc_scrape_config,
     file_sd_groups,
+    management_port,
     parse_repair_request,
     plan_fleet,
 )
+from nvwatch.sim.fleet_probe import ManagementHost
 from nvwatch.sim.node import scratch_dir
 from nvwatch.sim.profiles import get_profile
 
@@ -113,6 +122,11 @@ class Fleet:
         self.repair_file = repair_file
         self.clock = SteppedClock(time_scale, running=not hold_time)
         self.nodes: list[FleetNode] = []
+        # the management network: every node's BMC, read as the `bmc` source reads one,
+        # and the host that probes them (started with the nodes)
+        self.bmc_reader = SimulatedBmcReader()
+        self._management_port = management_port(len(self.specs), base_port)
+        self.management: ManagementHost | None = None
         self._root: Path | None = None
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -138,6 +152,7 @@ class Fleet:
         try:
             for spec in self.specs:
                 self.nodes.append(self._start_node(spec))
+            self.management = self._start_management()
         except BaseException:
             self.stop()
             raise
@@ -167,7 +182,24 @@ class Fleet:
         # building the agent started nothing, so a port in use leaves nothing to stop
         node = FleetNode(spec, sim, build_agent(sim, config, self.clock))
         node.start()
+        self.bmc_reader.add(spec.bmc, sim)
         return node
+
+    def _start_management(self) -> ManagementHost:
+        try:
+            host = ManagementHost(
+                self.bmc_reader,
+                self.listen_host,
+                self._management_port,
+                cache_s=min(5.0, self.interval),  # one read per tick at most, as real time runs
+                interval=self.interval,
+            )
+        except OSError as exc:
+            where = f"{self.listen_host}:{self._management_port}"
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise FleetError(f"management host: cannot listen on {where}: {reason}") from exc
+        host.start()
+        return host
 
     def _tick_loop(self) -> None:
         """Step the clock once per interval, then tick the nodes spread over the interval.
@@ -243,6 +275,19 @@ class Fleet:
     def write_file_sd(self, path: Path) -> None:
         write_json_atomic(path, self.file_sd())
 
+    def bmc_file_sd(self) -> list[dict[str, Any]]:
+        """The `nvwatch-bmc` job's targets: every node's BMC, with the node's labels."""
+        return bmc_file_sd_groups(self.specs)
+
+    def write_bmc_file_sd(self, path: Path) -> None:
+        write_json_atomic(path, self.bmc_file_sd())
+
+    def bmc_scrape_config(self, file_sd: Path, interval: str = "30s") -> dict[str, Any]:
+        """The Prometheus job probing every BMC of `file_sd` through the management host."""
+        if self.management is None:
+            raise RuntimeError("the fleet is not running")
+        return bmc_scrape_config(str(file_sd), self.management.address, interval=interval)
+
     def stop(self) -> None:
         self._stop.set()
         if self._ticker is not None:
@@ -259,6 +304,9 @@ class Fleet:
         ]
         for stopper in stoppers:
             stopper.join()
+        if self.management is not None:
+            self.management.stop()
+            self.management = None
         for node in self.nodes:
             node.sim.close()
         if self._root is not None:

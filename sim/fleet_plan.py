@@ -20,6 +20,7 @@ from nvwatch.sim.profiles import UnknownProfile, get_profile
 DEFAULT_CLUSTER = "sim"
 DEFAULT_NODES_PER_RACK = 4  # four DGX-1 (3.2 kW each) per ~13 kW rack
 NAME_PREFIX = "dgx"
+BMC_JOB = "nvwatch-bmc"  # the scrape job of the BMCs, beside the agents' `nvwatch`
 _MAX_PORT = 65535
 
 
@@ -40,6 +41,7 @@ class NodeSpec:
     rack: str
     scenarios: tuple[ScenarioSpec, ...] = ()
     mig: str | None = None  # the node's --mig layout (sim/mig_layout.py)
+    bmc: str = ""  # its BMC's address on the (loopback) management network: bmc_address()
 
 
 def expand_profiles(text: str, nodes: int | None = None) -> list[str]:
@@ -153,6 +155,17 @@ def node_name(index: int, prefix: str = NAME_PREFIX) -> str:
     return f"{prefix}-{index:03d}"
 
 
+def bmc_address(index: int) -> str:
+    """Node i's BMC on the simulated management network: 127.1.0.1 for node 0, up. As in
+    the hand-over table of a real cluster, one address per node on its own network; here
+    on loopback, so a probe that did open a socket would never leave the machine (the
+    simulated reader opens none)."""
+    number = index + 1
+    if not 0 < number < 1 << 16:
+        raise FleetError(f"no simulated BMC address for node {index}")
+    return f"127.1.{number >> 8}.{number & 0xFF}"
+
+
 def rack_name(index: int, nodes_per_rack: int = DEFAULT_NODES_PER_RACK) -> str:
     return f"rack-{index // nodes_per_rack:02d}"
 
@@ -171,6 +184,20 @@ def assign_ports(count: int, base_port: int) -> list[int]:
             f"{count} nodes from port {base_port} would need port {last} > {_MAX_PORT}"
         )
     return [base_port + i for i in range(count)]
+
+
+def management_port(count: int, base_port: int) -> int:
+    """Where the fleet's management host (its BMCs' /probe) listens: right after the
+    nodes' ports, BASE + N; 0 (any free port) when the nodes take any."""
+    if base_port == 0:
+        return 0
+    port = base_port + count
+    if port > _MAX_PORT:
+        raise FleetError(
+            f"{count} nodes from port {base_port} leave no port for the management host "
+            f"({port} > {_MAX_PORT})"
+        )
+    return port
 
 
 def plan_fleet(
@@ -219,6 +246,7 @@ def plan_fleet(
             rack=rack_name(i, nodes_per_rack),
             scenarios=tuple(per_node.get(i, ())),
             mig=layouts.get(i),
+            bmc=bmc_address(i),
         )
         for i, profile in enumerate(profiles)
     ]
@@ -248,19 +276,45 @@ def _mig_layouts(profiles: Sequence[str], mig: Sequence[tuple[range, str]]) -> d
     return layouts
 
 
+def node_labels(spec: NodeSpec) -> dict[str, str]:
+    """The labels every series of node `spec` carries, its agent's and its BMC's."""
+    return {
+        "cluster": spec.cluster,
+        "rack": spec.rack,
+        "node_class": spec.profile,
+        "instance": spec.name,
+    }
+
+
 def file_sd_groups(
     targets: Sequence[tuple[NodeSpec, str]],
 ) -> list[dict[str, Any]]:
     """Prometheus file_sd target groups: one per node, so each carries its own labels."""
+    return [{"targets": [address], "labels": node_labels(spec)} for spec, address in targets]
+
+
+def bmc_file_sd_groups(specs: Sequence[NodeSpec]) -> list[dict[str, Any]]:
+    """The `nvwatch-bmc` job's file_sd groups: one per node, its BMC's address as the
+    target (the job's relabelling makes it `?target=` of the agent that probes), with the
+    node's own labels and `bmc`, so BMC series join the node's GPU series."""
     return [
-        {
-            "targets": [address],
-            "labels": {
-                "cluster": spec.cluster,
-                "rack": spec.rack,
-                "node_class": spec.profile,
-                "instance": spec.name,
-            },
-        }
-        for spec, address in targets
+        {"targets": [spec.bmc], "labels": {**node_labels(spec), "bmc": spec.bmc}} for spec in specs
     ]
+
+
+def bmc_scrape_config(
+    file_sd: str, prober: str, *, module: str = "default", interval: str = "30s"
+) -> dict[str, Any]:
+    """The Prometheus scrape job of the fleet's BMCs: each target of `file_sd` probed at
+    `prober` (HOST:PORT of the agent answering /probe), as ipmi_exporter's are."""
+    return {
+        "job_name": BMC_JOB,
+        "scrape_interval": interval,
+        "metrics_path": "/probe",
+        "params": {"module": [module]},
+        "file_sd_configs": [{"files": [file_sd]}],
+        "relabel_configs": [
+            {"source_labels": ["__address__"], "target_label": "__param_target"},
+            {"target_label": "__address__", "replacement": prober},
+        ],
+    }

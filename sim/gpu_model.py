@@ -11,7 +11,9 @@ Model, per sub-step:
 - the power limit and the thermal controller turn demand into power, clocks and throttle
   reasons (`nvwatch.sim.gpu_thermal`); time under each counts as violation time;
 - temperature relaxes towards the closed-loop steady state (gpu_thermal) with time
-  constant tau: exact for any step length, no explicit-Euler instability;
+  constant tau: exact for any step length, no explicit-Euler instability; the air the
+  board breathes (its ambient, and how well its fans move it) comes from the node's
+  `AirSupply` (the BMC model, sim/bmc_model.py) at every sub-step;
 - energy integrates power; NVLink/PCIe byte counters integrate the workload's traffic;
 - error counters accumulate expected counts (rate x dt) and report the integer part, so
   they depend only on time, not on how often anyone polls.
@@ -19,7 +21,6 @@ Model, per sub-step:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import uuid as uuid_module
@@ -36,15 +37,10 @@ from nvwatch.sim.gpu_state import (
 )
 from nvwatch.sim.gpu_thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
 from nvwatch.sim.profiles import MIB, GpuModel, LinkEnd
-from nvwatch.sim.workload import Workload
+from nvwatch.sim.workload import Workload, workload_means
 
 MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
 MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
-INTENSITY_SAMPLES = 8  # samples per sub-step when averaging the workload
-# A sub-step this many workload steps long or more averages a training job exactly
-# instead of by samples, which would alias against the ~2 s step (long sub-steps come
-# from big clock jumps and from a history stepped minutes at a time).
-EXACT_MEANS_MIN_STEPS = 8
 HBM_OFFSET_C = 4.0  # ~ HBM stacks read a few degrees above the GPU die under load
 
 # PCIe per-lane payload rate in bytes/s after line coding (PCI-SIG: 8 GT/s 128b/130b for
@@ -69,6 +65,14 @@ class ScenarioHook(Protocol):
     def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None: ...
 
     def end(self, gpu: SimulatedGpu) -> None: ...
+
+
+class AirSupply(Protocol):
+    """The chassis around a GPU: at `elapsed` seconds since the start, (the temperature of
+    the air reaching GPU `index`, the factor its fans' airflow puts on its thermal
+    resistance: 1 with its fans turning as designed)."""
+
+    def conditions(self, index: int, elapsed: float) -> tuple[float, float]: ...
 
 
 class SimulatedGpu:
@@ -108,11 +112,15 @@ class SimulatedGpu:
         # busy: it scales the workload's load, and NVLink idles (MIG has no NVLink P2P).
         # None: MIG off, the workload drives the whole GPU.
         self.mig_load: float | None = None
+        # the air around the board (attach_air); without a chassis model, AMBIENT_C
+        self.air: AirSupply | None = None
+        self.ambient_c = AMBIENT_C
+        self.cooling_factor = 1.0
 
         # physical state
         self.time = start_time
         self.start_time = start_time
-        self.temperature_c = AMBIENT_C + self.thermal_resistance_c_per_w * model.idle_watts
+        self.temperature_c = self.ambient_c + self.thermal_resistance_c_per_w * model.idle_watts
         self.power_w = model.idle_watts
         self.energy_mj = 0.0
         self.clock_factor = 1.0
@@ -262,10 +270,23 @@ class SimulatedGpu:
 
     # --- dynamics -------------------------------------------------------------------
 
+    def attach_air(self, air: AirSupply) -> None:
+        """Breathe `air` from now on; a board not cold-started settles in it at once."""
+        self.air = air
+        self._breathe(self.time)
+        if not self.workload.cold_start:
+            self._settle(self.time)
+
+    def _breathe(self, t: float) -> None:
+        if self.air is not None:
+            elapsed = t - self.start_time
+            self.ambient_c, self.cooling_factor = self.air.conditions(self.index, elapsed)
+
     def _steady_temperature(self, dynamic_demand_w: float) -> float:
         """Where this demand holds the die, with this board's power limit and cooling."""
-        r = self.thermal_resistance_c_per_w
-        return steady_temperature(self.model, self.power_limit_w, r, dynamic_demand_w)
+        r = self.thermal_resistance_c_per_w * self.cooling_factor
+        limit, ambient = self.power_limit_w, self.ambient_c
+        return steady_temperature(self.model, limit, r, dynamic_demand_w, ambient)
 
     def _settle(self, t: float) -> None:
         """Begin in the workload's thermal steady state: the temperature the mean demand of
@@ -301,12 +322,13 @@ class SimulatedGpu:
         # so everything scheduled up to the clock has happened when a call returns
         for hook in self.scenario_hooks:
             hook(self, t1 - self.start_time)
+        self._breathe(t1)
         if self.lost:
             intensity = util = comm = 0.0
         else:
             # only inference load differs per GPU; training GPUs share one computation
             key = self.index if self.workload.kind == "inference" else -1
-            intensity, util, comm = _workload_means(self.workload, key, t0, t1)
+            intensity, util, comm = workload_means(self.workload, key, t0, t1)
             if self.mig_load is not None:
                 intensity, util, comm = intensity * self.mig_load, util * self.mig_load, 0.0
         self._integrate_power(dt, intensity, util)
@@ -379,21 +401,3 @@ class SimulatedGpu:
         address = (slot % (self.model.memory_bytes // (4096 * 16))) * 16
         pages.append((address, self.time))
         self.ecc.retired_pending = True
-
-
-@functools.lru_cache(maxsize=4096)
-def _workload_means(
-    workload: Workload, gpu: int, t0: float, t1: float
-) -> tuple[float, float, float]:
-    """(compute intensity, utilization, comm intensity) averaged over [t0, t1]."""
-    if workload.kind == "training" and t1 - t0 >= EXACT_MEANS_MIN_STEPS * workload.step_seconds:
-        util, intensity, comm = workload.training_means(t0, t1)
-        return intensity, util, comm
-    index = max(gpu, 0)
-    dt = (t1 - t0) / INTENSITY_SAMPLES
-    times = [t0 + (i + 0.5) * dt for i in range(INTENSITY_SAMPLES)]
-    intensity = sum(workload.compute_intensity(t, index) for t in times) / INTENSITY_SAMPLES
-    util = sum(workload.gpu_utilization(t, index) for t in times) / INTENSITY_SAMPLES
-    # the same midpoint rule as Workload.mean_comm_intensity(t0, t1, INTENSITY_SAMPLES)
-    comm = sum(workload.comm_intensity(t) for t in times) / INTENSITY_SAMPLES
-    return intensity, util, comm

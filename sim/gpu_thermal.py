@@ -8,7 +8,9 @@ can ask them anything:
 - above the slowdown temperature a proportional controller pulls the clocks, and with
   them the dynamic power, down (thermal reasons);
 - temperature relaxes towards ambient + R x power. The controller makes power depend on
-  temperature, so `steady_temperature` solves for the closed-loop steady state.
+  temperature, so `steady_temperature` solves for the closed-loop steady state. Ambient
+  is the air the board breathes: the node's inlet (sim/bmc_model.py) where the node has a
+  BMC model, AMBIENT_C otherwise.
 """
 
 from __future__ import annotations
@@ -45,18 +47,22 @@ def power_at(
 
 
 def steady_temperature(
-    model: GpuModel, power_limit_w: float, resistance_c_per_w: float, dynamic_demand_w: float
+    model: GpuModel,
+    power_limit_w: float,
+    resistance_c_per_w: float,
+    dynamic_demand_w: float,
+    ambient_c: float = AMBIENT_C,
 ) -> float:
     """Closed-loop steady state: T = ambient + R x power(T), power falling with T."""
     r = resistance_c_per_w
 
     def excess(t: float) -> float:
-        return AMBIENT_C + r * power_at(model, power_limit_w, t, dynamic_demand_w)[0] - t
+        return ambient_c + r * power_at(model, power_limit_w, t, dynamic_demand_w)[0] - t
 
     if excess(model.temp_slowdown_c) <= 0:
         # below slowdown power does not depend on temperature: open loop is exact
-        return AMBIENT_C + r * power_at(model, power_limit_w, AMBIENT_C, dynamic_demand_w)[0]
-    hi = AMBIENT_C + r * (model.idle_watts + dynamic_demand_w) + 1.0
+        return ambient_c + r * power_at(model, power_limit_w, ambient_c, dynamic_demand_w)[0]
+    hi = ambient_c + r * (model.idle_watts + dynamic_demand_w) + 1.0
     lo = float(model.temp_slowdown_c)
     for _ in range(20):  # excess() is decreasing in t: bisection to ~1e-4 C
         mid = (lo + hi) / 2

@@ -171,10 +171,13 @@ def generate(
 
 
 def _sample(series: NodeSeries, plan: HistoryPlan, t: float, sim_time: float) -> list[Row]:
-    """Bring one node's simulator up to its clock; what a scrape at `t` records."""
+    """Bring one node's simulator up to its clock; what the scrapes at `t` record: the
+    agent's and the BMC's (probed from the management host, whether the agent is up)."""
     node = series.node
     node.nvml.advance()
+    node.bmc.advance()
     node.fabric.advance()
+    bmc = list(series.bmc_rows())
     if plan.agent_down(series.spec.name, t):
-        return list(series.down())
-    return list(series.rows(sim_time))
+        return [*series.down(), *bmc]
+    return [*series.rows(sim_time), *bmc]

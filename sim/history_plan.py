@@ -11,7 +11,14 @@ nodes, so a test can ask for each one where it happened:
 - an uncorrectable ECC error in the fourth week (XIDs 48 and 63, a row remapped or a
   page retired, then a GPU reset),
 - an agent down for a few hours (the node's hardware runs on; only `up` 0 is scraped),
-- an idle node (no job all month).
+- an idle node (no job all month),
+and what the nodes' BMCs see:
+- a hot aisle on the last rack in the second week: its inlet air 12 °C warmer for about
+  fourteen hours, above every class's envelope, not enough to slow a GPU,
+- a fan failure on a DGX-1 in the third week (a few hours until the fan is replaced; the
+  GPUs behind it run into slowdown, for less time than the thermal runaway's),
+- a power supply failure in the fourth week on a DGX-1 (3+1 supplies: redundancy lost).
+Episodes of the BMC share nodes with the GPU ones, never at the same time.
 
 Positions are fractions of the range, so a shorter history keeps every episode and a
 30-day one puts each in the week named above. Everything is checked up front: a bad
@@ -25,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nvwatch.agent.config import ScenarioSpec
-from nvwatch.sim.fleet_plan import FleetError, NodeSpec, expand_profiles, plan_fleet
+from nvwatch.sim.fleet_plan import FleetError, NodeSpec, expand_profiles, plan_fleet, rack_name
 from nvwatch.sim.profiles import get_profile
 
 DAY_S = 86_400.0
@@ -45,11 +52,14 @@ class Episode:
     """
 
     kind: str
-    node: str
+    node: str | None  # None: every node of `rack`
     start: float
     end: float
     gpu: int | None = None
     device: str | None = None
+    rack: str | None = None  # the rack of a rack-wide episode
+    fan: str | None = None  # the SDR name of the fan or supply it stops
+    supply: str | None = None
 
     def week(self, range_start: float) -> int:
         """1-based week of the range the episode begins in."""
@@ -64,7 +74,9 @@ class Placement:
     node: int
     begin: float
     finish: float
-    target: str | None = None  # a GPU index, "all" GPUs, "hca" (the first HCA), None
+    # a GPU index, "all" GPUs, "hca" (the first HCA), "rack" (every node of the node's
+    # rack), a fan's or supply's number (fan-failure, psu-failure), None
+    target: str | None = None
 
 
 PLACEMENTS = (
@@ -74,7 +86,11 @@ PLACEMENTS = (
     Placement("ecc-dbe", 4, 0.80, 0.82, "5"),
     Placement(AGENT_DOWN, 0, 0.70, 0.71),
     Placement("idle", -1, 0.0, 1.0),  # the last node
+    Placement("hot-aisle", -1, 0.35, 0.37, "rack"),
+    Placement("fan-failure", 3, 0.50, 0.51, "1"),
+    Placement("psu-failure", 0, 0.85, 0.90, "1"),
 )
+HOT_AISLE_RISE_C = 12.0  # over the room's 25 °C: above every DGX class's envelope
 
 
 @dataclass(frozen=True)
@@ -128,7 +144,8 @@ def plan_history(
             raise FleetError(f"{name} has no InfiniBand port: a history needs DGX-class nodes")
     last = math.floor(end / step) * step
     first = last - span
-    scenarios = [pair for p in PLACEMENTS for pair in _scenarios(p, profiles, span)]
+    racks = [rack_name(i) for i in range(len(profiles))]
+    scenarios = [pair for p in PLACEMENTS for pair in _scenarios(p, profiles, racks, span)]
     specs = plan_fleet(profiles, base_port=0, seed=seed, scenarios=scenarios, cluster=cluster)
     episodes = tuple(_episode(p, specs, first, span) for p in PLACEMENTS)
     return HistoryPlan(tuple(specs), first, last, step, episodes)
@@ -145,7 +162,7 @@ def _window(placement: Placement, span: float) -> tuple[float, float]:
 
 
 def _scenarios(
-    placement: Placement, profiles: Sequence[str], span: float
+    placement: Placement, profiles: Sequence[str], racks: Sequence[str], span: float
 ) -> list[tuple[int, ScenarioSpec]]:
     node = _node(placement, len(profiles))
     if placement.kind == AGENT_DOWN:
@@ -153,6 +170,10 @@ def _scenarios(
     if placement.kind == "idle":
         return [(node, ScenarioSpec("idle"))]
     begin, finish = _window(placement, span)
+    if placement.target == "rack":
+        rise = f"{HOT_AISLE_RISE_C:g}"
+        members = [i for i, rack in enumerate(racks) if rack == racks[node]]
+        return [(i, ScenarioSpec(placement.kind, rise, begin, finish)) for i in members]
     profile = get_profile(profiles[node])
     if placement.target == "all":
         targets: list[str | None] = [str(i) for i in range(profile.gpu_count)]
@@ -165,7 +186,14 @@ def _scenarios(
 
 def _episode(placement: Placement, specs: Sequence[NodeSpec], first: float, span: float) -> Episode:
     spec = specs[_node(placement, len(specs))]
-    begin, finish = _window(placement, span)
-    gpu = int(placement.target) if placement.target and placement.target.isdigit() else None
-    device = get_profile(spec.profile).nics[0].device if placement.target == "hca" else None
-    return Episode(placement.kind, spec.name, first + begin, first + finish, gpu, device)
+    start, end = (first + t for t in _window(placement, span))
+    target = placement.target
+    if placement.kind == "hot-aisle":
+        return Episode(placement.kind, None, start, end, rack=spec.rack)
+    if placement.kind == "fan-failure":
+        return Episode(placement.kind, spec.name, start, end, fan=f"FAN{target}")
+    if placement.kind == "psu-failure":
+        return Episode(placement.kind, spec.name, start, end, supply=f"PSU{target} Status")
+    gpu = int(target) if target and target.isdigit() else None
+    device = get_profile(spec.profile).nics[0].device if target == "hca" else None
+    return Episode(placement.kind, spec.name, start, end, gpu, device)

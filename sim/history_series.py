@@ -7,7 +7,8 @@ from the simulator's state instead of through pynvml and sysfs: a poll through t
 bindings costs tens of milliseconds, and a month of a fleet is millions of polls.
 tests/history checks the two agree. NVLink is written per GPU (`link="all"`), as the
 agent exports it with `--nvlink-detail gpu`; each series carries the labels a scrape of
-the fleet's file_sd targets adds (job, instance, cluster, rack, node_class).
+the fleet's file_sd targets adds (job, instance, cluster, rack, node_class). The node's BMC,
+probed by the `nvwatch-bmc` job, is written beside it (nvwatch.sim.history_bmc).
 
 The set is what a capacity review reads, and no more (a month of a fleet is millions of
 samples): utilization, memory, power against limit and TDP, energy, temperatures and
@@ -22,10 +23,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from nvwatch.agent.catalogue import BY_NAME, MetricType
+from nvwatch.agent.sources.bmc.reading import BmcError, Target
 from nvwatch.agent.sources.infiniband_parse import parse_rate
+from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu_model import SimulatedGpu
 from nvwatch.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
+from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
 from nvwatch.sim.ib_port import SimulatedPort
 from nvwatch.sim.node import SimulatedNode
 
@@ -72,6 +76,7 @@ FAMILIES: tuple[str, ...] = (
     "nvwatch_ib_port_receive_bytes_total",
     "nvwatch_ib_port_transmit_wait_total",
     "nvwatch_ib_port_errors_total",
+    *BMC_FAMILIES,
 )
 
 
@@ -116,6 +121,8 @@ class NodeSeries:
         self._activity: dict[int, Activity] = {g.index: g.activity() for g in self.node.nvml.gpus}
         self.xids: dict[tuple[int, int], int] = {}
         self.node.nvml.event_sinks.append(self._on_event)
+        self.bmc = BmcSeries(self.spec, SIMULATED_MODULE)
+        self._bmc_reader = SimulatedBmcReader({self.spec.bmc: self.node})
 
     def _on_event(self, event: object) -> None:
         xid = getattr(event, "data", 0)
@@ -134,6 +141,14 @@ class NodeSeries:
     def down(self) -> Iterator[Row]:
         """A scrape that failed: only `up` 0 (the rest goes stale, as in Prometheus)."""
         yield UP, self.labels(), 0.0
+
+    def bmc_rows(self) -> Iterator[Row]:
+        """The probe of the node's BMC, read now (the node advanced first)."""
+        try:
+            reading = self._bmc_reader.read(Target(self.spec.bmc), SIMULATED_MODULE)
+        except BmcError:
+            reading = None
+        return self.bmc.rows(reading)
 
     def rows(self, sim_time: float) -> Iterator[Row]:
         yield UP, self.labels(), 1.0

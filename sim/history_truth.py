@@ -8,7 +8,9 @@ the same window is recorded beside it, as an independent check of the sampling.
 
 Per episode, what it did in its window on its target, from the same samples: seconds in
 thermal slowdown and the hottest reading, seconds at the power cap, the transmit-wait
-share of the congested port, the XIDs raised, the scrapes missed.
+share of the congested port, the XIDs raised, the scrapes missed. What the BMCs' series
+hold (node energy, the non-GPU share per class, inlet air per rack against the envelope,
+the fan and supply failures) is in nvwatch.sim.history_truth_bmc.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_series import UP, Row
+from nvwatch.sim.history_truth_bmc import BMC_EPISODES, BmcTruth
 from nvwatch.sim.ib_port import XMIT_WAIT_TICKS_PER_SECOND
 
 _KWH = 3.6e6
@@ -57,10 +60,12 @@ class GroundTruth:
             s.name: NodeTotals(s.name, s.profile, s.rack, s.cluster, 0) for s in plan.nodes
         }
         self.episodes = [EpisodeStats() for _ in plan.episodes]
+        self.bmc = BmcTruth(plan)
 
     def observe(self, instance: str, t: float, rows: list[Row]) -> None:
         """The rows written for `instance` at Unix time `t`."""
         totals = self.nodes[instance]
+        self.bmc.observe(instance, t, rows)
         in_window = t > self.plan.start  # the first sample stands for no step
         step = self.plan.step if in_window else 0.0
         energy = 0.0
@@ -132,6 +137,7 @@ class GroundTruth:
                     "gpu_hours_busy": totals.busy_gpu_seconds / 3600,
                     "samples": totals.samples,
                     "missed_scrapes": totals.missed_scrapes,
+                    **self.bmc.node_json(totals.instance),
                 }
             )
         return {
@@ -140,6 +146,10 @@ class GroundTruth:
             "step_seconds": plan.step,
             "window": "(start, end]: each sample stands for the step before it",
             "nodes": nodes,
+            "classes": self.bmc.classes_json(
+                {name: totals.power_joules for name, totals in self.nodes.items()}
+            ),
+            "racks": self.bmc.racks_json(),
             "episodes": [self._episode_json(i) for i in range(len(plan.episodes))],
         }
 
@@ -162,6 +172,8 @@ class GroundTruth:
             measured = {"xids": dict(sorted(stats.values.items()))}
         elif episode.kind == "agent-down":
             measured = {"missed_seconds": stats.seconds}
+        elif episode.kind in BMC_EPISODES:
+            measured = self.bmc.measured(index)
         result["measured"] = measured
         return result
 

@@ -11,7 +11,14 @@ from pathlib import Path
 from nvwatch.agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from nvwatch.sim.profiles import PROFILES
-from nvwatch.sim.series_budget import MIG_LAYOUTS, PROCESS_FAMILIES, Budget, measure
+from nvwatch.sim.series_budget import (
+    MIG_LAYOUTS,
+    PROCESS_FAMILIES,
+    BmcBudget,
+    Budget,
+    measure,
+    measure_bmc,
+)
 
 _SECTIONS = (
     ("nvwatch_gpu_", "GPU"),
@@ -152,6 +159,34 @@ def budget_table(budgets: list[Budget]) -> str:
     return _BUDGET_HEADER + "\n".join(rows) + "\n"
 
 
+_BMC_HEADER = """\
+A node's BMC, probed by the `nvwatch-bmc` job, is a budget of its own: one probe of each
+profile's simulated BMC (module `default`: every sensor and DCMI power) through the real
+/probe exposition. Sensors are the SDR's (a real BMC's count is its vendor's); each
+threshold sensor and supply adds a state series, a supply two more, a sensor that reads
+unavailable none.
+
+| profile | SDR sensors | series per probe | DCMI power |
+|---|---|---|---|
+"""
+
+
+def bmc_table(budgets: list[BmcBudget]) -> str:
+    rows = [
+        f"| `{b.profile}` | {b.sensors} | {b.series} | {'yes' if b.dcmi else 'no'} |"
+        for b in budgets
+    ]
+    return _BMC_HEADER + "\n".join(rows) + "\n"
+
+
+def measure_bmcs() -> list[BmcBudget]:
+    budgets = []
+    for profile in sorted(PROFILES):
+        with tempfile.TemporaryDirectory(prefix="nvwatch-budget-") as root:
+            budgets.append(measure_bmc(profile, Path(root)))
+    return budgets
+
+
 def measure_all() -> list[Budget]:
     budgets = []
     for profile in sorted(PROFILES):
@@ -164,7 +199,7 @@ def measure_all() -> list[Budget]:
 
 
 def render() -> str:
-    lines = [_HEADER, budget_table(measure_all())]
+    lines = [_HEADER, budget_table(measure_all()), bmc_table(measure_bmcs())]
     for prefix, title in _SECTIONS:
         lines.append(f"\n## {title}\n")
         for spec in CATALOGUE:

@@ -1,5 +1,6 @@
 """One simulated DGX node: simulated NVML + a live simulated sysfs fabric, one workload,
-and a kernel log file its XIDs are written to (sim/kmsg.py).
+the chassis its BMC watches (sim/bmc_model.py: node power, inlet and exhaust air, fans,
+power supplies), and a kernel log file its XIDs are written to (sim/kmsg.py).
 
 `nvwatch serve --simulate PROFILE` and the simulated fleet build one of these per node.
 The node's NVML is installed under the real pynvml (or bound per context in a fleet);
@@ -22,7 +23,9 @@ from pathlib import Path
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import node_scenarios
+from nvwatch.sim.bmc_model import BmcState, SimulatedBmc
 from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.gpu_thermal import AMBIENT_C
 from nvwatch.sim.kmsg import SimulatedKernelLog
 from nvwatch.sim.mig_layout import checked_layout
 from nvwatch.sim.node_scenarios import UnknownScenario as UnknownScenario
@@ -112,11 +115,13 @@ class SimulatedNode:
         sysfs_root: Path | None = None,
         worker_processes: bool = False,
         mig: str | None = None,
+        room_c: float = AMBIENT_C,
     ) -> None:
         """`worker_processes`: start a real process per busy GPU (and per busy MIG
         instance) for the simulated job's worker (sim/workers.py); a fleet's nodes
         leave it off. `mig`: a --mig
-        layout (sim/mig_layout.py); None: MIG off on every GPU."""
+        layout (sim/mig_layout.py); None: MIG off on every GPU. `room_c`: the air the
+        node's inlet draws (the GPUs breathe it too) while no hot aisle adds to it."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
@@ -132,6 +137,7 @@ class SimulatedNode:
             clock=clock,
             mig=mig_plans,
         )
+        self.bmc = SimulatedBmc(self.profile, self.nvml.gpus, clock, seed=seed, room_c=room_c)
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
             Path(tempfile.mkdtemp(prefix=f"nvwatch-sim-{self.profile.name}-", dir=scratch_dir()))
@@ -146,7 +152,7 @@ class SimulatedNode:
                 seed=seed,
                 clock=clock,
             )
-            self.started = node_scenarios.start(self.nvml, self.fabric, specs)
+            self.started = node_scenarios.start(self.nvml, self.fabric, self.bmc, specs)
             self.fabric.write()
         except BaseException:
             # a node that fails to start leaves no tree behind (the caller never gets
@@ -170,24 +176,33 @@ class SimulatedNode:
         self._thread: threading.Thread | None = None
 
     def tick(self) -> None:
-        """Bring NVML state and the sysfs files up to the clock's now."""
+        """Bring NVML state, the chassis and the sysfs files up to the clock's now."""
         with self._lock:
             self.nvml.advance()
+            self.bmc.advance()
             self.fabric.advance()
             self.fabric.write()
+
+    def read_bmc(self) -> BmcState:
+        """What the BMC measures now: the GPUs first, whose power the node's is made of."""
+        with self._lock:
+            self.nvml.advance()
+            return self.bmc.advance()
 
     def repair(self, what: ScenarioSpec | str | None = None) -> list[str]:
         """End scenarios now and repair what they broke; returns them ('name@target').
 
         `what`: None (everything), a scenario name ("ecc-dbe"), a target ("3" for GPU 3,
-        "mlx5_1"), both ("ecc-dbe@3") or a ScenarioSpec. Repairs: a GPU reset (ecc-dbe,
-        gpu-lost), cooling restored (thermal-runaway), the power limit back
-        (power-capped), the NVLink retrained (nvlink-degraded), the faulting job stopped
-        (xid-storm), the driver loaded (nvml-driver-broken), the IB port retrained
-        (ib-*), the HCA back (ib-hca-vanish). Workloads have nothing to repair.
+        "mlx5_1"), both ("ecc-dbe@3", "fan-failure@2") or a ScenarioSpec. Repairs: a GPU
+        reset (ecc-dbe, gpu-lost), cooling restored (thermal-runaway), the power limit
+        back (power-capped), the NVLink retrained (nvlink-degraded), the faulting job
+        stopped (xid-storm), the driver loaded (nvml-driver-broken), the IB port
+        retrained (ib-*), the HCA back (ib-hca-vanish), the aisle's cooling back
+        (hot-aisle), a new fan or supply (fan-failure, psu-failure), the BMC's network
+        back (bmc-unreachable). Workloads have nothing to repair.
         """
         with self._lock:
-            repaired = node_scenarios.repair(self.nvml, self.fabric, self.profile, what)
+            repaired = node_scenarios.repair(self.nvml, self.fabric, self.bmc, what)
             self.fabric.write()  # a returning HCA and a retrained port show at once
         return repaired
 

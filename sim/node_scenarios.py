@@ -3,9 +3,11 @@
 A scenario is a `ScenarioSpec` (`NAME[@TARGET][,from=DURATION][,until=DURATION]`, parsed
 by `nvwatch.agent.config.parse_scenario`). Workload scenarios (`idle`, `healthy-training`) set
 what the GPUs run, the whole node's without a target or one GPU's with one. Fault
-scenarios go to the simulated NVML (GPU faults, `nvml-driver-broken`) or to the simulated
-fabric (InfiniBand ports, `ib-hca-vanish`), each with its own repair. Everything is
-checked here before a node builds anything, so a fleet refuses bad input up front.
+scenarios go to the simulated NVML (GPU faults, `nvml-driver-broken`), to the simulated
+fabric (InfiniBand ports, `ib-hca-vanish`) or to the chassis its BMC watches (`hot-aisle`,
+`fan-failure`, `psu-failure`, `bmc-unreachable`: sim/bmc_scenarios.py), each with its own
+repair. Everything is checked here before a node builds anything, so a fleet refuses bad
+input up front.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
-from nvwatch.sim import scenarios
+from nvwatch.sim import bmc_scenarios, scenarios
+from nvwatch.sim.bmc_classes import bmc_class
+from nvwatch.sim.bmc_model import SimulatedBmc
+from nvwatch.sim.bmc_scenarios import BMC_SCENARIOS, is_bmc_scenario
 from nvwatch.sim.fabric import (
     FABRIC_SCENARIOS,
     SimulatedFabric,
@@ -33,7 +38,7 @@ class UnknownScenario(ValueError):
 
 
 def known_scenarios() -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*scenarios.NVML_SCENARIOS, *FABRIC_SCENARIOS)))
+    return tuple(dict.fromkeys((*scenarios.NVML_SCENARIOS, *FABRIC_SCENARIOS, *BMC_SCENARIOS)))
 
 
 def check_name(name: str) -> None:
@@ -60,9 +65,11 @@ def check_window(spec: ScenarioSpec) -> None:
 
 
 def check_target(profile: Profile, spec: ScenarioSpec) -> None:
-    """ValueError unless the GPU or HCA the spec aims at exists on `profile`."""
+    """ValueError unless the GPU, HCA, fan or supply the spec aims at exists on `profile`."""
     name, target = spec.name, spec.target
-    if is_ib_scenario(name):
+    if is_bmc_scenario(name):
+        bmc_scenarios.check_target(profile, bmc_class(profile), spec)
+    elif is_ib_scenario(name):
         devices = [nic.device for nic in profile.nics]
         if not devices:
             raise ValueError(f"{profile.name} has no InfiniBand port for {name}")
@@ -108,13 +115,20 @@ def gpu_workloads(specs: Sequence[ScenarioSpec]) -> dict[int, str]:
     return {s.gpu: s.name for s in specs if s.name in WORKLOADS and s.gpu is not None}
 
 
-def start(nvml: SimulatedNvml, fabric: SimulatedFabric, specs: Sequence[ScenarioSpec]) -> list[str]:
+def start(
+    nvml: SimulatedNvml,
+    fabric: SimulatedFabric,
+    bmc: SimulatedBmc,
+    specs: Sequence[ScenarioSpec],
+) -> list[str]:
     """Start every fault scenario where it runs; returns what started ('name@target')."""
     started: list[str] = []
     for spec in specs:
         if spec.name in WORKLOADS:
             continue  # already in the workloads the node was built with
-        if is_ib_scenario(spec.name):
+        if is_bmc_scenario(spec.name):
+            started.append(bmc.start_scenario(spec))
+        elif is_ib_scenario(spec.name):
             started += fabric.start_scenario(
                 spec.name, spec.target, since_s=spec.from_s, until_s=spec.until_s
             )
@@ -128,18 +142,21 @@ def start(nvml: SimulatedNvml, fabric: SimulatedFabric, specs: Sequence[Scenario
 def repair(
     nvml: SimulatedNvml,
     fabric: SimulatedFabric,
-    profile: Profile,
+    bmc: SimulatedBmc,
     what: ScenarioSpec | str | None,
 ) -> list[str]:
     """End and repair the running scenarios `what` selects; returns them ('name@target').
 
     `what`: None (all), a scenario name, a target (GPU index or HCA device: all on it),
-    'NAME@TARGET' or a ScenarioSpec. Nothing running that matches gives [].
+    'NAME@TARGET' (a fan or supply: `fan-failure@2`) or a ScenarioSpec. Nothing running
+    that matches gives [].
     """
-    name, target = _selection(profile, what)
+    name, target = _selection(bmc.profile, what)
+    if name is not None and is_bmc_scenario(name):
+        return bmc.end_scenarios(name, target)
     gpu_side = name is None or name in scenarios.NVML_SCENARIOS
     fabric_side = name is None or is_ib_scenario(name)
-    repaired: list[str] = []
+    repaired: list[str] = bmc.end_scenarios() if name is None and target is None else []
     if gpu_side and (target is None or is_index(target)):
         repaired += nvml.end_scenarios(name, None if target is None else int(target))
     if fabric_side and (target is None or not is_index(target)):
@@ -160,6 +177,10 @@ def _selection(profile: Profile, what: ScenarioSpec | str | None) -> tuple[str |
             what = ScenarioSpec("", what)
     if what.name:
         check_name(what.name)
+    if is_bmc_scenario(what.name):
+        if what.target is not None:
+            bmc_scenarios.check_target(profile, bmc_class(profile), what)
+        return what.name, what.target
     target = what.target
     devices = [nic.device for nic in profile.nics]
     gpu = what.gpu

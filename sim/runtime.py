@@ -13,11 +13,24 @@ from collections.abc import Iterator
 
 from nvwatch.agent.config import AgentConfig, ConfigError
 from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.bmc_reader import SimulatedBmcReader
+from nvwatch.sim.fleet_plan import bmc_address
 from nvwatch.sim.node import PollGridClock, SimulatedNode, grid_step
 from nvwatch.sim.process_file import ProcessFile
 from nvwatch.sim.profiles import UnknownProfile
 
 log = logging.getLogger(__name__)
+
+# the BMC of the node `simulated_node` runs: one per process, as the pynvml it installs
+_running_bmc: list[SimulatedBmcReader] = []
+
+
+def bmc_reader() -> SimulatedBmcReader | None:
+    """The reader of the running simulated node's BMC (at `BMC_ADDRESS`), None if none."""
+    return _running_bmc[-1] if _running_bmc else None
+
+
+BMC_ADDRESS = bmc_address(0)  # the lone node's BMC is where a fleet's first node's is
 
 
 @contextlib.contextmanager
@@ -60,10 +73,12 @@ def simulated_node(config: AgentConfig) -> Iterator[AgentConfig]:
     # infiniband source (the NVML side integrates lazily, on each call)
     node.start(interval=config.interval, write_tree="infiniband" in config.sources)
     clock.arm()  # the agent's first poll comes next: the grid centres on it
+    _running_bmc.append(SimulatedBmcReader({BMC_ADDRESS: node}))
     try:
         # the node's kernel log carries its XIDs, unless --kmsg-path names another
         kmsg_path = config.kmsg_path or node.kmsg_path
         yield dataclasses.replace(config, sysfs_root=node.sysfs_root, kmsg_path=kmsg_path)
     finally:
+        _running_bmc.pop()
         node.close()
         sim_nvml.uninstall()

@@ -22,7 +22,6 @@ from typing import ClassVar
 
 from nvwatch.sim.gpu_model import ScenarioHook, SimulatedGpu
 from nvwatch.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
-from nvwatch.sim.gpu_thermal import AMBIENT_C
 from nvwatch.sim.workload import Workload
 
 # they set what the GPUs run (cold-start: training on GPUs that sat idle, which warm up;
@@ -143,7 +142,7 @@ class ThermalRunaway(GpuFault):
         if self._base is None:
             self._base = gpu.thermal_resistance_c_per_w
             target_c = gpu.model.temp_slowdown_c + THERMAL_OVERSHOOT_C
-            self._final = max(self._base, (target_c - AMBIENT_C) / _mean_power_w(gpu))
+            self._final = max(self._base, (target_c - gpu.ambient_c) / _mean_power_w(gpu))
         fraction = min(1.0, (elapsed - self.onset_s) / THERMAL_RAMP_S)
         gpu.thermal_resistance_c_per_w = self._base + fraction * (self._final - self._base)
 

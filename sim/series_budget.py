@@ -17,6 +17,9 @@ Two families can grow past what one render shows, and both are bounded:
   boot: a handful on a sick GPU, none on a healthy one (the simulation raises none).
 The `nvwatch_mig_*` families have one series per MIG device, at most seven per GPU:
 MIG_LAYOUTS renders the MIG boards with every GPU split into seven 1g instances.
+
+A node's BMC is a budget of its own, paid by the `nvwatch-bmc` job: `measure_bmc` probes
+each profile's simulated BMC through the real /probe exposition and counts its series.
 """
 
 from __future__ import annotations
@@ -28,15 +31,18 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from nvwatch.agent.exposition.bmc import probe_exposition
 from nvwatch.agent.exposition.render import build_exposition, prepare
 from nvwatch.agent.poller import Poller
 from nvwatch.agent.sources import Source
+from nvwatch.agent.sources.bmc.reading import Target
 from nvwatch.agent.sources.host import HostSource
 from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.infiniband_parse import SATURATION_FLAGGED
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.node import SimulatedNode
 from nvwatch.sim.process_file import ProcessFile
@@ -158,4 +164,28 @@ def measure(profile: str, root: Path, mig: str | None = None) -> Budget:
         dict(sorted(per_family.items())),
         max(len(s.labels) for s in series),
         PROCESS_FAMILIES if mig is None else (PROCESS_FAMILY,),
+    )
+
+
+@dataclass(frozen=True)
+class BmcBudget:
+    """One profile's BMC: the SDR's sensors and the series one probe of it exports."""
+
+    profile: str
+    sensors: int
+    series: int
+    dcmi: bool
+
+
+def measure_bmc(profile: str, root: Path) -> BmcBudget:
+    """Probe the simulated `profile`'s BMC once (module `default`: every sensor and DCMI)
+    and count what the probe's body holds, as Prometheus would ingest it."""
+    node = SimulatedNode(profile, seed=7, clock=ManualClock(0.0), sysfs_root=root)
+    try:
+        reading = SimulatedBmcReader({"bmc": node}).read(Target("bmc"), SIMULATED_MODULE)
+    finally:
+        node.close()
+    text = probe_exposition(reading, None, SIMULATED_MODULE).decode()
+    return BmcBudget(
+        profile, len(reading.sensors), len(parse_series(text)), bool(reading.dcmi_watts)
     )

@@ -7,6 +7,7 @@ real DGX running data-parallel training: a compute phase, then an all-reduce bur
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass, field
@@ -19,6 +20,11 @@ WORKLOAD_KINDS = ("training", "inference", "idle")
 # healthy node sits around 75 % of its TDP).
 TRAINING_COMPUTE = (0.97, 0.85, 0.03)
 TRAINING_ALLREDUCE = (0.88, 0.45, 0.75)
+INTENSITY_SAMPLES = 8  # samples per GPU model sub-step when averaging the workload
+# A sub-step this many workload steps long or more averages a training job exactly
+# instead of by samples, which would alias against the ~2 s step (long sub-steps come
+# from big clock jumps and from a history stepped minutes at a time).
+EXACT_MEANS_MIN_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -118,3 +124,22 @@ class Workload:
             return 0.0
         dt = (t1 - t0) / steps
         return sum(self.comm_intensity(t0 + (i + 0.5) * dt) for i in range(steps)) / steps
+
+
+@functools.lru_cache(maxsize=4096)
+def workload_means(
+    workload: Workload, gpu: int, t0: float, t1: float
+) -> tuple[float, float, float]:
+    """(compute intensity, utilization, comm intensity) of GPU `gpu` (-1: any GPU of a
+    training job, which all run alike) averaged over [t0, t1]: one GPU model sub-step."""
+    if workload.kind == "training" and t1 - t0 >= EXACT_MEANS_MIN_STEPS * workload.step_seconds:
+        util, intensity, comm = workload.training_means(t0, t1)
+        return intensity, util, comm
+    index = max(gpu, 0)
+    dt = (t1 - t0) / INTENSITY_SAMPLES
+    times = [t0 + (i + 0.5) * dt for i in range(INTENSITY_SAMPLES)]
+    intensity = sum(workload.compute_intensity(t, index) for t in times) / INTENSITY_SAMPLES
+    util = sum(workload.gpu_utilization(t, index) for t in times) / INTENSITY_SAMPLES
+    # the same midpoint rule as Workload.mean_comm_intensity(t0, t1, INTENSITY_SAMPLES)
+    comm = sum(workload.comm_intensity(t) for t in times) / INTENSITY_SAMPLES
+    return intensity, util, comm

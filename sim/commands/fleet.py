@@ -46,7 +46,13 @@ _SCENARIOS = ", ".join(known_scenarios())
     metavar="PROFILE[:COUNT],...",
     help="Hardware profile of every node, or a mix: dgx1-v100:100,dgx-a100:24.",
 )
-@option("--base-port", type=int, default=9500, show_default=True, help="Node i listens on BASE+i.")
+@option(
+    "--base-port",
+    type=int,
+    default=9500,
+    show_default=True,
+    help="Node i listens on BASE+i; the management host probing their BMCs on BASE+N.",
+)
 @option(
     "--scenario",
     multiple=True,
@@ -91,6 +97,12 @@ _SCENARIOS = ", ".join(known_scenarios())
     help="Write a Prometheus file_sd JSON of the nodes here.",
 )
 @option(
+    "--bmc-file-sd",
+    type=click.Path(dir_okay=False),
+    help="Write the nodes' BMCs here, file_sd targets of an `nvwatch-bmc` job that probes "
+    "them through the management host (BASE+N, printed at start), with the nodes' labels.",
+)
+@option(
     "--time-scale",
     type=float,
     default=1.0,
@@ -131,6 +143,7 @@ def simulate_fleet(
     listen_host: str,
     seed: int,
     file_sd: str | None,
+    bmc_file_sd: str | None,
     time_scale: float,
     cluster: str,
     nodes_per_rack: int,
@@ -161,6 +174,7 @@ def simulate_fleet(
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     sd_path = output_file(file_sd, "--file-sd") if file_sd else None
+    bmc_sd_path = output_file(bmc_file_sd, "--bmc-file-sd") if bmc_file_sd else None
     stop = _stop_on_signals()
     started = time.monotonic(), time.process_time()
     _start(fleet)
@@ -168,6 +182,9 @@ def simulate_fleet(
         if sd_path is not None:
             with writing("--file-sd"):
                 fleet.write_file_sd(sd_path)
+        if bmc_sd_path is not None:
+            with writing("--bmc-file-sd"):
+                fleet.write_bmc_file_sd(bmc_sd_path)
         _announce(fleet, started)
         _wait(fleet, stop, limit, stats_every)
     finally:
@@ -242,6 +259,11 @@ def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
         held = _jobs_line(fleet.node_jobs.get(node.index))
         click.echo(
             f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}  {held}"
+        )
+    if fleet.management is not None:
+        click.echo(
+            f"management host: http://{fleet.management.address}/probe?target=BMC&module=default"
+            f" (BMCs {fleet.specs[0].bmc} .. {fleet.specs[-1].bmc})"
         )
     wall, cpu = started
     click.echo(

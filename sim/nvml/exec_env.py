@@ -20,6 +20,7 @@ import pynvml
 
 from nvwatch.agent.config import ScenarioSpec, parse_scenario, split_scenarios
 from nvwatch.sim import process_file, workers
+from nvwatch.sim.bmc_scenarios import is_bmc_scenario
 from nvwatch.sim.clock import Clock, ScaledClock
 from nvwatch.sim.fabric import is_ib_scenario
 from nvwatch.sim.mig_layout import checked_layout
@@ -63,6 +64,11 @@ def exec_scenarios(profile: str, scenarios: Scenarios) -> tuple[ScenarioSpec, ..
             raise ValueError(
                 f"{spec}: an InfiniBand scenario; `simulate exec` simulates NVML only "
                 "(serve or dump --simulate run the InfiniBand fabric too)"
+            )
+        if is_bmc_scenario(spec.name):
+            raise ValueError(
+                f"{spec}: a scenario of the node's chassis; `simulate exec` simulates NVML "
+                "only (serve --simulate and the fleet run the chassis and its BMC too)"
             )
     return node_scenarios.checked(get_profile(profile), specs)
 

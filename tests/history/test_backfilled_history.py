@@ -4,7 +4,8 @@ Through promtool's backfill and PromQL: the power integral per node equals the g
 truth's kWh (and the simulator's own energy counter within 1 %), GPU-hours add up, every
 node carries the series its class is expected to have (the mixin's node classes), each
 episode shows on its node and target and in its week and nowhere else, and the alert
-rules that page on a level find each fault while it lasts.
+rules that page on a level find each fault while it lasts. The BMC's series join the GPU
+series on the node's labels, node energy and inlet air match the ground truth.
 """
 
 from __future__ import annotations
@@ -120,8 +121,11 @@ def _signals(step: float) -> dict[str, tuple[str, tuple[str, ...]]]:
         f" * {CFG.ib_transmit_wait_tick_seconds:g} > {CFG.ib_transmit_wait_ratio:g}"
     )
     return {
+        # the GPU's own cooling: slowdown on a node whose fans all turn (a stopped fan
+        # slows the GPUs behind it too: that is the fan failure's episode)
         "thermal-runaway": (
-            "nvwatch_gpu_clock_event_active{reason='sw_thermal_slowdown'} == 1",
+            "nvwatch_gpu_clock_event_active{reason='sw_thermal_slowdown'} == 1"
+            " unless on (cluster, instance) (nvwatch_bmc_fan_speed_rpm == 0)",
             ("instance", "gpu"),
         ),
         "power-capped": (
@@ -135,17 +139,31 @@ def _signals(step: float) -> dict[str, tuple[str, tuple[str, ...]]]:
         ),
         "agent-down": ("up{job='nvwatch'} == 0", ("instance",)),
         "idle": ("max by (instance) (nvwatch_gpu_utilization_ratio) == 0", ("instance",)),
+        # every DGX class's envelope is 30 °C or more; the room is at 25
+        "hot-aisle": (
+            "max by (rack) (nvwatch_bmc_temperature_celsius{entity='inlet'}) > 30",
+            ("rack",),
+        ),
+        "fan-failure": ("nvwatch_bmc_fan_speed_rpm == 0", ("instance", "sensor")),
+        "psu-failure": ("nvwatch_bmc_power_supply_failed == 1", ("instance", "sensor")),
     }
 
 
 def _identity(episode: dict[str, Any], labels: tuple[str, ...]) -> dict[str, str]:
-    values = {"instance": episode["node"], "gpu": str(episode["gpu"]), "device": episode["device"]}
+    values = {
+        "instance": episode["node"],
+        "gpu": str(episode["gpu"]),
+        "device": episode["device"],
+        "rack": episode["rack"],
+        "sensor": episode["fan"] or episode["supply"],
+    }
     return {name: values[name] for name in labels}
 
 
-@pytest.mark.parametrize(
-    "kind", ["thermal-runaway", "power-capped", "ib-congestion", "ecc-dbe", "agent-down", "idle"]
-)
+EPISODES = ["thermal-runaway", "power-capped", "ib-congestion", "ecc-dbe", "agent-down", "idle"]
+
+
+@pytest.mark.parametrize("kind", [*EPISODES, "hot-aisle", "fan-failure", "psu-failure"])
 def test_each_episode_shows_on_its_node_in_its_week_and_nowhere_else(
     history_prometheus: HistoryPrometheus, kind: str
 ) -> None:
@@ -233,3 +251,56 @@ def test_level_alerts_find_each_fault_while_it_lasts(
     before = episode["start"] - 86400
     before -= (before - h.start) % h.step
     assert h.query(expr, at=before) == []
+
+
+def test_bmc_series_join_the_gpu_series_of_their_node(
+    history_prometheus: HistoryPrometheus,
+) -> None:
+    h = history_prometheus
+    share = h.query(
+        "sum by (cluster, instance) (nvwatch_gpu_power_watts)"
+        " / on (cluster, instance) nvwatch_bmc_power_watts{method='dcmi'}"
+    )
+    assert {r["metric"]["instance"] for r in share} == set(_nodes(h))
+    assert all(0.1 < float(r["value"][1]) < 0.9 for r in share)  # the GPUs and the rest
+    bmc = h.query("nvwatch_bmc_up")
+    for r in bmc:
+        node = _nodes(h)[r["metric"]["instance"]]
+        assert r["metric"]["job"] == "nvwatch-bmc" and r["metric"]["bmc"] == node["bmc"]
+        assert (r["metric"]["rack"], r["metric"]["node_class"]) == (
+            node["rack"],
+            node["node_class"],
+        )
+    # the agent-down node's BMC answered all along: node power has no gap
+    down = _episode(h, "agent-down")
+    samples = h.query(
+        f"count_over_time(nvwatch_bmc_power_watts{{method='dcmi', instance='{down['node']}'}}"
+        f"[{h.range}])"
+    )
+    assert float(samples[0]["value"][1]) == round((h.end - h.start) / h.step)
+
+
+def test_node_energy_and_inlet_air_match_the_ground_truth(
+    history_prometheus: HistoryPrometheus,
+) -> None:
+    h = history_prometheus
+    energy = _by_instance(
+        h.query(f"sum_over_time(nvwatch_bmc_power_watts{{method='dcmi'}}[{h.range}])")
+    )
+    for instance, node in _nodes(h).items():
+        assert energy[instance] * h.step / KWH == pytest.approx(node["node_energy_kwh"], rel=1e-9)
+        assert node["node_energy_kwh"] > node["energy_kwh"]
+    inlet = "max by (rack) (nvwatch_bmc_temperature_celsius{entity='inlet'})"
+    for key, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+        found = h.query(f"quantile_over_time({q}, ({inlet})[{h.range}:{int(h.step)}s])")
+        by_rack = {r["metric"]["rack"]: float(r["value"][1]) for r in found}
+        truth = {r["rack"]: r["hottest_inlet_celsius"][key] for r in h.truth["racks"]}
+        assert by_rack == pytest.approx(truth), key
+    aisle = _episode(h, "hot-aisle")
+    above = h.query(
+        f"count_over_time((max by (rack) (nvwatch_bmc_temperature_celsius{{entity='inlet'}})"
+        f" > 30)[{h.range}:{int(h.step)}s])"
+    )
+    assert {r["metric"]["rack"]: float(r["value"][1]) * h.step for r in above} == {
+        aisle["rack"]: aisle["measured"]["seconds_above_envelope"]
+    }

@@ -52,10 +52,15 @@ def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: P
     truth = json.loads((tmp_path / "h.truth.json").read_text())
     assert truth["end"] == 1772409600 and truth["step_seconds"] == 3600
     kinds = {e["kind"]: e for e in truth["episodes"]}
-    assert set(kinds) == {
-        "thermal-runaway", "power-capped", "ib-congestion", "ecc-dbe", "agent-down", "idle"
-    }  # fmt: skip
-    assert len({e["node"] for e in kinds.values()}) == 6
+    agents = {"thermal-runaway", "power-capped", "ib-congestion", "ecc-dbe", "agent-down", "idle"}
+    assert set(kinds) == agents | {"hot-aisle", "fan-failure", "psu-failure"}
+    assert len({kinds[kind]["node"] for kind in agents}) == 6
+    # the BMC's episodes share nodes with those, never their time
+    for kind in ("fan-failure", "psu-failure"):
+        for other in truth["episodes"]:
+            if other["node"] == kinds[kind]["node"] and other["kind"] not in (kind, "idle"):
+                assert other["end"] <= kinds[kind]["start"] or kinds[kind]["end"] <= other["start"]
+    assert kinds["hot-aisle"]["node"] is None and kinds["hot-aisle"]["rack"] == "rack-01"
     instances = [{s.labels["instance"] for s in part} for part in samples]
     assert [len(i) for i in instances] == [4, 2]
     assert set.union(*instances) == {n["instance"] for n in truth["nodes"]}

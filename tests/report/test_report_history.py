@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
+from nvwatch.agent.report.air import GPU, NODE
 from nvwatch.agent.report.style import RACK_COLOURS
 from nvwatch.agent.report.window import WEEK_SECONDS
 from tests.history.backfill import HistoryPrometheus
@@ -193,3 +194,78 @@ def test_each_rack_has_one_colour_of_its_own_in_every_chart(
         for entry in plot["legend"]:
             if entry["label"] in racks:
                 assert entry["colour"].upper() == colours[entry["label"]], plot["name"]
+
+
+# --- the BMCs: node power, inlet air, fans and supplies --------------------------------
+
+
+def test_node_energy_and_the_non_gpu_share_match_the_ground_truth(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    nodes = {n["instance"]: n for n in history_prometheus.truth["nodes"]}
+    rows = _rows(history_report, "power", "measured_by_node")
+    assert {r["node"] for r in rows} == set(nodes)
+    for row in rows:
+        assert row["energy_kwh"] == pytest.approx(nodes[row["node"]]["node_energy_kwh"], rel=0.01)
+    assert _number(history_report, "power", "node_energy_kwh") == pytest.approx(
+        sum(n["node_energy_kwh"] for n in nodes.values()), rel=0.01
+    )
+    # the truth counts node energy while an agent is down and no GPU energy then, the
+    # report only the steps both were read: within a point
+    classes = {c["node_class"]: c for c in history_prometheus.truth["classes"]}
+    for row in _rows(history_report, "power", "non_gpu_by_class"):
+        truth = classes[row["node_class"]]
+        assert row["non_gpu_share"] == pytest.approx(truth["non_gpu_share"], abs=0.01)
+
+
+def test_inlet_air_per_rack_against_the_envelope_matches_the_ground_truth(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    """The truth's percentiles are of every sample, the report's of step means."""
+    racks = {r["rack"]: r for r in history_prometheus.truth["racks"]}
+    rows = {r["rack"]: r for r in _rows(history_report, "cooling", "inlet_by_rack")}
+    assert set(rows) == set(racks)
+    for rack, row in rows.items():
+        truth = racks[rack]
+        assert row["p50_celsius"] == pytest.approx(truth["inlet_celsius"]["p50"], abs=0.5)
+        assert row["p95_celsius"] == pytest.approx(truth["inlet_celsius"]["p95"], abs=0.5)
+        assert row["max_celsius"] == pytest.approx(truth["inlet_celsius"]["max"], abs=0.5)
+        assert row["hours_above"] == pytest.approx(
+            truth["seconds_above_envelope"] / 3600, abs=SLACK_HOURS
+        )
+    episode = _episode(history_prometheus, "hot-aisle")
+    assert rows[episode["rack"]]["hours_above"] > 0
+    assert rows[episode["rack"]]["worst_week"] == _week_label(
+        history_report, _week_of(history_report, episode)
+    )
+
+
+def test_the_fan_and_supply_failures_are_events_of_their_node(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    events = _rows(history_report, "cooling", "events")
+    fan = _episode(history_prometheus, "fan-failure")
+    supply = _episode(history_prometheus, "psu-failure")
+    expected = {
+        ("fan stopped", fan["node"], fan["fan"]): fan["measured"]["stopped_seconds"],
+        ("power supply failed", supply["node"], supply["supply"]): supply["measured"][
+            "failed_seconds"
+        ],
+    }
+    assert {(e["kind"], e["node"], e["sensor"]) for e in events} == set(expected)
+    for event in events:
+        seconds = expected[(event["kind"], event["node"], event["sensor"])]
+        assert event["hours"] == pytest.approx(seconds / 3600, abs=SLACK_HOURS)
+
+
+def test_a_slowdown_behind_a_stopped_fan_names_the_node(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    fan = _episode(history_prometheus, "fan-failure")
+    slowed = set(fan["measured"]["gpu_slowdown_seconds"])
+    assert slowed
+    rows = {(r["node"], r["gpu"]): r for r in _rows(history_report, "thermal", "slowdown")}
+    for gpu in slowed:
+        assert rows[(fan["node"], gpu)]["heat_source"] == NODE
+    runaway = _episode(history_prometheus, "thermal-runaway")
+    assert rows[(runaway["node"], str(runaway["gpu"]))]["heat_source"] == GPU

@@ -11,7 +11,9 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sources.bmc.reading import BmcReading, Module, SensorReading, Target
 from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
+from nvwatch.sim.bmc_reader import SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.node import SimulatedNode
 from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
@@ -24,6 +26,15 @@ POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
 NODE = "dgx-h100"  # 8 GPUs on NVSwitch, ECC with row remapping, 8 InfiniBand ports
 # the mixin's default congestion ratio, which the congestion scenario is built to exceed
 CONGESTION_RATIO = 0.05
+BMC_ADDRESS = "127.1.0.1"  # where the tests' readers find a node's BMC
+BMC_MODULE = Module(
+    name="default",
+    user="admin",
+    password="admin",
+    privilege="admin",
+    timeout_s=2.0,
+    collectors=frozenset({"ipmi", "dcmi"}),
+)
 
 
 def handle(index: int) -> object:
@@ -38,6 +49,15 @@ class Run:
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
         self.node.tick()  # NVML follows the clock by itself; the sysfs files need a tick
+
+    def read_bmc(self) -> BmcReading:
+        """The node's BMC as the `bmc` source's reader gets it now."""
+        reader = SimulatedBmcReader({BMC_ADDRESS: self.node}, sleep=lambda _: None)
+        return reader.read(Target(BMC_ADDRESS), BMC_MODULE)
+
+    def sensors(self) -> dict[str, SensorReading]:
+        """The BMC's sensors now, by SDR name."""
+        return {sensor.name: sensor for sensor in self.read_bmc().sensors}
 
     def ports(self) -> dict[str, InfinibandPort]:
         """The node's ports as the agent's InfiniBand source reads them now."""

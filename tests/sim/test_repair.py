@@ -16,7 +16,9 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sources.bmc.reading import BmcError
 from nvwatch.sim import scenarios
+from nvwatch.sim.bmc_scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.node import SimulatedNode, UnknownScenario, known_scenarios
@@ -242,6 +244,58 @@ def _hca_back(simulate: Simulate) -> None:
     assert port.state == 4
     run.advance(60.0)
     assert run.ports()["mlx5_2"].counters["port_xmit_data"] > sent
+
+
+def _reading(run: Run, name: str) -> tuple[float | None, int | None]:
+    sensor = run.sensors()[name]
+    return sensor.value, sensor.states
+
+
+@repair_check("hot-aisle")
+def _aisle_cooled_again(simulate: Simulate) -> None:
+    run = simulate("hot-aisle@35")
+    room, _ = _reading(run, "Inlet Temp")
+    run.advance(AFTER_ONSET + HOT_AISLE_RAMP_S + 600.0)
+    assert all(_reasons(i) & THERMAL for i in range(8))
+    assert run.node.repair("hot-aisle") == ["hot-aisle@35"]
+    run.advance(HOT_AISLE_RAMP_S / 2)  # the room cools over minutes, as it warmed
+    inlet = _reading(run, "Inlet Temp")[0]
+    assert room is not None and inlet is not None and inlet > room + 10
+    run.advance(HOT_AISLE_RAMP_S / 2 + 600.0)
+    assert _reading(run, "Inlet Temp") == (room, 0)
+    assert all(_reasons(i) & THERMAL == 0 for i in range(8))
+
+
+@repair_check("fan-failure")
+def _fan_replaced(simulate: Simulate) -> None:
+    run = simulate("fan-failure@1")
+    run.advance(AFTER_ONSET + 600.0)
+    assert _reading(run, "FAN1")[0] == 0 and any(_reasons(i) & THERMAL for i in range(8))
+    assert run.node.repair("fan-failure@1") == ["fan-failure@1"]
+    run.advance(60.0)  # the new fan spins up in seconds
+    speed, states = _reading(run, "FAN1")
+    assert speed == _reading(run, "FAN3")[0] and states == 0
+    run.advance(600.0)
+    assert all(_reasons(i) & THERMAL == 0 for i in range(8))
+
+
+@repair_check("psu-failure")
+def _supply_replaced(simulate: Simulate) -> None:
+    run = simulate("psu-failure@2")
+    run.advance(AFTER_ONSET)
+    assert _reading(run, "PSU2 Status") == (None, 0b11)  # present, failure detected
+    assert run.node.repair("psu-failure") == ["psu-failure@2"]
+    assert _reading(run, "PSU2 Status") == (None, 0b01)
+
+
+@repair_check("bmc-unreachable")
+def _bmc_answers_again(simulate: Simulate) -> None:
+    run = simulate("bmc-unreachable")
+    run.advance(AFTER_ONSET)
+    with pytest.raises(BmcError):
+        run.read_bmc()
+    assert run.node.repair() == ["bmc-unreachable"]
+    assert run.read_bmc().dcmi_watts
 
 
 def test_every_registered_scenario_has_a_repair_check() -> None:

@@ -95,12 +95,16 @@ def test_one_nvwatch_scenario_value_means_the_same_to_every_command() -> None:
         ("ib-congestion@mlx5_99", "no device 'mlx5_99' in dgx-h100 for ib-congestion"),
         ("meltdown", "unknown scenario 'meltdown'"),
         ("gpu-lost@3,from=soon", "invalid scenario 'gpu-lost@3,from=soon'"),
+        ("fan-failure@9", "fan-failure@9: no FAN9 in dgx-h100; fan-failure takes FAN 1..4"),
+        ("hot-aisle@warm", "hot-aisle@RISE takes the inlet's rise in °C"),
     ],
 )
 @pytest.mark.parametrize("command", ["exec", "dump", "fleet"])
 def test_bad_scenarios_are_one_line_with_exit_2(spec: str, message: str, command: str) -> None:
     if command == "exec" and spec.startswith("ib-"):
         message = "an InfiniBand scenario; `simulate exec` simulates NVML only"
+    if command == "exec" and spec.startswith(("fan-", "hot-")):
+        message = "a scenario of the node's chassis; `simulate exec` simulates NVML only"
     args = {
         "exec": ["simulate", "exec", "--profile", "dgx-h100", "--scenario", spec, "--", "true"],
         "dump": ["dump", "--simulate", "dgx-h100", "--scenario", spec, "--settle", "0"],

@@ -15,7 +15,9 @@ import pynvml
 import pytest
 
 from nvwatch.agent.config import parse_scenario
+from nvwatch.agent.sources.bmc.reading import BmcError
 from nvwatch.sim import scenarios
+from nvwatch.sim.bmc_scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.node import SimulatedNode, UnknownScenario, known_scenarios
 from nvwatch.sim.nvml import SimulatedNvml
@@ -26,6 +28,7 @@ from tests.sim.conftest import (
     NODE,
     POWER_CAP,
     THERMAL,
+    Run,
     Simulate,
     handle,
     start,
@@ -228,6 +231,84 @@ def _hca_vanishes(simulate: Simulate) -> None:
     # the HCA's PCI function stays, as after an mlx5_ib unload
     function = run.node.sysfs_root / "bus/pci/devices" / pci_path(NODE_PROFILE, "nic", 2)[-1]
     assert (function / "vendor").read_text().strip() == "0x15b3"
+
+
+# the BMC's view: SDR threshold bits (0 LNC, 1 LC, 3 UNC, 4 UC) and supply offsets
+LOWER_CRITICAL, UPPER_CRITICAL = 1 << 1, 1 << 4
+PSU_PRESENT, PSU_FAILED = 1 << 0, 1 << 1
+SETTLED_S = 600.0  # ten GPU thermal time constants, twenty of the exhaust's
+
+
+def _gpus_in_slowdown() -> list[int]:
+    return [
+        i for i in range(8) if pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle(i)) & THERMAL
+    ]
+
+
+def _value(run: Run, name: str) -> float:
+    value = run.sensors()[name].value
+    assert value is not None, f"{name} reads unavailable"
+    return value
+
+
+def _states(run: Run, name: str) -> int:
+    states = run.sensors()[name].states
+    assert states is not None, f"{name} reads unavailable"
+    return states
+
+
+@effect("hot-aisle")
+def _heats_the_rack(simulate: Simulate) -> None:
+    calm = simulate()  # a node whose aisle stays cool
+    run = simulate("hot-aisle@35")  # installed last: pynvml reads this one
+    for node in (calm, run):
+        node.advance(scenarios.FAULT_ONSET_S + HOT_AISLE_RAMP_S + SETTLED_S)
+    rise = _value(run, "Inlet Temp") - _value(calm, "Inlet Temp")
+    assert rise == pytest.approx(35, abs=1)
+    assert _states(run, "Inlet Temp") & UPPER_CRITICAL and _states(calm, "Inlet Temp") == 0
+    assert _value(run, "Exhaust Temp") > _value(calm, "Exhaust Temp") + rise / 2
+    # the GPUs breathe the inlet air: every one is held down by heat, none on the cool node
+    assert _gpus_in_slowdown() == list(range(8))
+    assert all(gpu.reasons & THERMAL == 0 for gpu in calm.node.nvml.gpus)
+
+
+@effect("fan-failure")
+def _stops_a_fan(simulate: Simulate) -> None:
+    run = simulate("fan-failure@2")
+    inlet, exhaust = _value(run, "Inlet Temp"), _value(run, "Exhaust Temp")
+    run.advance(scenarios.FAULT_ONSET_S + SETTLED_S)
+    assert _value(run, "FAN2") == 0 and _states(run, "FAN2") & LOWER_CRITICAL
+    others = [name for name in run.sensors() if name.startswith("FAN") and name != "FAN2"]
+    assert others and all(_value(run, f) > 0 and _states(run, f) == 0 for f in others)
+    assert _value(run, "Inlet Temp") == inlet  # the room is fine ...
+    assert _value(run, "Exhaust Temp") > exhaust + 2  # ... the node is not
+    # the GPUs behind the stopped fan, and only they, run into slowdown
+    slowed = _gpus_in_slowdown()
+    assert slowed and len(slowed) < 8 and slowed == list(range(slowed[0], slowed[-1] + 1))
+
+
+@effect("psu-failure")
+def _fails_a_supply(simulate: Simulate) -> None:
+    calm = simulate()
+    run = simulate("psu-failure@3")
+    for node in (calm, run):
+        node.advance(scenarios.FAULT_ONSET_S + 5.0)
+    supplies = sorted(name for name in run.sensors() if name.endswith(" Status"))
+    assert _states(run, "PSU3 Status") == PSU_PRESENT | PSU_FAILED
+    assert all(_states(run, s) == PSU_PRESENT for s in supplies if s != "PSU3 Status")
+    assert all(_states(calm, s) == PSU_PRESENT for s in supplies)
+    # the other supplies carry the load: the node draws what its twin draws
+    assert run.read_bmc().dcmi_watts == calm.read_bmc().dcmi_watts
+
+
+@effect("bmc-unreachable")
+def _silences_the_bmc(simulate: Simulate) -> None:
+    run = simulate("bmc-unreachable")
+    assert run.read_bmc().sensors
+    run.advance(scenarios.FAULT_ONSET_S + 1.0)
+    with pytest.raises(BmcError, match=r"no answer from 127\.1\.0\.1:623"):
+        run.read_bmc()
+    assert pynvml.nvmlDeviceGetPowerUsage(handle(0)) > 0  # the node runs on
 
 
 def test_targeted_workload_scenario_leaves_the_rest_of_the_node_alone(
