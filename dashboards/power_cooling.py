@@ -195,7 +195,8 @@ def _air(grid: Grid, cfg: MixinConfig) -> None:
                 f"{legend(nc)} maximum",
             ),
         ],
-        links=[_to_node(cfg)],
+        # the nodes' series only: a class's maximum is no node
+        links=[node_series_link(cfg, NODE, "Node dashboard", ref_id="A")],
     )
     grid.add(
         "bargauge",
