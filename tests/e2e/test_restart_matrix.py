@@ -144,7 +144,11 @@ FAULTS = (
 )  # fmt: skip
 
 # Scenarios with no node in the matrix, and why.
+# the chassis's faults page through the nvwatch-bmc job, which a management host probes:
+# restarting a node's agent does not touch it (tests/e2e/test_bmc_e2e.py pages each)
+_BMC_OUTSIDE = "a BMC fault: its alerts come from the management host's probes, not the agent"
 SCENARIOS_OUTSIDE = {
+    **dict.fromkeys(("hot-aisle", "fan-failure", "psu-failure", "bmc-unreachable"), _BMC_OUTSIDE),
     "healthy-training": "a workload, not a fault: every healthy node runs it",
     "idle": "a workload, not a fault",
     "cold-start": "a workload, not a fault: GPUs warming up under a new job page nothing",
