@@ -158,11 +158,6 @@ SCENARIOS_OUTSIDE = {
         "which the rate reads 0 by design (NvwatchIbCounterSaturated leaves port_xmit_wait "
         "out), so it could not stay firing through the restarts anyway"
     ),
-    # faults of the node around the GPUs, seen by its BMC, which this matrix does not probe
-    "hot-aisle": "BMC: pages in tests/e2e/test_bmc_e2e.py (and its GPUs name the room)",
-    "fan-failure": "BMC: pages in tests/e2e/test_bmc_e2e.py",
-    "psu-failure": "BMC: pages in tests/e2e/test_bmc_e2e.py",
-    "bmc-unreachable": "BMC: pages in tests/e2e/test_bmc_e2e.py, and nothing else of the node",
 }
 
 
