@@ -18,6 +18,7 @@ from nvwatch.alerts.rules.base import (
     where_gpu,
     where_node,
 )
+from nvwatch.alerts.rules.scheduler import source_matcher
 from nvwatch.mixin.config import MixinConfig
 
 
@@ -289,7 +290,9 @@ def agent_source_down(cfg: MixinConfig) -> Alert:
     source = f"{cfg.node_labels}, source"
     return Alert(
         "NvwatchAgentSourceDown",
-        f"nvwatch_agent_source_up{cfg.sel()} == 0\n"
+        # the scheduler source reads Slurm, not the node's hardware: its own alert
+        # (NvwatchSchedulerSourceDown) says so
+        f"nvwatch_agent_source_up{cfg.sel(source_matcher('!='))} == 0\n"
         # the agent reports an absent source as up; this keeps it quiet even if a
         # source ever reported both
         f"unless on ({source}) nvwatch_agent_source_absent{cfg.sel()} == 1",

@@ -27,6 +27,19 @@ _GRAFANA_VARS = {
     "$gpu": "0",
     "$user": "alice",
     "$job_id": "101",
+    "$partition": "a100",
+}
+# The scheduler source's series as DESIGN.md's contract names them (its Scheduler
+# section): the queue dashboard and alerts read them, and their catalogue entries come
+# with the source. A histogram is read through its `_bucket`, `_count` and `_sum`.
+_SCHEDULER_CONTRACT = {
+    "nvwatch_scheduler_gpus",
+    "nvwatch_scheduler_nodes_unavailable",
+    "nvwatch_scheduler_pending_gpus",
+    "nvwatch_scheduler_oldest_pending_seconds",
+    *(f"nvwatch_scheduler_wait_seconds{sample}" for sample in ("_bucket", "_count", "_sum")),
+    "nvwatch_scheduler_fairshare",
+    "nvwatch_scheduler_allocated_gpu_seconds_total",
 }
 
 
@@ -47,7 +60,7 @@ def _dashboard_exprs(dashboards: dict[str, dict[str, Any]]) -> list[tuple[str, s
 
 
 def _allowed(cfg: MixinConfig) -> set[str]:
-    return set(BY_NAME) | set(recorded_names(cfg)) | {"up", "ALERTS"}
+    return set(BY_NAME) | set(recorded_names(cfg)) | {"up", "ALERTS"} | _SCHEDULER_CONTRACT
 
 
 @pytest.mark.parametrize(
