@@ -312,7 +312,8 @@ def agent_source_down(cfg: MixinConfig) -> Alert:
             "but no RDMA device exists, or sysfs is not readable (permissions, "
             "container mounts). Hardware that does not exist on the node is absent "
             "(`nvwatch_agent_source_absent` 1, the source up), not down, and never "
-            "fires this alert.",
+            "fires this alert. The scheduler source reads Slurm, not the node's "
+            "hardware: NvwatchSchedulerSourceDown is its alert.",
             "`nvwatch doctor` on the node (or the agent's landing page) says up, absent "
             "or down and why, e.g. `8 NVIDIA GPUs on PCI but NVML failed: …` or "
             "`InfiniBand devices gone: mlx5_0, … (driver unloaded or HCAs lost?)`; "
