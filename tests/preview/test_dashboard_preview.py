@@ -18,6 +18,7 @@ them).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -175,10 +176,21 @@ def _faulty_node_is_drawn(panel: PanelResult) -> None:
 def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nvwatch.agent.cli import main
 
-    main(["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out", str(tmp_path),
-          "--range", "5m", "--scrape-interval", "5s", "--var", "instance=dgx-000",
-          "--strict"])  # fmt: skip
-    out = capsys.readouterr().out.split()
+    args = ["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out",
+            str(tmp_path), "--range", "5m", "--scrape-interval", "5s", "--var",
+            "instance=dgx-000", "--strict"]  # fmt: skip
+    waiting = _waiting_panels(build_all(mixin_config()), stack)
+    if waiting:
+        # --strict fails on the panels that wait for scheduler series, and on no other
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 1
+    else:
+        main(args)
+    captured = capsys.readouterr()
+    empty = re.findall(r"^(\S+): no data in panel '(.*)'$", captured.err, re.M)
+    assert {f"{name}: {title}" for name, title in empty} == waiting
+    out = captured.out.split()
     assert sorted(Path(p).name for p in out) == sorted(
         Path(n).stem + ".png" for n in build_all(mixin_config())
     )
