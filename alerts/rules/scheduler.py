@@ -66,7 +66,9 @@ def jobs_waiting_while_gpus_idle(cfg: MixinConfig) -> Alert:
             "(fragmentation: 2 GPUs free on each of 4 nodes, the job wants 8 on one), an "
             "account or QOS limit holds it (GrpTRES, MaxJobs), a "
             "reservation or its constraints keep it off the idle nodes, or the scheduler "
-            "stopped cycling. When every GPU is busy the alert stays quiet: that wait is "
+            "stopped cycling. A large job gathering nodes also holds GPUs idle until it "
+            "has them all (backfill keeps them for it); the alert then resolves when it "
+            "starts. When every GPU is busy the alert stays quiet: that wait is "
             "the cluster's size, which NvwatchSchedulerShortOfGpus counts.",
             "Queue & fairness dashboard, *Longest waiting GPU job* and *GPUs by state*. "
             "`squeue -p <partition> -t PD -o '%i %u %a %b %D %r %V'` lists the waiting "
