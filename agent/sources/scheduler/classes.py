@@ -41,8 +41,9 @@ _DEPENDENCY = frozenset({"Dependency", "DependencyNeverSatisfied"})
 
 def pending_class(reason: str) -> str:
     """The class of a pending job's Slurm reason ('AssocGrpGRES' -> 'limits')."""
-    # "ReqNodeNotAvail, UnavailableNodes:gpu[01-02]": the name is before the comma
-    name = reason.split(",", 1)[0].strip()
+    # "ReqNodeNotAvail, UnavailableNodes:gpu[01-02]": the name is before the comma; squeue
+    # writes some reasons with spaces ("Nodes required for job are DOWN, ...")
+    name = reason.split(",", 1)[0].strip().replace(" ", "_")
     if name == "Priority":
         return "priority"
     if name in _RESOURCES or name.startswith(("ReqNodeNotAvail", "Nodes_required")):
@@ -50,7 +51,7 @@ def pending_class(reason: str) -> str:
     if name in _DEPENDENCY:
         return "dependency"
     # JobHeldUser, JobHeldAdmin, "launch failed requeued held", JobHoldMaxRequeue
-    if name.startswith(("JobHeld", "JobHold")) or name.endswith(" held"):
+    if name.startswith(("JobHeld", "JobHold")) or name.endswith("_held"):
         return "held"
     if name in _LIMITS or name.startswith(_LIMIT_PREFIXES):
         return "limits"

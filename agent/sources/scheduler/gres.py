@@ -5,7 +5,8 @@ way of asking: `--gres=gpu:2` and `--gpus-per-node=2` fill tres_per_node, `--gpu
 tres_per_job, `--gpus-per-task=1` tres_per_task, `--gpus-per-socket` tres_per_socket.
 22.05 writes `gres:gpu:2` (typed: `gres:gpu:a100:2`), later releases `gres/gpu:2` or
 `gres/gpu=2`; a node's `gres`, `gres_used` and a running job's `gres_detail` are
-`gpu:2`, `gpu:a100:4(S:0-1)`, `gpu:1(IDX:0)`, several types separated by commas.
+`gpu:2`, `gpu:a100:4(S:0-1)`, `gpu:1(IDX:0)`, `gpu:a100(CNT:2)` (a count without the
+devices' indices), several types separated by commas.
 Every form is read here; what is not a GPU (mps, shard, a license) counts nothing.
 """
 
@@ -45,13 +46,19 @@ def gpus_in(text: str | None) -> int:
     return sum(_entry_gpus(entry) for entry in split_entries(text))
 
 
+_COUNTED = re.compile(r"\(CNT:(\d+)\)")
+
+
 def _entry_gpus(entry: str) -> int:
-    body = entry.split("(", 1)[0]  # (S:0-1), (IDX:0) describe where, not how many
+    body, _, detail = entry.partition("(")  # (S:0-1), (IDX:0) say where, not how many
     for prefix in ("gres:", "gres/"):
         body = body.removeprefix(prefix)
     name, _, rest = body.replace("=", ":").partition(":")
     if name != GPU:
         return 0
+    counted = _COUNTED.search("(" + detail)
+    if counted:
+        return int(counted.group(1))
     if not rest:
         return 1
     return _count(rest.rsplit(":", 1)[-1])

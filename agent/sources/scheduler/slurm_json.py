@@ -211,9 +211,12 @@ def _text(value: object) -> str:
 
 
 def _error_text(error: object) -> str:
-    if isinstance(error, dict):
-        return _shown(str(error.get("error") or error.get("description") or error))
-    return _shown(str(error))
+    """22.05's error object, e.g. with the controller down: source slurm_load_jobs,
+    description "Failed while looking for jobs", error "Unspecified error"."""
+    if not isinstance(error, dict):
+        return _shown(str(error))
+    parts = [str(error[key]) for key in ("source", "description", "error") if error.get(key)]
+    return _shown(": ".join(parts) or str(error))
 
 
 def _shown(text: str) -> str:

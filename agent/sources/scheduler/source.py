@@ -146,10 +146,9 @@ class SchedulerSource:
         return sample
 
     def _read(self) -> tuple[SchedulerSample, str | None]:
-        jobs_text = run_slurm(SQUEUE, self.timeout, self._env)
+        jobs = parse_jobs(run_slurm(SQUEUE, self.timeout, self._env))
         now = self._clock()  # the moment of the queue the sample describes
-        nodes_text = run_slurm(SINFO, self.timeout, self._env)
-        jobs, nodes = parse_jobs(jobs_text), parse_nodes(nodes_text)
+        nodes = parse_nodes(run_slurm(SINFO, self.timeout, self._env))
         shares, error = self._read_fairshare()
         return self._tally.update(jobs, nodes, shares, now), error
 

@@ -1,0 +1,518 @@
+"""The scheduler source against a real Slurm, compared with what squeue and sinfo print.
+
+One cluster for the file (cluster.py): node `host` with 5 typed fake GPUs and 8 CPUs in
+partitions `gpu` (the default) and `shared`, and `ghost` (2 GPUs, `shared` only),
+configured but never started, so DOWN. Jobs ask for GPUs every way Slurm takes; enough
+of them that some run, some wait for resources or priority, one is held, one waits on
+another, one is an array held back by its own task limit, one may run in either
+partition. The test keeps its own record of what each job asked for and reads Slurm's
+plain columns with its own parsing; the source is refreshed between two reads of them, and
+the two reads must agree (else it reads again), so both describe the same moment.
+
+Then the queue moves: a job ends and a waiting one starts (its wait is observed once, and
+the GPU-seconds follow the jobs' real start and end times), the node is drained, the
+controller goes down and comes back.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nvwatch.agent.exposition.client import registry_of
+from nvwatch.agent.exposition.render import prepare
+from nvwatch.agent.exposition.text import render_text
+from nvwatch.agent.sources import SourceUnavailable
+from nvwatch.agent.sources.scheduler.model import SchedulerSample
+from nvwatch.agent.sources.scheduler.source import SchedulerSource
+from tests.slurm.cluster import Cluster, Layout, slurm_cluster
+from tests.slurm.test_real_slurm import _need_slurm
+
+pytestmark = pytest.mark.timeout(300)
+
+LAYOUT = Layout(
+    gpus=5, gpu_type="fake", cpus=8, partitions=("gpu", "shared"), down_nodes=(("ghost", 2),)
+)
+NVWATCH = str(Path(sys.executable).parent / "nvwatch")
+ODD_ACCOUNT = 'od"d|acc\\t{x}é'
+# What Slurm's pending reasons mean, as its manual (squeue(1), JOB REASON CODES) says:
+# the classes a reader of the series expects each in.
+MEANING = {
+    "Resources": "resources",
+    "Priority": "priority",
+    "JobHeldUser": "held",
+    "JobHeldAdmin": "held",
+    "Dependency": "dependency",
+    "DependencyNeverSatisfied": "dependency",
+    "JobArrayTaskLimit": "limits",
+    # a job that may run where a node is down: the nodes it needs are not there
+    "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+    "partitions": "resources",
+}
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the test submitted: per array task (or job), its GPUs."""
+
+    account: str
+    gpus: int
+
+
+@dataclass
+class Queue:
+    cluster: Cluster
+    asked: dict[str, Asked]  # job id -> request
+    names: dict[str, str]  # the test's name of a job -> its id
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    _need_slurm()
+    with slurm_cluster("linuxproc", layout=LAYOUT) as running:
+        yield running
+
+
+def _submit(cluster: Cluster, account: str, gpus: int, *flags: str) -> tuple[str, Asked]:
+    job = cluster.run(
+        "sbatch", "--parsable", "--output=/dev/null", f"--account={account}", *flags,
+        "--wrap=sleep 600",
+    ).split(";")[0]  # fmt: skip
+    return job, Asked(account, gpus)
+
+
+@pytest.fixture(scope="module")
+def queue(cluster: Cluster) -> Queue:
+    """Jobs in submission order (priority/basic: the earlier, the higher): the first four
+    fill the node's 5 GPUs, the rest wait."""
+    plan: list[tuple[str, str, int, tuple[str, ...]]] = [
+        ("array", "alpha", 1, ("--array=0-5%1", "--gres=gpu:1", "--partition=shared")),
+        ("typed", "alpha", 1, ("--gres=gpu:fake:1",)),
+        ("per_node", "beta", 1, ("--gpus-per-node=1",)),
+        ("per_task", "beta", 1, ("--gpus-per-task=1", "--ntasks=2")),
+        ("cpu_only", "alpha", 0, ("--ntasks=1",)),
+        ("per_job", "alpha", 2, ("--gpus=2",)),
+        ("queued", "beta", 1, ("--gres=gpu:1",)),
+        ("held", ODD_ACCOUNT, 1, ("--hold", "--gpus=1")),
+        ("nobody", "alpha", 1, ("--hold", "--gpus=1", "--uid=nobody", "--gid=nogroup",
+                                "--chdir=/tmp")),
+        ("tasks", "gamma", 1, ("--array=0-3", "--gres=gpu:1")),
+        ("either", "beta", 1, ("--partition=gpu,shared", "--gres=gpu:1")),
+    ]  # fmt: skip
+    asked: dict[str, Asked] = {}
+    names: dict[str, str] = {}
+    for name, account, gpus, flags in plan:
+        per_task = 2 if name == "per_task" else gpus  # --gpus-per-task=1 times 2 tasks
+        job, request = _submit(cluster, account, per_task, *flags)
+        asked[job], names[name] = request, job
+    job, asked[job] = _submit(
+        cluster, "gamma", 2, f"--dependency=afterok:{names['typed']}", "--gpus-per-node=2"
+    )
+    names["after"] = job
+    cluster.wait_for("the first four running", lambda: _running_count(cluster) == 5)
+    cluster.wait_for("every pending reason set", lambda: "None" not in _pending_reasons(cluster))
+    return Queue(cluster, asked, names)
+
+
+def _running_count(cluster: Cluster) -> int:
+    return len(cluster.run("squeue", "-h", "-t", "R", "-o", "%i").split())
+
+
+def _pending_reasons(cluster: Cluster) -> list[str]:
+    return cluster.run("squeue", "-h", "-t", "PD", "-o", "%r").splitlines()
+
+
+@pytest.fixture(scope="module")
+def source(cluster: Cluster) -> Iterator[SchedulerSource]:
+    """Refreshed by the tests (`refresh()`), never on its own: one refresh per read."""
+    scheduler = SchedulerSource(
+        interval=3600.0, timeout=10.0, max_accounts=50, max_users=5, env=cluster.env
+    )
+    yield scheduler
+    scheduler.close()
+
+
+T = TypeVar("T")
+
+
+def _same_moment(read: Callable[[], T], source: SchedulerSource) -> tuple[T, SchedulerSample]:
+    """Slurm's plain output and a refresh between two identical reads of it."""
+    for _ in range(10):
+        before = read()
+        sample = source.refresh()
+        assert sample is not None, source.collect()
+        if read() == before:
+            return before, sample
+        time.sleep(0.5)
+    raise AssertionError("squeue/sinfo kept changing around the refresh")
+
+
+# --- what sinfo and squeue print, parsed here ---------------------------------------------
+
+_GPU_COUNT = re.compile(r"gpu(?::[A-Za-z0-9_]+)?:(\d+)")
+
+
+@dataclass(frozen=True)
+class PlainNode:
+    name: str
+    partition: str
+    gpus: int
+    used: int
+    state: str  # sinfo's long state: idle, mixed, down*, draining, ...
+    reason: str
+
+
+def _plain_nodes(cluster: Cluster) -> list[PlainNode]:
+    columns = "NodeHost:40,Partition:40,Gres:60,GresUsed:60,StateLong:40,Reason:200"
+    text = cluster.run("sinfo", "-N", "-h", "-O", columns)
+    nodes = []
+    for line in text.splitlines():
+        name, partition, gres, used, state, *reason = line.split()
+        nodes.append(
+            PlainNode(
+                name, partition.rstrip("*"), _gpus(gres), _gpus(used), state, " ".join(reason)
+            )
+        )
+    return nodes
+
+
+def _gpus(gres: str) -> int:
+    return sum(int(count) for count in _GPU_COUNT.findall(gres))
+
+
+def _unavailable(node: PlainNode) -> str | None:
+    """Why sinfo's state takes the node's GPUs out of service, in the series' words."""
+    if node.state.endswith("*"):
+        return "not_responding"
+    if node.state in ("down",):
+        return "down"
+    if node.state in ("drained", "draining", "drain"):
+        return "drained"
+    return None
+
+
+def _expected_capacity(
+    nodes: list[PlainNode],
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    gpus: dict[tuple[str, str], int] = {}
+    down: dict[tuple[str, str], int] = {}
+    for node in nodes:
+        why = _unavailable(node)
+        rest = "unavailable" if why else "idle"
+        for state, count in (("allocated", node.used), (rest, node.gpus - node.used)):
+            gpus[node.partition, state] = gpus.get((node.partition, state), 0) + count
+        if why:
+            down[node.partition, why] = down.get((node.partition, why), 0) + 1
+    return {key: n for key, n in gpus.items() if n}, down
+
+
+def _served_capacity(
+    sample: SchedulerSample,
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    gpus = {(p.partition, s): n for p in sample.partitions for s, n in p.gpus.items() if n}
+    down = {
+        (p.partition, r): n for p in sample.partitions for r, n in p.nodes_unavailable.items() if n
+    }
+    return gpus, down
+
+
+@dataclass(frozen=True)
+class PlainPending:
+    job: str  # the job id, without its array task
+    partitions: tuple[str, ...]
+    reason: str
+    eligible: float | None
+
+
+def _plain_pending(cluster: Cluster) -> list[PlainPending]:
+    """One line per pending array task (-r), so a task is a line."""
+    columns = "JobArrayID:30,Partition:40,EligibleTime:30,Reason:200"
+    text = cluster.run("squeue", "-h", "-r", "-t", "PD", "-O", columns)
+    pending = []
+    for line in text.splitlines():
+        job, partitions, eligible, *reason = line.split()
+        pending.append(
+            PlainPending(
+                job.split("_")[0],
+                tuple(partitions.split(",")),
+                " ".join(reason),
+                None if eligible in ("N/A", "Unknown") else _epoch(eligible),
+            )
+        )
+    return pending
+
+
+def _epoch(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def _served_pending(sample: SchedulerSample) -> dict[tuple[str, str, str], int]:
+    return {
+        (d.partition, d.account, r): n
+        for d in sample.demand
+        for r, n in d.pending_gpus.items()
+        if n
+    }
+
+
+# --- the first moment -----------------------------------------------------------------------
+
+
+def test_gpus_by_state_and_unavailable_nodes_are_what_sinfo_prints(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    nodes, sample = _same_moment(lambda: _plain_nodes(queue.cluster), source)
+    assert _served_capacity(sample) == _expected_capacity(nodes)
+    # the node in both partitions counts in each; the down one only in its own
+    by_partition = {p.partition: sum(p.gpus.values()) for p in sample.partitions}
+    assert by_partition == {"gpu": 5, "shared": 7}
+
+
+def test_pending_gpus_per_partition_account_and_reason_are_what_squeue_prints(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    pending, sample = _same_moment(lambda: _plain_pending(queue.cluster), source)
+    expected: dict[tuple[str, str, str], int] = {}
+    for job in pending:
+        asked = queue.asked[job.job]
+        assert job.reason in MEANING, f"a reason this scenario does not make: {job.reason}"
+        for partition in job.partitions:
+            key = (partition, asked.account, MEANING[job.reason])
+            expected[key] = expected.get(key, 0) + asked.gpus
+    assert _served_pending(sample) == expected
+    # every way of asking showed up: held, dependency, array limit, resources
+    classes = {cls for _, _, cls in expected}
+    assert {"held", "dependency", "limits", "resources"} <= classes
+
+
+def test_oldest_pending_is_the_longest_eligible_wait_squeue_prints(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    pending, sample = _same_moment(lambda: _plain_pending(queue.cluster), source)
+    now = sample.refreshed_at
+    oldest: dict[str, float] = {}
+    for job in pending:
+        if MEANING[job.reason] in ("held", "dependency") or job.eligible is None:
+            continue
+        for partition in job.partitions:
+            oldest[partition] = max(oldest.get(partition, 0.0), now - job.eligible)
+    served = {p.partition: p.oldest_pending_seconds for p in sample.partitions}
+    assert served == pytest.approx(oldest, abs=1e-6)
+    assert all(seconds > 0 for seconds in oldest.values())
+
+
+def test_per_user_series_sum_to_the_partition_demand(queue: Queue, source: SchedulerSource) -> None:
+    sample = source.refresh()
+    assert sample is not None
+    users = {(u.partition, u.user): u.pending_gpus for u in sample.users}
+    assert {user for _, user in users} == {"nobody", "root"}
+    for partition in ("gpu", "shared"):
+        demand = sum(
+            sum(d.pending_gpus.values()) for d in sample.demand if d.partition == partition
+        )
+        assert sum(n for (p, _), n in users.items() if p == partition) == demand
+
+
+def test_accounts_beyond_the_cap_are_other_and_nothing_is_lost(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    capped = SchedulerSource(interval=3600.0, timeout=10.0, max_accounts=2, env=queue.cluster.env)
+    try:
+        few, full = capped.refresh(), source.refresh()
+    finally:
+        capped.close()
+    assert few is not None and full is not None
+    accounts = {d.account for d in few.demand}
+    assert len(accounts - {"other"}) == 2 and "other" in accounts
+    for sample in (few, full):
+        assert _served_pending(sample)  # something waits
+    total = [sum(_served_pending(s).values()) for s in (few, full)]
+    assert total[0] == total[1]
+
+
+def test_the_exposition_is_prometheus_clients_and_an_odd_account_survives_it(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    sample = source.refresh()
+    assert sample is not None
+    families = prepare("scheduler", sample)
+    text = render_text([families])
+    assert text == generate_latest(registry_of(families))
+    accounts = {
+        sample_.labels["account"]
+        for family in text_string_to_metric_families(text.decode())
+        for sample_ in family.samples
+        if "account" in sample_.labels
+    }
+    assert ODD_ACCOUNT in accounts
+
+
+def test_one_refresh_costs_the_controller_three_rpcs_and_sshare_one_more(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    """squeue and sinfo as the source runs them; sshare as the fair-share reader runs it,
+    counted by the controller itself (sdiag), whatever the number of jobs."""
+    before = _rpc_counts(queue.cluster)
+    assert source.refresh() is not None
+    after = _rpc_counts(queue.cluster)
+    assert _difference(before, after) == {
+        "REQUEST_JOB_INFO": 1,
+        "REQUEST_NODE_INFO": 1,
+        "REQUEST_PARTITION_INFO": 1,
+    }
+    before = _rpc_counts(queue.cluster)
+    queue.cluster.run("sshare", "-a", "-P")
+    assert _difference(before, _rpc_counts(queue.cluster)) == {"REQUEST_SHARE_INFO": 1}
+
+
+def _rpc_counts(cluster: Cluster) -> dict[str, int]:
+    """sdiag's count of each RPC type the controller served."""
+    text = cluster.run("sdiag")
+    section = text.split("by message type")[1].split("by user")[0]
+    return {
+        name: int(count)
+        for name, count in re.findall(r"^\s+(\w+)\s+\(\s*\d+\)\s+count:(\d+)", section, re.M)
+    }
+
+
+def _difference(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What was asked of the controller in between: reads of its state (_INFO), less
+    sdiag's own (REQUEST_STATS_INFO)."""
+    return {
+        name: count - before.get(name, 0)
+        for name, count in after.items()
+        if name.endswith("_INFO") and name != "REQUEST_STATS_INFO" and count != before.get(name, 0)
+    }
+
+
+# --- the queue moves ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlainTimes:
+    eligible: float
+    start: float
+    end: float | None
+
+
+def _times(cluster: Cluster, job: str) -> PlainTimes:
+    columns = "EligibleTime:30,StartTime:30,EndTime:30,State:20"
+    line = cluster.run("squeue", "-h", "-t", "all", "-j", job, "-O", columns)
+    eligible, start, end, state = line.split()
+    ended = state not in ("RUNNING", "COMPLETING")
+    return PlainTimes(_epoch(eligible), _epoch(start), _epoch(end) if ended else None)
+
+
+def test_a_job_that_starts_is_one_wait_and_gpu_seconds_follow_start_and_end(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    cluster, names = queue.cluster, queue.names
+    first = source.refresh()
+    assert first is not None
+    time.sleep(1.5)  # Slurm's times are whole seconds: the end must fall after `first`
+    # the two-GPU job ends; the two-GPU job waiting for resources takes its GPUs
+    cluster.run("scancel", names["per_task"])
+    cluster.wait_for(
+        "the waiting job started", lambda: cluster.job_state(names["per_job"]) == "RUNNING"
+    )
+    second = source.refresh()
+    assert second is not None
+    ended, started = _times(cluster, names["per_task"]), _times(cluster, names["per_job"])
+    assert ended.end is not None
+
+    waits = {p.partition: p.wait for p in second.partitions}
+    before = {p.partition: p.wait for p in first.partitions}
+    assert waits["gpu"].cumulative[-1] - before["gpu"].cumulative[-1] == 1
+    assert waits["gpu"].sum_seconds - before["gpu"].sum_seconds == pytest.approx(
+        started.start - started.eligible, abs=1e-6
+    )
+    assert waits["shared"] == before["shared"]  # nothing started there
+
+    t1, t2 = first.refreshed_at, second.refreshed_at
+    grown = _gpu_seconds(second, "gpu", "beta") - _gpu_seconds(first, "gpu", "beta")
+    # per_node: 1 GPU all along; per_task: 2 GPUs until it ended
+    assert grown == pytest.approx(1 * (t2 - t1) + 2 * (ended.end - t1), abs=1e-6)
+    grown = _gpu_seconds(second, "gpu", "alpha") - _gpu_seconds(first, "gpu", "alpha")
+    # typed: 1 GPU all along; per_job: 2 GPUs since it started; cpu_only: none
+    assert grown == pytest.approx(1 * (t2 - t1) + 2 * (t2 - started.start), abs=1e-6)
+
+    third = source.refresh()  # the started job is not counted twice
+    assert third is not None
+    assert {p.partition: p.wait for p in third.partitions}["gpu"] == waits["gpu"]
+
+
+def _gpu_seconds(sample: SchedulerSample, partition: str, account: str) -> float:
+    (seconds,) = [
+        d.allocated_gpu_seconds
+        for d in sample.demand
+        if (d.partition, d.account) == (partition, account)
+    ]
+    return seconds
+
+
+def test_a_drained_node_takes_its_free_gpus_out_of_service(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    cluster = queue.cluster
+    cluster.run(
+        "scontrol", "update", f"NodeName={cluster.host}", "State=DRAIN", "Reason=nvwatch test"
+    )
+    cluster.run("scancel", queue.names["typed"])  # a GPU freed on a draining node
+    cluster.wait_for("the GPU freed", lambda: _node_gpus_used(cluster) == 4)
+    nodes, sample = _same_moment(lambda: _plain_nodes(cluster), source)
+    assert _served_capacity(sample) == _expected_capacity(nodes)
+    gpus, down = _served_capacity(sample)
+    assert gpus[("gpu", "unavailable")] == 1 and ("gpu", "idle") not in gpus
+    assert down[("gpu", "drained")] == 1
+
+
+def _node_gpus_used(cluster: Cluster) -> int:
+    return next(n.used for n in _plain_nodes(cluster) if n.name == cluster.host)
+
+
+def test_the_controller_down_is_one_line_and_its_return_is_up_again(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    cluster = queue.cluster
+    quick = SchedulerSource(interval=3600.0, timeout=5.0, max_accounts=50, env=cluster.env)
+    try:
+        cluster.stop_controller()
+        try:
+            assert quick.refresh() is None
+            with pytest.raises(SourceUnavailable) as down:
+                quick.collect()
+        finally:
+            cluster.start_controller()
+        reason = str(down.value)
+        assert "\n" not in reason and reason.startswith("squeue ")
+        assert "controller" in reason or "within 5 s" in reason, reason
+        assert quick.refresh() is not None
+        quick.collect()
+    finally:
+        quick.close()
+
+
+def test_the_sample_can_be_read_by_a_process_like_any(queue: Queue) -> None:
+    """`nvwatch dump --sources scheduler,host`: the scheduler's thread refreshes, the
+    poller serves it beside another source."""
+    done = subprocess.run(
+        [NVWATCH, "dump", "--sources", "scheduler,host", "--settle", "0"],
+        env=queue.cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert 'nvwatch_agent_source_up{source="scheduler"} 1.0' in done.stdout
+    assert 'nvwatch_scheduler_gpus{partition="shared",state="unavailable"}' in done.stdout
