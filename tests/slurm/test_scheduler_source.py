@@ -32,8 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvwatch.agent.exposition.client import registry_of
 from nvwatch.agent.exposition.render import prepare
 from nvwatch.agent.exposition.text import render_text
-from nvwatch.agent.sources import SourceUnavailable
+from nvwatch.agent.sources import SourceDegraded, SourceUnavailable
 from nvwatch.agent.sources.scheduler.model import SchedulerSample
+from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
 from tests.slurm.cluster import Cluster, Layout, slurm_cluster
 from tests.slurm.test_real_slurm import _need_slurm
@@ -393,6 +394,76 @@ def _difference(before: dict[str, int], after: dict[str, int]) -> dict[str, int]
         for name, count in after.items()
         if name.endswith("_INFO") and name != "REQUEST_STATS_INFO" and count != before.get(name, 0)
     }
+
+
+@dataclass(frozen=True)
+class Share:
+    """A stand-in for sshare's reader (agent/sources/scheduler/fairshare.py's rows)."""
+
+    account: str
+    shares_norm: float
+    usage_effective: float
+    factor: float
+
+
+SHARES = (Share("zeta", 0.7, 0.25, 0.6), Share("alpha", 0.3, 0.75, 0.1))
+
+
+def _families(sample: SchedulerSample) -> dict[str, list[tuple[dict[str, str], float]]]:
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in prepare("scheduler", sample):
+        found[family.name] = [(s.labels, s.value) for s in family.samples]
+    return found
+
+
+def test_fair_share_takes_the_first_account_labels_and_without_accounting_is_absent(
+    queue: Queue,
+) -> None:
+    env = queue.cluster.env
+    readers = {
+        "accounting": lambda _timeout, _env: SHARES,
+        "none": lambda _timeout, _env: None,
+    }
+    samples = {}
+    for name, reader in readers.items():
+        scheduler = SchedulerSource(
+            interval=3600.0, timeout=10.0, max_accounts=2, env=env, fairshare=reader
+        )
+        samples[name] = scheduler.refresh()
+        scheduler.close()
+    with_shares, without = samples["accounting"], samples["none"]
+    assert with_shares is not None and without is not None
+    served = {
+        (labels["account"], labels["kind"]): value
+        for labels, value in _families(with_shares)["nvwatch_scheduler_fairshare"]
+    }
+    assert served == {
+        (s.account, kind): getattr(s, kind)
+        for s in SHARES
+        for kind in ("shares_norm", "usage_effective", "factor")
+    }
+    # the configured accounts hold the two labels: the jobs' other accounts are "other"
+    assert {d.account for d in with_shares.demand} == {"alpha", "other"}
+    assert "nvwatch_scheduler_fairshare" not in _families(without)
+
+
+def test_a_failed_fair_share_read_serves_the_rest_with_its_reason(queue: Queue) -> None:
+    def failing(_timeout: float, _env: object) -> None:
+        raise SchedulerError("sshare failed: sshare: error: Problem talking to the database")
+
+    scheduler = SchedulerSource(
+        interval=3600.0, timeout=10.0, max_accounts=50, env=queue.cluster.env, fairshare=failing
+    )
+    try:
+        scheduler.refresh()
+        with pytest.raises(SourceDegraded) as degraded:
+            scheduler.collect()
+    finally:
+        scheduler.close()
+    assert str(degraded.value).startswith("sshare failed: sshare: error: Problem talking")
+    sample = degraded.value.sample
+    assert isinstance(sample, SchedulerSample) and sample.fairshare is None
+    assert "nvwatch_scheduler_pending_gpus" in _families(sample)
 
 
 # --- the queue moves ------------------------------------------------------------------------
