@@ -46,6 +46,7 @@ class Layout:
     partitions: tuple[str, ...] = ("debug",)  # each holds the node; the first is the default
     # configured, never started, so DOWN: (name, GPUs), in the last partition only
     down_nodes: tuple[tuple[str, int], ...] = ()
+    partition_options: str = ""  # more settings of every partition (OverSubscribe=FORCE:4)
     extra: str = ""  # more slurm.conf lines
 
     @property
@@ -187,7 +188,7 @@ def _nodes_and_partitions(host: str, layout: Layout) -> str:
         default = "YES" if index == 0 else "NO"
         lines.append(
             f"PartitionName={partition} Nodes={','.join(nodes)} Default={default} "
-            "MaxTime=INFINITE State=UP"
+            f"MaxTime=INFINITE State=UP {layout.partition_options}".rstrip()
         )
     if layout.cpus > 2:
         lines.append("SlurmdParameters=config_overrides")
