@@ -93,6 +93,8 @@ class Result:
     accounts: int
     pairs: int  # (partition, account) pairs with series: seen pending or running there
     cpu: str
+    load: str  # the machine's load average when the refreshes began (it is shared)
+    when: str
 
 
 def _sbatch(cluster: Cluster, account: str, flags: tuple[str, ...]) -> str:
@@ -210,6 +212,8 @@ def measure(settings: Settings) -> Result:
         running = _fill(cluster, settings)
         _queue(cluster, settings, running)
         source = SchedulerSource(interval=3600.0, timeout=60.0, max_accounts=50, env=cluster.env)
+        load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         try:
             source.refresh()  # the first: its waits and GPU-seconds start from here
             refreshes, sample = [], None
@@ -235,7 +239,9 @@ def measure(settings: Settings) -> Result:
             partitions=len(sample.partitions),
             accounts=len({d.account for d in sample.demand}),
             pairs=len(sample.demand),
-            cpu=f"{cpu_model()}, {os.cpu_count()} cores",
+            cpu=f"{cpu_model()} with {os.cpu_count()} cores",
+            load=load,
+            when=when,
         )
 
 
@@ -265,8 +271,9 @@ def section(result: Result) -> str:
     return f"""{BEGIN}
 ## The scheduler source's refresh
 
-`python -m benchmarks.scheduler_refresh --update docs/performance.md` on {result.cpu} (a
-machine shared with other work): a real one-node Slurm 22.05 whose node runs
+`python -m benchmarks.scheduler_refresh --update docs/performance.md`, {result.when}, on
+{result.cpu}, a machine shared with other work (load average {result.load} as the
+refreshes began). A real one-node Slurm 22.05 whose node runs
 {s.gpu_jobs} GPU jobs on as many fake GPUs and {s.cpu_jobs} CPU-only jobs on CPUs
 oversubscribed {OVERSUBSCRIBE} ways ({result.running} running), with {s.pending} GPU jobs
 queued behind them from {ACCOUNTS} accounts in every way of asking for GPUs (held,

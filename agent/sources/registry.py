@@ -100,7 +100,7 @@ def scheduler_source(config: AgentConfig) -> SchedulerSource:
 
 
 def fairshare_reader() -> FairShareReader | None:
-    """sshare's reader (agent/sources/scheduler/fairshare.py), or None in a build
+    """sshare's reader (the scheduler package's `fairshare` module), or None in a build
     without it: the source then serves no fair-share series and the rest as always."""
     try:
         module = importlib.import_module("nvwatch.agent.sources.scheduler.fairshare")

@@ -398,7 +398,7 @@ def _difference(before: dict[str, int], after: dict[str, int]) -> dict[str, int]
 
 @dataclass(frozen=True)
 class Share:
-    """A stand-in for sshare's reader (agent/sources/scheduler/fairshare.py's rows)."""
+    """A stand-in for a row of sshare's reader (the scheduler package's fairshare module)."""
 
     account: str
     shares_norm: float
