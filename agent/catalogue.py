@@ -1359,6 +1359,19 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
 
+# Histogram families' samples go by other names (`_bucket`, `_count`, `_sum`).
+_HISTOGRAM_SAMPLES = ("_bucket", "_count", "_sum")
+#: Every name a PromQL expression may read: each family's, and its histograms' samples.
+SAMPLE_NAMES: frozenset[str] = frozenset(
+    name
+    for spec in CATALOGUE
+    for name in (
+        [spec.name + suffix for suffix in _HISTOGRAM_SAMPLES]
+        if spec.type is MetricType.HISTOGRAM
+        else [spec.name]
+    )
+)
+
 
 def spec(name: str) -> MetricSpec:
     """The catalogue entry for `name`; KeyError for a family the contract does not know."""
