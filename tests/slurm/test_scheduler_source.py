@@ -447,6 +447,36 @@ def test_fair_share_takes_the_first_account_labels_and_without_accounting_is_abs
     assert "nvwatch_scheduler_fairshare" not in _families(without)
 
 
+def test_a_real_queue_renders_every_scheduler_family(queue: Queue) -> None:
+    scheduler = SchedulerSource(
+        interval=3600.0,
+        timeout=10.0,
+        max_accounts=50,
+        max_users=5,
+        env=queue.cluster.env,
+        fairshare=lambda _timeout, _env: SHARES,
+    )
+    try:
+        sample = scheduler.refresh()
+    finally:
+        scheduler.close()
+    assert sample is not None
+    assert set(_families(sample)) == {
+        "nvwatch_scheduler_gpus",
+        "nvwatch_scheduler_nodes_unavailable",
+        "nvwatch_scheduler_oldest_pending_seconds",
+        "nvwatch_scheduler_wait_seconds",
+        "nvwatch_scheduler_pending_gpus",
+        "nvwatch_scheduler_allocated_gpu_seconds",  # prometheus_client's name, less _total
+        "nvwatch_scheduler_user_pending_gpus",
+        "nvwatch_scheduler_fairshare",
+    }
+    # nvwatch_scheduler_allocated_gpu_seconds_total as the scrape writes it
+    assert b"nvwatch_scheduler_allocated_gpu_seconds_total{" in render_text(
+        [prepare("scheduler", sample)]
+    )
+
+
 def test_a_failed_fair_share_read_serves_the_rest_with_its_reason(queue: Queue) -> None:
     def failing(_timeout: float, _env: object) -> None:
         raise SchedulerError("sshare failed: sshare: error: Problem talking to the database")
