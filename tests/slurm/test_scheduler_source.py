@@ -16,7 +16,6 @@ controller goes down and comes back.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -36,16 +35,21 @@ from nvwatch.agent.sources import SourceDegraded, SourceUnavailable
 from nvwatch.agent.sources.scheduler.model import SchedulerSample
 from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
-from tests.slurm.cluster import Cluster, Layout, slurm_cluster
+from tests.slurm.cluster import Cluster, slurm_cluster
+from tests.slurm.scheduler_queue import LAYOUT, ODD_ACCOUNT, Queue, submit_queue
+from tests.slurm.slurm_plain import (
+    expected_capacity,
+    plain_nodes,
+    plain_pending,
+    rpc_counts,
+    rpc_difference,
+    times,
+)
 from tests.slurm.test_real_slurm import _need_slurm
 
 pytestmark = pytest.mark.timeout(300)
 
-LAYOUT = Layout(
-    gpus=5, gpu_type="fake", cpus=8, partitions=("gpu", "shared"), down_nodes=(("ghost", 2),)
-)
 NVWATCH = str(Path(sys.executable).parent / "nvwatch")
-ODD_ACCOUNT = 'od"d|acc\\t{x}é'
 # What Slurm's pending reasons mean, as its manual (squeue(1), JOB REASON CODES) says:
 # the classes a reader of the series expects each in.
 MEANING = {
@@ -62,21 +66,6 @@ MEANING = {
 }
 
 
-@dataclass(frozen=True)
-class Asked:
-    """What the test submitted: per array task (or job), its GPUs."""
-
-    account: str
-    gpus: int
-
-
-@dataclass
-class Queue:
-    cluster: Cluster
-    asked: dict[str, Asked]  # job id -> request
-    names: dict[str, str]  # the test's name of a job -> its id
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     _need_slurm()
@@ -84,53 +73,9 @@ def cluster() -> Iterator[Cluster]:
         yield running
 
 
-def _submit(cluster: Cluster, account: str, gpus: int, *flags: str) -> tuple[str, Asked]:
-    job = cluster.run(
-        "sbatch", "--parsable", "--output=/dev/null", f"--account={account}", *flags,
-        "--wrap=sleep 600",
-    ).split(";")[0]  # fmt: skip
-    return job, Asked(account, gpus)
-
-
 @pytest.fixture(scope="module")
 def queue(cluster: Cluster) -> Queue:
-    """Jobs in submission order (priority/basic: the earlier, the higher): the first four
-    fill the node's 5 GPUs, the rest wait."""
-    plan: list[tuple[str, str, int, tuple[str, ...]]] = [
-        ("array", "alpha", 1, ("--array=0-5%1", "--gres=gpu:1", "--partition=shared")),
-        ("typed", "alpha", 1, ("--gres=gpu:fake:1",)),
-        ("per_node", "beta", 1, ("--gpus-per-node=1",)),
-        ("per_task", "beta", 1, ("--gpus-per-task=1", "--ntasks=2")),
-        ("cpu_only", "alpha", 0, ("--ntasks=1",)),
-        ("per_job", "alpha", 2, ("--gpus=2",)),
-        ("queued", "beta", 1, ("--gres=gpu:1",)),
-        ("held", ODD_ACCOUNT, 1, ("--hold", "--gpus=1")),
-        ("nobody", "alpha", 1, ("--hold", "--gpus=1", "--uid=nobody", "--gid=nogroup",
-                                "--chdir=/tmp")),
-        ("tasks", "gamma", 1, ("--array=0-3", "--gres=gpu:1")),
-        ("either", "beta", 1, ("--partition=gpu,shared", "--gres=gpu:1")),
-    ]  # fmt: skip
-    asked: dict[str, Asked] = {}
-    names: dict[str, str] = {}
-    for name, account, gpus, flags in plan:
-        per_task = 2 if name == "per_task" else gpus  # --gpus-per-task=1 times 2 tasks
-        job, request = _submit(cluster, account, per_task, *flags)
-        asked[job], names[name] = request, job
-    job, asked[job] = _submit(
-        cluster, "gamma", 2, f"--dependency=afterok:{names['typed']}", "--gpus-per-node=2"
-    )
-    names["after"] = job
-    cluster.wait_for("the first four running", lambda: _running_count(cluster) == 5)
-    cluster.wait_for("every pending reason set", lambda: "None" not in _pending_reasons(cluster))
-    return Queue(cluster, asked, names)
-
-
-def _running_count(cluster: Cluster) -> int:
-    return len(cluster.run("squeue", "-h", "-t", "R", "-o", "%i").split())
-
-
-def _pending_reasons(cluster: Cluster) -> list[str]:
-    return cluster.run("squeue", "-h", "-t", "PD", "-o", "%r").splitlines()
+    return submit_queue(cluster)
 
 
 @pytest.fixture(scope="module")
@@ -158,65 +103,6 @@ def _same_moment(read: Callable[[], T], source: SchedulerSource) -> tuple[T, Sch
     raise AssertionError("squeue/sinfo kept changing around the refresh")
 
 
-# --- what sinfo and squeue print, parsed here ---------------------------------------------
-
-_GPU_COUNT = re.compile(r"gpu(?::[A-Za-z0-9_]+)?:(\d+)")
-
-
-@dataclass(frozen=True)
-class PlainNode:
-    name: str
-    partition: str
-    gpus: int
-    used: int
-    state: str  # sinfo's long state: idle, mixed, down*, draining, ...
-    reason: str
-
-
-def _plain_nodes(cluster: Cluster) -> list[PlainNode]:
-    columns = "NodeHost:40,Partition:40,Gres:60,GresUsed:60,StateLong:40,Reason:200"
-    text = cluster.run("sinfo", "-N", "-h", "-O", columns)
-    nodes = []
-    for line in text.splitlines():
-        name, partition, gres, used, state, *reason = line.split()
-        nodes.append(
-            PlainNode(
-                name, partition.rstrip("*"), _gpus(gres), _gpus(used), state, " ".join(reason)
-            )
-        )
-    return nodes
-
-
-def _gpus(gres: str) -> int:
-    return sum(int(count) for count in _GPU_COUNT.findall(gres))
-
-
-def _unavailable(node: PlainNode) -> str | None:
-    """Why sinfo's state takes the node's GPUs out of service, in the series' words."""
-    if node.state.endswith("*"):
-        return "not_responding"
-    if node.state in ("down",):
-        return "down"
-    if node.state in ("drained", "draining", "drain"):
-        return "drained"
-    return None
-
-
-def _expected_capacity(
-    nodes: list[PlainNode],
-) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-    gpus: dict[tuple[str, str], int] = {}
-    down: dict[tuple[str, str], int] = {}
-    for node in nodes:
-        why = _unavailable(node)
-        rest = "unavailable" if why else "idle"
-        for state, count in (("allocated", node.used), (rest, node.gpus - node.used)):
-            gpus[node.partition, state] = gpus.get((node.partition, state), 0) + count
-        if why:
-            down[node.partition, why] = down.get((node.partition, why), 0) + 1
-    return {key: n for key, n in gpus.items() if n}, down
-
-
 def _served_capacity(
     sample: SchedulerSample,
 ) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
@@ -225,36 +111,6 @@ def _served_capacity(
         (p.partition, r): n for p in sample.partitions for r, n in p.nodes_unavailable.items() if n
     }
     return gpus, down
-
-
-@dataclass(frozen=True)
-class PlainPending:
-    job: str  # the job id, without its array task
-    partitions: tuple[str, ...]
-    reason: str
-    eligible: float | None
-
-
-def _plain_pending(cluster: Cluster) -> list[PlainPending]:
-    """One line per pending array task (-r), so a task is a line."""
-    columns = "JobArrayID:30,Partition:40,EligibleTime:30,Reason:200"
-    text = cluster.run("squeue", "-h", "-r", "-t", "PD", "-O", columns)
-    pending = []
-    for line in text.splitlines():
-        job, partitions, eligible, *reason = line.split()
-        pending.append(
-            PlainPending(
-                job.split("_")[0],
-                tuple(partitions.split(",")),
-                " ".join(reason),
-                None if eligible in ("N/A", "Unknown") else _epoch(eligible),
-            )
-        )
-    return pending
-
-
-def _epoch(text: str) -> float:
-    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
 
 
 def _served_pending(sample: SchedulerSample) -> dict[tuple[str, str, str], int]:
@@ -272,8 +128,8 @@ def _served_pending(sample: SchedulerSample) -> dict[tuple[str, str, str], int]:
 def test_gpus_by_state_and_unavailable_nodes_are_what_sinfo_prints(
     queue: Queue, source: SchedulerSource
 ) -> None:
-    nodes, sample = _same_moment(lambda: _plain_nodes(queue.cluster), source)
-    assert _served_capacity(sample) == _expected_capacity(nodes)
+    nodes, sample = _same_moment(lambda: plain_nodes(queue.cluster), source)
+    assert _served_capacity(sample) == expected_capacity(nodes)
     # the node in both partitions counts in each; the down one only in its own
     by_partition = {p.partition: sum(p.gpus.values()) for p in sample.partitions}
     assert by_partition == {"gpu": 5, "shared": 7}
@@ -282,7 +138,7 @@ def test_gpus_by_state_and_unavailable_nodes_are_what_sinfo_prints(
 def test_pending_gpus_per_partition_account_and_reason_are_what_squeue_prints(
     queue: Queue, source: SchedulerSource
 ) -> None:
-    pending, sample = _same_moment(lambda: _plain_pending(queue.cluster), source)
+    pending, sample = _same_moment(lambda: plain_pending(queue.cluster), source)
     expected: dict[tuple[str, str, str], int] = {}
     for job in pending:
         asked = queue.asked[job.job]
@@ -299,7 +155,7 @@ def test_pending_gpus_per_partition_account_and_reason_are_what_squeue_prints(
 def test_oldest_pending_is_the_longest_eligible_wait_squeue_prints(
     queue: Queue, source: SchedulerSource
 ) -> None:
-    pending, sample = _same_moment(lambda: _plain_pending(queue.cluster), source)
+    pending, sample = _same_moment(lambda: plain_pending(queue.cluster), source)
     now = sample.refreshed_at
     oldest: dict[str, float] = {}
     for job in pending:
@@ -363,37 +219,17 @@ def test_one_refresh_costs_the_controller_three_rpcs_and_sshare_one_more(
 ) -> None:
     """squeue and sinfo as the source runs them; sshare as the fair-share reader runs it,
     counted by the controller itself (sdiag), whatever the number of jobs."""
-    before = _rpc_counts(queue.cluster)
+    before = rpc_counts(queue.cluster)
     assert source.refresh() is not None
-    after = _rpc_counts(queue.cluster)
-    assert _difference(before, after) == {
+    after = rpc_counts(queue.cluster)
+    assert rpc_difference(before, after) == {
         "REQUEST_JOB_INFO": 1,
         "REQUEST_NODE_INFO": 1,
         "REQUEST_PARTITION_INFO": 1,
     }
-    before = _rpc_counts(queue.cluster)
+    before = rpc_counts(queue.cluster)
     queue.cluster.run("sshare", "-a", "-P")
-    assert _difference(before, _rpc_counts(queue.cluster)) == {"REQUEST_SHARE_INFO": 1}
-
-
-def _rpc_counts(cluster: Cluster) -> dict[str, int]:
-    """sdiag's count of each RPC type the controller served."""
-    text = cluster.run("sdiag")
-    section = text.split("by message type")[1].split("by user")[0]
-    return {
-        name: int(count)
-        for name, count in re.findall(r"^\s+(\w+)\s+\(\s*\d+\)\s+count:(\d+)", section, re.M)
-    }
-
-
-def _difference(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """What was asked of the controller in between: reads of its state (_INFO), less
-    sdiag's own (REQUEST_STATS_INFO)."""
-    return {
-        name: count - before.get(name, 0)
-        for name, count in after.items()
-        if name.endswith("_INFO") and name != "REQUEST_STATS_INFO" and count != before.get(name, 0)
-    }
+    assert rpc_difference(before, rpc_counts(queue.cluster)) == {"REQUEST_SHARE_INFO": 1}
 
 
 @dataclass(frozen=True)
@@ -499,21 +335,6 @@ def test_a_failed_fair_share_read_serves_the_rest_with_its_reason(queue: Queue) 
 # --- the queue moves ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PlainTimes:
-    eligible: float
-    start: float
-    end: float | None
-
-
-def _times(cluster: Cluster, job: str) -> PlainTimes:
-    columns = "EligibleTime:30,StartTime:30,EndTime:30,State:20"
-    line = cluster.run("squeue", "-h", "-t", "all", "-j", job, "-O", columns)
-    eligible, start, end, state = line.split()
-    ended = state not in ("RUNNING", "COMPLETING")
-    return PlainTimes(_epoch(eligible), _epoch(start), _epoch(end) if ended else None)
-
-
 def test_a_job_that_starts_is_one_wait_and_gpu_seconds_follow_start_and_end(
     queue: Queue, source: SchedulerSource
 ) -> None:
@@ -528,7 +349,7 @@ def test_a_job_that_starts_is_one_wait_and_gpu_seconds_follow_start_and_end(
     )
     second = source.refresh()
     assert second is not None
-    ended, started = _times(cluster, names["per_task"]), _times(cluster, names["per_job"])
+    ended, started = times(cluster, names["per_task"]), times(cluster, names["per_job"])
     assert ended.end is not None
 
     waits = {p.partition: p.wait for p in second.partitions}
@@ -570,15 +391,15 @@ def test_a_drained_node_takes_its_free_gpus_out_of_service(
     )
     cluster.run("scancel", queue.names["typed"])  # a GPU freed on a draining node
     cluster.wait_for("the GPU freed", lambda: _node_gpus_used(cluster) == 4)
-    nodes, sample = _same_moment(lambda: _plain_nodes(cluster), source)
-    assert _served_capacity(sample) == _expected_capacity(nodes)
+    nodes, sample = _same_moment(lambda: plain_nodes(cluster), source)
+    assert _served_capacity(sample) == expected_capacity(nodes)
     gpus, down = _served_capacity(sample)
     assert gpus[("gpu", "unavailable")] == 1 and ("gpu", "idle") not in gpus
     assert down[("gpu", "drained")] == 1
 
 
 def _node_gpus_used(cluster: Cluster) -> int:
-    return next(n.used for n in _plain_nodes(cluster) if n.name == cluster.host)
+    return next(n.used for n in plain_nodes(cluster) if n.name == cluster.host)
 
 
 def test_the_controller_down_is_one_line_and_its_return_is_up_again(
