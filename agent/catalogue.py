@@ -1219,7 +1219,8 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
         "(its normalized share of the cluster), usage_effective (its normalized, decayed "
         "usage) and factor (the fair-share factor, 0..1).",
         Scope.SCHEDULER_ACCOUNT,
-        "sshare (REQUEST_SHARE_INFO): NormShares, EffectvUsage, FairShare of each account",
+        "sshare --all --parsable2 (REQUEST_SHARE_INFO): NormShares, EffectvUsage, FairShare "
+        "of each account row (under Fair Tree the factor is the best of its users')",
         _by(
             ("shares_norm", "shares_norm"),
             ("usage_effective", "usage_effective"),
@@ -1228,7 +1229,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
         own_labels=("kind",),
         when=_NOT_SCHEDULER
         + "; clusters without accounting (no slurmdbd): absent, not 0; accounts beyond "
-        "--scheduler-max-accounts",
+        "--scheduler-max-accounts; factor: under Fair Tree, an account without users",
     ),
 )
 

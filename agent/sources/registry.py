@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from nvwatch.agent.sources import Source
 
 if TYPE_CHECKING:
     from nvwatch.agent.sources.attribution.refresher import AttributionRefresher
-    from nvwatch.agent.sources.scheduler.source import FairShareReader, SchedulerSource
+    from nvwatch.agent.sources.scheduler.source import SchedulerSource
 
 
 def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None) -> list[Source]:
@@ -86,6 +85,7 @@ def attribution_refresher(config: AgentConfig) -> AttributionRefresher:
 
 def scheduler_source(config: AgentConfig) -> SchedulerSource:
     """The cluster's Slurm, read on its own thread every --scheduler-interval."""
+    from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
     from nvwatch.agent.sources.scheduler.source import SchedulerSource
 
     return SchedulerSource(
@@ -93,21 +93,10 @@ def scheduler_source(config: AgentConfig) -> SchedulerSource:
         timeout=config.scheduler_timeout,
         max_accounts=config.scheduler_max_accounts,
         max_users=config.scheduler_max_users,
-        fairshare=fairshare_reader(),
+        fairshare=read_fairshare,
         # the first poll waits for the first read, within the poller's deadline
         first_wait=0.9 * config.timeout,
     )
-
-
-def fairshare_reader() -> FairShareReader | None:
-    """sshare's reader (the scheduler package's `fairshare` module), or None in a build
-    without it: the source then serves no fair-share series and the rest as always."""
-    try:
-        module = importlib.import_module("nvwatch.agent.sources.scheduler.fairshare")
-    except ModuleNotFoundError:
-        return None
-    reader: FairShareReader = module.read_fairshare
-    return reader
 
 
 def kmsg_path(config: AgentConfig) -> Path | None:

@@ -25,7 +25,7 @@ def tiny_run() -> tuple[Result, list[psutil.Process]]:
     return result, [p for p in me.children(recursive=True) if p.pid not in before]
 
 
-def test_a_tiny_queue_costs_three_controller_rpcs_per_refresh(
+def test_a_tiny_queue_costs_four_controller_rpcs_per_refresh(
     tiny_run: tuple[Result, list[psutil.Process]],
 ) -> None:
     result, left = tiny_run
@@ -39,6 +39,7 @@ def test_a_tiny_queue_costs_three_controller_rpcs_per_refresh(
             "REQUEST_JOB_INFO": 1,
             "REQUEST_NODE_INFO": 1,
             "REQUEST_PARTITION_INFO": 1,
+            "REQUEST_SHARE_INFO": 1,
         }
         assert 0 < refresh.wall_s < 30 and refresh.controller_ms > 0
     # every partition's own series, and those of each account with jobs there, add up

@@ -77,7 +77,7 @@ class AccountShare:
     account: str
     shares_norm: float
     usage_effective: float
-    factor: float
+    factor: float | None  # None: Fair Tree prints none for an account without users
 
 
 @dataclass(frozen=True)
