@@ -255,7 +255,7 @@ def measure(settings: Settings) -> Result:
 # the table's timed rows: (row, what of a refresh, in milliseconds)
 _TIMED: tuple[tuple[str, Callable[[Refresh], float]], ...] = (
     ("controller time on them (sdiag)", lambda r: r.controller_ms),
-    ("slurmctld CPU over the refresh", lambda r: r.controller_cpu_s * 1000),
+    ("slurmctld CPU over the refresh (10 ms ticks)", lambda r: r.controller_cpu_s * 1000),
     ("wall time", lambda r: r.wall_s * 1000),
     ("agent CPU (parse, tally)", lambda r: r.agent_cpu_s * 1000),
     ("squeue, sinfo and sshare CPU", lambda r: r.commands_cpu_s * 1000),

@@ -34,14 +34,6 @@ log = logging.getLogger(__name__)
 
 SQUEUE = ("squeue", "--json")
 SINFO = ("sinfo", "--json")
-# the controller RPCs of one refresh (sdiag's names), stated in docs/scheduler.md and
-# counted against a real slurmctld in tests/slurm/test_scheduler_source.py
-RPCS_PER_REFRESH = {
-    "REQUEST_JOB_INFO": 1,
-    "REQUEST_NODE_INFO": 1,
-    "REQUEST_PARTITION_INFO": 1,
-    "REQUEST_SHARE_INFO": 1,
-}
 
 
 class ShareRow(Protocol):
