@@ -51,6 +51,9 @@ class ShareRow(Protocol):
 
 # (timeout_s, env) -> the accounts' fair share, or None when the cluster has no accounting
 FairShareReader = Callable[[float, Mapping[str, str] | None], Sequence[ShareRow] | None]
+# (argv, timeout_s, env) -> the command's output; SchedulerError when it fails (run_slurm;
+# a simulated cluster answers squeue and sinfo in their JSON through one of its own)
+CommandRunner = Callable[[Sequence[str], float, Mapping[str, str] | None], str]
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class SchedulerSource:
         max_users: int = 0,
         env: Mapping[str, str] | None = None,
         fairshare: FairShareReader | None = None,
+        run: CommandRunner = run_slurm,
         first_wait: float = 3.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -79,6 +83,7 @@ class SchedulerSource:
         self.timeout = timeout
         self._env = env
         self._fairshare = fairshare
+        self._run = run
         self._first_wait = first_wait
         self._clock = clock
         self._tally = Tally(max_accounts, max_users)
@@ -138,9 +143,9 @@ class SchedulerSource:
         return sample
 
     def _read(self) -> tuple[SchedulerSample, str | None]:
-        jobs = parse_jobs(run_slurm(SQUEUE, self.timeout, self._env))
+        jobs = parse_jobs(self._run(SQUEUE, self.timeout, self._env))
         now = self._clock()  # the moment of the queue the sample describes
-        nodes = parse_nodes(run_slurm(SINFO, self.timeout, self._env))
+        nodes = parse_nodes(self._run(SINFO, self.timeout, self._env))
         shares, error = self._read_fairshare()
         return self._tally.update(jobs, nodes, shares, now), error
 
