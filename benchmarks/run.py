@@ -33,6 +33,8 @@ from benchmarks.attribution_cost import PROFILE as ATTRIBUTION_PROFILE
 from benchmarks.attribution_cost import measure_attribution_cost
 from benchmarks.bmc_fleet_section import BEGIN as FLEET_BEGIN
 from benchmarks.bmc_fleet_section import END as FLEET_END
+from benchmarks.bmc_read_section import BEGIN as READ_BEGIN
+from benchmarks.bmc_read_section import END as READ_END
 from benchmarks.common import (
     REPO_ROOT,
     cpu_model,
@@ -53,6 +55,8 @@ from benchmarks.poll_cost import count_series as count_series_of
 from benchmarks.real_nvml import RealNvmlUnavailable, measure_real_nvml
 from benchmarks.report import Machine, Results, render_markdown
 from benchmarks.rss import measure_rss
+from benchmarks.scheduler_refresh import BEGIN as SCHEDULER_BEGIN
+from benchmarks.scheduler_refresh import END as SCHEDULER_END
 from benchmarks.scrape import (
     node_exporter_side_by_side,
     node_exporter_version,
@@ -219,12 +223,25 @@ def machine(command: str) -> Machine:
     )
 
 
+# the markers of the sections other benchmarks write, in their order in the document:
+# this run does not measure them (they need real BMCs, the fleet takes minutes, the
+# scheduler's refresh a real Slurm with a thousand jobs)
+KEPT_SECTIONS = (
+    (READ_BEGIN, READ_END),
+    (FLEET_BEGIN, FLEET_END),
+    (SCHEDULER_BEGIN, SCHEDULER_END),
+)
+
+
 def kept_sections(out: Path, text: str) -> str:
-    """`text` with the sections of `out` that other benchmarks write (this run does not
-    measure them: the BMC fleet takes minutes and real BMCs), carried over as they are."""
+    """`text` with the sections of `out` that other benchmarks write, carried over as
+    they are."""
     old = out.read_text() if out.exists() else ""
-    kept = section_of(old, FLEET_BEGIN, FLEET_END)
-    return text if kept is None else with_section(text, kept, FLEET_BEGIN, FLEET_END)
+    for begin, end in KEPT_SECTIONS:
+        kept = section_of(old, begin, end)
+        if kept is not None:
+            text = with_section(text, kept, begin, end)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.agent.catalogue import SAMPLE_NAMES
 from nvwatch.alerts.promql import cross_aggregated_names, metric_names
 from nvwatch.alerts.recording import recorded_names, recording_groups
 from nvwatch.alerts.rules import all_alerts
@@ -28,18 +28,6 @@ _GRAFANA_VARS = {
     "$user": "alice",
     "$job_id": "101",
     "$partition": "a100",
-}
-# The scheduler source's series as the design's metric contract names them (its Scheduler
-# section): the queue dashboard and alerts read them, and their catalogue entries come
-# with the source. A histogram is read through its `_bucket`, `_count` and `_sum`.
-_SCHEDULER_CONTRACT = {
-    "nvwatch_scheduler_gpus",
-    "nvwatch_scheduler_nodes_unavailable",
-    "nvwatch_scheduler_pending_gpus",
-    "nvwatch_scheduler_oldest_pending_seconds",
-    *(f"nvwatch_scheduler_wait_seconds{sample}" for sample in ("_bucket", "_count", "_sum")),
-    "nvwatch_scheduler_fairshare",
-    "nvwatch_scheduler_allocated_gpu_seconds_total",
 }
 
 
@@ -60,7 +48,7 @@ def _dashboard_exprs(dashboards: dict[str, dict[str, Any]]) -> list[tuple[str, s
 
 
 def _allowed(cfg: MixinConfig) -> set[str]:
-    return set(BY_NAME) | set(recorded_names(cfg)) | {"up", "ALERTS"} | _SCHEDULER_CONTRACT
+    return set(SAMPLE_NAMES) | set(recorded_names(cfg)) | {"up", "ALERTS"}
 
 
 @pytest.mark.parametrize(
@@ -140,7 +128,7 @@ def test_no_panel_aggregates_raw_series_across_nodes(
         raw = {
             n
             for n in cross_aggregated_names(expr, cfg.instance_label)
-            if n in BY_NAME or n in _SCHEDULER_CONTRACT or n == "up"
+            if n in SAMPLE_NAMES or n == "up"
         }
         assert not raw, f"{where}: aggregates raw {raw} across nodes in {expr}"
 
