@@ -305,7 +305,10 @@ ALERTS_OUTSIDE = {
     "NvwatchNodePowerNearMax": "BMC: no scenario drives a node to its class's maximum power",
     # the cluster's Slurm queue: no agent of this fleet runs `--sources scheduler`; each
     # fires and stays quiet on its neighbour in tests/mixin/promtool/scheduler.yaml
-    "NvwatchSchedulerJobsWaitingWhileGpusIdle": "scheduler: the simulated fleet has no queue",
+    "NvwatchSchedulerJobsWaitingWhileGpusIdle": (
+        "scheduler: the simulated fleet has no queue; a real Slurm's queue fires it "
+        "through a real Prometheus in tests/slurm/test_queue_alerts.py"
+    ),
     "NvwatchSchedulerNodesUnavailable": "scheduler: the simulated fleet has no queue",
     "NvwatchSchedulerSourceDown": "scheduler: no agent of the fleet runs the source",
 }
