@@ -8,7 +8,9 @@ quiet through a wait longer than its threshold and its `for:` together. Then a j
 one GPU and both CPUs and another waits for a GPU and a CPU: a GPU sits idle while the
 job waits, as with GPUs scattered where a job needs them together, and the alert must
 fire for the partition. The mixin's durations are shrunk (the wait threshold to seconds);
-what Prometheus saw of the idle GPUs is compared with what sinfo prints.
+what Prometheus saw of the idle GPUs is compared with what sinfo prints. Last, every query
+of the queue & fairness dashboard is asked of that Prometheus: each has data but the fair
+share's, which is absent on a cluster without accounting (slurmdbd).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 import pytest
 
 from nvwatch.alerts import build as alerts_build
+from nvwatch.dashboards.build import build_all
+from nvwatch.dashboards.preview import substitute
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
@@ -117,7 +121,10 @@ def _start_prometheus(stack: Stack, work: Path, binary: str, rules: Path) -> Non
     group = {"targets": [stack.agent], "labels": {"cluster": CLUSTER}}
     (targets / "scheduler.json").write_text(json.dumps([group]), encoding="utf-8")
     config = prometheus_config(
-        rule_files=[rules / alerts_build.PROMETHEUS_ALERTS],
+        rule_files=[
+            rules / alerts_build.PROMETHEUS_ALERTS,
+            rules / alerts_build.PROMETHEUS_RECORDING,
+        ],
         targets=targets,
         scrape_interval="1s",
         scrape_timeout="1s",
@@ -212,3 +219,32 @@ def test_fires_when_a_job_waits_while_a_gpu_is_idle(stack: Stack) -> None:
         assert idle == [float(_idle_gpus_sinfo(stack))]
     finally:
         stack.cancel_all()
+
+
+def test_every_queue_panel_has_data_but_fair_share_without_accounting(stack: Stack) -> None:
+    """The real source's series fit the dashboard's queries: labels, the histogram's `le`,
+    the zeros of every class. The jobs of the tests before have started, waited and held
+    GPUs within the range."""
+    variables = {
+        "cluster": ".*",
+        "partition": ".*",
+        "__range": "5m",
+        "__range_s": "300",
+        "__interval": "1s",
+        "__rate_interval": "5s",
+    }
+    dashboard = build_all(mixin_config())["nvwatch-queue.json"]
+    empty = {
+        (panel["title"], target["refId"])
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        if not stack.query(substitute(target["expr"], variables))
+    }
+    fair_share = {
+        (panel["title"], target["refId"])
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        if "nvwatch_scheduler_fairshare" in target["expr"]
+    }
+    assert len(fair_share) == 3
+    assert empty == fair_share
