@@ -28,17 +28,19 @@ import logging
 import tempfile
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.history_plan import HistoryPlan
+from nvwatch.sim.history_queue import CONTROLLER, WAIT, SchedulerSeries, build_queue
 from nvwatch.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history_truth import GroundTruth
 from nvwatch.sim.node import SimulatedNode, scratch_dir
 from nvwatch.sim.openmetrics_out import OpenMetricsWriter, stamp
+from nvwatch.sim.queue_state import WAIT_BUCKETS
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +92,11 @@ def _node(spec: NodeSpec, root: Path) -> Iterator[tuple[NodeSeries, ManualClock]
 
 class _Buffer:
     """One node's samples per series (as numbers: a month of strings would not fit),
-    kept in the order series first appear."""
+    kept in the order series first appear; the controller's wait histograms beside."""
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str], tuple[array[int], array[float]]] = {}
+        self.histograms: dict[str, list[tuple[int, tuple[int, ...], int, float]]] = {}
 
     def add(self, index: int, rows: list[Row]) -> None:
         for family, labels, value in rows:
@@ -103,8 +106,18 @@ class _Buffer:
             kept[0].append(index)
             kept[1].append(value)
 
+    def add_histogram(
+        self, index: int, labels: str, counts: Sequence[int], count: int, total: float
+    ) -> None:
+        self.histograms.setdefault(labels, []).append((index, tuple(counts), count, total))
+
     def write(self, writer: OpenMetricsWriter, stamps: list[str]) -> None:
         for family in FAMILIES:
+            if family == WAIT:
+                for labels, points in self.histograms.items():
+                    times = [stamps[i] for i, *_ in points]
+                    rest = [(counts, count, total) for _, counts, count, total in points]
+                    writer.add_histogram(family, labels, WAIT_BUCKETS, times, rest)
             for (name, labels), (indexes, values) in self.series.items():
                 if name == family:
                     writer.add_series(family, labels, [stamps[i] for i in indexes], values)
@@ -151,6 +164,8 @@ def generate(
                         buffer.add(index, rows)
                         truth.observe(spec.name, t, rows)
                 buffer.write(writer, stamps)
+                if done + 1 == len(plan.nodes):
+                    _controller(plan, times, truth).write(writer, stamps)
                 if (done + 1) % group == 0 or done + 1 == len(plan.nodes):
                     writer.close()
                     samples += writer.samples
@@ -168,6 +183,24 @@ def generate(
     seconds = time.monotonic() - started
     log.info("history: %d samples in %.1fs -> %s", samples, seconds, out)
     return HistoryResult(tuple(paths), truth_path, samples, seconds)
+
+
+def _controller(plan: HistoryPlan, times: list[float], truth: GroundTruth) -> _Buffer:
+    """The controller's agent over the range: the cluster's Slurm queue (history_queue)
+    brought up to each sample's time, as its scheduler source exports it."""
+    model = build_queue(truth.queue_plan, plan.end)
+    model.on_start.append(truth.queue.started)
+    series = SchedulerSeries(plan.nodes[0].cluster)
+    buffer = _Buffer()
+    for index, t in enumerate(times):
+        model.advance(t)
+        state = model.state()
+        buffer.add(index, list(series.rows(state)))
+        for labels, counts, count, total in series.histograms(state):
+            buffer.add_histogram(index, labels, counts, count, total)
+        truth.queue.observe(t, state)
+    log.debug("history: %s's queue, %d jobs running at the end", CONTROLLER, len(model.running))
+    return buffer
 
 
 def _sample(series: NodeSeries, plan: HistoryPlan, t: float, sim_time: float) -> list[Row]:

@@ -30,6 +30,7 @@ from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu_model import SimulatedGpu
 from nvwatch.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
 from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
+from nvwatch.sim.history_queue import SCHEDULER_FAMILIES, SOURCE_UP, scheduler_help, scheduler_type
 from nvwatch.sim.ib_port import SimulatedPort
 from nvwatch.sim.node import SimulatedNode
 
@@ -77,20 +78,26 @@ FAMILIES: tuple[str, ...] = (
     "nvwatch_ib_port_transmit_wait_total",
     "nvwatch_ib_port_errors_total",
     *BMC_FAMILIES,
+    SOURCE_UP,  # the controller's agent: its scheduler source
+    *SCHEDULER_FAMILIES,
 )
 
 
 def family_type(name: str) -> str:
     """OpenMetrics type of a family (`up` is a gauge Prometheus makes itself)."""
-    return "gauge" if name == UP else BY_NAME[name].type.value
+    if name == UP:
+        return "gauge"
+    return BY_NAME[name].type.value if name in BY_NAME else str(scheduler_type(name))
 
 
 def family_help(name: str) -> str:
-    return "1 if the scrape of the target succeeded." if name == UP else BY_NAME[name].help
+    if name == UP:
+        return "1 if the scrape of the target succeeded."
+    return BY_NAME[name].help if name in BY_NAME else str(scheduler_help(name))
 
 
 def is_counter(name: str) -> bool:
-    return name != UP and BY_NAME[name].type is MetricType.COUNTER
+    return family_type(name) == MetricType.COUNTER.value
 
 
 Row = tuple[str, str, float]  # family, series labels (rendered), value
