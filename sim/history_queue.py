@@ -66,6 +66,8 @@ SCHEDULER_FAMILIES = (
 )
 SOURCE_UP = "nvwatch_agent_source_up"
 WAIT = "nvwatch_scheduler_wait_seconds"
+# what the controller's agent adds to a history, beside `up`
+CONTROLLER_FAMILIES = (SOURCE_UP, *SCHEDULER_FAMILIES)
 # type and HELP of the scheduler families until the catalogue has them
 _META = {
     "nvwatch_scheduler_gpus": ("gauge", "GPUs of the partition's nodes by state."),

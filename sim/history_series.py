@@ -30,7 +30,7 @@ from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu_model import SimulatedGpu
 from nvwatch.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
 from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
-from nvwatch.sim.history_queue import SCHEDULER_FAMILIES, SOURCE_UP, scheduler_help, scheduler_type
+from nvwatch.sim.history_queue import CONTROLLER_FAMILIES, scheduler_help, scheduler_type
 from nvwatch.sim.ib_port import SimulatedPort
 from nvwatch.sim.node import SimulatedNode
 
@@ -78,8 +78,7 @@ FAMILIES: tuple[str, ...] = (
     "nvwatch_ib_port_transmit_wait_total",
     "nvwatch_ib_port_errors_total",
     *BMC_FAMILIES,
-    SOURCE_UP,  # the controller's agent: its scheduler source
-    *SCHEDULER_FAMILIES,
+    *CONTROLLER_FAMILIES,  # the agent on the Slurm controller: its scheduler source
 )
 
 

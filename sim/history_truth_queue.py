@@ -31,7 +31,7 @@ from typing import Any
 
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_truth_bmc import quantile
-from nvwatch.sim.queue_jobs import LIMITS, PRIORITY, RESOURCES, WAITING, Job
+from nvwatch.sim.queue_jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
 from nvwatch.sim.queue_state import QueueState
 
 UNMET = (RESOURCES, PRIORITY)
@@ -87,9 +87,10 @@ class QueueTruth:
             inside = episode.start < t <= episode.end
             target = self.windows[index] if inside else self.outside[index]
             self._tally(target, state, episode.partition, step)
-            if inside and episode.kind == "drained":
-                unavailable = state.nodes_unavailable.get((episode.partition, "drained"), 0)
-                self.unavailable_s[index] += step if unavailable else 0.0
+            if episode.kind == "drained" and state.nodes_unavailable.get(
+                (episode.partition, DRAINED)
+            ):
+                self.unavailable_s[index] += step
 
     @staticmethod
     def _tally(tally: PartitionTally, state: QueueState, partition: str, step: float) -> None:
@@ -175,7 +176,8 @@ class QueueTruth:
             row = accounts[episode.account]
             measured = {k: row[k] for k in ("gpu_hours", "gpu_hours_share", "shares_norm")}
         elif episode.kind == "drained":
-            measured = {"unavailable_seconds": self.unavailable_s[index]}
+            # samples showing it drained, over the whole range: from its start to its end
+            measured = {"drained_seconds": self.unavailable_s[index]}
         elif episode.kind == "limits":
             measured = {
                 "idle_while_waiting_hours": inside.idle_waiting_s / HOUR_S,

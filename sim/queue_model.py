@@ -92,6 +92,10 @@ class QueueModel:
         self.holding: Counter[tuple[str, str]] = Counter()  # GPUs held now
         self.on_start: list[Callable[[Job], None]] = []
         self.on_end: list[Callable[[Job], None]] = []
+        # the label sets a state has shown: they stay, at 0 once empty (QueueState)
+        self._seen_pending: set[tuple[str, str, str]] = set()
+        self._seen_unavailable: set[tuple[str, str]] = set()
+        self._seen_oldest: set[str] = set()
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = 0
 
@@ -305,28 +309,32 @@ class QueueModel:
         return counts
 
     def _unavailable(self) -> dict[tuple[str, str], int]:
-        counts: Counter[tuple[str, str]] = Counter()
+        counts = dict.fromkeys(self._seen_unavailable, 0)
         for partition in self.partitions.values():
             for name in partition.nodes:
                 state = self.nodes[name].unavailable
                 if state:
-                    counts[partition.name, state] += 1
-        return dict(counts)
+                    counts[partition.name, state] = counts.get((partition.name, state), 0) + 1
+        self._seen_unavailable.update(counts)
+        return counts
 
     def _pending(self) -> dict[tuple[str, str, str], int]:
-        counts: Counter[tuple[str, str, str]] = Counter()
+        counts = dict.fromkeys(self._seen_pending, 0)
         for job in self.pending.values():
             request = job.request
-            counts[request.partition, request.account, job.reason] += request.gpus
-        return dict(counts)
+            key = (request.partition, request.account, job.reason)
+            counts[key] = counts.get(key, 0) + request.gpus
+        self._seen_pending.update(counts)
+        return counts
 
     def _oldest(self) -> dict[str, float]:
-        oldest: dict[str, float] = {}
+        oldest = dict.fromkeys(self._seen_oldest, 0.0)
         for job in self.pending.values():
             if job.reason in WAITING and job.eligible is not None:
                 partition = job.request.partition
                 age = self.now - job.eligible
                 oldest[partition] = max(oldest.get(partition, 0.0), age)
+        self._seen_oldest.update(oldest)
         return oldest
 
 

@@ -97,9 +97,11 @@ def decayed(usage: float, rate: float, seconds: float, half_life_s: float) -> fl
 
 @dataclass(frozen=True)
 class QueueState:
-    """The queue at `time`. Keys are label values in the contract's order; a pending or
-    unavailable combination with nothing in it is left out (never a 0 series that only
-    says "none"), partitions' GPU states are always all three."""
+    """The queue at `time`. Keys are label values in the contract's order. Partitions'
+    GPU states are always all three; a pending, unavailable or oldest-wait series appears
+    with its first job or node and stays, 0 when none is left: a series that vanished
+    would read, in a store without staleness markers (a backfilled history), as its last
+    value for a whole lookback."""
 
     time: float
     gpus: dict[tuple[str, str], int]  # (partition, state) -> GPUs

@@ -109,12 +109,13 @@ class _Stream:
         self.partition = shape.name
         self.node_gpus = shape.node_gpus
         self.random = random.Random(f"{seed}:{shape.name}")
-        # a job asks for at most half its partition: on a partition of a node or two, a
-        # job as large as the partition would leave it idle while it waits to drain
+        # a job asks for at most a quarter of its partition: on a partition of a node or
+        # two, whole-node jobs would keep its GPUs idle half the time while they wait
+        # for a node to drain
         self.sizes = [
             size
             for size in SIZES
-            if max(1, round(size[1] * shape.node_gpus)) * size[2] <= shape.gpus / 2
+            if max(1, round(size[1] * shape.node_gpus)) * size[2] <= shape.gpus / 4
         ] or [SIZES[0]]
         mean = mean_job_gpus(self.sizes, shape.node_gpus)
         self.base = demand.load_of(shape.name) * shape.gpus / (mean * MEAN_RUN_S)
