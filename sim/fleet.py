@@ -62,6 +62,7 @@ from nvwatch.sim.fleet_plan import (
     plan_fleet,
 )
 from nvwatch.sim.fleet_probe import ManagementHost
+from nvwatch.sim.fleet_queue import FleetQueue, QueueSpec
 from nvwatch.sim.node import scratch_dir
 from nvwatch.sim.profiles import get_profile
 
@@ -91,10 +92,12 @@ class Fleet:
         repair_file: Path | None = None,
         mig: Sequence[tuple[range, str]] = (),
         jobs: Sequence[FleetJob] = (),
+        queue: QueueSpec | None = None,
     ) -> None:
         """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
         `repair_file`: repair requests, one per line, taken at every tick (`repair()`).
-        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (fleet_jobs.py)."""
+        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (fleet_jobs.py).
+        `queue`: a Slurm queue over the fleet (fleet_queue.py), `jobs` pinned in it."""
         if interval <= 0:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
@@ -115,7 +118,12 @@ class Fleet:
         )
         check_jobs(jobs, [len(get_profile(s.profile).gpus) for s in self.specs])
         self.jobs = tuple(jobs)
-        # node index -> its simulated Slurm, for the nodes that have jobs
+        self.queue_spec = queue
+        self.seed = seed
+        self.queue: FleetQueue | None = None
+        self._queue_lock = threading.Lock()  # the ticker's and a caller's run_queue()
+        # node index -> its simulated Slurm, for the nodes that have jobs (every node
+        # with a queue: any may get one)
         self.node_jobs: dict[int, NodeJobs] = {}
         self.interval = interval
         self.listen_host = listen_host
@@ -150,6 +158,10 @@ class Fleet:
         # tmpfs where there is one: every node rewrites its counters once per interval
         self._root = Path(tempfile.mkdtemp(prefix="nvwatch-fleet-", dir=scratch_dir()))
         try:
+            if self.queue_spec is not None:
+                self.queue = FleetQueue(
+                    self.queue_spec, self.specs, self.jobs, seed=self.seed, now=self.clock()
+                )
             for spec in self.specs:
                 self.nodes.append(self._start_node(spec))
             self.management = self._start_management()
@@ -171,8 +183,11 @@ class Fleet:
         sysfs.mkdir()
         sim = simulate_node(spec, sysfs, self.clock)
         config = node_agent_config(spec, sim, listen_host=self.listen_host, interval=self.interval)
-        jobs = [job for job in self.jobs if job.node == spec.index]
-        if jobs:
+        if self.queue is not None:
+            jobs = self.queue.jobs_on(spec.index)
+        else:
+            jobs = [job for job in self.jobs if job.node == spec.index]
+        if jobs or self.queue is not None:
             node_jobs = NodeJobs(
                 self._root / f"{spec.name}-slurm", jobs, len(sim.profile.gpus), sim.nvml.worker_pid
             )
@@ -212,6 +227,8 @@ class Fleet:
             started = time.monotonic()
             cpu_started = time.thread_time()
             self.clock.step()
+            if self.queue is not None:
+                self._run_queue()
             if self.repair_file is not None:
                 self._take_repair_requests(self.repair_file)
             slot = self.interval / max(1, len(self.nodes))
@@ -224,6 +241,22 @@ class Fleet:
                     return
             self.tick_cpu_seconds = time.thread_time() - cpu_started
             self.ticks += 1
+
+    def _run_queue(self) -> None:
+        try:
+            self.run_queue()
+        except Exception:  # it must not stop the ticker of a running fleet
+            log.exception("the simulated Slurm queue failed to advance")
+
+    def run_queue(self, now: float | None = None) -> None:
+        """The queue up to `now` (the clock's time by default), and each node's simulated
+        Slurm to the jobs it runs then."""
+        if self.queue is None:
+            raise RuntimeError("the fleet runs no queue")
+        with self._queue_lock:
+            self.queue.advance(self.clock() if now is None else max(now, self.clock()))
+            for index, node_jobs in self.node_jobs.items():
+                node_jobs.update(self.queue.jobs_on(index))
 
     def _take_repair_requests(self, path: Path) -> None:
         """Apply every request in `path` (`echo 3:ecc-dbe@2 >> FILE`), then remove it.

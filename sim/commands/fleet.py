@@ -33,6 +33,7 @@ from nvwatch.sim.fleet_plan import (
     parse_node_mig,
     parse_node_scenario,
 )
+from nvwatch.sim.fleet_queue import QueueSpec
 from nvwatch.sim.node_scenarios import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
@@ -74,6 +75,15 @@ _SCENARIOS = ", ".join(known_scenarios())
     help="A simulated Slurm job on GPUs of node NODE (0-based; GPUS: N, N-M or all): "
     "0:0-3,user=alice,account=ml. Its node's agent runs with --attribution slurm over a "
     "job-mapping directory and /proc the fleet writes. Repeatable; ids count from 1001.",
+)
+@option(
+    "--queue",
+    type=float,
+    metavar="LOAD",
+    help="Run a Slurm queue over the fleet: GPU jobs of four accounts arrive at LOAD times "
+    "each partition's GPUs (a partition per node class; 1.2: demand above capacity), wait, "
+    "start on free GPUs and end; every node's agent attributes its GPUs to them (--job's "
+    "are pinned in the queue). Seeded by --seed.",
 )
 @option(
     "--repair-file",
@@ -138,6 +148,7 @@ def simulate_fleet(
     scenario: tuple[str, ...],
     mig: tuple[str, ...],
     job: tuple[str, ...],
+    queue: float | None,
     repair_file: str | None,
     interval: str,
     listen_host: str,
@@ -171,6 +182,7 @@ def simulate_fleet(
         repair_file=Path(repair_file) if repair_file else None,
         mig=mig,
         jobs=job,
+        queue=queue,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     sd_path = output_file(file_sd, "--file-sd") if file_sd else None
@@ -206,6 +218,7 @@ def _build_fleet(
     repair_file: Path | None = None,
     mig: tuple[str, ...] = (),
     jobs: tuple[str, ...] = (),
+    queue: float | None = None,
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -226,6 +239,7 @@ def _build_fleet(
             repair_file=repair_file,
             mig=[parse_node_mig(m) for m in mig],
             jobs=[parse_job(text, number) for number, text in enumerate(jobs)],
+            queue=None if queue is None else QueueSpec(queue),
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
@@ -256,10 +270,12 @@ def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
     """One line per node on stdout, then how long starting took on stderr."""
     for node in fleet.nodes:
         faults = " ".join(str(s) for s in node.spec.scenarios)
-        held = _jobs_line(fleet.node_jobs.get(node.index))
+        held = "" if fleet.queue is not None else _jobs_line(fleet.node_jobs.get(node.index))
         click.echo(
             f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}  {held}"
         )
+    if fleet.queue is not None:
+        click.echo(fleet.queue.summary())
     if fleet.management is not None:
         click.echo(
             f"management host: http://{fleet.management.address}/probe?target=BMC&module=default"

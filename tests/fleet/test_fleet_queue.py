@@ -1,0 +1,105 @@
+"""A fleet with a Slurm queue: the jobs the queue places on a node are the jobs that
+node's agent attributes its GPUs to, at every moment the queue is brought to; `--job`s
+stay pinned where they were placed; bad queue input is one line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet_jobs import FleetJob
+from nvwatch.sim.fleet_node import FleetNode
+from nvwatch.sim.fleet_queue import QueueSpec
+
+HOUR = 3600.0
+PINNED = FleetJob(3, (0, 1), "1001", "alice", "ml")
+
+Held = dict[int, tuple[str, str, str]]  # GPU -> (job id, user, account)
+
+
+def _attributed(node: FleetNode) -> Held:
+    """What the node's agent exports as its GPUs' allocations, after one refresh and one
+    poll (the refresher's own thread runs at the fleet's interval)."""
+    (source,) = [s for s in node.agent.sources if s.name == "attribution"]
+    source.refresher.refresh()  # type: ignore[attr-defined]
+    node.agent.poller.poll_once()
+    exposition = node.agent.exposition()
+    assert exposition is not None
+    held: Held = {}
+    for family in text_string_to_metric_families(exposition.text.decode()):
+        for s in family.samples:
+            if s.name == "nvwatch_gpu_allocation_info":
+                assert int(s.labels["gpu"]) not in held, "one job per GPU in a queue"
+                held[int(s.labels["gpu"])] = (
+                    s.labels["job_id"],
+                    s.labels["user"],
+                    s.labels["account"],
+                )
+    return held
+
+
+def _placed(fleet: Fleet, index: int) -> Held:
+    assert fleet.queue is not None
+    return {
+        gpu: (job.job_id, job.user, job.account)
+        for job in fleet.queue.jobs_on(index)
+        for gpu in job.gpus or ()
+    }
+
+
+def test_each_agent_attributes_its_gpus_to_the_jobs_the_queue_placed_there() -> None:
+    fleet = Fleet(
+        ["dgx-a100", "dgx-a100", "dgx1-v100", "dgx1-v100"],
+        base_port=0,
+        interval=60.0,  # the test moves the queue itself; the ticker hardly runs
+        seed=4,
+        hold_time=True,
+        queue=QueueSpec(1.1),
+        jobs=[PINNED],
+    )
+    fleet.start()
+    try:
+        assert fleet.queue is not None
+        start = fleet.clock()
+        seen: list[dict[int, Held]] = []
+        for later in (0.0, 2 * HOUR, 7 * HOUR):
+            fleet.run_queue(start + later)
+            placed = {node.index: _placed(fleet, node.index) for node in fleet.nodes}
+            assert {node.index: _attributed(node) for node in fleet.nodes} == placed
+            seen.append(placed)
+        pinned = {gpu: ("1001", "alice", "ml") for gpu in PINNED.gpus or ()}
+        for placed in seen:
+            assert {g: placed[3][g] for g in pinned} == pinned
+            assert sum(len(held) for held in placed.values()) > 8  # a busy queue
+        assert seen[0] != seen[1] != seen[2]  # jobs ended, others started
+        state = fleet.queue.model.state()
+        held = sum(len(h) for h in seen[-1].values())
+        assert held == sum(n for (_, s), n in state.gpus.items() if s == "allocated")
+        assert {p for p, _ in state.gpus} == {"a100", "v100"}
+    finally:
+        fleet.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queue", "0"], "invalid queue load 0: use more than 0 and at most 10"),
+        (["--queue", "11"], "invalid queue load 11"),
+        (["--queue", "1", "--job", "0:0,id=abc"], "job abc: with --queue a job id is a number"),
+        (
+            ["--queue", "1", "--job", "0:0-1", "--job", "0:1"],
+            "with --queue, job 1002: GPU 1 of dgx-000 is taken",
+        ),
+    ],
+)
+def test_bad_queue_input_is_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nvwatch.agent.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "fleet", "--profile", "dgx1-v100:2", "--base-port", "0", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
