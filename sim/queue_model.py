@@ -28,7 +28,9 @@ from nvwatch.sim.queue_jobs import (
     DONE,
     DOWN,
     HELD,
+    NODE_REASONS,
     OTHER,
+    REASON_CLASSES,
     RUNNING,
     WAITING,
     Account,
@@ -92,10 +94,9 @@ class QueueModel:
         self.holding: Counter[tuple[str, str]] = Counter()  # GPUs held now
         self.on_start: list[Callable[[Job], None]] = []
         self.on_end: list[Callable[[Job], None]] = []
-        # the label sets a state has shown: they stay, at 0 once empty (QueueState)
-        self._seen_pending: set[tuple[str, str, str]] = set()
-        self._seen_unavailable: set[tuple[str, str]] = set()
-        self._seen_oldest: set[str] = set()
+        # the (partition, account) pairs that have had a job, in order: their series
+        # stay from then on (QueueState)
+        self._pairs: dict[tuple[str, str], None] = {}
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = 0
 
@@ -181,6 +182,7 @@ class QueueModel:
             self._pin(job, node, gpus)
             return
         self.pending[request.job_id] = job
+        self._pairs.setdefault((request.partition, request.account))
         for wake in (request.hold_until, request.begin):
             if wake is not None and math.isfinite(wake) and wake > self.now:
                 self._push(wake, _WAKE, request.job_id)
@@ -253,6 +255,7 @@ class QueueModel:
         job.state, job.start, job.allocation = RUNNING, self.now, allocation
         job.end = self.now + request.run_s
         self.running[job.job_id] = job
+        self._pairs.setdefault((request.partition, request.account))
         self.holding[request.partition, request.account] += request.gpus
         self.waits[request.partition].observe(job.wait_s or 0.0)
         if math.isfinite(job.end):
@@ -289,7 +292,7 @@ class QueueModel:
             oldest_pending_s=self._oldest(),
             waits={p: h.copy() for p, h in self.waits.items()},
             fairshare=self.fair_shares() if self.accounting else None,
-            allocated_gpu_seconds=dict(self.gpu_seconds),
+            allocated_gpu_seconds={pair: self.gpu_seconds[pair] for pair in self._pairs},
         )
 
     def _gpu_states(self) -> dict[tuple[str, str], int]:
@@ -309,32 +312,27 @@ class QueueModel:
         return counts
 
     def _unavailable(self) -> dict[tuple[str, str], int]:
-        counts = dict.fromkeys(self._seen_unavailable, 0)
+        counts = {(p, reason): 0 for p in self.partitions for reason in NODE_REASONS}
         for partition in self.partitions.values():
             for name in partition.nodes:
                 state = self.nodes[name].unavailable
                 if state:
-                    counts[partition.name, state] = counts.get((partition.name, state), 0) + 1
-        self._seen_unavailable.update(counts)
+                    counts[partition.name, state] += 1
         return counts
 
     def _pending(self) -> dict[tuple[str, str, str], int]:
-        counts = dict.fromkeys(self._seen_pending, 0)
+        counts = {(p, a, reason): 0 for p, a in self._pairs for reason in REASON_CLASSES}
         for job in self.pending.values():
             request = job.request
-            key = (request.partition, request.account, job.reason)
-            counts[key] = counts.get(key, 0) + request.gpus
-        self._seen_pending.update(counts)
+            counts[request.partition, request.account, job.reason] += request.gpus
         return counts
 
     def _oldest(self) -> dict[str, float]:
-        oldest = dict.fromkeys(self._seen_oldest, 0.0)
+        oldest = dict.fromkeys(self.partitions, 0.0)
         for job in self.pending.values():
             if job.reason in WAITING and job.eligible is not None:
                 partition = job.request.partition
-                age = self.now - job.eligible
-                oldest[partition] = max(oldest.get(partition, 0.0), age)
-        self._seen_oldest.update(oldest)
+                oldest[partition] = max(oldest[partition], self.now - job.eligible)
         return oldest
 
 

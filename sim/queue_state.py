@@ -22,9 +22,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# Upper bounds (seconds) of the wait histogram's buckets: from a minute to a week, as
-# queue waits of GPU jobs run from "started at once" to "waited days in a backlog".
+# Upper bounds (seconds) of the wait histogram's buckets, the scheduler source's: from a
+# scheduling cycle to a week in the queue.
 WAIT_BUCKETS: tuple[float, ...] = (
+    10.0,
+    30.0,
     60.0,
     300.0,
     900.0,
@@ -35,7 +37,6 @@ WAIT_BUCKETS: tuple[float, ...] = (
     28800.0,
     86400.0,
     172800.0,
-    345600.0,
     604800.0,
 )
 
@@ -97,11 +98,12 @@ def decayed(usage: float, rate: float, seconds: float, half_life_s: float) -> fl
 
 @dataclass(frozen=True)
 class QueueState:
-    """The queue at `time`. Keys are label values in the contract's order. Partitions'
-    GPU states are always all three; a pending, unavailable or oldest-wait series appears
-    with its first job or node and stays, 0 when none is left: a series that vanished
-    would read, in a store without staleness markers (a backfilled history), as its last
-    value for a whole lookback."""
+    """The queue at `time`, as the scheduler source exports it. Keys are label values in
+    the contract's order. Every partition has its three GPU states, every unavailable
+    reason and its oldest wait (0 when none waits); a (partition, account) pair that has
+    had a job has every pending reason and its GPU-seconds from then on. Series go to 0
+    rather than vanish: a vanished series would read, in a store without staleness
+    markers (a backfilled history), as its last value for a whole lookback."""
 
     time: float
     gpus: dict[tuple[str, str], int]  # (partition, state) -> GPUs

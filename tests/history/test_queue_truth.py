@@ -277,9 +277,10 @@ def test_an_account_held_by_its_limit_while_gpus_idle(month: Month) -> None:
     name, account = episode["partition"], episode["account"]
     pending = last[f"{PREFIX}pending_gpus"]
     limited = _series(pending, reason="limits")
-    assert {labels["account"] for _, labels, _ in pending if labels["reason"] == "limits"} == {
-        account
+    held_accounts = {
+        lab["account"] for _, lab, gpus in pending if lab["reason"] == "limits" and gpus
     }
+    assert held_accounts == {account}
     inside = _window(truth, episode["start"], episode["end"])
     # held by the limit from the first sample of the window (it is set at its start) on
     held_at = {t for t, gpus in limited.items() if gpus}

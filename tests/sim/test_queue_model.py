@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
+from collections.abc import Mapping
+from typing import TypeVar
 
 import pytest
 
@@ -20,8 +22,10 @@ from nvwatch.sim.queue_jobs import (
     DRAINED,
     HELD,
     LIMITS,
+    NODE_REASONS,
     OTHER,
     PRIORITY,
+    REASON_CLASSES,
     RESOURCES,
     Account,
     Job,
@@ -33,6 +37,7 @@ from nvwatch.sim.queue_model import QueueModel
 from nvwatch.sim.queue_state import WAIT_BUCKETS, QueueState
 from nvwatch.sim.queue_workload import Arrivals, Demand, PartitionShape, Surge
 
+K = TypeVar("K")
 HOUR = 3600.0
 DAY = 24 * HOUR
 ACCOUNTS = (Account("a", 3), Account("b", 1))
@@ -53,6 +58,10 @@ def _request(job_id: int, gpus: int, run_h: float, **kw: object) -> JobRequest:
 
 def _one_node(gpus: int = 8, **kw: object) -> QueueModel:
     return QueueModel([SlurmNode("n0", gpus)], [Partition("p", ("n0",))], ACCOUNTS, start=0.0, **kw)  # type: ignore[arg-type]
+
+
+def _nonzero(counts: Mapping[K, int]) -> dict[K, int]:
+    return {key: value for key, value in counts.items() if value}
 
 
 class _Recorder:
@@ -213,7 +222,10 @@ def test_a_job_waits_until_its_gpus_are_free() -> None:
     model.advance(1800.0)
     state = model.state()
     assert model.pending[2].reason == RESOURCES
-    assert state.pending_gpus == {("p", "a", RESOURCES): 4}
+    assert _nonzero(state.pending_gpus) == {("p", "a", RESOURCES): 4}
+    # the pair that had a job shows every reason, 0 but one; the other account none
+    assert {(p, a) for p, a, _ in state.pending_gpus} == {("p", "a")}
+    assert len(state.pending_gpus) == len(REASON_CLASSES)
     assert state.gpus["p", "allocated"] == 8 and state.gpus["p", "idle"] == 0
     assert state.oldest_pending_s == {"p": 1800.0 - 600.0}
     model.advance(3 * HOUR)
@@ -277,7 +289,7 @@ def test_held_begin_and_dependent_jobs_are_not_eligible_until_released() -> None
     model.advance(HOUR)
     reasons = {i: j.reason for i, j in model.pending.items()}
     assert reasons == {1: HELD, 2: OTHER, 4: DEPENDENCY, 5: HELD}
-    assert model.state().oldest_pending_s == {}  # nobody eligible waits
+    assert model.state().oldest_pending_s == {"p": 0.0}  # nobody eligible waits
     model.advance(10 * HOUR)
     starts = {j.job_id: j.start for j in recorder.started}
     assert starts == {3: 0.0, 1: 2 * HOUR, 4: 2 * HOUR, 2: 3 * HOUR}
@@ -317,7 +329,8 @@ def test_drained_nodes_finish_their_jobs_and_down_nodes_lose_them() -> None:
     assert set(model.running) == {1}  # 2 died with its node, 3 has nowhere to go
     assert [j.job_id for j in recorder.ended] == [2]
     assert state.gpus == {("p", "allocated"): 8, ("p", "idle"): 0, ("p", "unavailable"): 8}
-    assert state.nodes_unavailable == {("p", DRAINED): 1, ("p", DOWN): 1}
+    assert _nonzero(state.nodes_unavailable) == {("p", DRAINED): 1, ("p", DOWN): 1}
+    assert {r for _, r in state.nodes_unavailable} == set(NODE_REASONS)
     assert model.pending[3].reason == RESOURCES
     model.advance(3 * HOUR)  # job 1 ends: its drained node's GPUs are all unavailable
     assert model.state().gpus["p", "unavailable"] == 16
@@ -349,7 +362,8 @@ def test_waits_and_gpu_seconds_integrate_what_the_jobs_did(month: Month) -> None
     # the counters never go down, sample to sample
     for before, after in itertools.pairwise(states):
         for key, seconds in after.allocated_gpu_seconds.items():
-            assert seconds >= before.allocated_gpu_seconds[key]
+            assert seconds >= before.allocated_gpu_seconds.get(key, 0.0)
+        assert set(before.allocated_gpu_seconds) <= set(after.allocated_gpu_seconds)
     # and the allocated GPUs, sampled every 30 minutes, integrate to about the same
     # (a node in two partitions counts in each)
     for partition in PARTITIONS:
