@@ -8,6 +8,10 @@ an operator take a whole class out of scraping, or add a new one, without touchi
 others. Each target carries `cluster`, `rack`, `node_class` and `instance` (the
 hostname, so alerts name the node, not its address).
 
+The optional `bmc` column is the node's BMC address on the IPMI management network
+(`bmc_module` the BMC config module to read it with, where it is not the default); the
+BMC targets and their scrape job are agent/inventory_bmc.py's.
+
 Every problem is a `ConfigError` with one line naming the file, the row and the fix.
 """
 
@@ -26,9 +30,10 @@ from typing import Any
 from nvwatch.common.yaml_safe import ConfigError, key_text, load_yaml_text, read_config_text, shown
 
 REQUIRED_COLUMNS = ("hostname", "address", "node_class", "rack")
-OPTIONAL_COLUMNS = ("cluster",)
+OPTIONAL_COLUMNS = ("cluster", "bmc", "bmc_module")
 DEFAULT_CLUSTER = "default"
 DEFAULT_PORT = 9477
+IPMI_PORT = 623  # RMCP's UDP port, where a BMC listens unless the plan says otherwise
 FILE_PREFIX = "nvwatch-"
 # An address plan of 100,000 nodes is a few megabytes of CSV; a bigger file is a mistake
 # (or worse), and PyYAML would take minutes over it.
@@ -39,6 +44,11 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
 # Label values end up in file names (node_class) and in PromQL matchers: keep them plain
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def plain_name(value: str) -> bool:
+    """A label value plain enough for file names and PromQL matchers."""
+    return bool(_NAME.match(value))
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -57,6 +67,8 @@ class InventoryNode:
     rack: str
     cluster: str
     line: int  # where it came from, for error messages
+    bmc: str | None = None  # the BMC's address, `host[:port]` as the probe's target takes it
+    bmc_module: str | None = None  # its BMC config module; None: the command's default
 
 
 def load_inventory(path: Path) -> list[InventoryNode]:
@@ -146,6 +158,7 @@ def validate(path: Path, rows: Iterable[tuple[int, Mapping[str, str]]]) -> list[
     nodes: list[InventoryNode] = []
     hostnames: dict[str, int] = {}
     addresses: dict[str, int] = {}
+    bmcs: dict[str, int] = {}
     for line, row in rows:
         where = f"{path}:{line}"
         for column in REQUIRED_COLUMNS:
@@ -179,12 +192,77 @@ def validate(path: Path, rows: Iterable[tuple[int, Mapping[str, str]]]) -> list[
             )
         hostnames[key] = line
         addresses[address] = line
+        bmc, bmc_module = _bmc_columns(where, line, hostname, row, bmcs)
         nodes.append(
-            InventoryNode(hostname, address, row["node_class"], row["rack"], cluster, line)
+            InventoryNode(
+                hostname, address, row["node_class"], row["rack"], cluster, line, bmc, bmc_module
+            )
         )
     if not nodes:
         raise ConfigError(f"inventory {path} has a header but no nodes")
     return nodes
+
+
+def _bmc_columns(
+    where: str, line: int, hostname: str, row: Mapping[str, str], seen: dict[str, int]
+) -> tuple[str | None, str | None]:
+    """The node's (bmc, bmc_module); (None, None) for a node without a BMC address."""
+    raw, module = row.get("bmc") or "", row.get("bmc_module") or ""
+    if not raw:
+        if module:
+            raise ConfigError(
+                f"{where}: bmc_module {shown(module)} for {hostname}, which has no bmc"
+            )
+        return None, None
+    try:
+        bmc = bmc_address(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: invalid bmc {shown(raw)} for {hostname}: {exc}") from None
+    if bmc in seen:
+        raise ConfigError(f"{where}: duplicate bmc {bmc} (first on line {seen[bmc]})")
+    if module and not plain_name(module):
+        raise ConfigError(
+            f"{where}: invalid bmc_module {shown(module)}: letters, digits, '-', '_', '.' only"
+        )
+    seen[bmc] = line
+    return bmc, module or None
+
+
+def bmc_address(value: str) -> str:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` as the BMC probe's `target` takes it:
+    an IP address (normalised) or a host name, and an optional port 1..65535 (IPMI's 623
+    when none). An IPv6 address is always written with its port, so the colons of the
+    address are never read as one."""
+    host, port = _split_host_port(value.strip())
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        # a name of digits and dots is a mistyped IPv4 address (RFC 3696: no all-numeric
+        # top-level label), not a host name
+        if not _HOSTNAME.match(host) or host.rsplit(".", 1)[-1].isdigit():
+            raise ValueError("use an IP address or a host name, with :port if not 623") from None
+        return host if port is None else f"{host}:{port}"
+    if ip.version == 6:
+        return f"[{ip}]:{IPMI_PORT if port is None else port}"
+    return str(ip) if port is None else f"{ip}:{port}"
+
+
+def _split_host_port(value: str) -> tuple[str, int | None]:
+    if value.startswith("["):
+        host, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError("an IPv6 address in brackets is [address] or [address]:port")
+        return host, _port(rest[1:]) if rest else None
+    if value.count(":") == 1:  # more than one: an IPv6 address without a port
+        host, port = value.split(":")
+        return host, _port(port)
+    return value, None
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"port {shown(text)} is not 1..65535")
+    return int(text)
 
 
 def target(address: str, port: int) -> str:

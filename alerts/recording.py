@@ -20,6 +20,10 @@ EXPECTED_GPUS = "nvwatch:node_class_expected_gpus"
 EXPECTED_NVLINKS = "nvwatch:node_class_expected_nvlinks_per_gpu"
 EXPECTED_IB_PORTS = "nvwatch:node_class_expected_ib_ports"
 EXPECTED_IB_RATE = "nvwatch:node_class_expected_ib_rate_bytes_per_second"
+# the node around the GPUs (BMC): the class's operating envelope and power design
+INLET_MAX = "nvwatch:node_class_inlet_max_celsius"
+MAX_POWER = "nvwatch:node_class_max_power_watts"
+SUPPLIES_FOR_REDUNDANCY = "nvwatch:node_class_power_supplies_for_redundancy"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ def expectation_group(cfg: MixinConfig) -> RecordingGroup:
         (EXPECTED_NVLINKS, "nvlinks_per_gpu"),
         (EXPECTED_IB_PORTS, "ib_ports"),
         (EXPECTED_IB_RATE, "ib_rate_bytes_per_second"),
+        (INLET_MAX, "inlet_max_celsius"),
+        (MAX_POWER, "max_power_watts"),
+        (SUPPLIES_FOR_REDUNDANCY, "power_supplies_for_redundancy"),
     ):
         values = _per_class(cfg, pick)
         if values:
@@ -186,10 +193,18 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
 
 
 def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
-    # GPU-hours per owner live in their own module, which builds on this one's types
+    # GPU-hours per owner and the BMC's node figures live in their own modules, which
+    # build on this one's types
     from nvwatch.alerts.recording_attribution import attribution_group
+    from nvwatch.alerts.recording_bmc import bmc_group
 
-    return (expectation_group(cfg), node_group(cfg), cluster_group(cfg), attribution_group(cfg))
+    return (
+        expectation_group(cfg),
+        node_group(cfg),
+        cluster_group(cfg),
+        bmc_group(cfg),
+        attribution_group(cfg),
+    )
 
 
 def recorded_names(cfg: MixinConfig) -> frozenset[str]:

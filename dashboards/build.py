@@ -22,6 +22,7 @@ from nvwatch.dashboards.jobs import jobs
 from nvwatch.dashboards.links import add_navigation
 from nvwatch.dashboards.node import node
 from nvwatch.dashboards.nvlink import nvlink
+from nvwatch.dashboards.power_cooling import power_cooling
 from nvwatch.dashboards.thermal_power import thermal_power
 from nvwatch.mixin.config import MixinConfig
 
@@ -31,6 +32,7 @@ DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
     "nvwatch-nvlink.json": nvlink,
     "nvwatch-infiniband.json": infiniband,
     "nvwatch-thermal-power.json": thermal_power,
+    "nvwatch-power-cooling.json": power_cooling,
     "nvwatch-capacity-review.json": capacity_review,
     "nvwatch-jobs.json": jobs,
 }

@@ -31,6 +31,7 @@ INFINIBAND = "nvwatch-infiniband"
 THERMAL_POWER = "nvwatch-thermal-power"
 CAPACITY_REVIEW = "nvwatch-capacity-review"
 JOBS = "nvwatch-jobs"
+POWER_COOLING = "nvwatch-power-cooling"
 
 # Grafana's own variable with the dashboard's time range as `from=...&to=...`.
 TIME_RANGE = "${__url_time_range}"

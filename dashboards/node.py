@@ -1,4 +1,5 @@
-"""The node dashboard: every GPU of one node, its NVLink links and IB ports, its host."""
+"""The node dashboard: every GPU of one node, its NVLink links and IB ports, its host, and
+the node around them from its BMC (dashboards/node_bmc.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from nvwatch.dashboards.links import (
     from_label,
     label_value,
 )
+from nvwatch.dashboards.node_bmc import bmc_row
 from nvwatch.mixin.config import MixinConfig
 
 _ACTIVE = [
@@ -323,6 +325,7 @@ _PANELS: tuple[PanelRow, ...] = (
     _memory_health,
     _nvlink,
     _infiniband_and_host,
+    bmc_row,
 )
 
 
@@ -332,7 +335,8 @@ def node(cfg: MixinConfig) -> g.Dashboard:
         NODE,
         "nvwatch / Node",
         "Every GPU of one node: utilization, memory, power, MIG instances, temperature, "
-        "clocks, throttling, PCIe, ECC and XIDs, NVLink links and InfiniBand ports.",
+        "clocks, throttling, PCIe, ECC and XIDs, NVLink links, InfiniBand ports, and the "
+        "node's power, temperatures, fans and supplies from its BMC.",
         _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster", multi=False),

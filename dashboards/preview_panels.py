@@ -82,6 +82,7 @@ _UNITS: dict[str, Callable[[float], str]] = {
     "hertz": lambda v: _si(v, "Hz"),
     "s": lambda v: f"{v:.3g} s",
     "cps": lambda v: f"{v:.3g}/s",
+    "rotrpm": lambda v: f"{v:.4g} rpm",
 }
 
 

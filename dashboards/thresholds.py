@@ -24,6 +24,10 @@ ANY_WARN: Steps = ((None, "green"), (1, "orange"))
 FLAG_ACTIVE: Steps = ((None, "transparent"), (1, "red"))
 # nvwatch_ib_port_state 4 is ACTIVE in the IBA spec (1 DOWN, 2 INIT, 3 ARMED).
 IB_PORT_ACTIVE: Steps = ((None, "red"), (4, "green"))
+# At least one: a BMC that answers (nvwatch_bmc_up), a spare power supply left.
+AT_LEAST_ONE: Steps = ((None, "red"), (1, "green"))
+# A BMC sensor state as ipmi_exporter reports it: 0 nominal, 1 warning, 2 critical.
+SENSOR_STATE: Steps = ((None, "green"), (1, "orange"), (2, "red"))
 
 
 def above(limit: float, colour: str = "red") -> Steps:
@@ -82,6 +86,22 @@ def error_rates(cfg: MixinConfig) -> Steps:
 def nvlinks_per_gpu(cfg: MixinConfig) -> Steps:
     """Red below the fewest links any node class expects per GPU."""
     return ((None, "red"), (cfg.fewest_nvlinks_per_gpu, "green"))
+
+
+def inlet_headroom(cfg: MixinConfig) -> Steps:
+    """°C left below the class's inlet maximum: red past it (where
+    NvwatchNodeInletTemperatureHigh fires), orange within the dashboard's margin."""
+    return ((None, "red"), (0, "orange"), (cfg.dashboard_inlet_headroom_celsius, "green"))
+
+
+def fan_speed(cfg: MixinConfig) -> Steps:
+    """Red below the speed NvwatchNodeFanStopped calls stopped."""
+    return ((None, "red"), (cfg.fan_stopped_rpm, "green"))
+
+
+def node_power(cfg: MixinConfig) -> Steps:
+    """Share of the class's maximum: orange where NvwatchNodePowerNearMax fires."""
+    return ((None, "green"), (cfg.node_power_max_fraction, "orange"), (1, "red"))
 
 
 def ib_rate(cfg: MixinConfig) -> Steps:

@@ -3,8 +3,9 @@
 Shared by the cooling section (its tables and events) and the thermal section (which of
 the room, the node or the GPU a slowdown came from). A node's inlet air is its warmest
 inlet sensor, each step's average, above its envelope in a step where that average is
-above its class's operating maximum (node_figures.py). A fan is low in a step where it
-turned slower than FAN_STOPPED_RPM or its BMC rated it critical; a supply failed in a
+above its class's operating maximum (mixin config `node_classes`, `inlet_max_celsius`).
+A fan is low in a step where it turned slower than the mixin config's `fan_stopped_rpm`
+(the speed NvwatchNodeFanStopped pages at) or its BMC rated it critical; a supply failed in a
 step where it reported a failure or a lost input for any part of it.
 """
 
@@ -19,7 +20,6 @@ import numpy.typing as npt
 from nvwatch.agent.report import stats
 from nvwatch.agent.report.context import Context, NodeKey
 from nvwatch.agent.report.frame import Array
-from nvwatch.agent.report.node_figures import FAN_STOPPED_RPM, inlet_max_celsius
 
 STATE_CRITICAL = 2  # nvwatch_bmc_sensor_state: 0 nominal, 1 warning, 2 critical
 SensorKey = tuple[str, ...]  # (cluster, rack, node_class, instance, sensor)
@@ -49,9 +49,9 @@ def _node(key: SensorKey) -> NodeKey:
     return (key[0], key[1], key[2], key[3])
 
 
-def inlet_above(node: NodeKey, inlet: Array) -> Array:
+def inlet_above(ctx: Context, node: NodeKey, inlet: Array) -> Array:
     """1 in each step the node's inlet was above its class's envelope, else 0."""
-    envelope = inlet_max_celsius(node[2])
+    envelope = ctx.inlet_max_celsius(node[2])
     if envelope is None:
         return np.zeros_like(inlet)
     with np.errstate(invalid="ignore"):
@@ -76,7 +76,7 @@ def _fans_low(ctx: Context) -> dict[SensorKey, tuple[Flags, Flags]]:
     for key in {*states, *rpms}:
         missing = np.full(ctx.window.steps, np.nan)
         with np.errstate(invalid="ignore"):
-            stopped = rpms.get(key, missing) < FAN_STOPPED_RPM
+            stopped = rpms.get(key, missing) < ctx.cfg.fan_stopped_rpm
             critical = states.get(key, missing) >= STATE_CRITICAL
         low[key] = (stopped, critical)
     return low
@@ -110,6 +110,7 @@ class HeatSources:
     """Which of the room, the node or the GPU a GPU's hot steps came from."""
 
     def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
         self._inlet = ctx.by_node("bmc_inlet")
         self._fans: dict[NodeKey, list[Flags]] = defaultdict(list)
         for key, (stopped, critical) in _fans_low(ctx).items():
@@ -121,7 +122,7 @@ class HeatSources:
         "" when the node's BMC said nothing in those steps."""
         steps = hot > 0
         air = self._inlet.get(node)
-        if air is not None and np.any(inlet_above(node, air)[steps] > 0):
+        if air is not None and np.any(inlet_above(self._ctx, node, air)[steps] > 0):
             return ROOM
         if any(np.any(low[steps]) for low in self._fans.get(node, [])):
             return NODE

@@ -69,6 +69,15 @@ class Context:
     def _week_of_step(self) -> Array:
         return np.asarray(self.window.week_of_step())
 
+    @functools.cached_property
+    def _inlet_max(self) -> dict[str, float]:
+        return {c.name: c.inlet_max_celsius for c in self.cfg.node_classes if c.inlet_max_celsius}
+
+    def inlet_max_celsius(self, node_class: str) -> float | None:
+        """The class's highest operating inlet air (mixin config `node_classes`, from the
+        system's user guide); None where the config knows none."""
+        return self._inlet_max.get(node_class)
+
     def node_name(self, node: NodeKey) -> str:
         """The instance, with its cluster when the report spans several."""
         return f"{node[0]}/{node[3]}" if self._several_clusters else node[3]

@@ -78,6 +78,7 @@ CLASS_COLOURS: dict[str, str] = {
     "dgx2": "#CC79A7",
     "dgx-a100": "#0072B2",
     "dgx-h100": "#D55E00",
+    "hgx-h200": "#661100",  # Tol's dark red: the H100's orange-red family, darker
     "geforce-workstation": "#999933",
     "inference-t4": "#882255",
 }

@@ -166,7 +166,9 @@ def _request(
     }
     if len(lengths) > 1 or any(not _DIGITS.fullmatch(length) for length in lengths):
         raise HttpError(400, "malformed", "invalid Content-Length")
-    has_body = "transfer-encoding" in headers or any(_body_length(n) > 0 for n in lengths)
+    # every length judged, a Transfer-Encoding beside it or not: one too long is a 413
+    body_lengths = [_body_length(n) for n in lengths]
+    has_body = "transfer-encoding" in headers or any(n > 0 for n in body_lengths)
     tokens = {
         token.strip().lower()
         for value in headers.get("connection", ())

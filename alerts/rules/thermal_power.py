@@ -14,34 +14,43 @@ from nvwatch.alerts.rules.base import (
     where_gpu,
     where_node,
 )
+from nvwatch.alerts.rules.heat_source import (
+    heat_source_runbook,
+    heat_source_text,
+    with_heat_source,
+)
 from nvwatch.mixin.config import MixinConfig
 
 
 def temperature_near_slowdown(cfg: MixinConfig) -> Alert:
     s = cfg.sel
     margin = cfg.gpu_temp_margin_celsius
+    hot = (
+        f"nvwatch_gpu_temperature_celsius{s('sensor=' + q('gpu'))}\n"
+        f"    >= ignoring (sensor, threshold)\n"
+        f"  (nvwatch_gpu_temperature_threshold_celsius{s('threshold=' + q('slowdown'))}"
+        f" - {margin:g})"
+    )
     return Alert(
         "NvwatchGpuTemperatureNearSlowdown",
-        f"nvwatch_gpu_temperature_celsius{s('sensor=' + q('gpu'))}\n"
-        f"  >= ignoring (sensor, threshold)\n"
-        f"  (nvwatch_gpu_temperature_threshold_celsius{s('threshold=' + q('slowdown'))}"
-        f" - {margin:g})",
+        with_heat_source(cfg, hot),
         cfg.for_default,
         Severity.WARNING,
         "GPU temperature is close to its slowdown threshold.",
-        f"{where_gpu(cfg)} is at {{{{ $value }}}} °C, within {margin:g} °C of "
-        "the temperature where the driver slows its clocks.",
+        f"{where_gpu(cfg)} is within {margin:g} °C of the temperature where the driver "
+        f"slows its clocks. {heat_source_text(cfg)}",
         Runbook(
             "The die temperature is within the configured margin of the GPU's own "
             "slowdown threshold (read from NVML per board). Above the threshold the "
-            "driver halves clocks and jobs slow down.",
+            "driver halves clocks and jobs slow down. " + heat_source_runbook(cfg),
             "Node dashboard, *GPU and HBM temperature* panel: is only this GPU hot "
             "(airflow, a failed fan in its tray, thermal paste) or every GPU in the "
             "node or rack (inlet temperature, CDU/CRAC)? `nvidia-smi -q -d "
-            "TEMPERATURE` on the node shows the same thresholds.",
-            "Check the inlet temperature and chassis fans (IPMI/BMC) of the node; "
-            "for one hot GPU among cool neighbours, drain the node and have the "
-            "tray inspected. For a whole rack, call facilities.",
+            "TEMPERATURE` on the node shows the die temperature and the same "
+            "thresholds.",
+            "The room: call facilities. The node: replace its fan. The GPU: for one hot "
+            "GPU among cool neighbours, drain the node and have the tray inspected. "
+            "Without BMC data, check the node's inlet and fans (IPMI) first.",
             f"Repaired means the die is cooler than {margin:g} °C below slowdown again "
             "(airflow, inlet or fan fixed, or the load dropped); the alert resolves at "
             "the next evaluation.",
@@ -53,26 +62,29 @@ def temperature_near_slowdown(cfg: MixinConfig) -> Alert:
 def memory_temperature_near_max(cfg: MixinConfig) -> Alert:
     s = cfg.sel
     margin = cfg.hbm_temp_margin_celsius
+    hot = (
+        f"nvwatch_gpu_temperature_celsius{s('sensor=' + q('memory'))}\n"
+        f"    > ignoring (sensor, threshold)\n"
+        f"  (nvwatch_gpu_temperature_threshold_celsius{s('threshold=' + q('memory_max'))}"
+        f" - {margin:g})"
+    )
     return Alert(
         "NvwatchGpuMemoryTemperatureNearMax",
-        f"nvwatch_gpu_temperature_celsius{s('sensor=' + q('memory'))}\n"
-        f"  > ignoring (sensor, threshold)\n"
-        f"  (nvwatch_gpu_temperature_threshold_celsius{s('threshold=' + q('memory_max'))}"
-        f" - {margin:g})",
+        with_heat_source(cfg, hot),
         cfg.for_default,
         Severity.WARNING,
         "GPU memory (HBM) temperature is close to its maximum.",
-        f"HBM of {where_gpu(cfg)} is at {{{{ $value }}}} °C, within "
-        f"{margin:g} °C of its memory_max threshold.",
+        f"HBM of {where_gpu(cfg)} is within {margin:g} °C of its memory_max threshold. "
+        f"{heat_source_text(cfg)}",
         Runbook(
             "The HBM stacks are near the highest temperature the board allows "
             "them. Hot HBM raises the rate of ECC errors and, at the limit, "
-            "throttles memory clocks.",
+            "throttles memory clocks. " + heat_source_runbook(cfg),
             "Node dashboard, *GPU and HBM temperature*: HBM temperature against "
             "memory_max; look for rising ECC corrected counts on the same GPU.",
-            "Same as for the die: inlet temperature and airflow first; a "
-            "memory-bound job can drive HBM hot while the die stays cool, so "
-            "check the workload before draining.",
+            "Same as for the die: the room, the node's fans or the GPU, as the "
+            "description says; for the GPU, a memory-bound job can drive HBM hot while "
+            "the die stays cool, so check the workload before draining.",
             f"Repaired means the HBM is cooler than {margin:g} °C below memory_max "
             "again; the alert resolves at the next evaluation.",
         ),
@@ -81,34 +93,38 @@ def memory_temperature_near_max(cfg: MixinConfig) -> Alert:
 
 
 def thermal_slowdown(cfg: MixinConfig) -> Alert:
+    slowing = (
+        f"nvwatch_gpu_clock_event_active"
+        f"{cfg.sel('reason=~' + q('hw_thermal_slowdown|sw_thermal_slowdown'))} == 1"
+    )
     return Alert(
         "NvwatchGpuThermalSlowdown",
-        f"nvwatch_gpu_clock_event_active"
-        f"{cfg.sel('reason=~' + q('hw_thermal_slowdown|sw_thermal_slowdown'))} == 1",
+        with_heat_source(cfg, slowing),
         cfg.thermal_slowdown_for,
         Severity.WARNING,
         "GPU clocks are held down by thermal slowdown.",
         f"{where_gpu(cfg)} has had {{{{ $labels.reason }}}} active for more than "
-        f"{cfg.thermal_slowdown_for}; its clocks are reduced.",
+        f"{cfg.thermal_slowdown_for}; its clocks are reduced. {heat_source_text(cfg)}",
         Runbook(
             "The driver (sw_thermal_slowdown) or the board itself "
             "(hw_thermal_slowdown) is lowering clocks because the GPU is too hot. "
             "Every kernel on that GPU runs slower, and in a multi-GPU job the "
-            "slowest GPU sets the pace of all of them.",
+            "slowest GPU sets the pace of all of them. " + heat_source_runbook(cfg),
             "Node dashboard, *Throttle reasons* state timeline and *SM clock*: "
             "clocks below max while the reason is active. `nvidia-smi -q -d "
             "PERFORMANCE` lists the active clock event reasons.",
-            "Treat as a cooling fault: check inlet air, fans/CDU, then the GPU's "
-            "neighbours. A GPU that slows down alone while its neighbours are "
-            "cool needs a hardware ticket.",
+            "A cooling fault, as the description says: the room (call facilities), the "
+            "node (replace its fan) or the GPU (a GPU that slows down alone while its "
+            "neighbours are cool needs a hardware ticket). Without BMC data, check inlet "
+            "air and fans/CDU by hand, then the GPU's neighbours.",
             "Repaired means the driver no longer reports the slowdown reason, i.e. the "
             "GPU cooled below its slowdown threshold (cooling fixed: a fan, the "
             "airflow, the CDU); the alert resolves at the next evaluation. A slowdown "
             "that is already active at the first scrape fires after the same "
-            f"{cfg.thermal_slowdown_for}. A failed fan shows here and in "
-            "NvwatchGpuTemperatureNearSlowdown rather than in an alert of its own: a "
-            "fan at 0 % is also how many boards idle, and data-centre boards report no "
-            "fan (`nvwatch_gpu_fan_speed_ratio` shows what NVML reports).",
+            f"{cfg.thermal_slowdown_for}. A failed chassis fan has its own alert from "
+            "the BMC (NvwatchNodeFanStopped); a GPU's own fan has none: a fan at 0 % is "
+            "also how many boards idle, and data-centre boards report no fan "
+            "(`nvwatch_gpu_fan_speed_ratio` shows what NVML reports).",
         ),
         Kind.CONDITION,
     )
@@ -225,9 +241,8 @@ def node_power_near_budget(cfg: MixinConfig) -> Alert:
         Runbook(
             "The GPUs of the node together draw, on average over "
             f"{w}, more than the configured fraction of their summed TDP. "
-            "nvwatch only sees GPU board power; the node's "
-            "budget for rack planning is approximated by the sum of its GPUs' "
-            "TDP.",
+            "This is GPU board power only; the whole node's draw, as its BMC measures "
+            "it, against the system's maximum is NvwatchNodePowerNearMax.",
             "Thermal & power dashboard, *Power headroom per node* and *per rack*: "
             "is the rack near its PDU limit?",
             "Nothing is broken; if several nodes of a rack are here, tell the "

@@ -41,6 +41,8 @@ from nvwatch.agent.sources.infiniband import InfinibandSample, InfinibandSource
 from nvwatch.agent.sources.nvml.samples import NvmlSample, ProcessSample
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
+from nvwatch.sim.bmc_classes import bmc_class
+from nvwatch.sim.bmc_scenarios import BMC_SCENARIOS
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
 from nvwatch.sim.node import SimulatedNode, known_scenarios
@@ -216,8 +218,15 @@ def node_plans(profile: Profile) -> list[list[str]]:
         if len(devices) > 1:  # one HCA gone while the others stay: the source stays up
             nodes[0] += [f"{s}@{devices[-1]}" for s in vanish]
     nodes.append(["idle", *(s for s in DRIVER_SCENARIOS if s in known), *vanish])
+    # the chassis's faults: a hot room and a stopped fan heat the GPUs; a lost supply and
+    # a silent BMC change nothing /metrics shows, and must not
+    nodes[-1] += [s for s in BMC_SCENARIOS if _chassis_fits(profile, s)]
     until = f",until={REPAIR_S:g}s"
     return [[s + until if s.partition("@")[0] in REPAIRED else s for s in n] for n in nodes]
+
+
+def _chassis_fits(profile: Profile, scenario: str) -> bool:
+    return scenario != "psu-failure" or bmc_class(profile).supplies.count > 1
 
 
 def _fits(profile: Profile, scenario: str) -> bool:
@@ -293,6 +302,8 @@ def test_scenario_plans_cover_every_scenario() -> None:
             missing.discard("nvlink-degraded")
         if not profile.nics:
             missing -= {*IB_SCENARIOS, *HCA_SCENARIOS}
+        if not _chassis_fits(profile, "psu-failure"):
+            missing.discard("psu-failure")
         # healthy-training is every node's default workload; here it also runs on a GPU
         assert not missing, f"{profile.name}: {missing}"
 

@@ -73,15 +73,24 @@ def _raw(port: int, data: bytes) -> bytes:
         return received
 
 
-@pytest.mark.parametrize("digits", ["1" * 5000, "0" * 5000 + "5", "9" * 19])
+@pytest.mark.parametrize(
+    ("digits", "also"),
+    [
+        ("1" * 5000, ""),
+        ("0" * 5000 + "5", ""),
+        ("9" * 19, ""),
+        # a Transfer-Encoding beside it must not spare the length its check
+        ("1" * 19, "Transfer-Encoding: chunked\r\n"),
+    ],
+)
 def test_a_huge_content_length_is_413_before_auth_and_the_server_lives(
-    tmp_path: Path, digits: str
+    tmp_path: Path, digits: str, also: str
 ) -> None:
     web = tmp_path / "web.yml"
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
     with _serve(["--sources", "host", f"--web-config={web}"]) as (_, port):
-        head = f"GET /healthz HTTP/1.1\r\nHost: n\r\nContent-Length: {digits}\r\n\r\n"
+        head = f"GET /healthz HTTP/1.1\r\nHost: n\r\nContent-Length: {digits}\r\n{also}\r\n"
         answer = _raw(port, head.encode())
         # Python's int() refuses 4,300 digits: before, the server thread died on it
         if digits.lstrip("0") and len(digits.lstrip("0")) > 18:

@@ -150,7 +150,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             rules / alerts_build.PROMETHEUS_ALERTS,
             rules / alerts_build.PROMETHEUS_RECORDING,
         ]
-        result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL)
+        result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL, bmc=True)
         wait_for(
             "every agent scraped",
             lambda: result.query(f'count(up{{job="nvwatch"}} == 1) == {len(profiles)}'),

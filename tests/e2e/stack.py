@@ -113,9 +113,11 @@ class Stack:
         extra_args: tuple[str, ...] = (),
         *,
         notify: bool = True,
+        bmc: bool = False,
     ) -> None:
         """`notify=False`: evaluate the rules but send no alert (a Prometheus beside
-        another alerting path, there to compare answers with)."""
+        another alerting path, there to compare answers with); `bmc`: also probe every
+        node's BMC (the `nvwatch-bmc` job)."""
         endpoint = Endpoint.free()
         targets = self.workdir / "targets"
         targets.mkdir(exist_ok=True)
@@ -129,11 +131,24 @@ class Stack:
             sd_refresh="5s",
             alertmanager=self.alertmanager_url.split("//")[1] if notify else None,
         )
+        if bmc:
+            config["scrape_configs"].append(self._bmc_job(scrape_interval))
         path = write_yaml(self.workdir / "prometheus.yml", config)
         self.prometheus_url = endpoint.url
         data = self.workdir / "prometheus-data"
         self.spawn("prometheus", prometheus_argv(binary, path, data, endpoint, extra_args))
         self.wait_ready("prometheus", f"{endpoint.url}/-/ready", 30)
+
+    def _bmc_job(self, scrape_interval: str) -> dict[str, Any]:
+        """The `nvwatch-bmc` job: every node's BMC, probed through the fleet's management
+        host, with the node's labels. Its targets live apart from the agents' (whose job
+        takes every file in targets/)."""
+        targets = self.workdir / "bmc-targets"
+        targets.mkdir(exist_ok=True)
+        self.fleet.write_bmc_file_sd(targets / "fleet.json")
+        job = self.fleet.bmc_scrape_config(targets / "fleet.json", interval=scrape_interval)
+        job["scrape_timeout"] = scrape_interval
+        return job
 
     def answers(self, url: str) -> bool:
         """`url` answers 200. Raises at once if any process of the stack has exited,

@@ -32,6 +32,34 @@ def test_from_yaml_overrides(tmp_path: Path) -> None:
     assert (tiny.name, tiny.gpus, tiny.ib_rate_bytes_per_second) == ("tiny", 2, 12.5e9)
 
 
+def test_node_classes_carry_the_bmc_figures(tmp_path: Path) -> None:
+    path = tmp_path / "mixin.yaml"
+    path.write_text(
+        "node_classes:\n"
+        "  rack-server: {gpus: 4, inlet_max_celsius: 27, max_power_watts: 2400,\n"
+        "                power_supplies: 2, power_supplies_redundant: 1}\n"
+        "  desk: {gpus: 1, power_supplies: 1}\n"
+    )
+    server, desk = load(path).node_classes
+    assert (server.inlet_max_celsius, server.max_power_watts) == (27.0, 2400.0)
+    # 1+1: both supplies must be healthy for the node to still have a spare
+    assert server.power_supplies_for_redundancy == 2
+    # one supply, nothing redundant to lose; no figures, no expectations
+    assert desk.power_supplies_for_redundancy is None
+    assert (desk.inlet_max_celsius, desk.max_power_watts) == (None, None)
+
+
+def test_every_simulated_profile_has_a_node_class_with_its_system_power() -> None:
+    """The profiles' system power (sim/profiles.py, NVIDIA's published maxima) is the
+    figure NvwatchNodePowerNearMax compares node power with."""
+    from nvwatch.sim.profiles import PROFILES
+
+    classes = {c.name: c for c in MixinConfig().node_classes}
+    assert set(PROFILES) <= set(classes)
+    for name, profile in PROFILES.items():
+        assert classes[name].max_power_watts == profile.system_power_watts, name
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -40,6 +68,11 @@ def test_from_yaml_overrides(tmp_path: Path) -> None:
         ("rate_window: 30m1h\n", "invalid rate_window"),
         ("gpu_temp_margin_celsius: hot\n", "expected a number"),
         ("node_classes: {x: {gpus: 1, cpus: 2}}\n", r"node_classes\.x: unknown key.*cpus"),
+        (
+            "node_classes: {x: {power_supplies: 2, power_supplies_redundant: 2}}\n",
+            r"node_classes\.x: power_supplies_redundant must be fewer than power_supplies",
+        ),
+        ("node_classes: {x: {inlet_max_celsius: warm}}\n", "could not convert"),
         ("- a\n", "must be a mapping"),
     ],
 )

@@ -205,6 +205,9 @@ def _data_link_targets(dash: Json) -> dict[str, dict[str, str]]:
         ("nvwatch-cluster-overview", "nvwatch-nvlink", {"cluster", "instance"}),
         ("nvwatch-cluster-overview", "nvwatch-infiniband", {"cluster", "instance"}),
         ("nvwatch-thermal-power", "nvwatch-node", {"cluster", "instance"}),
+        ("nvwatch-power-cooling", "nvwatch-node", {"cluster", "instance"}),
+        # the node's BMC row to the fleet's power and cooling
+        ("nvwatch-node", "nvwatch-power-cooling", {"cluster"}),
         ("nvwatch-capacity-review", "nvwatch-node", {"cluster", "instance"}),
         # the node into its NVLink links (of one GPU) and IB ports
         ("nvwatch-node", "nvwatch-nvlink", {"cluster", "instance", "gpu"}),

@@ -19,9 +19,9 @@ LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
 LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}
 
 
-def test_seven_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
-    assert len(dashboards) == 7
-    assert len({d["uid"] for d in dashboards.values()}) == 7
+def test_eight_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
+    assert len(dashboards) == 8
+    assert len({d["uid"] for d in dashboards.values()}) == 8
 
 
 @pytest.mark.parametrize(
@@ -32,6 +32,7 @@ def test_seven_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
         "nvwatch-nvlink.json",
         "nvwatch-infiniband.json",
         "nvwatch-thermal-power.json",
+        "nvwatch-power-cooling.json",
         "nvwatch-capacity-review.json",
         "nvwatch-jobs.json",
     ],
@@ -172,13 +173,24 @@ def test_every_tunable_colour_threshold_follows_the_config(
         ib_error_rate_per_second=0.2,
         ib_transmit_wait_ratio=0.1,
         starvation_host_iowait=0.3,
+        fan_stopped_rpm=800.0,
+        node_power_max_fraction=0.8,
+        dashboard_inlet_headroom_celsius=5.0,
         node_classes=(
             NodeClass("x", gpus=8, nvlinks_per_gpu=6, ib_ports=8, ib_rate_bytes_per_second=None),
         ),
     )
     structural = [
         [(v, c) for v, c in steps]
-        for steps in (t.OK, t.ANY_BAD, t.ANY_WARN, t.FLAG_ACTIVE, t.IB_PORT_ACTIVE)
+        for steps in (
+            t.OK,
+            t.ANY_BAD,
+            t.ANY_WARN,
+            t.FLAG_ACTIVE,
+            t.IB_PORT_ACTIVE,
+            t.AT_LEAST_ONE,
+            t.SENSOR_STATE,
+        )
     ]
     before, after = _steps(dashboards), _steps(build_all(moved))
     assert before.keys() == after.keys()

@@ -92,7 +92,7 @@ def test_rule_exprs_use_known_metrics(cfg: MixinConfig) -> None:
 def test_fleet_panels_read_recording_rules(dashboards: dict[str, dict[str, Any]]) -> None:
     """Cluster-wide dashboards must not aggregate raw per-GPU series at query time."""
     for file in ("nvwatch-cluster-overview.json", "nvwatch-thermal-power.json",
-                 "nvwatch-capacity-review.json"):  # fmt: skip
+                 "nvwatch-power-cooling.json", "nvwatch-capacity-review.json"):  # fmt: skip
         for panel in dashboards[file]["panels"]:
             for target in panel["targets"]:
                 raw = {n for n in metric_names(target["expr"]) if n.startswith("nvwatch_")}

@@ -55,3 +55,14 @@ def test_no_hard_coded_selector(cfg: MixinConfig) -> None:
     text = yaml.safe_dump(prometheus_alerts(other)) + yaml.safe_dump(prometheus_recording(other))
     assert 'job="nvwatch"' not in text
     assert 'job="gpu-agents"' in text
+
+
+def test_no_hard_coded_bmc_selector(cfg: MixinConfig) -> None:
+    from nvwatch.dashboards.build import build_all
+
+    other = cfg.with_overrides(bmc_job_selector='job="ipmi-probe"')
+    rules = yaml.safe_dump(prometheus_alerts(other)) + yaml.safe_dump(prometheus_recording(other))
+    # the dashboards' queries as plain text (str of the JSON's dicts leaves quotes as they are)
+    for text in (rules, str(build_all(other))):
+        assert 'job="nvwatch-bmc"' not in text
+        assert 'job="ipmi-probe"' in text

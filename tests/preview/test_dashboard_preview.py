@@ -4,7 +4,9 @@ The fleet runs every fault a dashboard panel shows only under a fault (a thermal
 a power cap, a degraded NVLink, an ECC error, an XID storm, IB congestion and symbol
 errors) and MIG on two GPUs, all on its first node (a DGX H100, the one the node
 dashboard picks first), beside healthy nodes of three classes. Prometheus scrapes it
-with the mixin's recording and alert rules (time scaled as in tests/e2e). Every panel of
+with the mixin's recording and alert rules (time scaled as in tests/e2e), and every
+node's BMC through the fleet's management host (the `nvwatch-bmc` job), which the power
+& cooling dashboard and the node dashboard's BMC row read. Every panel of
 every dashboard must come back with data, and every PNG must decode to a picture of the
 dashboard's size.
 
@@ -87,7 +89,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             rules / alerts_build.PROMETHEUS_ALERTS,
             rules / alerts_build.PROMETHEUS_RECORDING,
         ]
-        result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL)
+        result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL, bmc=True)
         wait_for(
             "every agent scraped",
             lambda: result.query(f'count(up{{job="nvwatch"}} == 1) == {len(PROFILES)}'),

@@ -6,7 +6,9 @@ as character devices for GRES, and the cgroup v1 plugin (the hybrid hierarchy ha
 usable cgroup v2). `proctrack` picks how jobs are tracked: "cgroup" puts their processes
 in `/slurm_<host>/uid_<uid>/job_<id>/...` cgroups, "linuxproc" leaves them where slurmd
 runs (then only the job's environment names it). The deploy/slurm prolog and epilog run
-for every job, writing the job-mapping directory `map_dir`.
+for every job, writing the job-mapping directory `map_dir`. With `accounting` the
+controller reports to a real slurmdbd and MariaDB (accounting.py) and computes fair share;
+without it there is no accounting at all (`accounting_storage/none`).
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvwatch.sim.ports import free_port
+from tests.slurm.accounting import Slurmdbd, accounting_store, stop
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "slurm"
 START_LIMIT_S = 60.0
+CLUSTER_NAME = "nvwatchtest"
 
 
 @dataclass
@@ -38,6 +42,7 @@ class Cluster:
     host: str
     map_dir: Path
     out_dir: Path  # world-writable: jobs of other users write here
+    daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def run(self, *args: str) -> str:
         done = subprocess.run(
@@ -62,9 +67,26 @@ class Cluster:
                 raise TimeoutError(f"Slurm: {what} within {limit:g}s\n{logs}")
             time.sleep(0.2)
 
+    def restart_controller(self) -> None:
+        """Stop slurmctld (it saves its state) and start it again; returns once it answers.
+        Running jobs go on; with accounting the restart charges their usage so far."""
+        running = self.daemons.pop("slurmctld", None)
+        if running is not None:
+            stop(running)
+        self.daemons["slurmctld"] = _start(["slurmctld", "-D"], self.root, self.env)
+        self.wait_for("slurmctld answering", lambda: _quiet(self, "sinfo", "-h", "-o", "%T"))
+
+
+NO_ACCOUNTING = "AccountingStorageType=accounting_storage/none\n"
+
 
 def _write_config(
-    root: Path, host: str, proctrack: str, map_dir: Path, health_check: str | None = None
+    root: Path,
+    host: str,
+    proctrack: str,
+    map_dir: Path,
+    health_check: str | None = None,
+    accounting: str = NO_ACCOUNTING,
 ) -> None:
     for sub in ("munge", "state", "spool", "log"):
         (root / sub).mkdir()
@@ -97,7 +119,7 @@ def _write_config(
         else "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
     )
     (root / "slurm.conf").write_text(
-        f"""ClusterName=nvwatchtest
+        f"""ClusterName={CLUSTER_NAME}
 SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
@@ -115,8 +137,7 @@ SlurmdLogFile={root}/log/slurmd.log
 {tracking}SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MpiDefault=none
+{accounting}MpiDefault=none
 ReturnToService=2
 GresTypes=gpu
 Prolog={root}/prolog.sh
@@ -132,51 +153,60 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
 
 @contextmanager
-def slurm_cluster(proctrack: str, health_check: str | None = None) -> Iterator[Cluster]:
+def slurm_cluster(
+    proctrack: str, health_check: str | None = None, accounting: bool = False
+) -> Iterator[Cluster]:
     """munged + slurmctld + slurmd in a fresh directory under /tmp (not pytest's, which
     other users cannot traverse: jobs run as nobody write to its `out`); every process
     stopped, Slurm's cgroups and the directory removed. `health_check`: a shell command
-    slurmd runs as its HealthCheckProgram (with SLURM_CONF set), every 5 s."""
+    slurmd runs as its HealthCheckProgram (with SLURM_CONF set), every 5 s. `accounting`:
+    slurmdbd and MariaDB too, the cluster registered in them (accounts are the test's)."""
     root = Path(tempfile.mkdtemp(prefix="nvwatch-slurm-"))
     root.chmod(0o755)
     try:
-        with _running(root, proctrack, health_check) as cluster:
+        with _running(root, proctrack, health_check, accounting) as cluster:
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
-def _running(root: Path, proctrack: str, health_check: str | None) -> Iterator[Cluster]:
+def _running(
+    root: Path, proctrack: str, health_check: str | None, accounting: bool
+) -> Iterator[Cluster]:
     host = socket.gethostname().split(".")[0]
     map_dir = root / "job-map"
     out_dir = root / "out"
     out_dir.mkdir()
     out_dir.chmod(0o1777)
-    _write_config(root, host, proctrack, map_dir, health_check)
+    munge = root / "munge"
+    store = Slurmdbd(free_port(), munge / "munge.sock") if accounting else None
+    _write_config(
+        root, host, proctrack, map_dir, health_check, store.slurm_conf() if store else NO_ACCOUNTING
+    )
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
-    daemons: list[subprocess.Popen[bytes]] = []
     cluster = Cluster(root, env, host, map_dir, out_dir)
+    daemons = cluster.daemons
+    stack = ExitStack()
     try:
-        munge = root / "munge"
-        daemons.append(
-            _start(
-                [
-                    "munged",
-                    "--foreground",
-                    f"--key-file={munge}/munge.key",
-                    f"--socket={munge}/munge.sock",
-                    f"--pid-file={munge}/munged.pid",
-                    f"--log-file={munge}/munged.log",
-                    f"--seed-file={munge}/munged.seed",
-                ],
-                root,
-                env,
-            )
+        daemons["munged"] = _start(
+            [
+                "munged",
+                "--foreground",
+                f"--key-file={munge}/munge.key",
+                f"--socket={munge}/munge.sock",
+                f"--pid-file={munge}/munged.pid",
+                f"--log-file={munge}/munged.log",
+                f"--seed-file={munge}/munged.seed",
+            ],
+            root,
+            env,
         )
         cluster.wait_for("munged socket", (munge / "munge.sock").exists)
-        daemons.append(_start(["slurmctld", "-D"], root, env))
-        daemons.append(_start(["slurmd", "-D"], root, env))
+        if store is not None:
+            stack.enter_context(accounting_store(root, env, host, CLUSTER_NAME, store))
+        daemons["slurmctld"] = _start(["slurmctld", "-D"], root, env)
+        daemons["slurmd"] = _start(["slurmd", "-D"], root, env)
         # a health check may drain the node as it registers
         cluster.wait_for(
             "node registered",
@@ -185,8 +215,12 @@ def _running(root: Path, proctrack: str, health_check: str | None) -> Iterator[C
         yield cluster
     finally:
         _cancel_jobs(cluster)
-        for daemon in reversed(daemons):
-            _stop(daemon)
+        for name in ("slurmd", "slurmctld"):
+            if name in daemons:
+                stop(daemons.pop(name))
+        stack.close()  # slurmdbd and its database, once the controller no longer reports
+        for daemon in daemons.values():
+            stop(daemon)
         _kill_stepds(root / "slurm.conf")
         _remove_slurm_cgroups(host)
 
@@ -226,16 +260,6 @@ def _start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def _quiet(cluster: Cluster, *args: str) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from tests.attribution.test_agent import Series, poll_until, running_agent
 from tests.conftest import require_tool
 from tests.slurm.cluster import Cluster, slurm_cluster
@@ -196,3 +197,10 @@ def test_environment_names_the_job_where_no_cgroup_does(
     finally:
         linuxproc_cluster.run("scancel", job.id)
         linuxproc_cluster.wait_for(f"job {job.id} gone", lambda: not _comm(job.pid))
+
+
+def test_without_accounting_there_is_no_fair_share(linuxproc_cluster: Cluster) -> None:
+    """accounting_storage/none: sshare prints its header and no row; that is None, not an
+    error, and not a table of zeros."""
+    assert linuxproc_cluster.run("sshare", "--all", "--parsable2").splitlines()[1:] == []
+    assert read_fairshare(10.0, linuxproc_cluster.env) is None

@@ -24,7 +24,6 @@ from nvwatch.agent.report.air import (
 from nvwatch.agent.report.context import Context, NodeKey
 from nvwatch.agent.report.frame import Array
 from nvwatch.agent.report.model import Cell, Column, Number, Section, Table
-from nvwatch.agent.report.node_figures import FAN_STOPPED_RPM, inlet_max_celsius
 from nvwatch.agent.report.window import iso_time
 
 SHOWN_RACKS = 8  # one colour each: at most len(style.RACK_COLOURS)
@@ -47,7 +46,7 @@ def cooling(ctx: Context) -> Section:
             "power supplies are read from each node's BMC by the nvwatch-bmc probe job"
         )
         return section
-    above = {n: inlet_above(n, v) for n, v in inlet.items()}
+    above = {n: inlet_above(ctx, n, v) for n, v in inlet.items()}
     racks = _rack_rows(ctx, inlet, above)
     section.numbers.update(
         {
@@ -92,9 +91,9 @@ def _racks(inlet: dict[NodeKey, Array]) -> dict[tuple[str, str], list[NodeKey]]:
     return members
 
 
-def _envelope(nodes: list[NodeKey]) -> float | None:
+def _envelope(ctx: Context, nodes: list[NodeKey]) -> float | None:
     """The strictest envelope of the rack's classes (None when none is known)."""
-    known = [e for e in (inlet_max_celsius(n[2]) for n in nodes) if e is not None]
+    known = [e for e in (ctx.inlet_max_celsius(n[2]) for n in nodes) if e is not None]
     return min(known) if known else None
 
 
@@ -105,7 +104,7 @@ def _rack_rows(
     rows: list[list[Cell]] = []
     for key, nodes in _racks(inlet).items():
         pooled = np.concatenate([inlet[n] for n in nodes])
-        envelope = _envelope(nodes)
+        envelope = _envelope(ctx, nodes)
         any_above = np.max(np.stack([above[n] for n in nodes]), axis=0)
         rows.append(
             [
@@ -146,9 +145,9 @@ def _rack_table(rows: list[list[Cell]]) -> Table:
             Column("worst_week", "worst week"),
         ],
         rows,
-        note="Envelope: the highest operating inlet air of the rack's node classes (the "
-        "strictest where they differ; DGX-1 35 °C, DGX A100 and H100 30 °C). Hours above: "
-        "steps in which any node of the rack was above its own class's.",
+        note="Envelope: the highest operating inlet air of the rack's node classes (mixin "
+        "config node_classes, inlet_max_celsius; the strictest where they differ). Hours "
+        "above: steps in which any node of the rack was above its own class's.",
     )
 
 
@@ -163,7 +162,7 @@ def _node_table(
             ctx.node_name(node),
             node[2],
             node[1],
-            inlet_max_celsius(node[2]),
+            ctx.inlet_max_celsius(node[2]),
             stats.percentile(values, 50),
             stats.percentile(values, 95),
             stats.peak(peak.get(node, values)),
@@ -219,7 +218,8 @@ def _event_table(ctx: Context, events: list[Event]) -> Table:
             Column("lowest_rpm", "lowest", "rpm"),
         ],
         rows,
-        note=f"A fan below {FAN_STOPPED_RPM:g} rpm is stopped; critical: its BMC sensor state. "
+        note=f"A fan below {ctx.cfg.fan_stopped_rpm:g} rpm (fan_stopped_rpm) is stopped; "
+        "critical: its BMC sensor state. "
         "Windows are whole steps of the report; a supply's hours count the share of each step "
         "it reported a failure.",
     )
@@ -285,7 +285,7 @@ def _plot(ctx: Context, section: Section, inlet: dict[NodeKey, Array]) -> None:
     for key in sorted(shown):
         times, values = ctx.daily(hottest[key], "max")
         lines.append(plots.Line(ctx.rack_name(*key), times, values, ctx.rack_colour(key[1])))
-    envelopes = sorted({e for k in shown if (e := _envelope(members[k])) is not None})
+    envelopes = sorted({e for k in shown if (e := _envelope(ctx, members[k])) is not None})
     section.plots.append(
         plots.time_lines(
             "inlet_by_rack",
