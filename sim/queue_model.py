@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -48,6 +48,7 @@ DEFAULT_HALF_LIFE_S = 7 * 86_400.0  # Slurm's PriorityDecayHalfLife default: 7-0
 # small jobs of the others)
 DEFAULT_MAX_AGE_S = 86_400.0
 POLICIES = ("fairshare", "fifo")
+MIN_JOB_AGE_S = 300.0  # Slurm's MinJobAge default: how long an ended job stays listed
 
 # event kinds, in the order events of one instant apply: GPUs freed first, then what
 # changes the nodes and limits, then new jobs; a wake-up only asks for a pass
@@ -92,6 +93,7 @@ class QueueModel:
         }  # GPU-seconds held, per (partition, account)
         self.waits = {p: WaitHistogram() for p in self.partitions}
         self.holding: Counter[tuple[str, str]] = Counter()  # GPUs held now
+        self.ended: deque[Job] = deque()  # jobs ended within MIN_JOB_AGE_S, oldest first
         self.on_start: list[Callable[[Job], None]] = []
         self.on_end: list[Callable[[Job], None]] = []
         # the (partition, account) pairs that have had a job, in order: their series
@@ -144,6 +146,8 @@ class QueueModel:
                 self._apply(kind, payload)
             self._schedule()
         self._integrate(until)
+        while self.ended and (self.ended[0].end or 0.0) < self.now - MIN_JOB_AGE_S:
+            self.ended.popleft()
 
     def _integrate(self, until: float) -> None:
         span = until - self.now
@@ -270,6 +274,7 @@ class QueueModel:
         for node in job.allocation:
             self.nodes[node].release(job.job_id)
         self.holding[request.partition, request.account] -= request.gpus
+        self.ended.append(job)
         for hook in self.on_end:
             hook(job)
 
@@ -277,6 +282,10 @@ class QueueModel:
 
     def fair_shares(self) -> dict[str, FairShare]:
         return fair_shares({a.name: a.shares for a in self.accounts.values()}, self.usage)
+
+    def recently_ended(self) -> list[Job]:
+        """The jobs that ended in the last MIN_JOB_AGE_S, oldest first: squeue lists them."""
+        return list(self.ended)
 
     def jobs_on(self, node: str) -> list[Job]:
         """The running jobs holding GPUs of `node`, by job id."""
