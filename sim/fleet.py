@@ -63,6 +63,7 @@ from nvwatch.sim.fleet_plan import (
 )
 from nvwatch.sim.fleet_probe import ManagementHost
 from nvwatch.sim.fleet_queue import FleetQueue, QueueSpec
+from nvwatch.sim.fleet_slurm import SlurmCommands
 from nvwatch.sim.node import scratch_dir
 from nvwatch.sim.profiles import get_profile
 
@@ -121,6 +122,7 @@ class Fleet:
         self.queue_spec = queue
         self.seed = seed
         self.queue: FleetQueue | None = None
+        self.slurm: SlurmCommands | None = None  # the queue's squeue, sinfo and sshare
         self._queue_lock = threading.Lock()  # the ticker's and a caller's run_queue()
         # node index -> its simulated Slurm, for the nodes that have jobs (every node
         # with a queue: any may get one)
@@ -162,6 +164,9 @@ class Fleet:
                 self.queue = FleetQueue(
                     self.queue_spec, self.specs, self.jobs, seed=self.seed, now=self.clock()
                 )
+                # its client commands, with the queue's times in Unix seconds
+                offset = time.time() - self.clock()
+                self.slurm = SlurmCommands(self._root / "slurm", self.queue.model, offset)
             for spec in self.specs:
                 self.nodes.append(self._start_node(spec))
             self.management = self._start_management()
@@ -257,6 +262,8 @@ class Fleet:
             self.queue.advance(self.clock() if now is None else max(now, self.clock()))
             for index, node_jobs in self.node_jobs.items():
                 node_jobs.update(self.queue.jobs_on(index))
+            if self.slurm is not None:
+                self.slurm.write()
 
     def _take_repair_requests(self, path: Path) -> None:
         """Apply every request in `path` (`echo 3:ecc-dbe@2 >> FILE`), then remove it.

@@ -1,12 +1,17 @@
 """A fleet with a Slurm queue: the jobs the queue places on a node are the jobs that
 node's agent attributes its GPUs to, at every moment the queue is brought to; `--job`s
-stay pinned where they were placed; bad queue input is one line and exit 2."""
+stay pinned where they were placed; the queue's squeue, sinfo and sshare print it to the
+scheduler source's own runner; bad queue input is one line and exit 2."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
+from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError, run_slurm
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import FleetJob
 from nvwatch.sim.fleet_node import FleetNode
@@ -77,8 +82,32 @@ def test_each_agent_attributes_its_gpus_to_the_jobs_the_queue_placed_there() -> 
         held = sum(len(h) for h in seen[-1].values())
         assert held == sum(n for (_, s), n in state.gpus.items() if s == "allocated")
         assert {p for p, _ in state.gpus} == {"a100", "v100"}
+        _the_queues_commands_print_it(fleet)
     finally:
         fleet.stop()
+
+
+def _the_queues_commands_print_it(fleet: Fleet) -> None:
+    """Through the scheduler source's own runner and sshare reader, as its subprocesses."""
+    assert fleet.queue is not None and fleet.slurm is not None
+    model, env = fleet.queue.model, fleet.slurm.env()
+    jobs = json.loads(run_slurm(("squeue", "--json"), 10, env))["jobs"]
+    running = {j["job_id"] for j in jobs if j["job_state"] == "RUNNING"}
+    assert running == set(model.running) and len(jobs) >= len(model.running) + len(model.pending)
+    nodes = json.loads(run_slurm(("sinfo", "--json"), 10, env))["nodes"]
+    assert [n["name"] for n in nodes] == [node.name for node in fleet.nodes]
+    shares = read_fairshare(10, env)
+    assert shares is not None
+    expected = model.fair_shares()
+    assert {s.account for s in shares} == set(expected)
+    for share in shares:
+        truth = expected[share.account]
+        assert share.shares_norm == pytest.approx(truth.shares_norm, abs=1e-6)
+        assert share.usage_effective == pytest.approx(truth.usage_effective, abs=1e-6)
+        assert share.factor == pytest.approx(truth.factor, abs=1e-6)
+    with pytest.raises(SchedulerError) as failed:
+        run_slurm(("squeue", "-h", "-o", "%i"), 10, env)
+    assert str(failed.value) == "squeue failed: squeue: simulated: only 'squeue --json' is answered"
 
 
 @pytest.mark.parametrize(
