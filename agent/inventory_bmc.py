@@ -82,19 +82,33 @@ def bmc_file_sd_by_class(nodes: Sequence[InventoryNode]) -> dict[str, list[dict[
 
 def scrape_job(targets_dir: Path, probe: str, module: str = DEFAULT_MODULE) -> dict[str, Any]:
     """The `nvwatch-bmc` job: file_sd from `targets_dir`, every target probed at `probe`."""
-    return {
+    return probe_job([str(targets_dir / f"{BMC_FILE_PREFIX}*.json")], probe, module)
+
+
+def probe_job(
+    file_sd: Sequence[str],
+    probe: str,
+    module: str = DEFAULT_MODULE,
+    *,
+    interval: str | None = None,
+) -> dict[str, Any]:
+    """The `nvwatch-bmc` job over the BMC targets of the `file_sd` files (globs allowed),
+    each probed at `probe` (HOST:PORT of the nvwatch answering /probe); `interval` is the
+    job's scrape_interval, Prometheus's global one when None."""
+    job: dict[str, Any] = {
         "job_name": BMC_JOB,
         "metrics_path": PROBE_PATH,
         "params": {"module": [module]},
-        "file_sd_configs": [
-            {"files": [str(targets_dir / f"{BMC_FILE_PREFIX}*.json")], "refresh_interval": "1m"}
-        ],
+        "file_sd_configs": [{"files": list(file_sd), "refresh_interval": "1m"}],
         "relabel_configs": [
             # the BMC's address is the probe's `target`; the scrape goes to the probe
             {"source_labels": ["__address__"], "target_label": "__param_target"},
             {"target_label": "__address__", "replacement": probe},
         ],
     }
+    if interval is not None:
+        job["scrape_interval"] = interval
+    return job
 
 
 def check_probe(nodes: Sequence[InventoryNode], probe: str | None) -> None:

@@ -76,7 +76,7 @@ class FleetSettings:
     rounds: int = 3  # judged intervals per mode
     interval_s: float = REFERENCE_INTERVAL_S
     modes: tuple[str, ...] = MODES
-    concurrency: int = 32  # client connections at once in a burst (the agent queues 64)
+    concurrency: int = 32  # client connections at once in a burst (fewer than the agent queues)
     scrape_timeout_s: float = 10.0  # Prometheus's default scrape_timeout
     module_timeout_s: float = 5.0  # the module's `timeout`: a silent BMC's cost
     idle_s: float = 10.0  # the agent without probes, after the warm-up

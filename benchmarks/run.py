@@ -33,6 +33,8 @@ from benchmarks.attribution_cost import PROFILE as ATTRIBUTION_PROFILE
 from benchmarks.attribution_cost import measure_attribution_cost
 from benchmarks.bmc_fleet_section import BEGIN as FLEET_BEGIN
 from benchmarks.bmc_fleet_section import END as FLEET_END
+from benchmarks.bmc_read_section import BEGIN as READ_BEGIN
+from benchmarks.bmc_read_section import END as READ_END
 from benchmarks.common import (
     REPO_ROOT,
     cpu_model,
@@ -219,12 +221,20 @@ def machine(command: str) -> Machine:
     )
 
 
+# the markers of the sections other benchmarks write, in their order in the document
+KEPT_SECTIONS = ((READ_BEGIN, READ_END), (FLEET_BEGIN, FLEET_END))
+
+
 def kept_sections(out: Path, text: str) -> str:
     """`text` with the sections of `out` that other benchmarks write (this run does not
-    measure them: the BMC fleet takes minutes and real BMCs), carried over as they are."""
+    measure them: they need real BMCs, and the fleet takes minutes), carried over as they
+    are."""
     old = out.read_text() if out.exists() else ""
-    kept = section_of(old, FLEET_BEGIN, FLEET_END)
-    return text if kept is None else with_section(text, kept, FLEET_BEGIN, FLEET_END)
+    for begin, end in KEPT_SECTIONS:
+        kept = section_of(old, begin, end)
+        if kept is not None:
+            text = with_section(text, kept, begin, end)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

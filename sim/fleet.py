@@ -43,6 +43,7 @@ from typing import Any
 
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.inventory import write_json_atomic
+from nvwatch.agent.inventory_bmc import probe_job
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc_reader import SimulatedBmcReader
@@ -55,7 +56,6 @@ from nvwatch.sim.fleet_plan import (
     FleetError,
     NodeSpec,
     bmc_file_sd_groups,
-    bmc_scrape_config,
     file_sd_groups,
     management_port,
     parse_repair_request,
@@ -326,7 +326,7 @@ class Fleet:
         """The Prometheus job probing every BMC of `file_sd` through the management host."""
         if self.management is None:
             raise RuntimeError("the fleet is not running")
-        return bmc_scrape_config(str(file_sd), self.management.address, interval=interval)
+        return probe_job([str(file_sd)], self.management.address, interval=interval)
 
     def stop(self) -> None:
         self._stop.set()

@@ -20,7 +20,6 @@ from nvwatch.sim.profiles import UnknownProfile, get_profile
 DEFAULT_CLUSTER = "sim"
 DEFAULT_NODES_PER_RACK = 4  # four DGX-1 (3.2 kW each) per ~13 kW rack
 NAME_PREFIX = "dgx"
-BMC_JOB = "nvwatch-bmc"  # the scrape job of the BMCs, beside the agents' `nvwatch`
 _MAX_PORT = 65535
 
 
@@ -300,21 +299,3 @@ def bmc_file_sd_groups(specs: Sequence[NodeSpec]) -> list[dict[str, Any]]:
     return [
         {"targets": [spec.bmc], "labels": {**node_labels(spec), "bmc": spec.bmc}} for spec in specs
     ]
-
-
-def bmc_scrape_config(
-    file_sd: str, prober: str, *, module: str = "default", interval: str = "30s"
-) -> dict[str, Any]:
-    """The Prometheus scrape job of the fleet's BMCs: each target of `file_sd` probed at
-    `prober` (HOST:PORT of the agent answering /probe), as ipmi_exporter's are."""
-    return {
-        "job_name": BMC_JOB,
-        "scrape_interval": interval,
-        "metrics_path": "/probe",
-        "params": {"module": [module]},
-        "file_sd_configs": [{"files": [file_sd]}],
-        "relabel_configs": [
-            {"source_labels": ["__address__"], "target_label": "__param_target"},
-            {"target_label": "__address__", "replacement": prober},
-        ],
-    }

@@ -2,11 +2,11 @@
 
 As on a real cluster, where one management host on the IPMI network runs
 `nvwatch serve --bmc-config FILE` and Prometheus's `nvwatch-bmc` job probes each BMC
-through it (fleet_plan.bmc_scrape_config), the BMCs are read by a server of their own, not
-by the nodes' agents: a node whose agent is down still has its BMC read. It is the real
-server and probe service (agent/server/probe.py, the `bmc` source's interpreter and
-exposition) over the simulated reader, with the built-in module `default`. The host has
-no GPUs: its own /metrics carries only the agent's series.
+through it (Fleet.bmc_scrape_config: the job `nvwatch inventory` writes), the BMCs are
+read by a server of their own, not by the nodes' agents: a node whose agent is down still
+has its BMC read. It is the real server and probe service (agent/server/probe.py, the
+`bmc` source's interpreter and exposition) over the simulated reader, with the built-in
+module `default`. The host has no GPUs: its own /metrics carries only the agent's series.
 """
 
 from __future__ import annotations

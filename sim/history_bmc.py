@@ -20,9 +20,10 @@ from typing import cast
 from nvwatch.agent.catalogue import MetricSpec, Scope, of_scope
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.inventory_bmc import BMC_JOB
 from nvwatch.agent.sources.bmc.interpret import failed, interpret
 from nvwatch.agent.sources.bmc.reading import BmcReading, Module
-from nvwatch.sim.fleet_plan import BMC_JOB, NodeSpec, node_labels
+from nvwatch.sim.fleet_plan import NodeSpec, node_labels
 
 UP = "up"
 DURATION = "nvwatch_bmc_read_duration_seconds"

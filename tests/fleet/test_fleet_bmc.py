@@ -15,12 +15,12 @@ import yaml
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
+from nvwatch.agent.inventory_bmc import probe_job
 from nvwatch.agent.sources.bmc.reading import BmcError, SensorReading, Target
 from nvwatch.sim.bmc_reader import SIMULATED_MODULE
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_plan import (
     bmc_file_sd_groups,
-    bmc_scrape_config,
     file_sd_groups,
     parse_node_scenario,
     plan_fleet,
@@ -56,7 +56,7 @@ def test_the_bmc_job_is_a_configuration_prometheus_accepts(tmp_path: Path) -> No
     specs = plan_fleet(["dgx-a100"] * 2, base_port=9500)
     targets = tmp_path / "bmc.json"
     targets.write_text(json.dumps(bmc_file_sd_groups(specs)))
-    job = bmc_scrape_config(str(targets), "127.0.0.1:9499")
+    job = probe_job([str(targets)], "127.0.0.1:9499", interval="30s")
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({"scrape_configs": [job]}))
     checked = subprocess.run(
