@@ -21,6 +21,8 @@ from enum import Enum
 class MetricType(str, Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
+    # its series end with the sample they are: a bucket's `le`, "_count" or "_sum"
+    HISTOGRAM = "histogram"
 
 
 class Scope(str, Enum):
@@ -36,6 +38,11 @@ class Scope(str, Enum):
     HOST = "host"  # HostSample (agent.sources.host)
     BMC = "bmc"  # BmcProbe, one per probe of a BMC (agent.sources.bmc.interpret)
     BMC_SENSOR = "bmc_sensor"  # BmcSensor, per sensor of a BMC probe
+    # the cluster's Slurm, one agent per cluster (agent.sources.scheduler.model)
+    SCHEDULER_PARTITION = "scheduler_partition"  # PartitionSample, per partition
+    SCHEDULER_DEMAND = "scheduler_demand"  # DemandSample, per partition and account
+    SCHEDULER_USER = "scheduler_user"  # UserDemand, per partition and user (opt-in)
+    SCHEDULER_ACCOUNT = "scheduler_account"  # AccountShare, per account (with accounting)
     SOURCE = "source"  # SourceStatus of each source (agent.poller)
     AGENT = "agent"  # the poller's Snapshot
 
@@ -52,6 +59,10 @@ IDENTITY: dict[Scope, tuple[str, ...]] = {
     Scope.HOST: (),
     Scope.BMC: (),
     Scope.BMC_SENSOR: ("sensor",),
+    Scope.SCHEDULER_PARTITION: ("partition",),
+    Scope.SCHEDULER_DEMAND: ("partition", "account"),
+    Scope.SCHEDULER_USER: ("partition", "user"),
+    Scope.SCHEDULER_ACCOUNT: ("account",),
     Scope.SOURCE: ("source",),
     Scope.AGENT: (),
 }
@@ -69,6 +80,10 @@ SOURCE_OF: dict[Scope, str] = {
     # read at scrape time by /probe, not by the poller
     Scope.BMC: "bmc",
     Scope.BMC_SENSOR: "bmc",
+    Scope.SCHEDULER_PARTITION: "scheduler",
+    Scope.SCHEDULER_DEMAND: "scheduler",
+    Scope.SCHEDULER_USER: "scheduler",
+    Scope.SCHEDULER_ACCOUNT: "scheduler",
     Scope.SOURCE: "agent",
     Scope.AGENT: "agent",
 }
@@ -173,6 +188,7 @@ class MetricSpec:
 
 _G = MetricType.GAUGE
 _C = MetricType.COUNTER
+_H = MetricType.HISTOGRAM
 _F = Field
 
 
@@ -1097,6 +1113,126 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
 )
 
+# Slurm as the one agent of a cluster that runs `--sources scheduler` reads it
+# (agent/sources/scheduler/): label values bounded by configuration (partitions, the
+# account and user caps), never by the number of jobs.
+_NOT_SCHEDULER = "agents without --sources scheduler (one agent per cluster reads Slurm)"
+_SQUEUE = "squeue --json (REQUEST_JOB_INFO)"
+_SINFO = "sinfo --json (REQUEST_NODE_INFO, REQUEST_PARTITION_INFO)"
+_GPU_JOB = (
+    "a job that asks for GPUs in any way Slurm takes (tres_per_job, tres_per_node, "
+    "tres_per_task, tres_per_socket; typed or not)"
+)
+
+SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "nvwatch_scheduler_gpus",
+        _G,
+        "GPUs of the partition's nodes by state: allocated to jobs, idle, or unavailable "
+        "(the node is drained, down, not responding, failing, rebooting or reserved). A "
+        "node in several partitions counts in each.",
+        Scope.SCHEDULER_PARTITION,
+        _SINFO + ": per node, gres (GPUs configured), gres_used (allocated), state and "
+        "state_flags, partitions",
+        _each("gpus"),
+        own_labels=("state",),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_nodes_unavailable",
+        _G,
+        "Nodes with GPUs whose GPUs cannot take jobs, by reason class: not_responding, "
+        "kill_task_failed, prolog_epilog, config_mismatch (less memory, cores or GPUs "
+        "than configured), reboot, failing, reserved (a reservation or maintenance), "
+        "drained and down (by an operator or a health check, in their own words), other.",
+        Scope.SCHEDULER_PARTITION,
+        _SINFO + ": per node, state, state_flags and reason (Slurm's own reason texts "
+        "first, then the state)",
+        _each("nodes_unavailable"),
+        own_labels=("reason",),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_pending_gpus",
+        _G,
+        "GPUs requested by pending jobs (per node times nodes, per task times tasks, "
+        "times the tasks of a pending array), by Slurm's pending reason in classes: "
+        "resources, priority, limits (account, QOS, partition or array limits), "
+        "dependency, held, other. A job pending on several partitions counts in each; "
+        'accounts beyond --scheduler-max-accounts are account="other".',
+        Scope.SCHEDULER_DEMAND,
+        _SQUEUE + ": per pending " + _GPU_JOB + ", partition, account, state_reason, "
+        "node_count, tasks, array_task_string",
+        _each("pending_gpus"),
+        own_labels=("reason",),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_oldest_pending_seconds",
+        _G,
+        "Seconds the longest-waiting pending GPU job of the partition has been eligible "
+        "to start (held jobs and jobs waiting on another job do not count); 0 when none "
+        "waits.",
+        Scope.SCHEDULER_PARTITION,
+        _SQUEUE + ": now - eligible_time of pending GPU jobs not held and not waiting "
+        "on a dependency",
+        _one("oldest_pending_seconds"),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_wait_seconds",
+        _H,
+        "Queue wait of the GPU jobs that started since the source started, from eligible "
+        "to start (submitted, released, dependency met) to started, by the partition "
+        "they started in. The first refresh counts no job: it cannot tell when they started.",
+        Scope.SCHEDULER_PARTITION,
+        _SQUEUE + ": start_time - eligible_time of each GPU job seen started (running or "
+        "ended within MinJobAge) for the first time",
+        _each("wait.series"),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_allocated_gpu_seconds_total",
+        _C,
+        "GPUs times seconds held by the account's jobs in the partition since the source "
+        "started: GPU-hours per account without accounting (rate() is GPUs in use).",
+        Scope.SCHEDULER_DEMAND,
+        _SQUEUE + ": per started GPU job, GPUs in gres_detail (the request once it "
+        "ended) times its running time between two refreshes (start_time, end_time)",
+        _one("allocated_gpu_seconds"),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_user_pending_gpus",
+        _G,
+        "GPUs requested by the user's pending jobs in the partition (all reasons); users "
+        'beyond --scheduler-max-users are user="other".',
+        Scope.SCHEDULER_USER,
+        _SQUEUE + ": per pending " + _GPU_JOB + ", partition, user_name",
+        _one("pending_gpus"),
+        when=_NOT_SCHEDULER + "; --scheduler-max-users 0 (the default: per-user series are off)",
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_fairshare",
+        _G,
+        "The account's fair share as Slurm's multifactor priority sees it: shares_norm "
+        "(its normalized share of the cluster), usage_effective (its normalized, decayed "
+        "usage) and factor (the fair-share factor, 0..1).",
+        Scope.SCHEDULER_ACCOUNT,
+        "sshare --all --parsable2 (REQUEST_SHARE_INFO): NormShares, EffectvUsage, FairShare "
+        "of each account row (under Fair Tree the factor is the best of its users')",
+        _by(
+            ("shares_norm", "shares_norm"),
+            ("usage_effective", "usage_effective"),
+            ("factor", "factor"),
+        ),
+        own_labels=("kind",),
+        when=_NOT_SCHEDULER
+        + "; clusters without accounting (no slurmdbd): absent, not 0; accounts beyond "
+        "--scheduler-max-accounts; factor: under Fair Tree, an account without users",
+    ),
+)
+
 AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_agent_build_info",
@@ -1218,10 +1354,24 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     *INFINIBAND_METRICS,
     *HOST_METRICS,
     *BMC_METRICS,
+    *SCHEDULER_METRICS,
     *AGENT_METRICS,
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
+
+# Histogram families' samples go by other names (`_bucket`, `_count`, `_sum`).
+_HISTOGRAM_SAMPLES = ("_bucket", "_count", "_sum")
+#: Every name a PromQL expression may read: each family's, and its histograms' samples.
+SAMPLE_NAMES: frozenset[str] = frozenset(
+    name
+    for spec in CATALOGUE
+    for name in (
+        [spec.name + suffix for suffix in _HISTOGRAM_SAMPLES]
+        if spec.type is MetricType.HISTOGRAM
+        else [spec.name]
+    )
+)
 
 
 def spec(name: str) -> MetricSpec:

@@ -21,7 +21,10 @@ from nvwatch.common.durations import (
 from nvwatch.common.yaml_safe import ConfigError as ConfigError
 from nvwatch.common.yaml_safe import key_text, load_yaml_text, read_config_text, shown
 
-KNOWN_SOURCES = ("nvml", "infiniband", "host")
+KNOWN_SOURCES = ("nvml", "infiniband", "host", "scheduler")
+# what a node's agent polls unless told: `scheduler` reads the whole cluster's Slurm, so
+# one agent per cluster runs it (on the controller or a login node), by choice
+DEFAULT_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what
 # the node runs, and a mode's reads (/proc of every GPU process, the kubelet socket) are
 # something to choose, not to discover
@@ -45,6 +48,14 @@ FLEET_DURATION_BOUNDS = DurationBounds(1.0, 365 * 86400.0)
 # start and end on a scale of minutes, and a new GPU process wakes it early anyway
 ATTRIBUTION_INTERVAL_BOUNDS = DurationBounds(1.0, 3600.0)
 BMC_CACHE_BOUNDS = DurationBounds(0.1, 300.0)
+# how often the scheduler source reads Slurm: queues move on a scale of minutes, and each
+# refresh is four controller RPCs; one second is the floor a test needs
+SCHEDULER_INTERVAL_BOUNDS = DurationBounds(1.0, 3600.0)
+# the deadline of one Slurm command: a loaded controller may take seconds to answer
+SCHEDULER_TIMEOUT_BOUNDS = DurationBounds(0.1, 300.0)
+# account and user label caps (series per partition grow with them)
+SCHEDULER_MAX_ACCOUNTS_RANGE = (1, 10_000)
+SCHEDULER_MAX_USERS_RANGE = (0, 10_000)
 
 
 def is_index(text: str) -> bool:
@@ -85,7 +96,7 @@ class AgentConfig:
     listen_ipv6_only: bool = False
     interval: float = 5.0
     source_timeout: float | None = None  # None: derived from the interval
-    sources: tuple[str, ...] = KNOWN_SOURCES
+    sources: tuple[str, ...] = DEFAULT_SOURCES
     sysfs_root: Path = Path("/sys")
     simulate: str | None = None
     scenarios: tuple[ScenarioSpec, ...] = ()
@@ -111,6 +122,12 @@ class AgentConfig:
     bmc_config: Path | None = None
     # a BMC read serves the probes of its target and module this long (HA Prometheus pairs)
     bmc_cache: float = 5.0
+    # the scheduler source (--sources scheduler): cadence, deadline per Slurm command, and
+    # label caps (accounts beyond the cap are "other"; per-user series off at 0)
+    scheduler_interval: float = 30.0
+    scheduler_timeout: float = 10.0
+    scheduler_max_accounts: int = 50
+    scheduler_max_users: int = 0
 
     @property
     def attribution_timeout(self) -> float:

@@ -24,6 +24,10 @@ Threads the agent runs (name, who starts it, why it exists):
   (agent/sources/attribution/refresher.py), on the attribution source's first poll, only
   with --attribution. Reads /proc, the job-mapping directory and the kubelet on its own
   cadence, so no poll or scrape ever waits on them; polls read its cache.
+- ``nvwatch-scheduler``: `SchedulerSource.start` (agent/sources/scheduler/source.py), on
+  the scheduler source's first poll, only with --sources scheduler. Runs squeue, sinfo
+  and sshare every --scheduler-interval, each with its deadline, so no poll or scrape
+  waits on the Slurm controller; polls read what it kept.
 - ``nvwatch-http``: `MetricsServer.start` (agent/server/). The HTTP event loop: accepts,
   reads, answers and times out every connection without blocking on any, so an idle or
   slow client costs a socket, not a thread (agent/server/loop.py).

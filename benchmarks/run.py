@@ -55,6 +55,8 @@ from benchmarks.poll_cost import count_series as count_series_of
 from benchmarks.real_nvml import RealNvmlUnavailable, measure_real_nvml
 from benchmarks.report import Machine, Results, render_markdown
 from benchmarks.rss import measure_rss
+from benchmarks.scheduler_refresh import BEGIN as SCHEDULER_BEGIN
+from benchmarks.scheduler_refresh import END as SCHEDULER_END
 from benchmarks.scrape import (
     node_exporter_side_by_side,
     node_exporter_version,
@@ -221,14 +223,19 @@ def machine(command: str) -> Machine:
     )
 
 
-# the markers of the sections other benchmarks write, in their order in the document
-KEPT_SECTIONS = ((READ_BEGIN, READ_END), (FLEET_BEGIN, FLEET_END))
+# the markers of the sections other benchmarks write, in their order in the document:
+# this run does not measure them (they need real BMCs, the fleet takes minutes, the
+# scheduler's refresh a real Slurm with a thousand jobs)
+KEPT_SECTIONS = (
+    (READ_BEGIN, READ_END),
+    (FLEET_BEGIN, FLEET_END),
+    (SCHEDULER_BEGIN, SCHEDULER_END),
+)
 
 
 def kept_sections(out: Path, text: str) -> str:
-    """`text` with the sections of `out` that other benchmarks write (this run does not
-    measure them: they need real BMCs, and the fleet takes minutes), carried over as they
-    are."""
+    """`text` with the sections of `out` that other benchmarks write, carried over as
+    they are."""
     old = out.read_text() if out.exists() else ""
     for begin, end in KEPT_SECTIONS:
         kept = section_of(old, begin, end)

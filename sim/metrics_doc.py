@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from nvwatch.agent.catalogue import CATALOGUE, Field, MetricSpec, Scope, Series
+from nvwatch.agent.catalogue import CATALOGUE, Field, MetricSpec, MetricType, Scope, Series
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from nvwatch.sim.profiles import PROFILES
 from nvwatch.sim.series_budget import (
@@ -27,6 +27,7 @@ _SECTIONS = (
     ("nvwatch_ib_", "InfiniBand"),
     ("nvwatch_host_", "Host"),
     ("nvwatch_bmc_", "BMC (per probe)"),
+    ("nvwatch_scheduler_", "Scheduler (one agent per cluster)"),
     ("nvwatch_agent_", "Agent"),
 )
 
@@ -42,6 +43,10 @@ _SAMPLE_CLASS = {
     Scope.HOST: "HostSample",
     Scope.BMC: "BmcProbe",
     Scope.BMC_SENSOR: "BmcSensor",
+    Scope.SCHEDULER_PARTITION: "PartitionSample",
+    Scope.SCHEDULER_DEMAND: "DemandSample",
+    Scope.SCHEDULER_USER: "UserDemand",
+    Scope.SCHEDULER_ACCOUNT: "AccountShare",
     Scope.SOURCE: "SourceStatus",
     Scope.AGENT: "AgentState",
 }
@@ -60,7 +65,8 @@ Under each metric, a list says where its value comes from: the NVML call or fiel
 id, the sysfs file or the psutil call (*origin*); the sample attribute that carries it
 through the agent (*sample*, on the class named: `agent/sources/nvml/samples.py`,
 `agent/sources/infiniband.py`, `agent/sources/host.py`, `agent/poller.py`,
-`agent/sources/attribution/model.py`, `agent/sources/bmc/interpret.py`); the
+`agent/sources/attribution/model.py`, `agent/sources/bmc/interpret.py`,
+`agent/sources/scheduler/model.py`); the
 `nvidia-smi --query-gpu` field it must agree with (checked by `python -m
 nvwatch.agent.nvsmi_compare` on a real GPU); and when it is absent.
 """
@@ -110,6 +116,27 @@ covers has several owners, or several allocated MIG instances, which share their
 allocation on the many side and works for every GPU. Prometheus drops the labels a
 scheduler leaves empty (`account`, `pod`, ... for Slurm) from stored series. Series: one
 per GPU (or MIG instance) per owner, a few dozen per node at most.""",
+    "nvwatch_scheduler_gpus": """Usage: the scheduler's series come from the one agent of
+a cluster that runs `--sources scheduler` (on the Slurm controller or a login node),
+scraped in the agents' job (`job="nvwatch"`, `instance` = that host); docs/scheduler.md
+says what it reads and what it costs the controller. Demand against capacity per
+partition, and the GPUs idle while GPU jobs wait:
+
+```promql
+sum by (partition) (nvwatch_scheduler_pending_gpus{reason!~"held|dependency"})
+  > bool on(partition) (nvwatch_scheduler_gpus{state="idle"})
+nvwatch_scheduler_oldest_pending_seconds > 3600
+  and on(partition) nvwatch_scheduler_gpus{state="idle"} > 0
+```
+
+Series: 3 per partition here, 10 for unavailable nodes, 16 for the wait histogram, 1
+oldest wait; 7 per partition and account (6 pending classes, 1 counter); 3 per account
+with accounting.""",
+    "nvwatch_scheduler_wait_seconds": """Usage: waits are observed once per job, when the
+source first sees it started, so `histogram_quantile(0.9, sum by (partition, le)
+(rate(nvwatch_scheduler_wait_seconds_bucket[1d])))` is the 90th percentile of the queue
+wait of the GPU jobs that started in the last day. The histogram is per partition only:
+per account it would be accounts times buckets series in every partition.""",
     "nvwatch_gpu_process_memory_bytes": """`job` is the Slurm job id of the pid, `pod` and
 `namespace` its Kubernetes pod, from attribution's cache (`--attribution`); a pid seen for
 the first time is labelled from the next refresh on (well under a second later, when the
@@ -241,7 +268,9 @@ def _series_text(spec: MetricSpec, owner: str, series: Series) -> str:
         f"{name} from `{owner}.{v}`" if isinstance(v, Field) else f'{name}="{v}"'
         for name, v in zip(spec.own_labels, series.labels, strict=False)
     ]
-    if series.each:
+    if series.each and spec.type is MetricType.HISTOGRAM:
+        labels.append("le from each key, then _count and _sum")
+    elif series.each:
         labels.append(f"{spec.own_labels[-1]} from each key")
     return value + (f" ({', '.join(labels)})" if labels else "")
 

@@ -213,7 +213,8 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
 @agent_options(
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
     "nvlink-detail", "ib-hw-counters", "kmsg-path", "attribution", "attribution-interval",
-    "hpc-job-mapping-dir", "kubelet-socket", "proc-root", "log-format",
+    "hpc-job-mapping-dir", "kubelet-socket", "proc-root", "scheduler-interval",
+    "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users", "log-format",
 )  # fmt: skip
 def dump_command(output_format: str, settle: str, **params: Any) -> None:
     """Poll once and print what /metrics would serve."""
@@ -244,7 +245,7 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 @agent_options(
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "mig",
     "kmsg-path", "attribution", "hpc-job-mapping-dir", "kubelet-socket", "proc-root",
-    "log-format",
+    "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users", "log-format",
 )  # fmt: skip
 def doctor_command(output_format: str, **params: Any) -> None:
     """One line per source: up (what it serves), absent (why) or down (why).

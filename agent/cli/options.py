@@ -25,8 +25,13 @@ from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     BMC_CACHE_BOUNDS,
     INTERVAL_BOUNDS,
+    KNOWN_SOURCES,
     LOG_FORMATS,
     SCENARIO_SYNTAX,
+    SCHEDULER_INTERVAL_BOUNDS,
+    SCHEDULER_MAX_ACCOUNTS_RANGE,
+    SCHEDULER_MAX_USERS_RANGE,
+    SCHEDULER_TIMEOUT_BOUNDS,
     AgentConfig,
     ConfigError,
     ScenarioSpec,
@@ -182,7 +187,8 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         "--sources",
         default=_flag_text(_DEFAULTS.sources),
         show_default=True,
-        help="Comma-separated sources to poll.",
+        help="Comma-separated sources to poll, of " + ", ".join(KNOWN_SOURCES) + " (scheduler: "
+        "the cluster's Slurm, on one agent per cluster).",
     ),
     "sysfs-root": option(
         "--sysfs-root",
@@ -270,6 +276,36 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         type=click.Path(file_okay=False),
         help="Root of procfs, for the cgroup and environment of GPU processes.",
     ),
+    "scheduler-interval": option(
+        "--scheduler-interval",
+        default=_flag_text(_DEFAULTS.scheduler_interval),
+        show_default=True,
+        metavar="DURATION",
+        help=f"How often the scheduler source reads Slurm, {SCHEDULER_INTERVAL_BOUNDS}; "
+        "four controller RPCs each time.",
+    ),
+    "scheduler-timeout": option(
+        "--scheduler-timeout",
+        default=_flag_text(_DEFAULTS.scheduler_timeout),
+        show_default=True,
+        metavar="DURATION",
+        help=f"Deadline of each Slurm command (squeue, sinfo, sshare), "
+        f"{SCHEDULER_TIMEOUT_BOUNDS}; past it the command is killed and the source is down.",
+    ),
+    "scheduler-max-accounts": option(
+        "--scheduler-max-accounts",
+        default=_DEFAULTS.scheduler_max_accounts,
+        show_default=True,
+        type=click.IntRange(*SCHEDULER_MAX_ACCOUNTS_RANGE),
+        help='Accounts with series of their own (first seen first); the rest are "other".',
+    ),
+    "scheduler-max-users": option(
+        "--scheduler-max-users",
+        default=_DEFAULTS.scheduler_max_users,
+        show_default=True,
+        type=click.IntRange(*SCHEDULER_MAX_USERS_RANGE),
+        help="Users with pending-GPU series of their own (0: no per-user series).",
+    ),
     "log-format": option(
         "--log-format",
         type=click.Choice(LOG_FORMATS),
@@ -334,6 +370,14 @@ _FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "sim_process_file": _path("sim_process_file"),
     "bmc_config": _path("bmc_config"),
     "bmc_cache": lambda v: {"bmc_cache": parse_duration(v, "BMC cache time", BMC_CACHE_BOUNDS)},
+    "scheduler_interval": lambda v: {
+        "scheduler_interval": parse_duration(v, "scheduler interval", SCHEDULER_INTERVAL_BOUNDS)
+    },
+    "scheduler_timeout": lambda v: {
+        "scheduler_timeout": parse_duration(v, "scheduler timeout", SCHEDULER_TIMEOUT_BOUNDS)
+    },
+    "scheduler_max_accounts": lambda v: {"scheduler_max_accounts": int(v)},
+    "scheduler_max_users": lambda v: {"scheduler_max_users": int(v)},
 }
 
 # shown in serve's --help as AgentConfig's listen address

@@ -13,15 +13,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from nvwatch.agent.catalogue import MetricSpec, MetricType
 
-Family = GaugeMetricFamily | CounterMetricFamily
+Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
 _EOF = "# EOF\n"
+# A histogram's series carry, after the family's labels, which sample each one is: its
+# bucket's `le` text ("30.0", "+Inf"), or one of these two
+HISTOGRAM_COUNT = "_count"
+HISTOGRAM_SUM = "_sum"
 
 
 def new_family(spec: MetricSpec) -> Family:
@@ -29,15 +38,35 @@ def new_family(spec: MetricSpec) -> Family:
     labels = list(spec.labels)
     if spec.type is MetricType.COUNTER:
         return CounterMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
+    if spec.type is MetricType.HISTOGRAM:
+        return HistogramMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
     return GaugeMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
 
 
 def family_of(spec: MetricSpec, series: Iterable[tuple[Sequence[str], float]]) -> Family:
     """The prometheus_client family of `spec` with these (label values, value) series."""
     family = new_family(spec)
+    if isinstance(family, HistogramMetricFamily):
+        _add_histograms(family, series)
+        return family
     for label_values, value in series:
         family.add_metric(label_values, value)
     return family
+
+
+def _add_histograms(
+    family: HistogramMetricFamily, series: Iterable[tuple[Sequence[str], float]]
+) -> None:
+    """Series of one histogram per label set, in the order buckets, _count, _sum (as the
+    exposition writes them): each label set's buckets and sum, added once its sum comes."""
+    buckets: list[tuple[str, float]] = []
+    for label_values, value in series:
+        *labels, part = label_values
+        if part == HISTOGRAM_SUM:
+            family.add_metric(labels, buckets, value)
+            buckets = []
+        elif part != HISTOGRAM_COUNT:  # the count is the +Inf bucket's, written again
+            buckets.append((part, value))
 
 
 def family_name(spec: MetricSpec) -> str:

@@ -56,6 +56,11 @@ _RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
         "AttributionSample",
         "nvwatch.agent.exposition.allocation",
     ),
+    "scheduler": (
+        "nvwatch.agent.sources.scheduler.model",
+        "SchedulerSample",
+        "nvwatch.agent.exposition.scheduler",
+    ),
 }
 _AGENT_PLANS = plans(of_scope(Scope.AGENT, Scope.SOURCE))
 

@@ -65,7 +65,9 @@ class FamilyTable:
         # _total (its own munging), plus _total
         base = client.family_name(spec)
         self.sample_name = base + "_total" if spec.type is MetricType.COUNTER else base
-        self.label_names = spec.labels
+        self.histogram = spec.type is MetricType.HISTOGRAM
+        # a histogram's series end with their sample: a bucket's `le`, _count or _sum
+        self.label_names = (*spec.labels, "le") if self.histogram else spec.labels
         # prometheus_client writes labels sorted by name
         self._order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
         # label values -> the live slot; looked up by Family.extend (families.py)
@@ -82,11 +84,26 @@ class FamilyTable:
         return slot
 
     def _prefix(self, values: Sequence[str]) -> str:
-        if not values:
-            return self.sample_name + " "
-        names = self.label_names
-        pairs = ",".join(f'{names[i]}="{escape_label_value(values[i])}"' for i in self._order)
-        return f"{self.sample_name}{{{pairs}}} "
+        if self.histogram:
+            return self._histogram_prefix(values)
+        return self._labelled(
+            self.sample_name, [(self.label_names[i], values[i]) for i in self._order]
+        )
+
+    def _histogram_prefix(self, values: Sequence[str]) -> str:
+        """`name_bucket{le=...}`, `name_count` or `name_sum`, with the family's labels."""
+        *labels, part = values
+        pairs = [(self.label_names[i], labels[i]) for i in self._order]
+        if part in (client.HISTOGRAM_COUNT, client.HISTOGRAM_SUM):
+            return self._labelled(self.sample_name + part, pairs)
+        return self._labelled(self.sample_name + "_bucket", sorted([*pairs, ("le", part)]))
+
+    @staticmethod
+    def _labelled(name: str, pairs: Sequence[tuple[str, str]]) -> str:
+        if not pairs:
+            return name + " "
+        text = ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
+        return f"{name}{{{text}}} "
 
     def __len__(self) -> int:
         return len(self.refs)

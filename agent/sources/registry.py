@@ -12,6 +12,7 @@ from nvwatch.agent.sources import Source
 
 if TYPE_CHECKING:
     from nvwatch.agent.sources.attribution.refresher import AttributionRefresher
+    from nvwatch.agent.sources.scheduler.source import SchedulerSource
 
 
 def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None) -> list[Source]:
@@ -50,6 +51,8 @@ def build_sources(config: AgentConfig, clock: Callable[[], float] | None = None)
         from nvwatch.agent.sources.host import HostSource
 
         sources.append(HostSource())
+    if "scheduler" in config.sources:
+        sources.append(scheduler_source(config))
     ordered = _in_config_order(sources, config.sources)
     if refresher is not None:
         from nvwatch.agent.sources.attribution.source import AttributionSource
@@ -78,6 +81,22 @@ def attribution_refresher(config: AgentConfig) -> AttributionRefresher:
             KubernetesResolver(proc, config.kubelet_socket, timeout=config.attribution_timeout)
         )
     return AttributionRefresher(resolvers, interval=config.attribution_interval)
+
+
+def scheduler_source(config: AgentConfig) -> SchedulerSource:
+    """The cluster's Slurm, read on its own thread every --scheduler-interval."""
+    from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
+    from nvwatch.agent.sources.scheduler.source import SchedulerSource
+
+    return SchedulerSource(
+        interval=config.scheduler_interval,
+        timeout=config.scheduler_timeout,
+        max_accounts=config.scheduler_max_accounts,
+        max_users=config.scheduler_max_users,
+        fairshare=read_fairshare,
+        # the first poll waits for the first read, within the poller's deadline
+        first_wait=0.9 * config.timeout,
+    )
 
 
 def kmsg_path(config: AgentConfig) -> Path | None:

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvwatch.agent.catalogue import BY_NAME, CATALOGUE, Field, MetricSpec, Scope
+from nvwatch.agent.catalogue import BY_NAME, CATALOGUE, Field, MetricSpec, MetricType, Scope
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.gpu import NvLinkTotals
 from nvwatch.agent.exposition.render import AgentState
@@ -28,6 +28,12 @@ from nvwatch.agent.sources.nvml.samples import (
     MigDeviceSample,
     NvLinkSample,
     ProcessSample,
+)
+from nvwatch.agent.sources.scheduler.model import (
+    AccountShare,
+    DemandSample,
+    PartitionSample,
+    UserDemand,
 )
 from nvwatch.sim.profiles import PROFILES
 from nvwatch.sim.series_budget import MIG_LAYOUTS, render_profile
@@ -46,6 +52,10 @@ _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.HOST: (HostSample,),
     Scope.BMC: (BmcProbe,),
     Scope.BMC_SENSOR: (BmcSensor,),
+    Scope.SCHEDULER_PARTITION: (PartitionSample,),
+    Scope.SCHEDULER_DEMAND: (DemandSample,),
+    Scope.SCHEDULER_USER: (UserDemand,),
+    Scope.SCHEDULER_ACCOUNT: (AccountShare,),
     Scope.SOURCE: (SourceStatus,),
     Scope.AGENT: (AgentState, Snapshot),
 }
@@ -84,9 +94,11 @@ def test_every_field_exists_on_the_sample_class(spec: MetricSpec) -> None:
 @pytest.mark.parametrize("spec", CATALOGUE, ids=lambda s: s.name)
 def test_series_fill_exactly_the_family_labels(spec: MetricSpec) -> None:
     assert spec.origin.strip(), f"{spec.name}: where does the value come from?"
+    # a histogram's mapping fills one more: each series' sample (a bucket's le, _count, _sum)
+    sample_label = 1 if spec.type is MetricType.HISTOGRAM else 0
     for series in spec.series:
         filled = len(series.labels) + (1 if series.each else 0)
-        assert filled == len(spec.own_labels), spec.name
+        assert filled == len(spec.own_labels) + sample_label, spec.name
 
 
 def test_a_misspelt_name_fails_even_when_the_value_is_absent() -> None:
@@ -132,6 +144,12 @@ NOT_IN_A_HEALTHY_RENDER = {
     "(tests/agent/test_server_metrics.py)",
     "nvwatch_agent_http_connections_open": "the HTTP server (tests/agent/test_server_metrics.py)",
     "nvwatch_agent_http_connections_limit": "the HTTP server (tests/agent/test_server_metrics.py)",
+    # one agent per cluster reads Slurm: a real slurmctld's queue renders them
+    **{
+        spec.name: "the scheduler source (tests/slurm/test_scheduler_source.py)"
+        for spec in CATALOGUE
+        if spec.source == "scheduler"
+    },
     # BMC series come from /probe, not /metrics: a real BMC's probe renders them
     **{
         name: "a probe of a BMC (tests/bmc/test_exposition.py)"

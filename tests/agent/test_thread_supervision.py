@@ -49,6 +49,9 @@ DEATHS = [
      [*SIMULATED, "--sources", "nvml", "--attribution", "slurm"], "nvwatch-attribution"),
     ("nvwatch.sim.node", "SimulatedNode", "_run", 1,
      [*SIMULATED, "--sources", "infiniband"], "nvwatch-sim"),
+    # fails before its first read of Slurm: no Slurm client runs
+    ("nvwatch.agent.sources.scheduler.source", "SchedulerSource", "_loop", 1,
+     ["--sources", "scheduler"], "nvwatch-scheduler"),
 ]  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nvwatch.agent.catalogue import BY_NAME
+from nvwatch.agent.catalogue import BY_NAME, SAMPLE_NAMES
 from nvwatch.alerts.promql import cross_aggregated_names, metric_names
 from nvwatch.alerts.recording import recorded_names, recording_groups
 from nvwatch.alerts.rules import all_alerts
@@ -47,7 +47,7 @@ def _dashboard_exprs(dashboards: dict[str, dict[str, Any]]) -> list[tuple[str, s
 
 
 def _allowed(cfg: MixinConfig) -> set[str]:
-    return set(BY_NAME) | set(recorded_names(cfg)) | {"up", "ALERTS"}
+    return set(SAMPLE_NAMES) | set(recorded_names(cfg)) | {"up", "ALERTS"}
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,11 @@ runs (then only the job's environment names it). The deploy/slurm prolog and epi
 for every job, writing the job-mapping directory `map_dir`. With `accounting` the
 controller reports to a real slurmdbd and MariaDB (accounting.py) and computes fair share;
 without it there is no accounting at all (`accounting_storage/none`).
+
+A `Layout` shapes the cluster beyond that: more (typed) fake GPUs and CPUs on the one
+node (slurmd then takes the configured CPUs, config_overrides, rather than draining the
+node for having fewer), several partitions sharing it, and nodes that are configured but
+never started (DOWN: the controller pings them on a port where nothing listens).
 """
 
 from __future__ import annotations
@@ -33,6 +38,24 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "slurm"
 START_LIMIT_S = 60.0
 CLUSTER_NAME = "nvwatchtest"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The cluster's shape; the default is slurm-notes' one node, one partition, 2 GPUs."""
+
+    gpus: int = 2
+    gpu_type: str | None = None  # typed GRES (gpu:<type>:N) when set
+    cpus: int = 2
+    partitions: tuple[str, ...] = ("debug",)  # each holds the node; the first is the default
+    # configured, never started, so DOWN: (name, GPUs), in the last partition only
+    down_nodes: tuple[tuple[str, int], ...] = ()
+    partition_options: str = ""  # more settings of every partition (OverSubscribe=FORCE:4)
+    extra: str = ""  # more slurm.conf lines
+
+    @property
+    def gres(self) -> str:
+        return f"gpu:{self.gpu_type}:{{n}}" if self.gpu_type else "gpu:{n}"
 
 
 @dataclass
@@ -70,9 +93,17 @@ class Cluster:
     def restart_controller(self) -> None:
         """Stop slurmctld (it saves its state) and start it again; returns once it answers.
         Running jobs go on; with accounting the restart charges their usage so far."""
+        self.stop_controller()
+        self.start_controller()
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld (by its pid), as a controller that went down."""
         running = self.daemons.pop("slurmctld", None)
         if running is not None:
             stop(running)
+
+    def start_controller(self) -> None:
+        """Start slurmctld from its state directory; returns once it answers."""
         self.daemons["slurmctld"] = _start(["slurmctld", "-D"], self.root, self.env)
         self.wait_for("slurmctld answering", lambda: _quiet(self, "sinfo", "-h", "-o", "%T"))
 
@@ -87,6 +118,7 @@ def _write_config(
     map_dir: Path,
     health_check: str | None = None,
     accounting: str = NO_ACCOUNTING,
+    layout: Layout = Layout(),
 ) -> None:
     for sub in ("munge", "state", "spool", "log"):
         (root / sub).mkdir()
@@ -94,7 +126,7 @@ def _write_config(
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(128))
     key.chmod(0o400)
-    for n in (0, 1):
+    for n in range(layout.gpus):
         os.mknod(root / f"fakegpu{n}", 0o666 | 0o020000, os.makedev(195, n))
     for name in ("prolog", "epilog"):
         script = root / f"{name}.sh"
@@ -142,29 +174,59 @@ ReturnToService=2
 GresTypes=gpu
 Prolog={root}/prolog.sh
 Epilog={root}/epilog.sh
-{health}NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-"""
+{health}{_nodes_and_partitions(host, layout)}"""
     )
-    (root / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={root}/fakegpu[0-1]\n")
+    kind = f" Type={layout.gpu_type}" if layout.gpu_type else ""
+    (root / "gres.conf").write_text(
+        f"AutoDetect=off\nNodeName={host} Name=gpu{kind} File={root}/fakegpu[0-{layout.gpus - 1}]\n"
+    )
     (root / "cgroup.conf").write_text(
         "CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainDevices=yes\n"
     )
 
 
+def _nodes_and_partitions(host: str, layout: Layout) -> str:
+    lines = [
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={layout.cpus} RealMemory=1000 "
+        f"Gres={layout.gres.format(n=layout.gpus)} State=UNKNOWN"
+    ]
+    # a port of their own: at the node's address and port, slurmd would answer for them
+    lines += [
+        f"NodeName={name} NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 RealMemory=1000 "
+        f"Gres={layout.gres.format(n=gpus)} State=DOWN"
+        for name, gpus in layout.down_nodes
+    ]
+    for index, partition in enumerate(layout.partitions):
+        nodes = [host]
+        if index == len(layout.partitions) - 1:
+            nodes += [name for name, _ in layout.down_nodes]
+        default = "YES" if index == 0 else "NO"
+        lines.append(
+            f"PartitionName={partition} Nodes={','.join(nodes)} Default={default} "
+            f"MaxTime=INFINITE State=UP {layout.partition_options}".rstrip()
+        )
+    if layout.cpus > 2:
+        lines.append("SlurmdParameters=config_overrides")
+    return "\n".join([*lines, layout.extra, ""])
+
+
 @contextmanager
 def slurm_cluster(
-    proctrack: str, health_check: str | None = None, accounting: bool = False
+    proctrack: str,
+    health_check: str | None = None,
+    accounting: bool = False,
+    layout: Layout = Layout(),
 ) -> Iterator[Cluster]:
     """munged + slurmctld + slurmd in a fresh directory under /tmp (not pytest's, which
     other users cannot traverse: jobs run as nobody write to its `out`); every process
     stopped, Slurm's cgroups and the directory removed. `health_check`: a shell command
     slurmd runs as its HealthCheckProgram (with SLURM_CONF set), every 5 s. `accounting`:
-    slurmdbd and MariaDB too, the cluster registered in them (accounts are the test's)."""
+    slurmdbd and MariaDB too, the cluster registered in them (accounts are the test's).
+    `layout`: the nodes, GPUs and partitions (Layout)."""
     root = Path(tempfile.mkdtemp(prefix="nvwatch-slurm-"))
     root.chmod(0o755)
     try:
-        with _running(root, proctrack, health_check, accounting) as cluster:
+        with _running(root, proctrack, health_check, accounting, layout) as cluster:
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -172,7 +234,7 @@ def slurm_cluster(
 
 @contextmanager
 def _running(
-    root: Path, proctrack: str, health_check: str | None, accounting: bool
+    root: Path, proctrack: str, health_check: str | None, accounting: bool, layout: Layout
 ) -> Iterator[Cluster]:
     host = socket.gethostname().split(".")[0]
     map_dir = root / "job-map"
@@ -182,7 +244,13 @@ def _running(
     munge = root / "munge"
     store = Slurmdbd(free_port(), munge / "munge.sock") if accounting else None
     _write_config(
-        root, host, proctrack, map_dir, health_check, store.slurm_conf() if store else NO_ACCOUNTING
+        root,
+        host,
+        proctrack,
+        map_dir,
+        health_check,
+        store.slurm_conf() if store else NO_ACCOUNTING,
+        layout,
     )
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
     cluster = Cluster(root, env, host, map_dir, out_dir)
@@ -209,8 +277,7 @@ def _running(
         daemons["slurmd"] = _start(["slurmd", "-D"], root, env)
         # a health check may drain the node as it registers
         cluster.wait_for(
-            "node registered",
-            lambda: _quiet(cluster, "sinfo", "-h", "-o", "%T") in ("idle", "drained", "draining"),
+            "node registered", lambda: _node_state(cluster) in ("idle", "drained", "draining")
         )
         yield cluster
     finally:
@@ -225,9 +292,19 @@ def _running(
         _remove_slurm_cgroups(host)
 
 
+def _node_state(cluster: Cluster) -> str:
+    """The started node's state (sinfo prints it once per partition)."""
+    lines = _quiet(cluster, "sinfo", "-h", "-n", cluster.host, "-o", "%T").splitlines()
+    return lines[0] if lines else ""
+
+
 def _cancel_jobs(cluster: Cluster) -> None:
     """Cancel every job and wait (bounded) until slurmd has ended their steps."""
-    _quiet(cluster, "scancel", "--full", "--partition=debug")
+    if "slurmctld" not in cluster.daemons:
+        return  # a test stopped the controller: nothing to ask; stepds are killed below
+    jobs = _quiet(cluster, "squeue", "-h", "-o", "%A").split()
+    if jobs:
+        _quiet(cluster, "scancel", "--full", *jobs)
     deadline = time.monotonic() + 20
     while _quiet(cluster, "squeue", "-h", "-o", "%i") and time.monotonic() < deadline:
         time.sleep(0.2)

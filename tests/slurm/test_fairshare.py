@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from nvwatch.agent.exposition.render import prepare
 from nvwatch.agent.sources.scheduler.fairshare import FairShare, read_fairshare
+from nvwatch.agent.sources.scheduler.source import SchedulerSource
 from tests.conftest import require_tool
 from tests.slurm.accounting import Account, add_accounts
 from tests.slurm.cluster import CLUSTER_NAME, Cluster, slurm_cluster
@@ -171,6 +173,38 @@ def _rpc_counts(cluster: Cluster) -> dict[str, int]:
     """sdiag's RPC count per message type."""
     text = cluster.run("sdiag").split("by message type", 1)[1].split("by user", 1)[0]
     return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s+\(\s*\d+\) count:(\d+)", text)}
+
+
+def test_the_scheduler_source_serves_them_beside_the_rest(accounting_cluster: Cluster) -> None:
+    """The agent's scheduler source on the same cluster: every fair-share number as a
+    series of its account, the configured accounts named, the jobs' GPU-seconds counted."""
+    source = SchedulerSource(
+        interval=3600.0,
+        timeout=TIMEOUT_S,
+        max_accounts=50,
+        env=accounting_cluster.env,
+        fairshare=read_fairshare,
+    )
+    try:
+        sample = source.refresh()
+        source.collect()  # up: squeue, sinfo and sshare all read
+    finally:
+        source.close()
+    assert sample is not None
+    ours = _by_account(read_fairshare(TIMEOUT_S, accounting_cluster.env))
+    families = {family.name: family for family in prepare("scheduler", sample)}
+    served = {
+        (s.labels["account"], s.labels["kind"]): s.value
+        for s in families["nvwatch_scheduler_fairshare"].samples
+    }
+    assert served == {
+        (account, kind): getattr(share, kind)
+        for account, share in ours.items()
+        for kind in ("shares_norm", "usage_effective", "factor")
+        if getattr(share, kind) is not None
+    }
+    counted = {(d.partition, d.account) for d in sample.demand}
+    assert ("debug", HEAVY) in counted  # the GPU job's account; the CPU job's has none
 
 
 def test_classic_multifactor_prints_the_account_factor_we_keep(

@@ -1,0 +1,21 @@
+"""SchedulerSample -> nvwatch_scheduler_* families, by looping over the catalogue."""
+
+from __future__ import annotations
+
+from nvwatch.agent.catalogue import Scope, of_scope
+from nvwatch.agent.exposition.families import FamilySet
+from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.sources.scheduler.model import SchedulerSample
+
+_PARTITION_PLANS = plans(of_scope(Scope.SCHEDULER_PARTITION))
+_DEMAND_PLANS = plans(of_scope(Scope.SCHEDULER_DEMAND))
+_USER_PLANS = plans(of_scope(Scope.SCHEDULER_USER))
+_ACCOUNT_PLANS = plans(of_scope(Scope.SCHEDULER_ACCOUNT))
+
+
+def render(sample: SchedulerSample, out: FamilySet) -> None:
+    emit_all(_PARTITION_PLANS, [((p.partition,), p) for p in sample.partitions], out)
+    emit_all(_DEMAND_PLANS, [((d.partition, d.account), d) for d in sample.demand], out)
+    emit_all(_USER_PLANS, [((u.partition, u.user), u) for u in sample.users], out)
+    if sample.fairshare is not None:
+        emit_all(_ACCOUNT_PLANS, [((s.account,), s) for s in sample.fairshare], out)
