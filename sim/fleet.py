@@ -48,6 +48,7 @@ from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc_reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
+from nvwatch.sim.fleet_controller import SlurmController
 from nvwatch.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
 from nvwatch.sim.fleet_node import FleetNode, build_agent, node_agent_config, simulate_node
 from nvwatch.sim.fleet_plan import (
@@ -123,6 +124,7 @@ class Fleet:
         self.seed = seed
         self.queue: FleetQueue | None = None
         self.slurm: SlurmCommands | None = None  # the queue's squeue, sinfo and sshare
+        self.controller: SlurmController | None = None  # the agent that reads them
         self._queue_lock = threading.Lock()  # the ticker's and a caller's run_queue()
         # node index -> its simulated Slurm, for the nodes that have jobs (every node
         # with a queue: any may get one)
@@ -164,12 +166,15 @@ class Fleet:
                 self.queue = FleetQueue(
                     self.queue_spec, self.specs, self.jobs, seed=self.seed, now=self.clock()
                 )
-                # its client commands, with the queue's times in Unix seconds
-                offset = time.time() - self.clock()
+                # its client commands, with the queue's times in Unix seconds: whole
+                # seconds from the queue's own (its jobs' are), as Slurm's are
+                offset = round(time.time() - self.clock())
                 self.slurm = SlurmCommands(self._root / "slurm", self.queue.model, offset)
             for spec in self.specs:
                 self.nodes.append(self._start_node(spec))
             self.management = self._start_management()
+            if self.slurm is not None:
+                self.controller = self._start_controller(self.slurm)
         except BaseException:
             self.stop()
             raise
@@ -220,6 +225,20 @@ class Fleet:
             raise FleetError(f"management host: cannot listen on {where}: {reason}") from exc
         host.start()
         return host
+
+    def _start_controller(self, slurm: SlurmCommands) -> SlurmController:
+        # right after the management host's port, or any free one with the nodes'
+        port = self._management_port + 1 if self._management_port else 0
+        try:
+            controller = SlurmController(
+                slurm, self.listen_host, port, interval=self.interval, cluster=self.specs[0].cluster
+            )
+        except OSError as exc:
+            where = f"{self.listen_host}:{port}"
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise FleetError(f"Slurm controller: cannot listen on {where}: {reason}") from exc
+        controller.start()
+        return controller
 
     def _tick_loop(self) -> None:
         """Step the clock once per interval, then tick the nodes spread over the interval.
@@ -310,7 +329,11 @@ class Fleet:
         return [(s, f"{self.listen_host}:{s.port}") for s in self.specs]
 
     def file_sd(self) -> list[dict[str, Any]]:
-        return file_sd_groups(self.targets())
+        """The agents' targets: every node's, and the Slurm controller's with a queue."""
+        groups = file_sd_groups(self.targets())
+        if self.controller is not None:
+            groups.append(self.controller.file_sd_group())
+        return groups
 
     def write_file_sd(self, path: Path) -> None:
         write_json_atomic(path, self.file_sd())
@@ -347,6 +370,9 @@ class Fleet:
         if self.management is not None:
             self.management.stop()
             self.management = None
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
         for node in self.nodes:
             node.sim.close()
         if self._root is not None:

@@ -28,19 +28,19 @@ import logging
 import tempfile
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.history_plan import HistoryPlan
-from nvwatch.sim.history_queue import CONTROLLER, WAIT, SchedulerSeries, build_queue
+from nvwatch.sim.history_queue import build_queue
+from nvwatch.sim.history_scheduler import CONTROLLER, WAIT, HistogramPoint, SchedulerSeries
 from nvwatch.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history_truth import GroundTruth
 from nvwatch.sim.node import SimulatedNode, scratch_dir
 from nvwatch.sim.openmetrics_out import OpenMetricsWriter, stamp
-from nvwatch.sim.queue_state import WAIT_BUCKETS
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class _Buffer:
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str], tuple[array[int], array[float]]] = {}
-        self.histograms: dict[str, list[tuple[int, tuple[int, ...], int, float]]] = {}
+        self.histograms: dict[str, list[tuple[int, HistogramPoint]]] = {}
 
     def add(self, index: int, rows: list[Row]) -> None:
         for family, labels, value in rows:
@@ -106,18 +106,17 @@ class _Buffer:
             kept[0].append(index)
             kept[1].append(value)
 
-    def add_histogram(
-        self, index: int, labels: str, counts: Sequence[int], count: int, total: float
-    ) -> None:
-        self.histograms.setdefault(labels, []).append((index, tuple(counts), count, total))
+    def add_histogram(self, index: int, point: HistogramPoint) -> None:
+        self.histograms.setdefault(point.labels, []).append((index, point))
 
     def write(self, writer: OpenMetricsWriter, stamps: list[str]) -> None:
         for family in FAMILIES:
             if family == WAIT:
                 for labels, points in self.histograms.items():
-                    times = [stamps[i] for i, *_ in points]
-                    rest = [(counts, count, total) for _, counts, count, total in points]
-                    writer.add_histogram(family, labels, WAIT_BUCKETS, times, rest)
+                    times = [stamps[i] for i, _ in points]
+                    rest = [(p.buckets, p.count, p.total) for _, p in points]
+                    bounds = points[0][1].bounds
+                    writer.add_histogram(family, labels, bounds, times, rest)
             for (name, labels), (indexes, values) in self.series.items():
                 if name == family:
                     writer.add_series(family, labels, [stamps[i] for i in indexes], values)
@@ -195,9 +194,10 @@ def _controller(plan: HistoryPlan, times: list[float], truth: GroundTruth) -> _B
     for index, t in enumerate(times):
         model.advance(t)
         state = model.state()
-        buffer.add(index, list(series.rows(state)))
-        for labels, counts, count, total in series.histograms(state):
-            buffer.add_histogram(index, labels, counts, count, total)
+        rows, points = series.scrape(state)
+        buffer.add(index, rows)
+        for point in points:
+            buffer.add_histogram(index, point)
         truth.queue.observe(t, state)
     log.debug("history: %s's queue, %d jobs running at the end", CONTROLLER, len(model.running))
     return buffer

@@ -17,24 +17,20 @@ The demand episodes, in known windows of the range as the hardware's are:
   cut to a few GPUs while it submits a burst on the second node's partition, whose
   other GPUs stay idle.
 
-The series are those of the one agent that runs `--sources scheduler`, on the cluster's
-controller: job `nvwatch`, instance CONTROLLER, the cluster's label.
+Its series are those of the one agent that runs `--sources scheduler`, on the cluster's
+controller (history_scheduler.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from nvwatch.sim.history_plan import DAY_S, WEEK_S, HistoryPlan
 from nvwatch.sim.profiles import get_profile
 from nvwatch.sim.queue_jobs import DRAINED, Account, Partition, SlurmNode
 from nvwatch.sim.queue_model import QueueModel
-from nvwatch.sim.queue_state import QueueState
 from nvwatch.sim.queue_workload import Arrivals, Demand, PartitionShape, Surge
 
-CONTROLLER = "slurmctl"  # the controller host's agent, the one running the scheduler source
-JOB = "nvwatch"
 WARMUP_S = 3 * DAY_S
 ACCOUNTS = (
     Account("nlp", 40),
@@ -54,40 +50,6 @@ LIMITED_GPUS = 4
 LIMITED_FACTOR = 6.0
 DRAIN_DAYS = 0.06  # of the range: a bit under two days of a month
 ECC_EPISODE = "ecc-dbe"
-
-SCHEDULER_FAMILIES = (
-    "nvwatch_scheduler_gpus",
-    "nvwatch_scheduler_nodes_unavailable",
-    "nvwatch_scheduler_pending_gpus",
-    "nvwatch_scheduler_oldest_pending_seconds",
-    "nvwatch_scheduler_wait_seconds",
-    "nvwatch_scheduler_fairshare",
-    "nvwatch_scheduler_allocated_gpu_seconds_total",
-)
-SOURCE_UP = "nvwatch_agent_source_up"
-WAIT = "nvwatch_scheduler_wait_seconds"
-# what the controller's agent adds to a history, beside `up`
-CONTROLLER_FAMILIES = (SOURCE_UP, *SCHEDULER_FAMILIES)
-# type and HELP of the scheduler families until the catalogue has them
-_META = {
-    "nvwatch_scheduler_gpus": ("gauge", "GPUs of the partition's nodes by state."),
-    "nvwatch_scheduler_nodes_unavailable": ("gauge", "Nodes drained, down or reserved."),
-    "nvwatch_scheduler_pending_gpus": ("gauge", "GPUs requested by pending jobs."),
-    "nvwatch_scheduler_oldest_pending_seconds": ("gauge", "Wait of the oldest waiting GPU job."),
-    "nvwatch_scheduler_wait_seconds": ("histogram", "Queue wait of the GPU jobs that started."),
-    "nvwatch_scheduler_fairshare": ("gauge", "Fair share per account, as sshare shows it."),
-    "nvwatch_scheduler_allocated_gpu_seconds_total": ("counter", "GPU-seconds allocated."),
-}
-
-
-def scheduler_type(name: str) -> str | None:
-    meta = _META.get(name)
-    return None if meta is None else meta[0]
-
-
-def scheduler_help(name: str) -> str | None:
-    meta = _META.get(name)
-    return None if meta is None else meta[1]
 
 
 @dataclass(frozen=True)
@@ -137,15 +99,18 @@ def plan_queue(plan: HistoryPlan) -> QueuePlan:
     backlog_on = of_node[plan.nodes[0].name]
     limited_on = of_node[plan.nodes[1].name]
     ecc = next(e for e in plan.episodes if e.kind == ECC_EPISODE)
-    window = [(plan.start + a * span, plan.start + b * span) for a, b in (BACKLOG, LIMITED)]
+    # whole seconds, as Slurm's times are
+    window = [
+        (round(plan.start + a * span), round(plan.start + b * span)) for a, b in (BACKLOG, LIMITED)
+    ]
     (backlog_start, backlog_end), (limited_start, limited_end) = window
     episodes = (
         QueueEpisode("backlog", backlog_start, backlog_end, partition=backlog_on),
         QueueEpisode("over-share", plan.start, plan.end, account=OVER_SHARE),
         QueueEpisode(
             "drained",
-            ecc.start,
-            ecc.start + DRAIN_DAYS * span,
+            round(ecc.start),
+            round(ecc.start + DRAIN_DAYS * span),
             partition=of_node[str(ecc.node)],
             node=ecc.node,
             reason=f"ECC DBE on GPU {ecc.gpu}, replacing the board",
@@ -191,59 +156,3 @@ def build_queue(queue: QueuePlan, until: float) -> QueueModel:
             model.set_limit(episode.start, episode.account, episode.limit_gpus)
             model.set_limit(episode.end, episode.account, None)
     return model
-
-
-Row = tuple[str, str, float]
-# (family, rendered labels without the closing brace, value): le goes after them
-HistogramPoint = tuple[str, Sequence[int], int, float]
-
-
-class SchedulerSeries:
-    """The controller agent's scrape: its `up`, the scheduler source's up, and the
-    scheduler's series (label sets rendered once and cached)."""
-
-    def __init__(self, cluster: str) -> None:
-        self.target = {"job": JOB, "instance": CONTROLLER, "cluster": cluster}
-        self._cache: dict[tuple[str, ...], str] = {}
-
-    def labels(self, *pairs: str) -> str:
-        labels = self._cache.get(pairs)
-        if labels is None:
-            extra = dict(zip(pairs[::2], pairs[1::2], strict=True))
-            rendered = ",".join(f'{k}="{_escaped(v)}"' for k, v in {**self.target, **extra}.items())
-            labels = self._cache[pairs] = "{" + rendered + "}"
-        return labels
-
-    def rows(self, state: QueueState) -> Iterator[Row]:
-        lab = self.labels
-        yield "up", lab(), 1.0
-        yield SOURCE_UP, lab("source", "scheduler"), 1.0
-        for (partition, kind), gpus in state.gpus.items():
-            yield "nvwatch_scheduler_gpus", lab("partition", partition, "state", kind), float(gpus)
-        for (partition, reason), count in sorted(state.nodes_unavailable.items()):
-            labels = lab("partition", partition, "reason", reason)
-            yield "nvwatch_scheduler_nodes_unavailable", labels, float(count)
-        for (partition, account, reason), gpus in sorted(state.pending_gpus.items()):
-            labels = lab("partition", partition, "account", account, "reason", reason)
-            yield "nvwatch_scheduler_pending_gpus", labels, float(gpus)
-        for partition, seconds in sorted(state.oldest_pending_s.items()):
-            yield "nvwatch_scheduler_oldest_pending_seconds", lab("partition", partition), seconds
-        if state.fairshare is not None:
-            for account, share in state.fairshare.items():
-                for kind in ("shares_norm", "usage_effective", "factor"):
-                    labels = lab("account", account, "kind", kind)
-                    yield "nvwatch_scheduler_fairshare", labels, getattr(share, kind)
-        for (partition, account), seconds in state.allocated_gpu_seconds.items():
-            labels = lab("partition", partition, "account", account)
-            yield "nvwatch_scheduler_allocated_gpu_seconds_total", labels, seconds
-
-    def histograms(self, state: QueueState) -> Iterator[HistogramPoint]:
-        """The wait histogram per partition: its label set (without its closing brace, so
-        `le` can follow), the cumulative bucket counts, the count and the sum."""
-        for partition, waits in state.waits.items():
-            labels = self.labels("partition", partition)[:-1]
-            yield labels, waits.counts, waits.count, waits.total
-
-
-def _escaped(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")

@@ -30,7 +30,7 @@ from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu_model import SimulatedGpu
 from nvwatch.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
 from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
-from nvwatch.sim.history_queue import CONTROLLER_FAMILIES, scheduler_help, scheduler_type
+from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.ib_port import SimulatedPort
 from nvwatch.sim.node import SimulatedNode
 
@@ -84,15 +84,11 @@ FAMILIES: tuple[str, ...] = (
 
 def family_type(name: str) -> str:
     """OpenMetrics type of a family (`up` is a gauge Prometheus makes itself)."""
-    if name == UP:
-        return "gauge"
-    return BY_NAME[name].type.value if name in BY_NAME else str(scheduler_type(name))
+    return "gauge" if name == UP else BY_NAME[name].type.value
 
 
 def family_help(name: str) -> str:
-    if name == UP:
-        return "1 if the scrape of the target succeeded."
-    return BY_NAME[name].help if name in BY_NAME else str(scheduler_help(name))
+    return "1 if the scrape of the target succeeded." if name == UP else BY_NAME[name].help
 
 
 def is_counter(name: str) -> bool:

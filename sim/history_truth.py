@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nvwatch.sim.history_plan import HistoryPlan
-from nvwatch.sim.history_queue import CONTROLLER, plan_queue
+from nvwatch.sim.history_queue import plan_queue
+from nvwatch.sim.history_scheduler import CONTROLLER
 from nvwatch.sim.history_series import UP, Row
 from nvwatch.sim.history_truth_bmc import BMC_EPISODES, BmcTruth
 from nvwatch.sim.history_truth_queue import QueueTruth

@@ -22,23 +22,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# Upper bounds (seconds) of the wait histogram's buckets, the scheduler source's: from a
-# scheduling cycle to a week in the queue.
-WAIT_BUCKETS: tuple[float, ...] = (
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    1800.0,
-    3600.0,
-    7200.0,
-    14400.0,
-    28800.0,
-    86400.0,
-    172800.0,
-    604800.0,
-)
+from nvwatch.agent.sources.scheduler.tally import WAIT_BUCKETS_SECONDS
+
+# the wait histogram's upper bounds: the scheduler source's
+WAIT_BUCKETS: tuple[float, ...] = WAIT_BUCKETS_SECONDS
 
 
 @dataclass

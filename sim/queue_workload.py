@@ -11,7 +11,8 @@ longer. A few jobs are held and released later, a few depend on their account's
 previous job, a few ask for a later start (`--begin`).
 
 Arrivals are drawn lazily (`until(t)`), so a fleet running for days draws as it goes;
-the same seed gives the same jobs whether drawn at once or bit by bit.
+the same seed gives the same jobs whether drawn at once or bit by bit. Times are whole
+seconds, as Slurm keeps them (from a whole-second start, every event of the queue is).
 """
 
 from __future__ import annotations
@@ -164,15 +165,16 @@ class _Stream:
         draw = self.random
         _, part, nodes = draw.choices(self.sizes, weights=[s[0] for s in self.sizes])[0]
         mu = math.log(MEAN_RUN_S) - RUN_SIGMA**2 / 2
-        run = min(MAX_RUN_S, max(MIN_RUN_S, draw.lognormvariate(mu, RUN_SIGMA)))
+        run = round(min(MAX_RUN_S, max(MIN_RUN_S, draw.lognormvariate(mu, RUN_SIGMA))))
         limit = math.ceil(run * draw.uniform(1.2, 3.0) / HOUR_S) * HOUR_S
         kind = draw.random()
-        held = draw.uniform(HOUR_S, 24 * HOUR_S) if kind < HELD_SHARE else None
+        held = round(draw.uniform(HOUR_S, 24 * HOUR_S)) if kind < HELD_SHARE else None
         dependent = HELD_SHARE <= kind < HELD_SHARE + DEPENDENT_SHARE
         edge = HELD_SHARE + DEPENDENT_SHARE
-        begin = draw.uniform(HOUR_S, 12 * HOUR_S) if edge <= kind < edge + BEGIN_SHARE else None
+        in_begin = edge <= kind < edge + BEGIN_SHARE
+        begin = round(draw.uniform(HOUR_S, 12 * HOUR_S)) if in_begin else None
         return _Draft(
-            submit=self.t,
+            submit=float(math.ceil(self.t)),  # Slurm keeps whole seconds
             partition=self.partition,
             account=account,
             gpus_per_node=max(1, round(part * self.node_gpus)),

@@ -276,6 +276,8 @@ def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
         )
     if fleet.queue is not None:
         click.echo(fleet.queue.summary())
+    if fleet.controller is not None:
+        click.echo(f"Slurm controller: {fleet.controller.url} (--sources scheduler)")
     if fleet.management is not None:
         click.echo(
             f"management host: http://{fleet.management.address}/probe?target=BMC&module=default"

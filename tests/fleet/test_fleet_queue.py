@@ -1,11 +1,14 @@
 """A fleet with a Slurm queue: the jobs the queue places on a node are the jobs that
 node's agent attributes its GPUs to, at every moment the queue is brought to; `--job`s
 stay pinned where they were placed; the queue's squeue, sinfo and sshare print it to the
-scheduler source's own runner; bad queue input is one line and exit 2."""
+scheduler source's own runner, and the fleet's Slurm controller (the real source over
+them) exports it; bad queue input is one line and exit 2."""
 
 from __future__ import annotations
 
 import json
+import re
+import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,8 +19,10 @@ from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import FleetJob
 from nvwatch.sim.fleet_node import FleetNode
 from nvwatch.sim.fleet_queue import QueueSpec
+from nvwatch.sim.history_scheduler import CONTROLLER, SchedulerSeries
 
 HOUR = 3600.0
+LABEL = re.compile(r'(\w+)="([^"]*)"')
 PINNED = FleetJob(3, (0, 1), "1001", "alice", "ml")
 
 Held = dict[int, tuple[str, str, str]]  # GPU -> (job id, user, account)
@@ -83,8 +88,40 @@ def test_each_agent_attributes_its_gpus_to_the_jobs_the_queue_placed_there() -> 
         assert held == sum(n for (_, s), n in state.gpus.items() if s == "allocated")
         assert {p for p, _ in state.gpus} == {"a100", "v100"}
         _the_queues_commands_print_it(fleet)
+        _the_controller_exports_it(fleet)
     finally:
         fleet.stop()
+    assert fleet.controller is None
+
+
+def _the_controller_exports_it(fleet: Fleet) -> None:
+    """The fleet's Slurm controller, scraped over HTTP after a refresh, exports what the
+    history would write for the same queue (its gauges; sim/history_scheduler.py)."""
+    assert fleet.queue is not None and fleet.controller is not None
+    controller = fleet.controller
+    assert controller.source.refresh() is not None
+    controller.agent.poller.poll_once()
+    with urllib.request.urlopen(controller.url, timeout=10) as response:
+        body = response.read().decode()
+    scraped = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    series = SchedulerSeries("sim")
+    rows, _ = series.scrape(fleet.queue.model.state())
+    compared = 0
+    for name, labels, value in rows:
+        if name.startswith("nvwatch_scheduler_") and not name.endswith("_total"):
+            own = frozenset((k, v) for k, v in LABEL.findall(labels) if k not in series.target)
+            if (name, own) in scraped:  # a pair this agent has not seen since it started
+                assert scraped[name, own] == pytest.approx(value, abs=1e-6), (name, own)
+                compared += 1
+    assert compared > 50
+    assert scraped["nvwatch_agent_simulated", frozenset({("profile", "slurm")})] == 1.0
+    assert scraped["nvwatch_agent_source_up", frozenset({("source", "scheduler")})] == 1.0
+    (group,) = [g for g in fleet.file_sd() if g["labels"]["instance"] == CONTROLLER]
+    assert group["targets"] == [controller.address]
 
 
 def _the_queues_commands_print_it(fleet: Fleet) -> None:

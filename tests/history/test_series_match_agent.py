@@ -32,7 +32,7 @@ from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import plan_fleet
 from nvwatch.sim.history import for_history
 from nvwatch.sim.history_bmc import BMC_FAMILIES
-from nvwatch.sim.history_queue import CONTROLLER_FAMILIES
+from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.history_series import FAMILIES, UP, NodeSeries
 from nvwatch.sim.node import SimulatedNode
 
