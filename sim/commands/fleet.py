@@ -52,7 +52,8 @@ _SCENARIOS = ", ".join(known_scenarios())
     type=int,
     default=9500,
     show_default=True,
-    help="Node i listens on BASE+i; the management host probing their BMCs on BASE+N.",
+    help="Node i listens on BASE+i; the management host probing their BMCs on BASE+N; "
+    "with --queue, the Slurm controller's agent on BASE+N+1.",
 )
 @option(
     "--scenario",
@@ -83,7 +84,9 @@ _SCENARIOS = ", ".join(known_scenarios())
     help="Run a Slurm queue over the fleet: GPU jobs of four accounts arrive at LOAD times "
     "each partition's GPUs (a partition per node class; 1.2: demand above capacity), wait, "
     "start on free GPUs and end; every node's agent attributes its GPUs to them (--job's "
-    "are pinned in the queue). Seeded by --seed.",
+    "are pinned in the queue), and the cluster's Slurm controller (an agent running the "
+    "scheduler source over the queue's simulated squeue, sinfo and sshare) listens on "
+    "BASE+N+1. Seeded by --seed.",
 )
 @option(
     "--repair-file",
