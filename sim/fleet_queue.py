@@ -32,14 +32,36 @@ NO_ACCOUNT = "none"  # the account of a --job given none (the scheduler source's
 
 @dataclass(frozen=True)
 class QueueSpec:
-    """What `--queue` asks for: the offered load, as a share of each partition's GPUs."""
+    """What `--queue` asks for: the offered load, as a share of each partition's GPUs, and
+    `--queue-limit`s: accounts whose running jobs may hold at most so many GPUs (their
+    GrpTRES=gres/gpu=N), so their jobs wait for the limit while GPUs sit idle."""
 
     load: float
     accounts: tuple[Account, ...] = ACCOUNTS
+    limits: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.load <= 10 or not math.isfinite(self.load):
             raise FleetError(f"invalid queue load {self.load:g}: use more than 0 and at most 10")
+        names = [a.name for a in self.accounts]
+        for account, gpus in self.limits:
+            if account not in names:
+                raise FleetError(
+                    f"--queue-limit {account}: no such account (the queue's: {', '.join(names)})"
+                )
+            if gpus < 0:
+                raise FleetError(f"--queue-limit {account}:{gpus}: a limit is 0 GPUs or more")
+
+
+LIMIT_SYNTAX = "ACCOUNT:GPUS"
+
+
+def parse_limit(text: str) -> tuple[str, int]:
+    """'robotics:4' -> ('robotics', 4)."""
+    account, sep, gpus = text.partition(":")
+    if not sep or not account.strip() or not gpus.strip().isdigit():
+        raise FleetError(f"invalid queue limit {text!r}: use {LIMIT_SYNTAX}, e.g. robotics:4")
+    return account.strip(), int(gpus)
 
 
 class FleetQueue:
@@ -69,6 +91,8 @@ class FleetQueue:
             (*spec.accounts, *(Account(a) for a in extra)),
             start=start,
         )
+        for account, limit in spec.limits:
+            self.model.set_limit(start, account, limit)
         first_id = self._pin(pinned, nodes, gpus, start)
         shapes = [
             PartitionShape(p, sum(gpus[i] for i in m), len(m), max(gpus[i] for i in m))

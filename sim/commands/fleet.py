@@ -33,7 +33,8 @@ from nvwatch.sim.fleet_plan import (
     parse_node_mig,
     parse_node_scenario,
 )
-from nvwatch.sim.fleet_queue import QueueSpec
+from nvwatch.sim.fleet_queue import LIMIT_SYNTAX, QueueSpec, parse_limit
+from nvwatch.sim.history_queue import ACCOUNTS
 from nvwatch.sim.node_scenarios import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
@@ -87,6 +88,14 @@ _SCENARIOS = ", ".join(known_scenarios())
     "are pinned in the queue), and the cluster's Slurm controller (an agent running the "
     "scheduler source over the queue's simulated squeue, sinfo and sshare) listens on "
     "BASE+N+1. Seeded by --seed.",
+)
+@option(
+    "--queue-limit",
+    multiple=True,
+    metavar=LIMIT_SYNTAX,
+    help="With --queue: the account's running jobs hold at most GPUS GPUs (Slurm's "
+    "GrpTRES=gres/gpu=GPUS); its other jobs wait for the limit, GPUs idle or not. "
+    "Accounts: " + ", ".join(a.name for a in ACCOUNTS) + ". Repeatable.",
 )
 @option(
     "--repair-file",
@@ -152,6 +161,7 @@ def simulate_fleet(
     mig: tuple[str, ...],
     job: tuple[str, ...],
     queue: float | None,
+    queue_limit: tuple[str, ...],
     repair_file: str | None,
     interval: str,
     listen_host: str,
@@ -186,6 +196,7 @@ def simulate_fleet(
         mig=mig,
         jobs=job,
         queue=queue,
+        queue_limits=queue_limit,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     sd_path = output_file(file_sd, "--file-sd") if file_sd else None
@@ -222,6 +233,7 @@ def _build_fleet(
     mig: tuple[str, ...] = (),
     jobs: tuple[str, ...] = (),
     queue: float | None = None,
+    queue_limits: tuple[str, ...] = (),
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -242,10 +254,18 @@ def _build_fleet(
             repair_file=repair_file,
             mig=[parse_node_mig(m) for m in mig],
             jobs=[parse_job(text, number) for number, text in enumerate(jobs)],
-            queue=None if queue is None else QueueSpec(queue),
+            queue=_queue(queue, queue_limits),
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def _queue(load: float | None, limits: tuple[str, ...]) -> QueueSpec | None:
+    if load is None:
+        if limits:
+            raise FleetError("--queue-limit needs --queue")
+        return None
+    return QueueSpec(load, limits=tuple(parse_limit(text) for text in limits))
 
 
 def _stop_on_signals() -> threading.Event:

@@ -124,6 +124,37 @@ def _the_controller_exports_it(fleet: Fleet) -> None:
     assert group["targets"] == [controller.address]
 
 
+def test_a_limited_account_waits_while_gpus_idle() -> None:
+    """--queue-limit: the account never holds more than its limit, and its jobs wait for
+    it with GPUs of their partition idle: what the fragmentation alert is for."""
+    fleet = Fleet(
+        ["dgx-a100"] * 3,
+        base_port=0,
+        interval=60.0,
+        seed=8,
+        hold_time=True,
+        queue=QueueSpec(0.5, limits=(("robotics", 2),)),
+    )
+    fleet.start()
+    try:
+        assert fleet.queue is not None
+        start, waited_idle = fleet.clock(), 0
+        for hour in range(1, 13):
+            fleet.run_queue(start + hour * HOUR)
+            model = fleet.queue.model
+            held = sum(
+                j.request.gpus for j in model.running.values() if j.request.account == "robotics"
+            )
+            assert held <= 2
+            state = model.state()
+            limited = state.pending_gpus.get(("a100", "robotics", "limits"), 0)
+            if limited and state.gpus["a100", "idle"] > 0:
+                waited_idle += 1
+        assert waited_idle >= 6
+    finally:
+        fleet.stop()
+
+
 def _the_queues_commands_print_it(fleet: Fleet) -> None:
     """Through the scheduler source's own runner and sshare reader, as its subprocesses."""
     assert fleet.queue is not None and fleet.slurm is not None
@@ -157,6 +188,9 @@ def _the_queues_commands_print_it(fleet: Fleet) -> None:
             ["--queue", "1", "--job", "0:0-1", "--job", "0:1"],
             "with --queue, job 1002: GPU 1 of dgx-000 is taken",
         ),
+        (["--queue-limit", "nlp:2"], "--queue-limit needs --queue"),
+        (["--queue", "1", "--queue-limit", "physics:2"], "--queue-limit physics: no such account"),
+        (["--queue", "1", "--queue-limit", "nlp"], "invalid queue limit 'nlp': use ACCOUNT:GPUS"),
     ],
 )
 def test_bad_queue_input_is_one_line_and_exit_2(
