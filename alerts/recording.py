@@ -193,10 +193,11 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
 
 
 def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
-    # GPU-hours per owner and the BMC's node figures live in their own modules, which
-    # build on this one's types
+    # GPU-hours per owner, the BMC's node figures and the Slurm queue live in their own
+    # modules, which build on this one's types
     from nvwatch.alerts.recording_attribution import attribution_group
     from nvwatch.alerts.recording_bmc import bmc_group
+    from nvwatch.alerts.recording_scheduler import scheduler_group
 
     return (
         expectation_group(cfg),
@@ -204,6 +205,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
         cluster_group(cfg),
         bmc_group(cfg),
         attribution_group(cfg),
+        scheduler_group(cfg),
     )
 
 

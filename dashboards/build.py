@@ -23,6 +23,7 @@ from nvwatch.dashboards.links import add_navigation
 from nvwatch.dashboards.node import node
 from nvwatch.dashboards.nvlink import nvlink
 from nvwatch.dashboards.power_cooling import power_cooling
+from nvwatch.dashboards.queue import queue
 from nvwatch.dashboards.thermal_power import thermal_power
 from nvwatch.mixin.config import MixinConfig
 
@@ -35,6 +36,7 @@ DASHBOARDS: dict[str, Callable[[MixinConfig], g.Dashboard]] = {
     "nvwatch-power-cooling.json": power_cooling,
     "nvwatch-capacity-review.json": capacity_review,
     "nvwatch-jobs.json": jobs,
+    "nvwatch-queue.json": queue,
 }
 
 

@@ -32,6 +32,7 @@ THERMAL_POWER = "nvwatch-thermal-power"
 CAPACITY_REVIEW = "nvwatch-capacity-review"
 JOBS = "nvwatch-jobs"
 POWER_COOLING = "nvwatch-power-cooling"
+QUEUE = "nvwatch-queue"
 
 # Grafana's own variable with the dashboard's time range as `from=...&to=...`.
 TIME_RANGE = "${__url_time_range}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 
 Steps = Sequence[tuple[float | None, str]]
@@ -106,3 +107,16 @@ def node_power(cfg: MixinConfig) -> Steps:
 
 def ib_rate(cfg: MixinConfig) -> Steps:
     return ((None, "orange"), (cfg.dashboard_ib_rate_ok_bytes_per_second, "green"))
+
+
+def queue_wait(cfg: MixinConfig) -> Steps:
+    """Seconds a GPU job has waited: orange past the wait after which, with GPUs of its
+    partition idle, NvwatchSchedulerJobsWaitingWhileGpusIdle fires."""
+    wait = parse_duration(cfg.scheduler_wait_while_idle, "scheduler_wait_while_idle")
+    return above(wait, "orange")
+
+
+def short_of_gpus(cfg: MixinConfig) -> Steps:
+    """Share of the time a partition had unmet demand: orange past the share of a week's
+    hours at which NvwatchSchedulerShortOfGpus tells the capacity review."""
+    return above(cfg.scheduler_short_of_gpus_fraction, "orange")

@@ -34,6 +34,8 @@ _WINDOWS = (
     "counter_gap_lookback",
     "pcie_degraded_window",
     "unscraped_memory",
+    "scheduler_wait_while_idle",
+    "scheduler_capacity_window",
 )
 
 
@@ -272,6 +274,32 @@ class MixinConfig:
     # above this share of the job's life (a healthy job touches its cap in bursts).
     job_throttled_ratio: float = 0.2
 
+    # --- scheduler (the cluster's Slurm queue) --------------------------------------
+    # The scheduler series come from the one agent of each cluster that runs `--sources
+    # scheduler` (on the Slurm controller or a login node). It is scraped in the agents'
+    # job, so job_selector selects them too; its `instance` is that host, and the
+    # source's health is nvwatch_agent_source_up{source="scheduler"}.
+    # A GPU job eligible to start that has waited longer than this while GPUs of its
+    # partition stay idle (for for_slow) is not waiting for capacity: the free GPUs are
+    # scattered where it needs them on one node, an account or QOS limit holds it, or
+    # the scheduler is stuck. Half an hour is dozens of Slurm's scheduling and backfill
+    # cycles, long after a burst of submissions has settled.
+    scheduler_wait_while_idle: str = "30m"
+    # Nodes with GPUs that Slurm keeps out of service (drained, down, not responding,
+    # failing, ...) this long: capacity nobody gets back until someone acts. Longer than
+    # a reboot, a firmware update or a health check's drain and resume; short enough
+    # that a drain nobody resumed is found the same working day.
+    scheduler_node_unavailable_for: str = "4h"
+    # Reason classes of nvwatch_scheduler_nodes_unavailable that never alert: a
+    # reservation or a maintenance window is capacity taken out on purpose.
+    scheduler_planned_unavailable_reasons: tuple[str, ...] = ("reserved",)
+    # The capacity signal for the review (NvwatchSchedulerShortOfGpus, info): a partition
+    # whose waiting GPU jobs asked for more GPUs than it had idle in more than this share
+    # of the hours of scheduler_capacity_window. "Most of a week" is a backlog that
+    # outlasts a deadline rush: a question for whoever buys GPUs, not a page.
+    scheduler_short_of_gpus_fraction: float = 0.5
+    scheduler_capacity_window: str = "7d"
+
     # --- health ---------------------------------------------------------------------
     critical_xids: tuple[str, ...] = DEFAULT_CRITICAL_XIDS
     # This Prometheus watches production: an agent on a simulated node
@@ -374,6 +402,7 @@ class MixinConfig:
             elif isinstance(f.default, str) and not isinstance(value, str):
                 raise ValueError(f"{f.name}: expected a string, got {shown(value)}")
         _check_runbook_base_url(self.runbook_base_url)
+        _check_scheduler(self)
         names = [c.name for c in self.node_classes]
         if len(set(names)) != len(names):
             raise ValueError(f"node_classes: duplicate class name in {shown(names)}")
@@ -438,7 +467,7 @@ class MixinConfig:
         for key in ("rack_gpu_power_budgets_kw", "rack_power_budgets_kw"):
             if key in values:
                 values[key] = _rack_budgets(key, values[key])
-        for key in ("critical_xids", "dashboard_tags"):
+        for key in ("critical_xids", "dashboard_tags", "scheduler_planned_unavailable_reasons"):
             if key in values:
                 if not isinstance(values[key], list):
                     raise ValueError(f"{key}: expected a list, got {shown(values[key])}")
@@ -458,6 +487,21 @@ class MixinConfig:
             return cls.from_mapping(data)
         except (TypeError, ValueError, OverflowError) as err:  # int(.inf): OverflowError
             raise ValueError(f"{path}: {err}") from err
+
+
+def _check_scheduler(cfg: MixinConfig) -> None:
+    """The capacity signal counts the window's hours: a share of them, at least one."""
+    fraction = cfg.scheduler_short_of_gpus_fraction
+    if not 0 <= fraction < 1:
+        raise ValueError(
+            f"scheduler_short_of_gpus_fraction: expected a share of the hours, 0 to below 1, "
+            f"got {shown(fraction)}"
+        )
+    if parse_duration(cfg.scheduler_capacity_window, "scheduler_capacity_window") < 3600:
+        raise ValueError(
+            "scheduler_capacity_window: expected at least 1h (the signal counts hours), "
+            f"got {shown(cfg.scheduler_capacity_window)}"
+        )
 
 
 def _check_runbook_base_url(url: str) -> None:

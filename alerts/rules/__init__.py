@@ -1,15 +1,15 @@
 """Every nvwatch alert, defined once: expression, severity, texts and runbook.
 
-One module per rule group (`thermal_power`, `fabric`, `health`, `bmc`, `attribution`), one
-small function per alert; `base` holds what an alert is made of. `alerts/render.py`
-turns the groups into Prometheus rule YAML and Grafana-managed alert rules, and
+One module per rule group (`thermal_power`, `fabric`, `health`, `bmc`, `attribution`,
+`scheduler`), one small function per alert; `base` holds what an alert is made of.
+`alerts/render.py` turns the groups into Prometheus rule YAML and Grafana-managed alert rules, and
 `alerts/docs.py` into docs/alerts.md; the runbook sections are the anchors of
 `runbook_url`.
 """
 
 from __future__ import annotations
 
-from nvwatch.alerts.rules import attribution, bmc, fabric, health, thermal_power
+from nvwatch.alerts.rules import attribution, bmc, fabric, health, scheduler, thermal_power
 from nvwatch.alerts.rules.base import Alert, AlertGroup, Runbook, Severity
 from nvwatch.mixin.config import MixinConfig
 
@@ -24,6 +24,7 @@ def alert_groups(cfg: MixinConfig) -> tuple[AlertGroup, ...]:
         health.group(cfg),
         bmc.group(cfg),
         attribution.group(cfg),
+        scheduler.group(cfg),
     )
 
 

@@ -18,6 +18,7 @@ from nvwatch.alerts.rules.base import (
     where_gpu,
     where_node,
 )
+from nvwatch.alerts.rules.scheduler import source_matcher
 from nvwatch.mixin.config import MixinConfig
 
 
@@ -289,7 +290,9 @@ def agent_source_down(cfg: MixinConfig) -> Alert:
     source = f"{cfg.node_labels}, source"
     return Alert(
         "NvwatchAgentSourceDown",
-        f"nvwatch_agent_source_up{cfg.sel()} == 0\n"
+        # the scheduler source reads Slurm, not the node's hardware: its own alert
+        # (NvwatchSchedulerSourceDown) says so
+        f"nvwatch_agent_source_up{cfg.sel(source_matcher('!='))} == 0\n"
         # the agent reports an absent source as up; this keeps it quiet even if a
         # source ever reported both
         f"unless on ({source}) nvwatch_agent_source_absent{cfg.sel()} == 1",
@@ -309,7 +312,8 @@ def agent_source_down(cfg: MixinConfig) -> Alert:
             "but no RDMA device exists, or sysfs is not readable (permissions, "
             "container mounts). Hardware that does not exist on the node is absent "
             "(`nvwatch_agent_source_absent` 1, the source up), not down, and never "
-            "fires this alert.",
+            "fires this alert. The scheduler source reads Slurm, not the node's "
+            "hardware: NvwatchSchedulerSourceDown is its alert.",
             "`nvwatch doctor` on the node (or the agent's landing page) says up, absent "
             "or down and why, e.g. `8 NVIDIA GPUs on PCI but NVML failed: …` or "
             "`InfiniBand devices gone: mlx5_0, … (driver unloaded or HCAs lost?)`; "

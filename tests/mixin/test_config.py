@@ -73,6 +73,9 @@ def test_every_simulated_profile_has_a_node_class_with_its_system_power() -> Non
             r"node_classes\.x: power_supplies_redundant must be fewer than power_supplies",
         ),
         ("node_classes: {x: {inlet_max_celsius: warm}}\n", "could not convert"),
+        ("scheduler_short_of_gpus_fraction: 1\n", "scheduler_short_of_gpus_fraction: expected"),
+        ("scheduler_capacity_window: 30m\n", "scheduler_capacity_window: expected at least 1h"),
+        ("scheduler_planned_unavailable_reasons: reserved\n", "expected a list"),
         ("- a\n", "must be a mapping"),
     ],
 )
@@ -101,3 +104,23 @@ def test_with_overrides_shrinks_durations_for_e2e() -> None:
     assert "'for': '5m'" not in text and "[5m]" not in text
     with pytest.raises(ValueError, match="unknown"):
         MixinConfig().with_overrides(nope=1)
+
+
+def test_the_scheduler_settings_reach_the_rules(tmp_path: Path) -> None:
+    """A site that alerts on reserved nodes too, after an hour's wait, on a 30-day window."""
+    path = tmp_path / "mixin.yaml"
+    path.write_text(
+        "scheduler_wait_while_idle: 1h\n"
+        "scheduler_planned_unavailable_reasons: []\n"
+        "scheduler_short_of_gpus_fraction: 0.25\n"
+        "scheduler_capacity_window: 30d\n"
+    )
+    rules = {r["alert"]: r for g in prometheus_alerts(load(path))["groups"] for r in g["rules"]}
+    assert (
+        'nvwatch_scheduler_oldest_pending_seconds{job="nvwatch"} > 3600'
+        in (rules["NvwatchSchedulerJobsWaitingWhileGpusIdle"]["expr"])
+    )
+    assert "reason" not in rules["NvwatchSchedulerNodesUnavailable"]["expr"]
+    short = rules["NvwatchSchedulerShortOfGpus"]["expr"]
+    # 30 days as Prometheus writes them, 720 hours
+    assert "[4w2d:1h]" in short and short.endswith("/ 720 > 0.25")

@@ -19,9 +19,9 @@ LEGACY_KEYS = {"rows", "style", "hideControls", "sharedCrosshair"}
 LEGACY_PANEL_KEYS = {"span", "height", "minSpan", "error", "cacheTimeout"}
 
 
-def test_eight_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
-    assert len(dashboards) == 8
-    assert len({d["uid"] for d in dashboards.values()}) == 8
+def test_nine_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
+    assert len(dashboards) == 9
+    assert len({d["uid"] for d in dashboards.values()}) == 9
 
 
 @pytest.mark.parametrize(
@@ -35,6 +35,7 @@ def test_eight_dashboards(dashboards: dict[str, dict[str, Any]]) -> None:
         "nvwatch-power-cooling.json",
         "nvwatch-capacity-review.json",
         "nvwatch-jobs.json",
+        "nvwatch-queue.json",
     ],
 )
 def test_dashboard_lint(dashboards: dict[str, dict[str, Any]], name: str) -> None:
@@ -176,6 +177,8 @@ def test_every_tunable_colour_threshold_follows_the_config(
         fan_stopped_rpm=800.0,
         node_power_max_fraction=0.8,
         dashboard_inlet_headroom_celsius=5.0,
+        scheduler_wait_while_idle="1h",
+        scheduler_short_of_gpus_fraction=0.6,
         node_classes=(
             NodeClass("x", gpus=8, nvlinks_per_gpu=6, ib_ports=8, ib_rate_bytes_per_second=None),
         ),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nvwatch.agent.catalogue import BY_NAME, SAMPLE_NAMES
+from nvwatch.agent.catalogue import SAMPLE_NAMES
 from nvwatch.alerts.promql import cross_aggregated_names, metric_names
 from nvwatch.alerts.recording import recorded_names, recording_groups
 from nvwatch.alerts.rules import all_alerts
@@ -27,6 +27,7 @@ _GRAFANA_VARS = {
     "$gpu": "0",
     "$user": "alice",
     "$job_id": "101",
+    "$partition": "a100",
 }
 
 
@@ -125,7 +126,9 @@ def test_no_panel_aggregates_raw_series_across_nodes(
     dashboards too, whose node variable can select every node."""
     for where, expr in _dashboard_exprs(dashboards):
         raw = {
-            n for n in cross_aggregated_names(expr, cfg.instance_label) if n in BY_NAME or n == "up"
+            n
+            for n in cross_aggregated_names(expr, cfg.instance_label)
+            if n in SAMPLE_NAMES or n == "up"
         }
         assert not raw, f"{where}: aggregates raw {raw} across nodes in {expr}"
 
