@@ -48,6 +48,7 @@ from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc_reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
+from nvwatch.sim.fleet_controller import SlurmController
 from nvwatch.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
 from nvwatch.sim.fleet_node import FleetNode, build_agent, node_agent_config, simulate_node
 from nvwatch.sim.fleet_plan import (
@@ -62,6 +63,8 @@ from nvwatch.sim.fleet_plan import (
     plan_fleet,
 )
 from nvwatch.sim.fleet_probe import ManagementHost
+from nvwatch.sim.fleet_queue import FleetQueue, QueueSpec
+from nvwatch.sim.fleet_slurm import SlurmCommands
 from nvwatch.sim.node import scratch_dir
 from nvwatch.sim.profiles import get_profile
 
@@ -91,10 +94,12 @@ class Fleet:
         repair_file: Path | None = None,
         mig: Sequence[tuple[range, str]] = (),
         jobs: Sequence[FleetJob] = (),
+        queue: QueueSpec | None = None,
     ) -> None:
         """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
         `repair_file`: repair requests, one per line, taken at every tick (`repair()`).
-        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (fleet_jobs.py)."""
+        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (fleet_jobs.py).
+        `queue`: a Slurm queue over the fleet (fleet_queue.py), `jobs` pinned in it."""
         if interval <= 0:
             raise FleetError("interval must be positive")
         if time_scale <= 0:
@@ -115,7 +120,14 @@ class Fleet:
         )
         check_jobs(jobs, [len(get_profile(s.profile).gpus) for s in self.specs])
         self.jobs = tuple(jobs)
-        # node index -> its simulated Slurm, for the nodes that have jobs
+        self.queue_spec = queue
+        self.seed = seed
+        self.queue: FleetQueue | None = None
+        self.slurm: SlurmCommands | None = None  # the queue's squeue, sinfo and sshare
+        self.controller: SlurmController | None = None  # the agent that reads them
+        self._queue_lock = threading.Lock()  # the ticker's and a caller's run_queue()
+        # node index -> its simulated Slurm, for the nodes that have jobs (every node
+        # with a queue: any may get one)
         self.node_jobs: dict[int, NodeJobs] = {}
         self.interval = interval
         self.listen_host = listen_host
@@ -150,9 +162,19 @@ class Fleet:
         # tmpfs where there is one: every node rewrites its counters once per interval
         self._root = Path(tempfile.mkdtemp(prefix="nvwatch-fleet-", dir=scratch_dir()))
         try:
+            if self.queue_spec is not None:
+                self.queue = FleetQueue(
+                    self.queue_spec, self.specs, self.jobs, seed=self.seed, now=self.clock()
+                )
+                # its client commands, with the queue's times in Unix seconds: whole
+                # seconds from the queue's own (its jobs' are), as Slurm's are
+                offset = round(time.time() - self.clock())
+                self.slurm = SlurmCommands(self._root / "slurm", self.queue.model, offset)
             for spec in self.specs:
                 self.nodes.append(self._start_node(spec))
             self.management = self._start_management()
+            if self.slurm is not None:
+                self.controller = self._start_controller(self.slurm)
         except BaseException:
             self.stop()
             raise
@@ -171,8 +193,11 @@ class Fleet:
         sysfs.mkdir()
         sim = simulate_node(spec, sysfs, self.clock)
         config = node_agent_config(spec, sim, listen_host=self.listen_host, interval=self.interval)
-        jobs = [job for job in self.jobs if job.node == spec.index]
-        if jobs:
+        if self.queue is not None:
+            jobs = self.queue.jobs_on(spec.index)
+        else:
+            jobs = [job for job in self.jobs if job.node == spec.index]
+        if jobs or self.queue is not None:
             node_jobs = NodeJobs(
                 self._root / f"{spec.name}-slurm", jobs, len(sim.profile.gpus), sim.nvml.worker_pid
             )
@@ -201,6 +226,20 @@ class Fleet:
         host.start()
         return host
 
+    def _start_controller(self, slurm: SlurmCommands) -> SlurmController:
+        # right after the management host's port, or any free one with the nodes'
+        port = self._management_port + 1 if self._management_port else 0
+        try:
+            controller = SlurmController(
+                slurm, self.listen_host, port, interval=self.interval, cluster=self.specs[0].cluster
+            )
+        except OSError as exc:
+            where = f"{self.listen_host}:{port}"
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise FleetError(f"Slurm controller: cannot listen on {where}: {reason}") from exc
+        controller.start()
+        return controller
+
     def _tick_loop(self) -> None:
         """Step the clock once per interval, then tick the nodes spread over the interval.
 
@@ -212,6 +251,8 @@ class Fleet:
             started = time.monotonic()
             cpu_started = time.thread_time()
             self.clock.step()
+            if self.queue is not None:
+                self._run_queue()
             if self.repair_file is not None:
                 self._take_repair_requests(self.repair_file)
             slot = self.interval / max(1, len(self.nodes))
@@ -224,6 +265,24 @@ class Fleet:
                     return
             self.tick_cpu_seconds = time.thread_time() - cpu_started
             self.ticks += 1
+
+    def _run_queue(self) -> None:
+        try:
+            self.run_queue()
+        except Exception:  # it must not stop the ticker of a running fleet
+            log.exception("the simulated Slurm queue failed to advance")
+
+    def run_queue(self, now: float | None = None) -> None:
+        """The queue up to `now` (the clock's time by default), and each node's simulated
+        Slurm to the jobs it runs then."""
+        if self.queue is None:
+            raise RuntimeError("the fleet runs no queue")
+        with self._queue_lock:
+            self.queue.advance(self.clock() if now is None else max(now, self.clock()))
+            for index, node_jobs in self.node_jobs.items():
+                node_jobs.update(self.queue.jobs_on(index))
+            if self.slurm is not None:
+                self.slurm.write()
 
     def _take_repair_requests(self, path: Path) -> None:
         """Apply every request in `path` (`echo 3:ecc-dbe@2 >> FILE`), then remove it.
@@ -270,7 +329,11 @@ class Fleet:
         return [(s, f"{self.listen_host}:{s.port}") for s in self.specs]
 
     def file_sd(self) -> list[dict[str, Any]]:
-        return file_sd_groups(self.targets())
+        """The agents' targets: every node's, and the Slurm controller's with a queue."""
+        groups = file_sd_groups(self.targets())
+        if self.controller is not None:
+            groups.append(self.controller.file_sd_group())
+        return groups
 
     def write_file_sd(self, path: Path) -> None:
         write_json_atomic(path, self.file_sd())
@@ -307,6 +370,9 @@ class Fleet:
         if self.management is not None:
             self.management.stop()
             self.management = None
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
         for node in self.nodes:
             node.sim.close()
         if self._root is not None:

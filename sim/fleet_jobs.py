@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,27 +146,50 @@ class NodeJobs:
         """The mapping files (the prolog's) and the workers' /proc entries."""
         self.mapping_dir.mkdir(parents=True, exist_ok=True)
         self.proc_root.mkdir(parents=True, exist_ok=True)
+        self.update(self.jobs)
+
+    def update(self, jobs: Sequence[FleetJob]) -> None:
+        """Bring the files to `jobs` (a queue's jobs start and end): a GPU no job holds
+        any more loses its mapping file and its worker's /proc entry, as after an
+        epilog; a file whose jobs did not change is not rewritten."""
+        self.jobs = tuple(jobs)
         per_gpu: dict[int, list[str]] = {}
+        workers: dict[int, FleetJob] = {}  # pid -> the job of its GPU (the first listed)
         for job in self.jobs:
             for gpu in self.gpus_of(job):
                 per_gpu.setdefault(gpu, []).append(job.job_id)
-                self._write_worker(self._worker_pid(gpu), job)
+                workers.setdefault(self._worker_pid(gpu), job)
         for gpu, job_ids in per_gpu.items():
-            _write_atomic(self.mapping_dir / str(gpu), "".join(f"{j}\n" for j in job_ids))
+            _write_if_changed(self.mapping_dir / str(gpu), "".join(f"{j}\n" for j in job_ids))
+        for stale in self.mapping_dir.iterdir():
+            if stale.name.isdigit() and int(stale.name) not in per_gpu:
+                stale.unlink()
+        for pid, job in workers.items():
+            self._write_worker(pid, job)
+        for entry in self.proc_root.iterdir():
+            if entry.name.isdigit() and int(entry.name) not in workers:
+                shutil.rmtree(entry, ignore_errors=True)
 
     def _write_worker(self, pid: int, job: FleetJob) -> None:
         entry = self.proc_root / str(pid)
-        if entry.exists():
-            return  # a GPU two jobs share: its one worker belongs to the first
-        entry.mkdir()
+        entry.mkdir(exist_ok=True)
         # not in a Slurm cgroup the resolver knows: the environment places it
-        (entry / "cgroup").write_text("0::/system.slice/slurmstepd.scope/system\n")
+        _write_if_changed(entry / "cgroup", "0::/system.slice/slurmstepd.scope/system\n")
         env = {
             "SLURM_JOB_ID": job.job_id,
             "SLURM_JOB_USER": job.user,
             "SLURM_JOB_ACCOUNT": job.account,
         }
-        (entry / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in env.items()))
+        _write_if_changed(entry / "environ", "".join(f"{k}={v}\0" for k, v in env.items()))
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except FileNotFoundError:
+        pass
+    _write_atomic(path, text)
 
 
 def _write_atomic(path: Path, text: str) -> None:

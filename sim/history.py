@@ -35,6 +35,8 @@ from pathlib import Path
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.history_plan import HistoryPlan
+from nvwatch.sim.history_queue import build_queue
+from nvwatch.sim.history_scheduler import CONTROLLER, WAIT, HistogramPoint, SchedulerSeries
 from nvwatch.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history_truth import GroundTruth
 from nvwatch.sim.node import SimulatedNode, scratch_dir
@@ -90,10 +92,11 @@ def _node(spec: NodeSpec, root: Path) -> Iterator[tuple[NodeSeries, ManualClock]
 
 class _Buffer:
     """One node's samples per series (as numbers: a month of strings would not fit),
-    kept in the order series first appear."""
+    kept in the order series first appear; the controller's wait histograms beside."""
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str], tuple[array[int], array[float]]] = {}
+        self.histograms: dict[str, list[tuple[int, HistogramPoint]]] = {}
 
     def add(self, index: int, rows: list[Row]) -> None:
         for family, labels, value in rows:
@@ -103,8 +106,17 @@ class _Buffer:
             kept[0].append(index)
             kept[1].append(value)
 
+    def add_histogram(self, index: int, point: HistogramPoint) -> None:
+        self.histograms.setdefault(point.labels, []).append((index, point))
+
     def write(self, writer: OpenMetricsWriter, stamps: list[str]) -> None:
         for family in FAMILIES:
+            if family == WAIT:
+                for labels, points in self.histograms.items():
+                    times = [stamps[i] for i, _ in points]
+                    rest = [(p.buckets, p.count, p.total) for _, p in points]
+                    bounds = points[0][1].bounds
+                    writer.add_histogram(family, labels, bounds, times, rest)
             for (name, labels), (indexes, values) in self.series.items():
                 if name == family:
                     writer.add_series(family, labels, [stamps[i] for i in indexes], values)
@@ -151,6 +163,8 @@ def generate(
                         buffer.add(index, rows)
                         truth.observe(spec.name, t, rows)
                 buffer.write(writer, stamps)
+                if done + 1 == len(plan.nodes):
+                    _controller(plan, times, truth).write(writer, stamps)
                 if (done + 1) % group == 0 or done + 1 == len(plan.nodes):
                     writer.close()
                     samples += writer.samples
@@ -168,6 +182,25 @@ def generate(
     seconds = time.monotonic() - started
     log.info("history: %d samples in %.1fs -> %s", samples, seconds, out)
     return HistoryResult(tuple(paths), truth_path, samples, seconds)
+
+
+def _controller(plan: HistoryPlan, times: list[float], truth: GroundTruth) -> _Buffer:
+    """The controller's agent over the range: the cluster's Slurm queue (history_queue)
+    brought up to each sample's time, as its scheduler source exports it."""
+    model = build_queue(truth.queue_plan, plan.end)
+    model.on_start.append(truth.queue.started)
+    series = SchedulerSeries(plan.nodes[0].cluster)
+    buffer = _Buffer()
+    for index, t in enumerate(times):
+        model.advance(t)
+        state = model.state()
+        rows, points = series.scrape(state)
+        buffer.add(index, rows)
+        for point in points:
+            buffer.add_histogram(index, point)
+        truth.queue.observe(t, state)
+    log.debug("history: %s's queue, %d jobs running at the end", CONTROLLER, len(model.running))
+    return buffer
 
 
 def _sample(series: NodeSeries, plan: HistoryPlan, t: float, sim_time: float) -> list[Row]:

@@ -30,6 +30,7 @@ from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu_model import SimulatedGpu
 from nvwatch.sim.gpu_state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
 from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
+from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.ib_port import SimulatedPort
 from nvwatch.sim.node import SimulatedNode
 
@@ -77,6 +78,7 @@ FAMILIES: tuple[str, ...] = (
     "nvwatch_ib_port_transmit_wait_total",
     "nvwatch_ib_port_errors_total",
     *BMC_FAMILIES,
+    *CONTROLLER_FAMILIES,  # the agent on the Slurm controller: its scheduler source
 )
 
 
@@ -90,7 +92,7 @@ def family_help(name: str) -> str:
 
 
 def is_counter(name: str) -> bool:
-    return name != UP and BY_NAME[name].type is MetricType.COUNTER
+    return family_type(name) == MetricType.COUNTER.value
 
 
 Row = tuple[str, str, float]  # family, series labels (rendered), value

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from nvwatch.sim.history_plan import HistoryPlan
+from nvwatch.sim.history_queue import plan_queue
+from nvwatch.sim.history_scheduler import CONTROLLER
 from nvwatch.sim.history_series import UP, Row
 from nvwatch.sim.history_truth_bmc import BMC_EPISODES, BmcTruth
+from nvwatch.sim.history_truth_queue import QueueTruth
 from nvwatch.sim.ib_port import XMIT_WAIT_TICKS_PER_SECOND
 
 _KWH = 3.6e6
@@ -61,6 +64,8 @@ class GroundTruth:
         }
         self.episodes = [EpisodeStats() for _ in plan.episodes]
         self.bmc = BmcTruth(plan)
+        self.queue_plan = plan_queue(plan)
+        self.queue = QueueTruth(plan, self.queue_plan.episodes)
 
     def observe(self, instance: str, t: float, rows: list[Row]) -> None:
         """The rows written for `instance` at Unix time `t`."""
@@ -151,6 +156,7 @@ class GroundTruth:
             ),
             "racks": self.bmc.racks_json(),
             "episodes": [self._episode_json(i) for i in range(len(plan.episodes))],
+            "scheduler": self.queue.to_json(CONTROLLER, plan.nodes[0].cluster),
         }
 
     def _episode_json(self, index: int) -> dict[str, Any]:

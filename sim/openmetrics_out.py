@@ -55,6 +55,31 @@ class OpenMetricsWriter:
         if len(lines) >= _FLUSH_LINES:
             self._flush(family)
 
+    def add_histogram(
+        self,
+        family: str,
+        labels: str,
+        bounds: Sequence[float],
+        stamps: Sequence[str],
+        points: Iterable[tuple[Sequence[int], int, float]],
+    ) -> None:
+        """Every point of one histogram series: `labels` rendered without the closing
+        brace (`{a="b"`, so `le` can follow), each point its cumulative bucket counts (one
+        per bound), count and sum. OpenMetrics keeps a point's samples together: at each
+        timestamp the buckets (ascending, then +Inf), `_count`, `_sum`."""
+        sep = "," if labels != "{" else ""
+        les = [f'{sep}le="{float(b)!r}"}}' for b in bounds] + [f'{sep}le="+Inf"}}']
+        lines = self._pending[family]
+        count = len(lines)
+        for (buckets, total, summed), stamp in zip(points, stamps, strict=True):
+            for le, value in zip(les, (*buckets, total), strict=True):
+                lines.append(f"{family}_bucket{labels}{le} {value}{stamp}")
+            lines.append(f"{family}_count{labels}}} {total}{stamp}")
+            lines.append(f"{family}_sum{labels}}} {float(summed)!r}{stamp}")
+        self.samples += len(lines) - count
+        if len(lines) >= _FLUSH_LINES:
+            self._flush(family)
+
     def _flush(self, family: str) -> None:
         lines = self._pending[family]
         if not lines:

@@ -33,6 +33,8 @@ from nvwatch.sim.fleet_plan import (
     parse_node_mig,
     parse_node_scenario,
 )
+from nvwatch.sim.fleet_queue import LIMIT_SYNTAX, QueueSpec, parse_limit
+from nvwatch.sim.history_queue import ACCOUNTS
 from nvwatch.sim.node_scenarios import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
@@ -51,7 +53,8 @@ _SCENARIOS = ", ".join(known_scenarios())
     type=int,
     default=9500,
     show_default=True,
-    help="Node i listens on BASE+i; the management host probing their BMCs on BASE+N.",
+    help="Node i listens on BASE+i; the management host probing their BMCs on BASE+N; "
+    "with --queue, the Slurm controller's agent on BASE+N+1.",
 )
 @option(
     "--scenario",
@@ -74,6 +77,25 @@ _SCENARIOS = ", ".join(known_scenarios())
     help="A simulated Slurm job on GPUs of node NODE (0-based; GPUS: N, N-M or all): "
     "0:0-3,user=alice,account=ml. Its node's agent runs with --attribution slurm over a "
     "job-mapping directory and /proc the fleet writes. Repeatable; ids count from 1001.",
+)
+@option(
+    "--queue",
+    type=float,
+    metavar="LOAD",
+    help="Run a Slurm queue over the fleet: GPU jobs of four accounts arrive at LOAD times "
+    "each partition's GPUs (a partition per node class; 1.2: demand above capacity), wait, "
+    "start on free GPUs and end; every node's agent attributes its GPUs to them (--job's "
+    "are pinned in the queue), and the cluster's Slurm controller (an agent running the "
+    "scheduler source over the queue's simulated squeue, sinfo and sshare) listens on "
+    "BASE+N+1. Seeded by --seed.",
+)
+@option(
+    "--queue-limit",
+    multiple=True,
+    metavar=LIMIT_SYNTAX,
+    help="With --queue: the account's running jobs hold at most GPUS GPUs (Slurm's "
+    "GrpTRES=gres/gpu=GPUS); its other jobs wait for the limit, GPUs idle or not. "
+    "Accounts: " + ", ".join(a.name for a in ACCOUNTS) + ". Repeatable.",
 )
 @option(
     "--repair-file",
@@ -138,6 +160,8 @@ def simulate_fleet(
     scenario: tuple[str, ...],
     mig: tuple[str, ...],
     job: tuple[str, ...],
+    queue: float | None,
+    queue_limit: tuple[str, ...],
     repair_file: str | None,
     interval: str,
     listen_host: str,
@@ -171,6 +195,8 @@ def simulate_fleet(
         repair_file=Path(repair_file) if repair_file else None,
         mig=mig,
         jobs=job,
+        queue=queue,
+        queue_limits=queue_limit,
     )
     limit = parse_duration(duration, "duration", FLEET_DURATION_BOUNDS) if duration else None
     sd_path = output_file(file_sd, "--file-sd") if file_sd else None
@@ -206,6 +232,8 @@ def _build_fleet(
     repair_file: Path | None = None,
     mig: tuple[str, ...] = (),
     jobs: tuple[str, ...] = (),
+    queue: float | None = None,
+    queue_limits: tuple[str, ...] = (),
 ) -> Fleet:
     """The planned fleet, not yet started; ConfigError on any bad option."""
     if nodes is not None and nodes < 1:
@@ -226,9 +254,18 @@ def _build_fleet(
             repair_file=repair_file,
             mig=[parse_node_mig(m) for m in mig],
             jobs=[parse_job(text, number) for number, text in enumerate(jobs)],
+            queue=_queue(queue, queue_limits),
         )
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def _queue(load: float | None, limits: tuple[str, ...]) -> QueueSpec | None:
+    if load is None:
+        if limits:
+            raise FleetError("--queue-limit needs --queue")
+        return None
+    return QueueSpec(load, limits=tuple(parse_limit(text) for text in limits))
 
 
 def _stop_on_signals() -> threading.Event:
@@ -256,10 +293,14 @@ def _announce(fleet: Fleet, started: tuple[float, float]) -> None:
     """One line per node on stdout, then how long starting took on stderr."""
     for node in fleet.nodes:
         faults = " ".join(str(s) for s in node.spec.scenarios)
-        held = _jobs_line(fleet.node_jobs.get(node.index))
+        held = "" if fleet.queue is not None else _jobs_line(fleet.node_jobs.get(node.index))
         click.echo(
             f"{node.name}  {node.spec.profile:<20} {node.spec.rack}  {node.url}  {faults}  {held}"
         )
+    if fleet.queue is not None:
+        click.echo(fleet.queue.summary())
+    if fleet.controller is not None:
+        click.echo(f"Slurm controller: {fleet.controller.url} (--sources scheduler)")
     if fleet.management is not None:
         click.echo(
             f"management host: http://{fleet.management.address}/probe?target=BMC&module=default"

@@ -82,8 +82,10 @@ def simulate_history(
     Each node's simulator is stepped through the range and every step is written as a
     scrape would record it, with the scrape's labels. Episodes are placed in known weeks
     and nodes (thermal runaway, a power-capped week, InfiniBand congestion, an ECC error,
-    an agent down, an idle node); FILE's stem + .truth.json lists them with the integrals
-    of what was written. Backfill with
+    an agent down, an idle node); the nodes' Slurm queue is written as its controller's
+    agent (instance slurmctl) exports it, with a backlog week, an account over its share,
+    a drained node and jobs held by a limit while GPUs idle. FILE's stem + .truth.json
+    lists them with the integrals of what was written. Backfill with
     `promtool tsdb create-blocks-from --max-block-duration=800h openmetrics FILE DIR`.
     """
     from nvwatch.sim.history import generate, truth_path_for

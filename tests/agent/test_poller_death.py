@@ -7,6 +7,8 @@ supervisor saw a running process and restarted nothing.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import sys
 import threading
@@ -97,6 +99,16 @@ main(sys.argv[1:])
 """
 
 
+def _wait_listening(process: subprocess.Popen[str], port: int) -> None:
+    """Until the agent accepts connections (start-up is slower on a loaded machine)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"serve never listened: {process.communicate()}")
+
+
 @pytest.mark.parametrize(
     ("error", "name"),
     [
@@ -119,7 +131,8 @@ def test_serve_exits_non_zero_when_its_poll_loop_dies(
     )  # fmt: skip
     try:
         if name is None:
-            time.sleep(2)
+            _wait_listening(process, port)
+            time.sleep(1)  # five polls at 200 ms: the 3rd raised, the loop polled on
             assert process.poll() is None, process.communicate()
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
                 assert r.status == 200

@@ -304,3 +304,61 @@ def test_node_energy_and_inlet_air_match_the_ground_truth(
     assert {r["metric"]["rack"]: float(r["value"][1]) * h.step for r in above} == {
         aisle["rack"]: aisle["measured"]["seconds_above_envelope"]
     }
+
+
+def test_scheduler_demand_and_fairness_as_promql_reads_them(
+    history_prometheus: HistoryPrometheus,
+) -> None:
+    """The controller's scheduler series, read by Prometheus' own functions as a capacity
+    review would (histogram_quantile, subqueries, counter differences), give the ground
+    truth's demand, waits and GPU-hours."""
+    h = history_prometheus
+    sched, step = h.truth["scheduler"], int(h.step)
+    unmet = (
+        "(sum by (partition) (nvwatch_scheduler_pending_gpus{reason=~'resources|priority'})"
+        " or 0 * sum by (partition) (nvwatch_scheduler_gpus{state='idle'}))"
+    )
+    idle = "sum by (partition) (nvwatch_scheduler_gpus{state='idle'})"
+    peak = h.query(f"max_over_time({unmet}[{h.range}:{step}s])")
+    above = h.query(f"avg_over_time(({unmet} > bool {idle})[{h.range}:{step}s])")
+    typical = h.query(f"quantile_over_time(0.5, {unmet}[{h.range}:{step}s])")
+    waits = "nvwatch_scheduler_wait_seconds_bucket"
+    increase = f"sum by (partition, le) ({waits} - {waits} offset {h.range})"
+    for row in sched["partitions"]:
+        name = row["partition"]
+
+        def of(result: list[dict[str, Any]], partition: str = name) -> float:
+            (value,) = [
+                float(r["value"][1]) for r in result if r["metric"]["partition"] == partition
+            ]
+            return value
+
+        assert of(peak) == row["unmet_gpus_peak"]
+        assert of(typical) == row["unmet_gpus_typical"]
+        assert of(above) == pytest.approx(row["demand_above_capacity_share"], rel=1e-9)
+        for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            found = h.query(f"histogram_quantile({q}, {increase})")
+            expected = row["wait_seconds"][key]
+            if expected is None:  # nothing started there: Prometheus says NaN
+                assert str(of(found)) == "nan"
+            else:
+                assert of(found) == pytest.approx(expected, rel=1e-9), (name, key)
+    used = "nvwatch_scheduler_allocated_gpu_seconds_total"
+    hours = h.query(f"sum by (account) ({used} - {used} offset {h.range}) / 3600")
+    share = h.query("nvwatch_scheduler_fairshare{kind='shares_norm'}")
+    by_account = {r["metric"]["account"]: float(r["value"][1]) for r in hours}
+    shares = {r["metric"]["account"]: float(r["value"][1]) for r in share}
+    for row in sched["accounts"]:
+        assert by_account[row["account"]] == pytest.approx(row["gpu_hours"], rel=1e-9)
+        assert shares[row["account"]] == pytest.approx(row["shares_norm"], rel=1e-12)
+    drained = _episode_of(h, "drained")
+    count = h.query(
+        f"count_over_time((nvwatch_scheduler_nodes_unavailable{{reason='drained'}} > 0)"
+        f"[{h.range}:{step}s])"
+    )
+    assert float(count[0]["value"][1]) * h.step == drained["measured"]["drained_seconds"]
+
+
+def _episode_of(history: HistoryPrometheus, kind: str) -> dict[str, Any]:
+    (episode,) = [e for e in history.truth["scheduler"]["episodes"] if e["kind"] == kind]
+    return episode

@@ -32,6 +32,7 @@ from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import plan_fleet
 from nvwatch.sim.history import for_history
 from nvwatch.sim.history_bmc import BMC_FAMILIES
+from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.history_series import FAMILIES, UP, NodeSeries
 from nvwatch.sim.node import SimulatedNode
 
@@ -92,7 +93,9 @@ def test_history_rows_equal_the_agents_exposition(profile: str, tmp_path: Path) 
     finally:
         node.close()
         sim_nvml.uninstall()
-    # the BMC's families come from /probe (test_bmc_series_match_probe.py checks them)
-    assert compared == set(FAMILIES) - set(BMC_FAMILIES) - _NOT_COMPARED - (
+    # the BMC's families come from /probe (test_bmc_series_match_probe.py checks them),
+    # the scheduler's from the controller's agent (test_queue_truth.py)
+    node_families = set(FAMILIES) - set(BMC_FAMILIES) - set(CONTROLLER_FAMILIES)
+    assert compared == node_families - _NOT_COMPARED - (
         set() if profile != "dgx1-v100" else {"nvwatch_gpu_remapped_rows"}
     ) - ({"nvwatch_gpu_retired_pages"} if profile != "dgx1-v100" else set())
