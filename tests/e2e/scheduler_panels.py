@@ -1,15 +1,15 @@
-"""Dashboard queries that wait for the scheduler source's series.
+"""Dashboard queries that wait for the scheduler source's series in the e2e fleet.
 
 The queue & fairness dashboard reads the series of the agent that runs `--sources
-scheduler` and the recording rules over them. The simulated fleet's Slurm has
-allocations but no queue, and none of its agents runs that source yet, so in the e2e and
-preview stacks those queries have no data. While a stack has no scheduler series at
-all, a query that reads nothing else is listed as waiting (WAITING says why) instead of
-checked; once the fleet exports them, every such query is checked like any other. A
-query that reads anything besides the scheduler's series is always checked, and only
-the queue dashboard may wait (QUEUE_DASHBOARD): no existing panel loses its check.
-tests/mixin/test_queue_dashboard.py runs the queue dashboard's queries on a modelled
-cluster meanwhile.
+scheduler` and the recording rules over them. The e2e fleet runs no Slurm queue, so
+none of its agents exports them (the preview's fleet does, and checks every panel).
+While a stack has no scheduler series at all, a query that reads nothing else is listed
+as waiting (WAITING says why) instead of checked; once the fleet exports them, every such
+query is checked like any other. A query that reads anything besides the scheduler's
+series is always checked, and only the queue dashboard may wait (QUEUE_DASHBOARD): no
+existing panel loses its check. tests/mixin/test_queue_dashboard.py runs the queue
+dashboard's queries on a modelled cluster, tests/slurm/test_queue_alerts.py on a real
+Slurm's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from nvwatch.alerts.promql import metric_names
 from nvwatch.alerts.recording_scheduler import scheduler_group
 from nvwatch.mixin.config import MixinConfig
 
-WAITING = "the simulated fleet runs no `--sources scheduler` agent (its Slurm has no queue yet)"
+WAITING = "the e2e fleet runs no Slurm queue, so no `--sources scheduler` agent"
 QUEUE_DASHBOARD = "nvwatch-queue.json"
 _PREFIX = "nvwatch_scheduler_"
 

@@ -1,7 +1,7 @@
 """A simulated fleet under a real Prometheus and Alertmanager, end to end.
 
 Dashboards: every panel query returns data from the real Prometheus for a healthy
-cluster (the queue dashboard's wait for scheduler series the fleet does not export yet:
+cluster (the queue dashboard's wait for scheduler series this fleet does not export:
 tests/e2e/scheduler_panels.py). Alerts: each fault scenario's alert arrives at a
 webhook behind the real Alertmanager with the right node/GPU/port labels; the healthy
 cluster, running for the same time, delivers none; a killed agent pages for itself

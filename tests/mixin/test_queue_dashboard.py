@@ -6,9 +6,9 @@ The model is a cluster's Slurm as the scheduler source exports it: two partition
 accounts, every reason and state class with its zeros, GPU-seconds counters that grow
 with the GPUs each account holds, wait histograms whose jobs started at a known minute,
 fair share. Expected values come from the model (demand is what the jobs hold plus what
-the jobs waiting to start ask for, and so on), not from the queries. Until the simulated
-fleet runs a queue, this is where the dashboard meets data (tests/e2e lists its panels
-as waiting).
+the jobs waiting to start ask for, and so on), not from the queries. The preview's
+simulated queue (tests/preview) and a real Slurm (tests/slurm/test_queue_alerts.py) show
+every panel has data from the real source too.
 """
 
 from __future__ import annotations
@@ -281,9 +281,8 @@ def test_the_panels_show_what_the_model_says(
 def test_the_e2e_stacks_wait_for_the_queue_dashboard_only(
     cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
 ) -> None:
-    """Without scheduler series the e2e and preview stacks skip exactly the queue
-    dashboard's queries (every one of them reads the scheduler's series only); with them,
-    nothing is skipped."""
+    """Without scheduler series the e2e stack skips exactly the queue dashboard's queries
+    (every one of them reads the scheduler's series only); with them, nothing is skipped."""
     from tests.e2e.scheduler_panels import waiting
 
     queries = [

@@ -6,10 +6,11 @@ errors) and MIG on two GPUs, all on its first node (a DGX H100, the one the node
 dashboard picks first), beside healthy nodes of three classes. Prometheus scrapes it
 with the mixin's recording and alert rules (time scaled as in tests/e2e), and every
 node's BMC through the fleet's management host (the `nvwatch-bmc` job), which the power
-& cooling dashboard and the node dashboard's BMC row read. Every panel of
-every dashboard must come back with data (the queue dashboard's wait for scheduler series
-the fleet does not export yet: tests/e2e/scheduler_panels.py), and every PNG must decode
-to a picture of the dashboard's size.
+& cooling dashboard and the node dashboard's BMC row read. A simulated Slurm queue runs
+over the fleet (more GPU work offered than it has GPUs, so jobs wait), and the fleet's
+Slurm controller agent reads it with the real scheduler source: the queue & fairness
+dashboard's series. Every panel of every dashboard must come back with data, and every
+PNG must decode to a picture of the dashboard's size.
 
 NVWATCH_UPDATE_PREVIEWS=1 also writes the PNGs to docs/dashboards/ (the README shows
 them).
@@ -18,12 +19,10 @@ them).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,10 +32,10 @@ from nvwatch.dashboards.build import build_all
 from nvwatch.dashboards.preview import PanelResult, Prometheus, preview
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import FleetJob
+from nvwatch.sim.fleet_queue import QueueSpec
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.conftest import SCRAPE_INTERVAL, TIME_SCALE, mixin_config
-from tests.e2e.scheduler_panels import scheduler_exported, waiting
 from tests.e2e.stack import HOST, Receiver, Stack, wait_for
 
 # the fleet's faults take a minute and more to show; six dashboards take a while to draw
@@ -65,6 +64,8 @@ JOBS = [
     FleetJob(FAULTY, (0, 1, 2, 3), "1001", "alice", "physics"),
     FleetJob(1, None, "1002", "bob", "ml"),
 ]
+# the queue: GPU work offered at 1.2 times the fleet's GPUs, so some jobs always wait
+QUEUE = QueueSpec(1.2)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         hold_time=True,
         mig=MIG,
         jobs=JOBS,
+        queue=QUEUE,
     )
     result = Stack(workdir, fleet, Receiver())
     # no Alertmanager: the dashboards read ALERTS, which Prometheus keeps by itself
@@ -96,7 +98,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL, bmc=True)
         wait_for(
             "every agent scraped",
-            lambda: result.query(f'count(up{{job="nvwatch"}} == 1) == {len(PROFILES)}'),
+            # the nodes' agents and the Slurm controller's
+            lambda: result.query(f'count(up{{job="nvwatch"}} == 1) == {len(PROFILES) + 1}'),
             60,
         )
         fleet.run_time()
@@ -127,25 +130,6 @@ def _decoded_size(path: Path) -> tuple[int, int]:
     return pixels.shape[1], pixels.shape[0]
 
 
-def _waiting_panels(dashboards: dict[str, dict[str, Any]], stack: Stack) -> set[str]:
-    """`dashboard: panel` of the panels whose every query waits for scheduler series."""
-    config = mixin_config()
-    exported = scheduler_exported(stack.query, config)
-    queries = [
-        (name, panel["title"], target["expr"])
-        for name, dashboard in dashboards.items()
-        for panel in dashboard["panels"]
-        for target in panel["targets"]
-    ]
-    waits = waiting(queries, config, exported)
-    return {
-        f"{name}: {panel['title']}"
-        for name, dashboard in dashboards.items()
-        for panel in dashboard["panels"]
-        if all((name, panel["title"], t["expr"]) in waits for t in panel["targets"])
-    }
-
-
 def test_every_panel_of_every_dashboard_has_data(stack: Stack, tmp_path: Path) -> None:
     dashboards = build_all(mixin_config())
     drawn = preview(
@@ -153,8 +137,7 @@ def test_every_panel_of_every_dashboard_has_data(stack: Stack, tmp_path: Path) -
     )
     assert set(drawn) == set(dashboards)
     empty = [f"{name}: {p.title}" for name, panels in drawn.items() for p in panels if p.empty]
-    waiting = _waiting_panels(dashboards, stack)
-    assert [e for e in empty if e not in waiting] == [], "panels with no data"
+    assert empty == [], "panels with no data"
     for name, panels in drawn.items():
         assert len(panels) == sum(1 for p in dashboards[name]["panels"] if p["type"] != "row")
         png = tmp_path / (Path(name).stem + ".png")
@@ -176,21 +159,10 @@ def _faulty_node_is_drawn(panel: PanelResult) -> None:
 def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nvwatch.agent.cli import main
 
-    args = ["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out",
-            str(tmp_path), "--range", "5m", "--scrape-interval", "5s", "--var",
-            "instance=dgx-000", "--strict"]  # fmt: skip
-    waiting = _waiting_panels(build_all(mixin_config()), stack)
-    if waiting:
-        # --strict fails on the panels that wait for scheduler series, and on no other
-        with pytest.raises(SystemExit) as exit_info:
-            main(args)
-        assert exit_info.value.code == 1
-    else:
-        main(args)
-    captured = capsys.readouterr()
-    empty = re.findall(r"^(\S+): no data in panel '(.*)'$", captured.err, re.M)
-    assert {f"{name}: {title}" for name, title in empty} == waiting
-    out = captured.out.split()
+    main(["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out", str(tmp_path),
+          "--range", "5m", "--scrape-interval", "5s", "--var", "instance=dgx-000",
+          "--strict"])  # fmt: skip
+    out = capsys.readouterr().out.split()
     assert sorted(Path(p).name for p in out) == sorted(
         Path(n).stem + ".png" for n in build_all(mixin_config())
     )
