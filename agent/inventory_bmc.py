@@ -25,14 +25,13 @@ from typing import Any
 import yaml
 
 from nvwatch.agent.inventory import InventoryNode, bmc_address, plain_name, write_json_atomic
+from nvwatch.agent.sources.bmc.reading import DEFAULT_MODULE
 from nvwatch.common.yaml_safe import ConfigError, shown
 
 BMC_JOB = "nvwatch-bmc"  # the mixin's default bmc_job_selector
 BMC_FILE_PREFIX = "bmc-"
 SCRAPE_FILE = "nvwatch-bmc.scrape.yml"
 PROBE_PATH = "/probe"
-# ipmi_exporter's name for the module a target without one uses
-DEFAULT_MODULE = "default"
 
 
 def probe_address(value: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 
 from nvwatch.agent.sources.bmc.reading import (
     DEFAULT_IPMI_PORT,
+    DEFAULT_MODULE,
     BmcError,
     BmcReading,
     Module,
@@ -30,7 +31,7 @@ NO_ANSWER_WAIT_CAP_S = 1.0
 # the module a simulated node's or fleet's /probe uses when no --bmc-config names one:
 # every sensor and DCMI power; the inlet of a vendor that gives it no entity by its name
 SIMULATED_MODULE = Module(
-    name="default",
+    name=DEFAULT_MODULE,
     user="admin",
     password="admin",
     privilege="admin",

@@ -10,12 +10,12 @@ import click
 from nvwatch.agent.cli.options import option
 from nvwatch.agent.inventory import DEFAULT_PORT, load_inventory, write_file_sd
 from nvwatch.agent.inventory_bmc import (
-    DEFAULT_MODULE,
     check_probe,
     module_name,
     probe_address,
     write_bmc,
 )
+from nvwatch.agent.sources.bmc.reading import DEFAULT_MODULE
 from nvwatch.common.outputs import output_directory, writing
 
 

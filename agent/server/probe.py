@@ -24,6 +24,7 @@ from nvwatch.agent.server.request import Request
 from nvwatch.agent.server.responses import Response, refusal
 from nvwatch.agent.sources.bmc.reading import (
     DEFAULT_IPMI_PORT,
+    DEFAULT_MODULE,
     BmcError,
     BmcReader,
     BmcReading,
@@ -35,7 +36,6 @@ from nvwatch.agent.threads import thread_pool
 log = logging.getLogger(__name__)
 
 PROBE_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DEFAULT_MODULE = "default"  # ipmi_exporter's name for the module a probe without one uses
 DEFAULT_CACHE_S = 5.0
 # a BMC that does not answer holds a worker until its module's timeout: this many of them
 # at once before a healthy BMC's read waits for a worker (a blocked thread costs a stack)

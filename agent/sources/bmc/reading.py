@@ -59,6 +59,8 @@ class BmcError(Exception):
 
 
 DEFAULT_IPMI_PORT = 623  # RMCP's UDP port
+# ipmi_exporter's name for the module a probe that names none uses
+DEFAULT_MODULE = "default"
 # Exhaust air has no IPMI entity id: vendors name it ("Exhaust Temp", "Outlet Temp")
 DEFAULT_EXHAUST_PATTERN = r"(?i)exhaust|outlet"
 
