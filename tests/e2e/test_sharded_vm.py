@@ -148,17 +148,20 @@ def test_each_fault_pages_through_vmalert(sharded: Sharded) -> None:
     try:
         wait_for("every fault's alert via vmalert", all_arrived, ALERT_DEADLINE_S, every=1)
     except AssertionError as exc:
-        missing = {f.alert for f in SHARDED_FAULTS} - arrived
-        seen = 'max_over_time(ALERTS{cluster="faults"}[10m])'
-        on_vm = sorted(
-            {(a["metric"]["alertname"], a["metric"]["alertstate"]) for a in sharded.query(seen)}
-        )
-        on_prom = sorted(
-            {(a["metric"]["alertname"], a["metric"]["alertstate"]) for a in stack.query(seen)}
-        )
+        missing = sorted({f.alert for f in SHARDED_FAULTS} - arrived)
+        names = "|".join(missing)
+        seen = f'max_over_time(ALERTS{{cluster="faults", alertname=~"{names}"}}[10m])'
+        on_vm = [a["metric"] for a in sharded.query(seen)]
+        on_prom = [a["metric"] for a in stack.query(seen)]
+        # what Alertmanager did send of them, firing or resolved, and when
+        notified = [
+            (a.get("status"), _labels(a.get("labels", {})), a.get("startsAt"), a.get("endsAt"))
+            for a in stack.receiver.received()
+            if a.get("labels", {}).get("alertname") in missing
+        ]
         raise AssertionError(
-            f"{exc}: not delivered: {sorted(missing)}; alerts seen on VictoriaMetrics "
-            f"{on_vm}, on Prometheus {on_prom}"
+            f"{exc}: not delivered: {missing}; seen on VictoriaMetrics {on_vm}, "
+            f"on Prometheus {on_prom}; notifications of them: {notified}"
         ) from None
     firing = stack.receiver.firing()
     healthy = [a["labels"] for a in firing if a["labels"].get("cluster") == "healthy"]
