@@ -32,13 +32,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvwatch.common.durations import parse_duration
+from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_truth_bmc import quantile
 from nvwatch.sim.queue_jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
 from nvwatch.sim.queue_state import QueueState
 
 UNMET = (RESOURCES, PRIORITY)
-IDLE_WAIT_S = 3600.0  # a job waiting this long beside idle GPUs is "idle while waiting"
+# a job waiting this long beside idle GPUs is "idle while waiting": the mixin's own
+# threshold (scheduler_wait_while_idle), which the report reads from its config
+IDLE_WAIT_S = parse_duration(MixinConfig().scheduler_wait_while_idle, "scheduler_wait_while_idle")
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 HOUR_S = 3600.0
 
