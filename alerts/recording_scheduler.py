@@ -44,19 +44,23 @@ def state(name: str) -> str:
     return f'state="{name}"'
 
 
-def _per_partition(cfg: MixinConfig, by: str, series: str) -> str:
+def per_partition(cfg: MixinConfig, by: str, series: str) -> str:
     """`series` summed per agent by `by`, then the larger of the agents' sums."""
     agent = f"{by}, {cfg.instance_label}"
     return f"max by ({by}) (sum by ({agent}) ({series}))"
 
 
-def unmet(cfg: MixinConfig) -> str:
+def unmet(cfg: MixinConfig, *matchers: str) -> str:
     """GPUs wanted by jobs waiting for GPUs beyond the partition's idle GPUs; 0 for
-    every partition with GPUs where that is nothing."""
-    s = cfg.sel
+    every partition with GPUs where that is nothing. `matchers` narrow every selector
+    (the report's cluster)."""
+
+    def s(*own: str) -> str:
+        return cfg.sel(*own, *matchers)
+
     by = f"{cfg.cluster_label}, partition"
     pending = "nvwatch_scheduler_pending_gpus" + s(FOR_GPUS)
-    wanted = _per_partition(cfg, by, pending)
+    wanted = per_partition(cfg, by, pending)
     idle = f"max by ({by}) (nvwatch_scheduler_gpus{s(state('idle'))})"
     return f"clamp_min(\n  {wanted}\n  - on ({by})\n  {idle},\n  0\n)\nor {idle} * 0"
 
@@ -80,7 +84,7 @@ def scheduler_group(cfg: MixinConfig) -> RecordingGroup:
         ),
         RecordingRule(
             PENDING,
-            _per_partition(
+            per_partition(
                 cfg, f"{c}, partition, reason", f"nvwatch_scheduler_pending_gpus{cfg.sel()}"
             ),
         ),
@@ -107,8 +111,8 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         f"| `{PENDING}` | {c}, `partition`, `reason` | GPUs pending jobs ask for, over "
         "all accounts, by reason class |",
         f"| `{UNMET}` | {c}, `partition` | GPUs jobs waiting for GPUs (reasons resources "
-        "and priority) ask for beyond the partition's idle GPUs: how many more it needs now to start them all (0 when "
-        "none) |",
+        "and priority) ask for beyond the partition's idle GPUs: how many more it needs "
+        "now to start them all (0 when none) |",
         "",
         "A partition's demand is the GPUs its jobs hold plus those its jobs waiting to "
         "start ask for (held jobs and jobs waiting on another job left out); its "
