@@ -1,4 +1,4 @@
-"""The executive summary: three to five sentences with the numbers that matter and what to do.
+"""The executive summary: three to six sentences with the numbers that matter and what to do.
 
 Each sentence is a section's most important finding, in the order a capacity review
 reads them: is the fleet used, is it short of GPUs for its queue (or are GPUs idle while
@@ -18,7 +18,9 @@ from nvwatch.agent.report import units
 from nvwatch.agent.report.model import Section
 from nvwatch.agent.report.sections.cooling import QUIET as COOLING_QUIET
 
-MAX_SENTENCES = 5
+# six: the queue's verdict joined the five findings a review reads first (used, power,
+# heat, fabric, broken) rather than pushing one of them out
+MAX_SENTENCES = 6
 # Below this share of expected samples the numbers may mislead: the summary says so.
 POOR_COVERAGE = 0.9
 # findings that say "nothing found": not worth a place in the summary

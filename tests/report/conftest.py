@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from nvwatch.agent.cli import cli
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
-from tests.report import synthetic
+from tests.report import synthetic, synthetic_queue
 
 HOST = "127.0.0.1"
 EXAMPLE_CONFIG = Path(__file__).parents[2] / "deploy" / "mixin.example.yaml"
@@ -34,6 +34,7 @@ EXAMPLE_CONFIG = Path(__file__).parents[2] / "deploy" / "mixin.example.yaml"
 class Backfill:
     tsdb: Path
     history: synthetic.History
+    queue: synthetic_queue.Queue
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
     promtool = require_tool("promtool")
     work = tmp_path_factory.mktemp("backfill")
     history = synthetic.build()
+    queue = synthetic_queue.build_queue()
+    synthetic_queue.add_scheduler_series(history, queue)
     tsdb = work / "tsdb"
     openmetrics = work / "history.om"
     synthetic.write_openmetrics(history, openmetrics)
@@ -83,7 +86,7 @@ def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
         timeout=300,
     )
     openmetrics.unlink()
-    return Backfill(tsdb, history)
+    return Backfill(tsdb, history, queue)
 
 
 @contextlib.contextmanager

@@ -134,7 +134,7 @@ def _partitions(ctx: Context) -> list[PartitionDemand]:
             unmet_peak=stats.peak(peak.get(key, missing)),
             above_hours=ctx.hours(above_row),
             above_share=stats.mean(above_row),
-            worst_week=ctx.window.week_label(worst) if weekly else "",
+            worst_week=ctx.window.week_label(worst) if _num(worst_share) > 0 else "",
             worst_week_share=worst_share,
             idle_waiting_hours=wait_hours,
             idle_gpu_hours_waiting=ctx.hours(idle_waiting.get(key, missing)),
