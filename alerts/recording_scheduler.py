@@ -8,11 +8,14 @@ partition only. Two agents may read the same Slurm for a while (the source movin
 another host); each then reports the same numbers, so the rules take the larger of the
 agents' figures (`max by` over each agent's own sum) rather than adding them up.
 
-Unmet demand is what a capacity review asks: the GPUs that jobs waiting for resources
-ask for beyond the GPUs the partition has idle, i.e. how many more GPUs it would need
-now to start them all. Jobs that wait for resources while as many GPUs sit idle are not
-short of GPUs: the idle ones are on the wrong nodes for them (fragmentation), which the
-alert NvwatchSchedulerJobsWaitingWhileGpusIdle is about.
+Unmet demand is what a capacity review asks: the GPUs that jobs waiting for GPUs ask for
+beyond the GPUs the partition has idle, i.e. how many more GPUs it would need now to
+start them all. Waiting for GPUs is Slurm's reason Resources or Priority: Slurm gives
+Resources only to the jobs at the head of the queue, the ones it tried to place, and
+Priority to every job behind them, so on a full cluster most of the demand reads
+Priority. Jobs that wait while as many GPUs sit idle are not short of GPUs: the idle
+ones are on the wrong nodes for them (fragmentation), which the alert
+NvwatchSchedulerJobsWaitingWhileGpusIdle is about.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ UNMET = "partition:nvwatch_scheduler_gpus:unmet"
 # Pending GPUs that want to start now: not held, not waiting on another job (the
 # reasons resources, priority, limits and other).
 WAITING = 'reason!~"held|dependency"'
+# Pending GPUs waiting for GPUs to free up (see the module docstring).
+FOR_GPUS = 'reason=~"resources|priority"'
 # The capacity signal samples unmet demand once an hour: it counts hours of a week.
 HOUR = "1h"
 
@@ -39,19 +44,23 @@ def state(name: str) -> str:
     return f'state="{name}"'
 
 
-def _per_partition(cfg: MixinConfig, by: str, series: str) -> str:
+def per_partition(cfg: MixinConfig, by: str, series: str) -> str:
     """`series` summed per agent by `by`, then the larger of the agents' sums."""
     agent = f"{by}, {cfg.instance_label}"
     return f"max by ({by}) (sum by ({agent}) ({series}))"
 
 
-def unmet(cfg: MixinConfig) -> str:
-    """GPUs wanted by jobs waiting for resources beyond the partition's idle GPUs; 0 for
-    every partition with GPUs where that is nothing."""
-    s = cfg.sel
+def unmet(cfg: MixinConfig, *matchers: str) -> str:
+    """GPUs wanted by jobs waiting for GPUs beyond the partition's idle GPUs; 0 for
+    every partition with GPUs where that is nothing. `matchers` narrow every selector
+    (the report's cluster)."""
+
+    def s(*own: str) -> str:
+        return cfg.sel(*own, *matchers)
+
     by = f"{cfg.cluster_label}, partition"
-    pending = "nvwatch_scheduler_pending_gpus" + s(reason("resources"))
-    wanted = _per_partition(cfg, by, pending)
+    pending = "nvwatch_scheduler_pending_gpus" + s(FOR_GPUS)
+    wanted = per_partition(cfg, by, pending)
     idle = f"max by ({by}) (nvwatch_scheduler_gpus{s(state('idle'))})"
     return f"clamp_min(\n  {wanted}\n  - on ({by})\n  {idle},\n  0\n)\nor {idle} * 0"
 
@@ -75,7 +84,7 @@ def scheduler_group(cfg: MixinConfig) -> RecordingGroup:
         ),
         RecordingRule(
             PENDING,
-            _per_partition(
+            per_partition(
                 cfg, f"{c}, partition, reason", f"nvwatch_scheduler_pending_gpus{cfg.sel()}"
             ),
         ),
@@ -101,9 +110,9 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "idle or unavailable (a node in several partitions counts in each) |",
         f"| `{PENDING}` | {c}, `partition`, `reason` | GPUs pending jobs ask for, over "
         "all accounts, by reason class |",
-        f"| `{UNMET}` | {c}, `partition` | GPUs jobs waiting for resources ask for beyond "
-        "the partition's idle GPUs: how many more it needs now to start them all (0 when "
-        "none) |",
+        f"| `{UNMET}` | {c}, `partition` | GPUs jobs waiting for GPUs (reasons resources "
+        "and priority) ask for beyond the partition's idle GPUs: how many more it needs "
+        "now to start them all (0 when none) |",
         "",
         "A partition's demand is the GPUs its jobs hold plus those its jobs waiting to "
         "start ask for (held jobs and jobs waiting on another job left out); its "

@@ -77,7 +77,8 @@ def _now(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "bargauge",
         "Unmet GPU demand now, per partition",
-        "GPUs that jobs waiting for resources ask for beyond the partition's idle GPUs: "
+        "GPUs that jobs waiting for GPUs (reasons resources and priority) ask for beyond "
+        "the partition's idle GPUs: "
         "how many more GPUs it would need right now to start them all. 0 with jobs "
         "waiting means the idle GPUs are on the wrong nodes for them (fragmentation) or "
         "a limit holds them, not a lack of GPUs.",
@@ -151,7 +152,8 @@ def _demand(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "timeseries",
         "Unmet demand per partition",
-        "GPUs jobs waiting for resources ask for beyond the partition's idle GPUs, over "
+        "GPUs jobs waiting for GPUs (resources, priority) ask for beyond the partition's "
+        "idle GPUs, over "
         "time: the peaks and the typical level are what a purchase would have to cover.",
         "none",
         [Q(_recorded(cfg, UNMET), partition)],

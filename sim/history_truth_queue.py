@@ -4,10 +4,13 @@ Taken from the queue's state at each sample written (the same figures the series
 each sample standing for the step before it, over the window (start, end], as the rest
 of the truth (history_truth.py). Per partition:
 
-- `unmet_gpus`: GPUs of pending jobs waiting for GPUs (reasons resources and priority;
-  no series is 0): its peak, its median over every sample (`typical`) and its mean;
-- `demand_above_capacity_share`: the share of samples whose unmet GPUs outnumber the
-  idle ones (demand = allocated + unmet, capacity = allocated + idle), and its hours;
+- `waiting_gpus`: GPUs of pending jobs waiting for GPUs (reasons resources and priority;
+  no series is 0), and `unmet_gpus`: those beyond the partition's idle GPUs (how many
+  more it would need to start them all, the mixin's recorded unmet demand): each one's
+  peak, its median over every sample (`typical`) and its mean;
+- `demand_above_capacity_share`: the share of samples with unmet GPUs (the waiting GPUs
+  outnumber the idle ones: demand = allocated + waiting above capacity = allocated +
+  idle), and its hours;
 - `idle_while_waiting_hours` and `idle_gpu_hours_while_waiting`: samples with idle GPUs
   while a job has waited (resources, priority or limits) for IDLE_WAIT_S or more;
 - `wait_seconds`: percentiles of the queue waits of the jobs started in the window, as
@@ -30,13 +33,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvwatch.common.durations import parse_duration
+from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_truth_bmc import quantile
 from nvwatch.sim.queue_jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
 from nvwatch.sim.queue_state import QueueState, WaitHistogram
 
 UNMET = (RESOURCES, PRIORITY)
-IDLE_WAIT_S = 3600.0  # a job waiting this long beside idle GPUs is "idle while waiting"
+# a job waiting this long beside idle GPUs is "idle while waiting": the mixin's own
+# threshold (scheduler_wait_while_idle), which the report reads from its config
+IDLE_WAIT_S = parse_duration(MixinConfig().scheduler_wait_while_idle, "scheduler_wait_while_idle")
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 HOUR_S = 3600.0
 
@@ -44,6 +51,7 @@ HOUR_S = 3600.0
 @dataclass
 class PartitionTally:
     gpus: int = 0
+    waiting: array[float] = field(default_factory=lambda: array("d"))
     unmet: array[float] = field(default_factory=lambda: array("d"))
     above_s: float = 0.0
     idle_waiting_s: float = 0.0
@@ -95,12 +103,14 @@ class QueueTruth:
 
     @staticmethod
     def _tally(tally: PartitionTally, state: QueueState, partition: str, step: float) -> None:
-        unmet = state.pending_in(partition, UNMET)
+        waiting_for_gpus = state.pending_in(partition, UNMET)
         idle = state.gpus[partition, "idle"]
+        unmet = max(waiting_for_gpus - idle, 0)
+        tally.waiting.append(waiting_for_gpus)
         tally.unmet.append(unmet)
         tally.allocated_gpu_s += state.gpus[partition, "allocated"] * step
         tally.limits_gpu_s += state.pending_in(partition, (LIMITS,)) * step
-        if unmet > idle:
+        if unmet > 0:
             tally.above_s += step
         waiting = state.pending_in(partition, WAITING)
         if idle and waiting and state.oldest_pending_s.get(partition, 0.0) >= IDLE_WAIT_S:
@@ -187,15 +197,22 @@ class QueueTruth:
 
 
 def _demand_json(tally: PartitionTally, span_s: float) -> dict[str, Any]:
-    unmet = sorted(tally.unmet)
     return {
-        "unmet_gpus_peak": unmet[-1] if unmet else 0.0,
-        "unmet_gpus_typical": quantile(0.5, unmet) or 0.0,
-        "unmet_gpus_mean": sum(unmet) / len(unmet) if unmet else 0.0,
+        **_spread("waiting_gpus", tally.waiting),
+        **_spread("unmet_gpus", tally.unmet),
         "demand_above_capacity_hours": tally.above_s / HOUR_S,
         "demand_above_capacity_share": tally.above_s / span_s if span_s > 0 else 0.0,
         "idle_while_waiting_hours": tally.idle_waiting_s / HOUR_S,
         "idle_gpu_hours_while_waiting": tally.idle_gpu_s_waiting / HOUR_S,
+    }
+
+
+def _spread(name: str, values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        f"{name}_peak": ordered[-1] if ordered else 0.0,
+        f"{name}_typical": quantile(0.5, ordered) or 0.0,
+        f"{name}_mean": sum(ordered) / len(ordered) if ordered else 0.0,
     }
 
 

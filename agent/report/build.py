@@ -17,7 +17,9 @@ from nvwatch.agent.report.output import write_report
 from nvwatch.agent.report.prom import Connection, PrometheusClient
 from nvwatch.agent.report.queries import build_queries
 from nvwatch.agent.report.queries_bmc import bmc_queries
+from nvwatch.agent.report.queries_scheduler import scheduler_queries
 from nvwatch.agent.report.sections.cooling import cooling
+from nvwatch.agent.report.sections.demand import demand
 from nvwatch.agent.report.sections.fabric import fabric
 from nvwatch.agent.report.sections.health import health
 from nvwatch.agent.report.sections.power import power
@@ -56,6 +58,7 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
     queries = [
         *build_queries(options.config, window, options.cluster),
         *bmc_queries(options.config, window, options.cluster),
+        *scheduler_queries(options.config, window, options.cluster),
     ]
     frames = fetch_all(client, queries, window, progress)
     if not len(frames["gpu_up"]):
@@ -78,6 +81,7 @@ def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
     sections = [
         utilization(ctx, allocs),
         usage(ctx, allocs),
+        demand(ctx),
         power(ctx),
         thermal(ctx),
         cooling(ctx),

@@ -47,6 +47,21 @@ hours = _formatter(lambda v: _large(v, "h"))
 count = _formatter(lambda v: f"{v:,.0f}")
 rpm = _formatter(lambda v: f"{v:,.0f} rpm")  # a fan's speed
 
+
+def _duration(seconds: float) -> str:
+    """A wait as people say it: '45 s', '12 min', '3.5 h', '2.1 d'."""
+    for size, unit in ((86400.0, "d"), (3600.0, "h"), (60.0, "min")):
+        if abs(seconds) >= size:
+            return (
+                f"{seconds / size:.2g} {unit}"
+                if seconds < 10 * size
+                else f"{seconds / size:.0f} {unit}"
+            )
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+duration = _formatter(_duration)
+
 # unit name (as plots and tables declare it) -> formatter
 FORMATTERS: dict[str, Callable[[float | None], str]] = {
     "W": watts,
@@ -58,6 +73,7 @@ FORMATTERS: dict[str, Callable[[float | None], str]] = {
     "h": hours,
     "count": count,
     "rpm": rpm,
+    "s": duration,
 }
 
 

@@ -184,7 +184,8 @@ def short_of_gpus(cfg: MixinConfig) -> Alert:
         Runbook(
             "In more than the configured share (`scheduler_short_of_gpus_fraction`) of "
             f"the hours of the last {window} (`scheduler_capacity_window`), jobs of the "
-            "partition waiting for resources asked for more GPUs than it had idle "
+            "partition waiting for GPUs (Slurm's reasons Resources and Priority) asked "
+            "for more GPUs than it had idle "
             "(recorded as partition:nvwatch_scheduler_gpus:unmet, sampled on the hour; "
             "an hour without a reading counts as not short). Demand has been above the "
             "partition's capacity for most of the window: a question for the capacity "

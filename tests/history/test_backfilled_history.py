@@ -314,13 +314,14 @@ def test_scheduler_demand_and_fairness_as_promql_reads_them(
     truth's demand, waits and GPU-hours."""
     h = history_prometheus
     sched, step = h.truth["scheduler"], int(h.step)
-    unmet = (
+    wanted = (
         "(sum by (partition) (nvwatch_scheduler_pending_gpus{reason=~'resources|priority'})"
         " or 0 * sum by (partition) (nvwatch_scheduler_gpus{state='idle'}))"
     )
     idle = "sum by (partition) (nvwatch_scheduler_gpus{state='idle'})"
+    unmet = f"clamp_min({wanted} - {idle}, 0)"
     peak = h.query(f"max_over_time({unmet}[{h.range}:{step}s])")
-    above = h.query(f"avg_over_time(({unmet} > bool {idle})[{h.range}:{step}s])")
+    above = h.query(f"avg_over_time(({wanted} > bool {idle})[{h.range}:{step}s])")
     typical = h.query(f"quantile_over_time(0.5, {unmet}[{h.range}:{step}s])")
     waits = "nvwatch_scheduler_wait_seconds_bucket"
     increase = f"sum by (partition, le) ({waits} - {waits} offset {h.range})"

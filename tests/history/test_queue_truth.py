@@ -165,16 +165,18 @@ def test_partitions_demand_and_waits_recomputed_from_the_file(month: Month) -> N
     oldest, buckets = last[f"{PREFIX}oldest_pending_seconds"], last[f"{PREFIX}wait_seconds_bucket"]
     for row in sched["partitions"]:
         name = row["partition"]
-        unmet = _series(pending, partition=name, reason__in=UNMET)
+        for_gpus = _series(pending, partition=name, reason__in=UNMET)
         waiting = _series(pending, partition=name, reason__in=WAITING)
         idle = _series(gpus, partition=name, state="idle")
         allocated = _series(gpus, partition=name, state="allocated")
         ages = _series(oldest, partition=name)
-        values = [unmet.get(t, 0.0) for t in window]  # no series: nothing pending
-        assert row["unmet_gpus_peak"] == max(values)
-        assert row["unmet_gpus_typical"] == statistics.median(values)
-        assert row["unmet_gpus_mean"] == pytest.approx(statistics.fmean(values))
-        above = sum(1 for t in window if unmet.get(t, 0.0) > idle[t])
+        wanted = [for_gpus.get(t, 0.0) for t in window]  # no series: nothing pending
+        unmet = [max(w - idle[t], 0.0) for w, t in zip(wanted, window, strict=True)]
+        for name_, values in (("waiting_gpus", wanted), ("unmet_gpus", unmet)):
+            assert row[f"{name_}_peak"] == max(values)
+            assert row[f"{name_}_typical"] == statistics.median(values)
+            assert row[f"{name_}_mean"] == pytest.approx(statistics.fmean(values))
+        above = sum(1 for t in window if for_gpus.get(t, 0.0) > idle[t])
         assert row["demand_above_capacity_share"] == pytest.approx(above / len(window))
         idle_waiting = [
             t for t in window
@@ -278,20 +280,22 @@ def test_the_backlog_week_has_demand_above_capacity(month: Month) -> None:
     last, _, truth = month
     episode = _episode(truth, "backlog")
     name = episode["partition"]
-    unmet = _series(last[f"{PREFIX}pending_gpus"], partition=name, reason__in=UNMET)
+    for_gpus = _series(last[f"{PREFIX}pending_gpus"], partition=name, reason__in=UNMET)
     idle = _series(last[f"{PREFIX}gpus"], partition=name, state="idle")
     inside = _window(truth, episode["start"], episode["end"])
     outside = [t for t in _window(truth) if t not in set(inside)]
     assert (episode["end"] - episode["start"]) == 7 * 86400
 
     def share(times: list[float]) -> float:
-        return sum(1 for t in times if unmet.get(t, 0.0) > idle[t]) / len(times)
+        return sum(1 for t in times if for_gpus.get(t, 0.0) > idle[t]) / len(times)
 
     measured = episode["measured"]
     assert measured["demand_above_capacity_share"] == pytest.approx(share(inside))
     assert measured["outside"]["demand_above_capacity_share"] == pytest.approx(share(outside))
     assert share(inside) >= 0.6 and share(inside) >= 2 * share(outside)
-    assert measured["unmet_gpus_peak"] == max(unmet.get(t, 0.0) for t in inside)
+    assert measured["waiting_gpus_peak"] == max(for_gpus.get(t, 0.0) for t in inside)
+    unmet = [max(for_gpus.get(t, 0.0) - idle[t], 0.0) for t in inside]
+    assert measured["unmet_gpus_peak"] == max(unmet) > 0
     # the other partitions with demand are not short of GPUs that week
     for row in truth["scheduler"]["partitions"]:
         if row["partition"] != name:

@@ -182,8 +182,11 @@ def _quantile(q: float, waits: tuple[float, ...]) -> float:
     raise AssertionError("the rank is past the last bucket")
 
 
-def _for_resources(partition: str) -> int:
-    return sum(g for (p, _, r), g in PENDING.items() if p == partition and r == "resources")
+def _waiting_for_gpus(partition: str) -> int:
+    """Slurm's Resources for the jobs at the head of the queue, Priority behind them."""
+    return sum(
+        g for (p, _, r), g in PENDING.items() if p == partition and r in ("resources", "priority")
+    )
 
 
 def _waiting(partition: str, account: str) -> int:
@@ -198,7 +201,7 @@ def _expected() -> dict[tuple[str, str], list[tuple[dict[str, str], float]]]:
     """(panel title, refId) -> the series the model says it shows."""
     c1 = {"cluster": "c1"}
     agent = {"cluster": "c1", "instance": "slurmctl"}
-    unmet = {n: max(0, _for_resources(n) - p.idle) for n, p in PARTITIONS.items()}
+    unmet = {n: max(0, _waiting_for_gpus(n) - p.idle) for n, p in PARTITIONS.items()}
     hours = RANGE_MINUTES / 60
     held = {a: hours * sum(g for (_, acc), g in IN_USE.items() if acc == a) for a in ACCOUNTS}
     out = {}

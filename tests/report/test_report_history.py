@@ -20,6 +20,7 @@ from nvwatch.agent.cli import cli
 from nvwatch.agent.report.air import GPU, NODE
 from nvwatch.agent.report.style import RACK_COLOURS
 from nvwatch.agent.report.window import WEEK_SECONDS
+from nvwatch.mixin import config as mixin_config
 from tests.history.backfill import HistoryPrometheus
 from tests.report.conftest import EXAMPLE_CONFIG
 
@@ -269,3 +270,105 @@ def test_a_slowdown_behind_a_stopped_fan_names_the_node(
         assert rows[(fan["node"], gpu)]["heat_source"] == NODE
     runaway = _episode(history_prometheus, "thermal-runaway")
     assert rows[(runaway["node"], str(runaway["gpu"]))]["heat_source"] == GPU
+
+
+def _scheduler_episode(history: HistoryPrometheus, kind: str) -> dict[str, Any]:
+    (episode,) = [e for e in history.truth["scheduler"]["episodes"] if e["kind"] == kind]
+    return episode
+
+
+def test_demand_per_partition_matches_the_queue_truth(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    """Unmet demand, hours above capacity, GPUs idle while jobs wait and the queue waits
+    of each partition against the simulated queue's own tally of the samples it wrote.
+    The report's window sits up to one step before the history's: integrals agree within
+    two steps' worth, percentiles within a few jobs' worth of rank."""
+    truth = history_prometheus.truth["scheduler"]
+    rows = {r["partition"]: r for r in _rows(history_report, "demand", "partitions")}
+    waits = {r["partition"]: r for r in _rows(history_report, "demand", "waits")}
+    assert set(rows) == set(waits) == {p["partition"] for p in truth["partitions"]}
+    hours = history_report["step_seconds"] / 3600 * 2
+    for expected in truth["partitions"]:
+        row, wait = rows[expected["partition"]], waits[expected["partition"]]
+        gpus = expected["gpus"]
+        assert row["gpus_in_service"] + row["gpus_unavailable"] == pytest.approx(gpus)
+        assert row["unmet_gpus_peak"] <= expected["unmet_gpus_peak"]
+        assert row["unmet_gpus_typical"] == expected["unmet_gpus_typical"]
+        assert row["unmet_gpus_mean"] == pytest.approx(
+            expected["unmet_gpus_mean"], abs=expected["unmet_gpus_peak"] * hours / 720
+        )
+        assert row["hours_above_capacity"] == pytest.approx(
+            expected["demand_above_capacity_hours"], abs=hours
+        )
+        assert row["idle_while_waiting_hours"] == pytest.approx(
+            expected["idle_while_waiting_hours"], abs=hours
+        )
+        assert row["idle_gpu_hours_while_waiting"] == pytest.approx(
+            expected["idle_gpu_hours_while_waiting"], abs=gpus * hours
+        )
+        assert wait["jobs_started"] == pytest.approx(expected["jobs_started"], rel=0.02, abs=2)
+        for key, value in expected["wait_seconds"].items():
+            got = wait[f"wait_{key}_seconds"]
+            assert got == (None if value is None else pytest.approx(value, rel=0.03)), key
+    # the backlog's peak lies well inside both windows
+    backlog = _scheduler_episode(history_prometheus, "backlog")
+    assert rows[backlog["partition"]]["unmet_gpus_peak"] == backlog["measured"]["unmet_gpus_peak"]
+
+
+def test_demand_verdicts_name_each_partitions_episode(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    """The backlog week's partition is short of GPUs; the one where a limit held jobs back
+    beside idle GPUs has GPUs idle while jobs wait; the one nobody submits to ran no GPU
+    job; the rest, whose truth allows neither, are right-sized. The executive summary
+    carries the sentence."""
+    truth = history_prometheus.truth["scheduler"]
+    config = mixin_config.load(EXAMPLE_CONFIG)
+    cfg_fraction, week_hours = config.scheduler_short_of_gpus_fraction, 7 * 24
+    backlog = _scheduler_episode(history_prometheus, "backlog")
+    limits = _scheduler_episode(history_prometheus, "limits")
+    assert backlog["measured"]["demand_above_capacity_share"] > cfg_fraction
+    verdicts = {r["partition"]: r["verdict"] for r in _rows(history_report, "demand", "partitions")}
+    assert verdicts[backlog["partition"]] == "short of GPUs"
+    assert limits["partition"] != backlog["partition"]
+    assert verdicts[limits["partition"]] == "GPUs idle while jobs wait"
+    hours = (history_report["end"] - history_report["start"]) / 3600
+    for row in truth["partitions"]:
+        name = row["partition"]
+        if name in (backlog["partition"], limits["partition"]):
+            continue
+        if row["allocated_gpu_hours"] == 0:
+            assert verdicts[name] == "no GPU jobs"
+            continue
+        # fewer hours above capacity than half a week, and idle-while-waiting under 5 %
+        assert row["demand_above_capacity_hours"] < cfg_fraction * week_hours
+        assert row["idle_while_waiting_hours"] < 0.05 * hours
+        assert verdicts[name] == "right-sized"
+    sentence = history_report["sections"]["demand"]["findings"][0]
+    assert sentence in history_report["summary"]
+    assert f"{backlog['partition']} was short of GPUs" in sentence
+    assert f"{limits['partition']} had GPUs idle while jobs waited" in sentence
+
+
+def test_gpu_hours_per_account_against_fair_share(
+    history_report: dict[str, Any], history_prometheus: HistoryPrometheus
+) -> None:
+    truth = history_prometheus.truth["scheduler"]
+    rows = {r["account"]: r for r in _rows(history_report, "demand", "accounts")}
+    assert set(rows) == {a["account"] for a in truth["accounts"]}
+    for expected in truth["accounts"]:
+        row = rows[expected["account"]]
+        assert row["gpu_hours"] == pytest.approx(expected["gpu_hours"], rel=0.01)
+        assert row["gpu_hours_share"] == pytest.approx(expected["gpu_hours_share"], abs=0.005)
+        assert row["shares_norm"] == pytest.approx(expected["shares_norm"])
+        assert row["usage_effective_end"] == pytest.approx(
+            expected["usage_effective_end"], rel=0.02
+        )
+        assert row["factor_end"] == pytest.approx(expected["factor_end"], rel=0.02)
+    over = _scheduler_episode(history_prometheus, "over-share")
+    fairness = history_report["sections"]["demand"]["findings"][1]
+    measured = over["measured"]
+    ratio = measured["gpu_hours_share"] / measured["shares_norm"]
+    assert fairness.startswith(f"Fair share: {over['account']} used ")
+    assert f"({ratio:.1f} times it)" in fairness
