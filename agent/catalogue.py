@@ -43,6 +43,7 @@ class Scope(str, Enum):
     SCHEDULER_DEMAND = "scheduler_demand"  # DemandSample, per partition and account
     SCHEDULER_USER = "scheduler_user"  # UserDemand, per partition and user (opt-in)
     SCHEDULER_ACCOUNT = "scheduler_account"  # AccountShare, per account (with accounting)
+    SCHEDULER_ACCOUNT_WAIT = "scheduler_account_wait"  # AccountWait, per account
     SOURCE = "source"  # SourceStatus of each source (agent.poller)
     AGENT = "agent"  # the poller's Snapshot
 
@@ -63,6 +64,7 @@ IDENTITY: dict[Scope, tuple[str, ...]] = {
     Scope.SCHEDULER_DEMAND: ("partition", "account"),
     Scope.SCHEDULER_USER: ("partition", "user"),
     Scope.SCHEDULER_ACCOUNT: ("account",),
+    Scope.SCHEDULER_ACCOUNT_WAIT: ("account",),
     Scope.SOURCE: ("source",),
     Scope.AGENT: (),
 }
@@ -84,6 +86,7 @@ SOURCE_OF: dict[Scope, str] = {
     Scope.SCHEDULER_DEMAND: "scheduler",
     Scope.SCHEDULER_USER: "scheduler",
     Scope.SCHEDULER_ACCOUNT: "scheduler",
+    Scope.SCHEDULER_ACCOUNT_WAIT: "scheduler",
     Scope.SOURCE: "agent",
     Scope.AGENT: "agent",
 }
@@ -1188,6 +1191,20 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
         Scope.SCHEDULER_PARTITION,
         _SQUEUE + ": start_time - eligible_time of each GPU job seen started (running or "
         "ended within MinJobAge) for the first time",
+        _each("wait.series"),
+        when=_NOT_SCHEDULER,
+    ),
+    MetricSpec(
+        "nvwatch_scheduler_account_wait_seconds",
+        _H,
+        "Queue wait of the GPU jobs that started since the source started, as "
+        "nvwatch_scheduler_wait_seconds counts them (the same jobs, buckets and sums), by "
+        'account: accounts beyond --scheduler-max-accounts are account="other", a job '
+        'without one account="none". An nvwatch extra beside the partition histogram: '
+        "one per cluster, accounts x 16 series (14 buckets, _count, _sum).",
+        Scope.SCHEDULER_ACCOUNT_WAIT,
+        _SQUEUE + ": start_time - eligible_time of each GPU job seen started (running or "
+        "ended within MinJobAge) for the first time, by its account",
         _each("wait.series"),
         when=_NOT_SCHEDULER,
     ),

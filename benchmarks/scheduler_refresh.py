@@ -11,7 +11,8 @@ some on either partition. Then refreshes the source `--refreshes` times and meas
 each: the controller RPCs it made (sdiag's counters before and after, and the time the
 controller says it spent on them), slurmctld's CPU time, the refresh's wall time, the
 CPU of the agent's process (parsing, tallying) and of the squeue and sinfo it ran, and
-the series the sample renders to, per partition and per partition and account.
+the series the sample renders to, per partition, per partition and account, and per
+account.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class Result:
     series: int
     series_per_partition: int  # series of a partition's own (capacity, waits)
     series_per_partition_account: int  # pending and GPU-seconds of one account in one
-    series_per_account: int  # fair share, with accounting
+    series_per_account: int  # the account's wait histogram (one per cluster)
+    series_per_account_accounting: int  # fair share, with accounting
     partitions: int
     accounts: int
     pairs: int  # (partition, account) pairs with series: seen pending or running there
@@ -183,21 +185,25 @@ def measure_refresh(cluster: Cluster, source: SchedulerSource) -> tuple[Refresh,
     return Refresh(rpcs, controller_ms, controller_cpu, wall, agent_cpu, children_cpu), sample
 
 
-def _series(sample: SchedulerSample) -> tuple[int, int, int]:
-    """(all series, those of one partition alone, those of one partition and account)."""
+def _series(sample: SchedulerSample) -> tuple[int, int, int, int]:
+    """(all series, those of one partition alone, those of one partition and account,
+    those of one account alone)."""
     total = 0
     own: dict[str, int] = {}
-    per_account: dict[tuple[str, str], int] = {}
+    per_pair: dict[tuple[str, str], int] = {}
+    per_account: dict[str, int] = {}
     for family in prepare("scheduler", sample):
         for series in family.samples:
             total += 1
             labels = series.labels
             if "account" in labels and "partition" in labels:
                 key = (labels["partition"], labels["account"])
-                per_account[key] = per_account.get(key, 0) + 1
+                per_pair[key] = per_pair.get(key, 0) + 1
             elif "partition" in labels and "user" not in labels:
                 own[labels["partition"]] = own.get(labels["partition"], 0) + 1
-    return total, max(own.values()), max(per_account.values())
+            elif "account" in labels:
+                per_account[labels["account"]] = per_account.get(labels["account"], 0) + 1
+    return total, max(own.values()), max(per_pair.values()), max(per_account.values())
 
 
 def measure(settings: Settings) -> Result:
@@ -232,7 +238,7 @@ def measure(settings: Settings) -> Result:
         squeue_bytes = len(cluster.run("squeue", "--json").encode())
         records = _count(cluster, "PD")
         assert sample is not None
-        total, per_partition, per_pair = _series(sample)
+        total, per_partition, per_pair, per_account = _series(sample)
         return Result(
             settings=settings,
             running=_count(cluster, "R"),
@@ -242,7 +248,8 @@ def measure(settings: Settings) -> Result:
             series=total,
             series_per_partition=per_partition,
             series_per_partition_account=per_pair,
-            series_per_account=3,
+            series_per_account=per_account,
+            series_per_account_accounting=3,
             partitions=len(sample.partitions),
             accounts=len({d.account for d in sample.demand}),
             pairs=len(sample.demand),
@@ -275,6 +282,7 @@ def _rows(result: Result) -> str:
 def section(result: Result) -> str:
     s = result.settings
     most = result.series_per_partition + 51 * result.series_per_partition_account
+    most_accounts = 51 * result.series_per_account
     return f"""{BEGIN}
 ## The scheduler source's refresh
 
@@ -302,8 +310,10 @@ number of RPCs does not grow with the jobs, only their size does. Series:
 {result.series_per_partition} per partition (GPUs by state 3, unavailable nodes 10,
 oldest wait 1, the wait histogram 16), {result.series_per_partition_account} per
 partition and account (6 pending classes, 1 GPU-seconds counter),
-{result.series_per_account} per account with accounting. At the default cap of 50
-accounts (the rest are "other") a partition costs at most {most} series.
+{result.series_per_account} per account (its wait histogram, one per cluster), and
+{result.series_per_account_accounting} more per account with accounting. At the default
+cap of 50 accounts (the rest are "other") a partition costs at most {most} series, and
+the accounts' wait histograms at most {most_accounts} for the cluster.
 {END}
 """
 

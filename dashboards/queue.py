@@ -3,8 +3,9 @@ for how long, and whether each account gets its share.
 
 It reads the series of the one agent of a cluster that runs `--sources scheduler` and
 the recording rules over them (alerts/recording_scheduler.py): capacity, demand and
-unmet demand per partition, queue waits, pending GPUs and GPU-hours per account, fair
-share (where the cluster runs accounting), nodes out of service. Queries that read the
+unmet demand per partition, queue waits per partition and per account, pending GPUs and
+GPU-hours per account, fair share (where the cluster runs accounting), nodes out of
+service. Queries that read the
 agent's own series keep its `instance` in every aggregation: one agent per cluster, so
 nothing is summed across hosts.
 """
@@ -26,6 +27,9 @@ from nvwatch.mixin.config import MixinConfig
 WAIT_WINDOW = "1h"
 WAIT_QUANTILES = (0.5, 0.9, 0.99)
 ALLOCATED = "nvwatch_scheduler_allocated_gpu_seconds_total"
+WAIT = "nvwatch_scheduler_wait_seconds_bucket"
+# per account, for the whole cluster: the account histogram has no partition label
+ACCOUNT_WAIT = "nvwatch_scheduler_account_wait_seconds_bucket"
 
 
 def _scope(cfg: MixinConfig) -> tuple[str, str]:
@@ -58,10 +62,14 @@ def _gpu_seconds(cfg: MixinConfig, window: str) -> str:
     return f"sum by ({_agent(cfg, 'account')}) (increase({_raw(cfg, ALLOCATED)}[{window}]))"
 
 
-def _wait_quantile(cfg: MixinConfig, quantile: float, window: str) -> str:
-    buckets = _raw(cfg, "nvwatch_scheduler_wait_seconds_bucket")
-    by = _agent(cfg, "partition", "le")
-    return f"histogram_quantile({quantile:g}, sum by ({by}) (increase({buckets}[{window}])))"
+def _wait_quantile(cfg: MixinConfig, quantile: float, window: str, by: str = "partition") -> str:
+    """A wait percentile per partition, or per account (over every partition)."""
+    if by == "partition":
+        buckets = _raw(cfg, WAIT)
+    else:
+        buckets = ACCOUNT_WAIT + cfg.sel(f'{cfg.cluster_label}=~"$cluster"')
+    labels = _agent(cfg, by, "le")
+    return f"histogram_quantile({quantile:g}, sum by ({labels}) (increase({buckets}[{window}])))"
 
 
 def _now(grid: Grid, cfg: MixinConfig) -> None:
@@ -176,15 +184,31 @@ def _state_and_reasons(grid: Grid, cfg: MixinConfig) -> None:
 
 
 def _waits(grid: Grid, cfg: MixinConfig) -> None:
+    _wait_panels(grid, cfg, "partition", "what the users of each partition experienced.")
+
+
+def _account_waits(grid: Grid, cfg: MixinConfig) -> None:
+    _wait_panels(
+        grid,
+        cfg,
+        "account",
+        "what each account's users experienced, in every partition (the partition "
+        "selection does not apply). Beside its share and use below: an account over its "
+        "share waits longer, as fair share means it to.",
+    )
+
+
+def _wait_panels(grid: Grid, cfg: MixinConfig, by: str, whose: str) -> None:
+    """Wait percentiles over time and in the range, per partition or per account."""
     grid.add(
         "timeseries",
-        f"Queue wait of GPU jobs started in the last {WAIT_WINDOW}, per partition",
+        f"Queue wait of GPU jobs started in the last {WAIT_WINDOW}, per {by}",
         "Percentiles of the time GPU jobs waited from eligible to start (submitted, "
         "released or their dependency met) until they started, over the jobs that "
         f"started in the {WAIT_WINDOW} before each point.",
         "s",
         [
-            Q(_wait_quantile(cfg, q, WAIT_WINDOW), f"{legend('partition')} p{q * 100:g}")
+            Q(_wait_quantile(cfg, q, WAIT_WINDOW, by), f"{legend(by)} p{q * 100:g}")
             for q in WAIT_QUANTILES[:2]
         ],
         min_=0,
@@ -192,18 +216,21 @@ def _waits(grid: Grid, cfg: MixinConfig) -> None:
     names = {f"Value #{chr(ord('A') + i)}": f"p{q * 100:g}" for i, q in enumerate(WAIT_QUANTILES)}
     grid.add(
         "table",
-        "Queue wait percentiles in the range, per partition",
+        f"Queue wait percentiles in the range, per {by}",
         "Percentiles of the queue wait of the GPU jobs that started in the dashboard's "
-        "range: what the users of each partition experienced.",
+        f"range: {whose}",
         "s",
-        [Q(_wait_quantile(cfg, q, "$__range"), instant=True, table=True) for q in WAIT_QUANTILES],
+        [
+            Q(_wait_quantile(cfg, q, "$__range", by), instant=True, table=True)
+            for q in WAIT_QUANTILES
+        ],
         transformations=_merged(cfg, names),
     )
 
 
 def _merged(cfg: MixinConfig, names: dict[str, str]) -> list[dict[str, Any]]:
-    """One row per partition from the table's instant queries, their values renamed; the
-    agent's job and host say nothing about a partition."""
+    """One row per partition (or account) from the table's instant queries, their values
+    renamed; the agent's job and host say nothing about either."""
     hidden = {"Time": True, "job": True, cfg.instance_label: True}
     return [
         {"id": "merge", "options": {}},
@@ -353,6 +380,7 @@ _PANELS: tuple[PanelRow, ...] = (
     _demand,
     _state_and_reasons,
     _waits,
+    _account_waits,
     _fairness,
     _accounts,
     _nodes,

@@ -36,7 +36,12 @@ from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_queue import build_queue
-from nvwatch.sim.history_scheduler import CONTROLLER, WAIT, HistogramPoint, SchedulerSeries
+from nvwatch.sim.history_scheduler import (
+    CONTROLLER,
+    WAIT_FAMILIES,
+    HistogramPoint,
+    SchedulerSeries,
+)
 from nvwatch.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history_truth import GroundTruth
 from nvwatch.sim.node import SimulatedNode, scratch_dir
@@ -96,7 +101,7 @@ class _Buffer:
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str], tuple[array[int], array[float]]] = {}
-        self.histograms: dict[str, list[tuple[int, HistogramPoint]]] = {}
+        self.histograms: dict[tuple[str, str], list[tuple[int, HistogramPoint]]] = {}
 
     def add(self, index: int, rows: list[Row]) -> None:
         for family, labels, value in rows:
@@ -107,12 +112,14 @@ class _Buffer:
             kept[1].append(value)
 
     def add_histogram(self, index: int, point: HistogramPoint) -> None:
-        self.histograms.setdefault(point.labels, []).append((index, point))
+        self.histograms.setdefault((point.family, point.labels), []).append((index, point))
 
     def write(self, writer: OpenMetricsWriter, stamps: list[str]) -> None:
         for family in FAMILIES:
-            if family == WAIT:
-                for labels, points in self.histograms.items():
+            if family in WAIT_FAMILIES:
+                for (name, labels), points in self.histograms.items():
+                    if name != family:
+                        continue
                     times = [stamps[i] for i, _ in points]
                     rest = [(p.buckets, p.count, p.total) for _, p in points]
                     bounds = points[0][1].bounds

@@ -6,10 +6,10 @@ The queue's state at each step (queue_model.QueueState) becomes the scheduler so
 own sample (agent/sources/scheduler/model.py) and goes through the exposition's readers
 of the catalogue's scheduler families, as a poll's would, into plain rows (no text
 rendered and parsed for every step of a month): every family, label and zero is the
-source's. The wait histogram's points come apart from the rows, for the writer to keep
-each point's buckets, count and sum together. tests/history/test_scheduler_rows.py runs
-the real source on the same queue's simulated squeue, sinfo and sshare and finds the
-same series.
+source's. The wait histograms' points (per partition, per account) come apart from the
+rows, for the writer to keep each point's buckets, count and sum together.
+tests/history/test_scheduler_rows.py runs the real source on the same queue's simulated
+squeue, sinfo and sshare and finds the same series.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from nvwatch.agent.sources.scheduler.classes import NODE_CLASSES, PENDING_CLASSE
 from nvwatch.agent.sources.scheduler.model import (
     GPU_STATES,
     AccountShare,
+    AccountWait,
     DemandSample,
     PartitionSample,
     SchedulerSample,
     WaitCounts,
 )
-from nvwatch.sim.queue_state import QueueState
+from nvwatch.sim.queue_state import QueueState, WaitHistogram
 
 CONTROLLER = "slurmctl"  # the controller host, whose agent runs the scheduler source
 JOB = "nvwatch"
@@ -41,11 +42,20 @@ SOURCE_UP = "nvwatch_agent_source_up"
 # the source's families a history holds (per-user series are off by default)
 _PLANS = plans(
     spec
-    for scope in (Scope.SCHEDULER_PARTITION, Scope.SCHEDULER_DEMAND, Scope.SCHEDULER_ACCOUNT)
+    for scope in (
+        Scope.SCHEDULER_PARTITION,
+        Scope.SCHEDULER_DEMAND,
+        Scope.SCHEDULER_ACCOUNT,
+        Scope.SCHEDULER_ACCOUNT_WAIT,
+    )
     for spec in of_scope(scope)
 )
 SCHEDULER_FAMILIES: tuple[str, ...] = tuple(spec.name for spec, _ in _PLANS)
-WAIT = next(spec.name for spec, _ in _PLANS if spec.type is MetricType.HISTOGRAM)
+# the histogram families: the partitions' waits (the contract's), then the accounts'
+WAIT_FAMILIES: tuple[str, ...] = tuple(
+    spec.name for spec, _ in _PLANS if spec.type is MetricType.HISTOGRAM
+)
+WAIT, ACCOUNT_WAIT = WAIT_FAMILIES
 # what the controller's agent adds to a history, beside `up`
 CONTROLLER_FAMILIES = (SOURCE_UP, *SCHEDULER_FAMILIES)
 
@@ -54,9 +64,11 @@ Row = tuple[str, str, float]  # family (sample name), rendered labels, value
 
 @dataclass(frozen=True)
 class HistogramPoint:
-    """One partition's wait histogram at one step: its labels rendered without the closing
-    brace (`le` follows), the cumulative count per finite bound, the count and the sum."""
+    """One partition's or account's wait histogram at one step: its family, its labels
+    rendered without the closing brace (`le` follows), the cumulative count per finite
+    bound, the count and the sum."""
 
+    family: str
     labels: str
     bounds: tuple[float, ...]
     buckets: tuple[int, ...]
@@ -72,9 +84,13 @@ def scheduler_sample(state: QueueState) -> SchedulerSample:
             gpus={s: state.gpus[name, s] for s in GPU_STATES},
             nodes_unavailable={c: state.nodes_unavailable.get((name, c), 0) for c in NODE_CLASSES},
             oldest_pending_seconds=state.oldest_pending_s[name],
-            wait=WaitCounts((*waits.bounds, math.inf), (*waits.counts, waits.count), waits.total),
+            wait=_counts(waits),
         )
         for name, waits in sorted(state.waits.items())
+    )
+    account_waits = tuple(
+        AccountWait(account, _counts(waits))
+        for account, waits in sorted(state.account_waits.items())
     )
     demand = tuple(
         DemandSample(
@@ -91,7 +107,11 @@ def scheduler_sample(state: QueueState) -> SchedulerSample:
             AccountShare(s.account, s.shares_norm, s.usage_effective, s.factor)
             for s in state.fairshare.values()
         )
-    return SchedulerSample(partitions, demand, (), shares, state.time)
+    return SchedulerSample(partitions, demand, (), account_waits, shares, state.time)
+
+
+def _counts(waits: WaitHistogram) -> WaitCounts:
+    return WaitCounts((*waits.bounds, math.inf), (*waits.counts, waits.count), waits.total)
 
 
 @dataclass
@@ -99,7 +119,10 @@ class _Sink:
     """What the exposition's readers write into a FamilySet, kept as rows."""
 
     rows: list[tuple[str, tuple[tuple[str, str], ...], float]] = field(default_factory=list)
-    histograms: dict[tuple[tuple[str, str], ...], dict[str, float]] = field(default_factory=dict)
+    # (family, its own labels) -> the histogram's samples by `le`, "_count" and "_sum"
+    histograms: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, float]] = field(
+        default_factory=dict
+    )
 
     def add_sample(self, spec: MetricSpec, label_values: Sequence[str], value: object) -> None:
         if value is None:
@@ -108,7 +131,7 @@ class _Sink:
         if spec.type is MetricType.HISTOGRAM:
             *own, part = label_values
             key = tuple(zip(spec.labels, own, strict=True))
-            self.histograms.setdefault(key, {})[part] = number
+            self.histograms.setdefault((spec.name, key), {})[part] = number
         else:
             self.rows.append(
                 (spec.name, tuple(zip(spec.labels, label_values, strict=True)), number)
@@ -132,6 +155,7 @@ def render(sample: SchedulerSample) -> _Sink:
         Scope.SCHEDULER_PARTITION: [((p.partition,), p) for p in sample.partitions],
         Scope.SCHEDULER_DEMAND: [((d.partition, d.account), d) for d in sample.demand],
         Scope.SCHEDULER_ACCOUNT: [((s.account,), s) for s in sample.fairshare or ()],
+        Scope.SCHEDULER_ACCOUNT_WAIT: [((w.account,), w) for w in sample.account_waits],
     }
     for plan in _PLANS:
         emit_all((plan,), objects[plan[0].scope], out)
@@ -160,10 +184,11 @@ class SchedulerSeries:
         rows.append((SOURCE_UP, self.labels((("source", "scheduler"),)), 1.0))
         rows += [(name, self.labels(own), value) for name, own, value in sink.rows]
         points = []
-        for own, parts in sink.histograms.items():
+        for (family, own), parts in sink.histograms.items():
             bounds = sorted(float(le) for le in parts if le not in _NOT_BOUNDS)
             points.append(
                 HistogramPoint(
+                    family=family,
                     labels=self.labels(own)[:-1],
                     bounds=tuple(b for b in bounds if math.isfinite(b)),
                     buckets=tuple(int(parts[_le(b)]) for b in bounds if math.isfinite(b)),

@@ -19,9 +19,10 @@ of the truth (history_truth.py). Per partition:
 - `allocated_gpu_hours`: from the allocated GPUs written.
 Per account: GPU-hours (the increase of nvwatch_scheduler_allocated_gpu_seconds_total,
 summed over partitions) and their share of all, against the share of its shares
-(`shares_norm`), and fair share at the end; its waits exact from the model's jobs (the
-wait histogram has no account label, so no series holds them). Per demand episode, what
-it did in its window.
+(`shares_norm`), and fair share at the end; `wait_seconds` off the increase of the
+account's wait histogram (nvwatch_scheduler_account_wait_seconds) as for the partitions,
+and `wait_seconds_exact` from the model's jobs. Per demand episode, what it did in its
+window.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_truth_bmc import quantile
 from nvwatch.sim.queue_jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
-from nvwatch.sim.queue_state import QueueState
+from nvwatch.sim.queue_state import QueueState, WaitHistogram
 
 UNMET = (RESOURCES, PRIORITY)
 # a job waiting this long beside idle GPUs is "idle while waiting": the mixin's own
@@ -132,19 +133,13 @@ class QueueTruth:
     def _partition_json(self, name: str, first: QueueState, last: QueueState) -> dict[str, Any]:
         tally = self.partitions[name]
         waits = sorted(w for (p, _), ws in self.waits.items() if p == name for w in ws)
-        before, after = first.waits[name], last.waits[name]
-        buckets = [b - a for a, b in zip(before.counts, after.counts, strict=True)]
-        started = after.count - before.count
         return {
             "partition": name,
             "gpus": tally.gpus,
             **_demand_json(tally, len(tally.unmet) * self.plan.step),
             "allocated_gpu_hours": tally.allocated_gpu_s / HOUR_S,
-            "jobs_started": started,
-            "wait_seconds": {
-                key: histogram_quantile(q, after.bounds, [*buckets, started])
-                for key, q in QUANTILES
-            },
+            "jobs_started": last.waits[name].count - first.waits[name].count,
+            "wait_seconds": _increase_quantiles(first.waits[name], last.waits[name]),
             "wait_seconds_exact": _percentiles(waits),
         }
 
@@ -157,6 +152,8 @@ class QueueTruth:
         for account in sorted(used):
             waits = sorted(w for (_, a), ws in self.waits.items() if a == account for w in ws)
             share = last.fairshare[account] if last.fairshare is not None else None
+            before = first.account_waits.get(account, WaitHistogram())
+            after = last.account_waits[account]
             rows.append(
                 {
                     "account": account,
@@ -166,6 +163,7 @@ class QueueTruth:
                     "usage_effective_end": share.usage_effective if share else None,
                     "factor_end": share.factor if share else None,
                     "jobs_started": len(waits),
+                    "wait_seconds": _increase_quantiles(before, after),
                     "wait_seconds_exact": _percentiles(waits),
                 }
             )
@@ -220,6 +218,13 @@ def _spread(name: str, values: Sequence[float]) -> dict[str, float]:
 
 def _percentiles(ordered: Sequence[float]) -> dict[str, float | None]:
     return {key: quantile(q, ordered) for key, q in QUANTILES}
+
+
+def _increase_quantiles(before: WaitHistogram, after: WaitHistogram) -> dict[str, float | None]:
+    """`histogram_quantile` over the histogram's increase from `before` to `after`."""
+    buckets = [b - a for a, b in zip(before.counts, after.counts, strict=True)]
+    started = after.count - before.count
+    return {key: histogram_quantile(q, after.bounds, [*buckets, started]) for key, q in QUANTILES}
 
 
 def histogram_quantile(

@@ -47,6 +47,7 @@ _SAMPLE_CLASS = {
     Scope.SCHEDULER_DEMAND: "DemandSample",
     Scope.SCHEDULER_USER: "UserDemand",
     Scope.SCHEDULER_ACCOUNT: "AccountShare",
+    Scope.SCHEDULER_ACCOUNT_WAIT: "AccountWait",
     Scope.SOURCE: "SourceStatus",
     Scope.AGENT: "AgentState",
 }
@@ -130,13 +131,22 @@ nvwatch_scheduler_oldest_pending_seconds > 3600
 ```
 
 Series: 3 per partition here, 10 for unavailable nodes, 16 for the wait histogram, 1
-oldest wait; 7 per partition and account (6 pending classes, 1 counter); 3 per account
-with accounting.""",
+oldest wait; 7 per partition and account (6 pending classes, 1 counter); 16 per account
+for its wait histogram; 3 per account with accounting.""",
     "nvwatch_scheduler_wait_seconds": """Usage: waits are observed once per job, when the
 source first sees it started, so `histogram_quantile(0.9, sum by (partition, le)
 (rate(nvwatch_scheduler_wait_seconds_bucket[1d])))` is the 90th percentile of the queue
 wait of the GPU jobs that started in the last day. The histogram is per partition only:
-per account it would be accounts times buckets series in every partition.""",
+per partition and account it would be partitions x accounts x buckets series;
+`nvwatch_scheduler_account_wait_seconds` holds the same waits per account alone.""",
+    "nvwatch_scheduler_account_wait_seconds": """Usage: beyond the contract's partition
+histogram, so an account's waits need no recording rule over job series:
+`histogram_quantile(0.5, sum by (account, le)
+(increase(nvwatch_scheduler_account_wait_seconds_bucket[30d])))` is each account's median
+queue wait of the GPU jobs that started in the last 30 days. The same jobs as the
+partition histogram: its `_count` and `_sum` summed over accounts equal that one's summed
+over partitions. Series: 16 per account (at most --scheduler-max-accounts, plus "other"
+and "none"), one set per cluster.""",
     "nvwatch_gpu_process_memory_bytes": """`job` is the Slurm job id of the pid, `pod` and
 `namespace` its Kubernetes pod, from attribution's cache (`--attribution`); a pid seen for
 the first time is labelled from the next refresh on (well under a second later, when the

@@ -92,6 +92,7 @@ class QueueModel:
             (p, a): 0.0 for p in self.partitions for a in self.accounts
         }  # GPU-seconds held, per (partition, account)
         self.waits = {p: WaitHistogram() for p in self.partitions}
+        self.account_waits = {a: WaitHistogram() for a in self.accounts}
         self.holding: Counter[tuple[str, str]] = Counter()  # GPUs held now
         self.ended: deque[Job] = deque()  # jobs ended within MIN_JOB_AGE_S, oldest first
         self.on_start: list[Callable[[Job], None]] = []
@@ -262,6 +263,7 @@ class QueueModel:
         self._pairs.setdefault((request.partition, request.account))
         self.holding[request.partition, request.account] += request.gpus
         self.waits[request.partition].observe(job.wait_s or 0.0)
+        self.account_waits[request.account].observe(job.wait_s or 0.0)
         if math.isfinite(job.end):
             self._push(job.end, _END, job.job_id)
         for hook in self.on_start:
@@ -300,9 +302,16 @@ class QueueModel:
             pending_gpus=self._pending(),
             oldest_pending_s=self._oldest(),
             waits={p: h.copy() for p, h in self.waits.items()},
+            account_waits=self._account_waits(),
             fairshare=self.fair_shares() if self.accounting else None,
             allocated_gpu_seconds={pair: self.gpu_seconds[pair] for pair in self._pairs},
         )
+
+    def _account_waits(self) -> dict[str, WaitHistogram]:
+        """Per account that has had a job: the source's account histograms exist once the
+        account has series of demand."""
+        accounts = dict.fromkeys(a for _, a in self._pairs)
+        return {a: self.account_waits[a].copy() for a in sorted(accounts)}
 
     def _gpu_states(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}

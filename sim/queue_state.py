@@ -3,10 +3,11 @@
 `QueueState` holds, for one moment of the queue model (queue_model.py), every figure the
 `scheduler` source exports: GPUs allocated / idle / unavailable per partition, nodes
 unavailable per reason class, GPUs of pending jobs per partition, account and reason
-class, the oldest waiting job's age, the cumulative histogram of the queue waits of the
-jobs that started, fair share per account (with accounting only) and the GPU-seconds each
-account's running jobs have held. Plain data: the history writes it as series, the tests
-check it against the jobs and nodes it came from.
+class, the oldest waiting job's age, the cumulative histograms of the queue waits of the
+jobs that started (per partition and per account), fair share per account (with
+accounting only) and the GPU-seconds each account's running jobs have held. Plain data:
+the history writes it as series, the tests check it against the jobs and nodes it came
+from.
 
 Fair share is Slurm's classic formula (priority/multifactor without the fair-tree
 algorithm): an account's usage decays with a half-life (PriorityDecayHalfLife, 7 days
@@ -98,6 +99,8 @@ class QueueState:
     pending_gpus: dict[tuple[str, str, str], int]  # (partition, account, reason) -> GPUs
     oldest_pending_s: dict[str, float]  # partition -> age of its oldest waiting job
     waits: dict[str, WaitHistogram]  # partition -> waits of the jobs started so far
+    # account -> the same waits, for every account that has had a job
+    account_waits: dict[str, WaitHistogram]
     fairshare: dict[str, FairShare] | None  # None: no accounting (no slurmdbd)
     allocated_gpu_seconds: dict[tuple[str, str], float]  # (partition, account)
 

@@ -31,6 +31,7 @@ from nvwatch.agent.sources.nvml.samples import (
 )
 from nvwatch.agent.sources.scheduler.model import (
     AccountShare,
+    AccountWait,
     DemandSample,
     PartitionSample,
     UserDemand,
@@ -56,6 +57,7 @@ _CLASSES: dict[Scope, tuple[type, ...]] = {
     Scope.SCHEDULER_DEMAND: (DemandSample,),
     Scope.SCHEDULER_USER: (UserDemand,),
     Scope.SCHEDULER_ACCOUNT: (AccountShare,),
+    Scope.SCHEDULER_ACCOUNT_WAIT: (AccountWait,),
     Scope.SOURCE: (SourceStatus,),
     Scope.AGENT: (AgentState, Snapshot),
 }

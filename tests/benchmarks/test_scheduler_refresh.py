@@ -42,10 +42,12 @@ def test_a_tiny_queue_costs_four_controller_rpcs_per_refresh(
             "REQUEST_SHARE_INFO": 1,
         }
         assert 0 < refresh.wall_s < 30 and refresh.controller_ms > 0
-    # every partition's own series, and those of each account with jobs there, add up
+    # every partition's own series, those of each account with jobs there, and each
+    # account's own (its wait histogram) add up
     assert result.series == (
         result.partitions * result.series_per_partition
         + result.pairs * result.series_per_partition_account
+        + result.accounts * result.series_per_account
     )
     assert result.accounts <= result.pairs <= result.partitions * result.accounts
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from nvwatch.agent.cli import main
-from nvwatch.sim.history_scheduler import WAIT
+from nvwatch.sim.history_scheduler import WAIT_FAMILIES
 from tests.conftest import require_tool
 from tests.history.backfill import backfill
 
@@ -46,10 +46,10 @@ def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: P
     parts = sorted(tmp_path.glob("h.*.om"))
     assert [p.name for p in parts] == ["h.000.om", "h.001.om"]
     # the strict parser, on each part: families grouped, each series' samples together
-    # (the wait histogram aside: the parser takes the samples of a histogram's second
+    # (the wait histograms aside: the parser takes the samples of a histogram's second
     # point for duplicates of the first; promtool, below, reads every one)
     samples = [
-        [s for f in text_string_to_metric_families(_without(p, WAIT)) for s in f.samples]
+        [s for f in text_string_to_metric_families(_without(p, WAIT_FAMILIES)) for s in f.samples]
         for p in parts
     ]
     everything = samples[0] + samples[1]
@@ -74,8 +74,8 @@ def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: P
     assert set.union(*instances) == {n["instance"] for n in truth["nodes"]} | {controller}
     classes = {s.labels["node_class"] for s in everything if s.labels["instance"] != controller}
     assert classes == {"dgx1-v100", "dgx-a100", "dgx-h100"}
-    # promtool backfills every part, the histogram's points included
-    counts = {}
+    # promtool backfills every part, the histograms' points included
+    counts: dict[tuple[str, str], int] = {}
     for part in parts:
         tsdb = tmp_path / f"{part.stem}.tsdb"
         backfill(part, tsdb, 1.0)
@@ -84,13 +84,15 @@ def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: P
             [require_tool("promtool"), "tsdb", "dump", str(tsdb)],
             capture_output=True, text=True, check=True, timeout=120,
         ).stdout  # fmt: skip
-        counts[part.name] = dumped.count(f'__name__="{WAIT}_')
-    lines = sum(part.read_text().count(f"\n{WAIT}_") for part in parts)
-    assert counts["h.000.om"] == 0 and counts["h.001.om"] == lines > 0
+        for family in WAIT_FAMILIES:
+            counts[part.name, family] = dumped.count(f'__name__="{family}_')
+    for family in WAIT_FAMILIES:
+        lines = sum(part.read_text().count(f"\n{family}_") for part in parts)
+        assert counts["h.000.om", family] == 0 and counts["h.001.om", family] == lines > 0
 
 
-def _without(path: Path, family: str) -> str:
-    """The OpenMetrics text of `path` less one family's block."""
+def _without(path: Path, families: tuple[str, ...]) -> str:
+    """The OpenMetrics text of `path` less those families' blocks."""
     blocks = path.read_text().removesuffix("# EOF\n").split("# HELP ")
-    kept = [b for b in blocks if b.split(" ", 1)[0] != family]
+    kept = [b for b in blocks if b.split(" ", 1)[0] not in families]
     return "# HELP ".join(kept) + "# EOF\n"

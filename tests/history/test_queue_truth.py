@@ -1,9 +1,9 @@
-"""A history's scheduler series: the controller's agent scraped like every other agent,
-the GPUs of every partition accounted for at every step, and the ground truth of the
-demand episodes recomputed here from the OpenMetrics file by the strict parser (peak and
-typical unmet demand, hours above capacity, wait percentiles off the histogram, GPU-hours
-per account against its share, the backlog week, the drained node, the account held by
-its limit while GPUs idle).
+"""A history's scheduler series: the controller's agent scraped like every other agent, the
+GPUs of every partition accounted for at every step, and the ground truth of the demand
+episodes recomputed here from the OpenMetrics file by the strict parser (peak and
+typical unmet demand, hours above capacity, wait percentiles off the histograms per
+partition and per account, GPU-hours per account against its share, the backlog week,
+the drained node, the account held by its limit while GPUs idle).
 
 A month at an hourly step: the queue's episodes are placed in the weeks of a month."""
 
@@ -26,6 +26,8 @@ END = 1772409600.0  # 2026-03-02T00:00Z
 STEP_S = 3600.0
 PREFIX = "nvwatch_scheduler_"
 WAIT = "nvwatch_scheduler_wait_seconds"
+ACCOUNT_WAIT = "nvwatch_scheduler_account_wait_seconds"
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 UNMET = ("resources", "priority")
 WAITING = ("resources", "priority", "limits")
@@ -45,14 +47,15 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> Month:
     for path in result.paths:
         by_name: dict[str, list[Sample]] = defaultdict(list)
         text = path.read_text()
-        strict = _families(text, lambda name: name != WAIT and (name.startswith(PREFIX) or name in (
-            "up", "nvwatch_agent_source_up")))  # fmt: skip
+        strict = _families(text, lambda name: name not in (WAIT, ACCOUNT_WAIT) and (
+            name.startswith(PREFIX) or name in ("up", "nvwatch_agent_source_up")))  # fmt: skip
         for family in text_string_to_metric_families(strict):
             for s in family.samples:
                 assert s.timestamp is not None
                 by_name[s.name].append((float(s.timestamp.sec), dict(s.labels), s.value))
-        for name, labels, value, t in _histogram_lines(text, WAIT):
-            by_name[name].append((t, labels, value))
+        for family in (WAIT, ACCOUNT_WAIT):
+            for name, labels, value, t in _histogram_lines(text, family):
+                by_name[name].append((t, labels, value))
         files.append(by_name)
     truth = json.loads(out.with_name("h.truth.json").read_text())
     return files[-1], files, truth
@@ -183,15 +186,61 @@ def test_partitions_demand_and_waits_recomputed_from_the_file(month: Month) -> N
         gpu_hours = sum(allocated[t] for t in window) * STEP_S / 3600
         assert row["allocated_gpu_hours"] == pytest.approx(gpu_hours)
         # waits of the jobs started in the window: the buckets' increase over it
-        increase: dict[float, float] = defaultdict(float)
-        for t, labels, value in buckets:
-            if labels["partition"] == name and t in (truth["start"], truth["end"]):
-                increase[float(labels["le"])] += value if t == truth["end"] else -value
-        bounds = sorted(b for b in increase if b != float("inf"))
-        cumulative = [increase[b] for b in bounds] + [increase[float("inf")]]
+        bounds, cumulative = _increase(buckets, truth, partition=name)
         assert row["jobs_started"] == cumulative[-1]
-        for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        for key, q in QUANTILES:
             assert row["wait_seconds"][key] == pytest.approx(_quantile(q, bounds, cumulative))
+
+
+def _increase(
+    buckets: list[Sample], truth: dict[str, Any], **match: str
+) -> tuple[list[float], list[float]]:
+    """The finite bounds and the cumulative counts (+Inf last) by which the buckets of the
+    histogram whose labels match grew over the range."""
+    increase: dict[float, float] = defaultdict(float)
+    for t, labels, value in buckets:
+        if all(labels.get(k) == v for k, v in match.items()) and t in (
+            truth["start"],
+            truth["end"],
+        ):
+            increase[float(labels["le"])] += value if t == truth["end"] else -value
+    bounds = sorted(b for b in increase if b != float("inf"))
+    return bounds, [increase[b] for b in bounds] + [increase[float("inf")]]
+
+
+def test_accounts_wait_percentiles_off_their_histogram_hold_the_jobs_own(month: Month) -> None:
+    """Each account's percentiles as histogram_quantile reads them off the file fall in
+    the bucket that holds the percentile of its jobs' own waits (the model's): the
+    histogram's rank (q x n) and the exact one (q x (n - 1)) pick neighbouring jobs, which
+    with hundreds of starts per account lie in one bucket. The accounts' starts are the
+    partitions' starts."""
+    last, _, truth = month
+    sched = truth["scheduler"]
+    buckets = last[f"{ACCOUNT_WAIT}_bucket"]
+    for row in sched["accounts"]:
+        bounds, cumulative = _increase(buckets, truth, account=row["account"])
+        assert row["jobs_started"] == cumulative[-1] >= 100
+        for key, q in QUANTILES:
+            read = _quantile(q, bounds, cumulative)
+            assert row["wait_seconds"][key] == pytest.approx(read)
+            lower, upper = _bucket_of(row["wait_seconds_exact"][key], bounds)
+            assert read is not None and lower <= read <= upper, (row["account"], key)
+    started = sum(r["jobs_started"] for r in sched["accounts"])
+    assert started == sum(r["jobs_started"] for r in sched["partitions"]) > 0
+    counts, sums = last[f"{ACCOUNT_WAIT}_count"], last[f"{ACCOUNT_WAIT}_sum"]
+    for name, samples in ((f"{WAIT}_count", counts), (f"{WAIT}_sum", sums)):
+        by_account, by_partition = _series(samples), _series(last[name])
+        assert by_account == pytest.approx(by_partition)
+
+
+def _bucket_of(seconds: float, bounds: list[float]) -> tuple[float, float]:
+    """The (lower, upper] bounds of the bucket a wait falls in (from 0; +Inf last)."""
+    lower = 0.0
+    for bound in bounds:
+        if seconds <= bound:
+            return lower, bound
+        lower = bound
+    return lower, float("inf")
 
 
 def test_accounts_gpu_hours_against_their_share(month: Month) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,11 @@ from nvwatch.sim.queue_state import QueueState
 END = 1772409600.0  # 2026-03-02T00:00Z
 STEPS = 12  # an hour of refreshes
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
-COUNTED = ("nvwatch_scheduler_allocated_gpu_seconds_total", "nvwatch_scheduler_wait_seconds_")
+COUNTED = (
+    "nvwatch_scheduler_allocated_gpu_seconds_total",
+    "nvwatch_scheduler_wait_seconds_",
+    "nvwatch_scheduler_account_wait_seconds_",
+)
 
 Key = tuple[str, frozenset[tuple[str, str]]]
 Steps = list[tuple[dict[Key, float], dict[Key, float]]]  # (written, exported) per step
@@ -62,7 +67,7 @@ def _written(series: SchedulerSeries, state: QueueState) -> dict[Key, float]:
             )
     for point in points:
         own = frozenset((k, v) for k, v in _LABEL.findall(point.labels + "}") if k not in target)
-        name = "nvwatch_scheduler_wait_seconds"
+        name = point.family
         for bound, count in zip(point.bounds, point.buckets, strict=True):
             out[f"{name}_bucket", own | {("le", repr(bound))}] = float(count)
         out[f"{name}_bucket", own | {("le", "+Inf")}] = float(point.count)
@@ -160,7 +165,7 @@ def test_every_gauge_written_is_exported_with_its_value(windows: list[Steps]) ->
 
 def test_counters_and_waits_grow_alike(windows: list[Steps]) -> None:
     grew = 0.0
-    observed = 0.0
+    observed: dict[str, float] = defaultdict(float)  # starts counted, by histogram family
     pairs = [pair for steps in windows for pair in itertools.pairwise(steps)]
     for (written_before, exported_before), (written, exported) in pairs:
         for key in exported:
@@ -171,5 +176,10 @@ def test_counters_and_waits_grow_alike(windows: list[Steps]) -> None:
             if key[0].endswith("_total"):
                 grew += delta
             elif key[0].endswith("_count"):
-                observed += delta
-    assert grew > 0 and observed > 0  # jobs ran and started in those hours
+                observed[key[0]] += delta
+    # jobs ran and started in those hours, each counted once per account and per partition
+    assert grew > 0 and len(observed) == 2
+    assert observed["nvwatch_scheduler_account_wait_seconds_count"] == pytest.approx(
+        observed["nvwatch_scheduler_wait_seconds_count"]
+    )
+    assert observed["nvwatch_scheduler_wait_seconds_count"] > 0

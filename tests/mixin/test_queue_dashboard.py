@@ -1,14 +1,13 @@
 """The queue & fairness dashboard's queries, evaluated by Prometheus' engine (promtool) on
 a modelled cluster: every panel has data, and the panels that combine series show what
-the model says.
-
-The model is a cluster's Slurm as the scheduler source exports it: two partitions, two
-accounts, every reason and state class with its zeros, GPU-seconds counters that grow
-with the GPUs each account holds, wait histograms whose jobs started at a known minute,
-fair share. Expected values come from the model (demand is what the jobs hold plus what
-the jobs waiting to start ask for, and so on), not from the queries. The preview's
-simulated queue (tests/preview) and a real Slurm (tests/slurm/test_queue_alerts.py) show
-every panel has data from the real source too.
+the model says. The model is a cluster's Slurm as the scheduler source exports it: two
+partitions, two accounts, every reason and state class with its zeros, GPU-seconds
+counters that grow with the GPUs each account holds, wait histograms whose jobs started
+at a known minute (per partition, and the same jobs per account), fair share. Expected
+values come from the model (demand is what the jobs hold plus what the jobs waiting to
+start ask for, and so on), not from the queries. The preview's simulated queue
+(tests/preview) and a real Slurm (tests/slurm/test_queue_alerts.py) show every panel has
+data from the real source too.
 """
 
 from __future__ import annotations
@@ -57,14 +56,18 @@ class Partition:
     # GPU jobs that started at `started_minute`, each with its queue wait in seconds
     waits_s: tuple[float, ...]
     started_minute: int
+    # the account of each of those jobs
+    accounts: tuple[str, ...]
     nodes_out: dict[str, int] = field(default_factory=dict)
 
 
 PARTITIONS = {
     # fragmented: 4 GPUs idle while an 8-GPU job waits for resources; a node drained
-    "a100": Partition(24, 4, 8, 2400.0, (600.0,) * 4, 10, {"drained": 1}),
+    "a100": Partition(
+        24, 4, 8, 2400.0, (600.0,) * 4, 10, ("nlp", "vision", "vision", "vision"), {"drained": 1}
+    ),
     # full: every GPU busy
-    "h100": Partition(64, 0, 0, 1200.0, (30.0, 30.0, 2000.0, 2000.0), 20),
+    "h100": Partition(64, 0, 0, 1200.0, (30.0, 30.0, 2000.0, 2000.0), 20, ("nlp",) * 4),
 }
 # GPUs pending per (partition, account, reason); every other class is 0
 PENDING = {
@@ -131,6 +134,39 @@ def _input_series() -> Iterator[dict[str, str]]:
             yield _series(
                 "nvwatch_scheduler_fairshare", {"account": account, "kind": kind}, _constant(value)
             )
+        for bound in BUCKETS:
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            yield _series(
+                "nvwatch_scheduler_account_wait_seconds_bucket",
+                {"account": account, "le": le},
+                _account_bucket_values(account, bound),
+            )
+
+
+def _account_bucket_values(account: str, bound: float) -> str:
+    """An account's cumulative bucket, minute by minute: its jobs of every partition
+    that started by then and waited at most `bound`."""
+    return " ".join(
+        str(
+            sum(
+                1
+                for p in PARTITIONS.values()
+                if p.started_minute <= minute
+                for wait, owner in zip(p.waits_s, p.accounts, strict=True)
+                if owner == account and wait <= bound
+            )
+        )
+        for minute in range(MINUTES + 1)
+    )
+
+
+def _account_waits(account: str) -> tuple[float, ...]:
+    return tuple(
+        wait
+        for p in PARTITIONS.values()
+        for wait, owner in zip(p.waits_s, p.accounts, strict=True)
+        if owner == account
+    )
 
 
 def _quantile(q: float, waits: tuple[float, ...]) -> float:
@@ -209,6 +245,10 @@ def _expected() -> dict[tuple[str, str], list[tuple[dict[str, str], float]]]:
     for i, q in enumerate((0.5, 0.9, 0.99)):
         out[("Queue wait percentiles in the range, per partition", chr(ord("A") + i))] = [
             ({**agent, "partition": n}, _quantile(q, p.waits_s)) for n, p in PARTITIONS.items()
+        ]
+        # the same jobs by account, whatever their partition
+        out[("Queue wait percentiles in the range, per account", chr(ord("A") + i))] = [
+            ({**agent, "account": a}, _quantile(q, _account_waits(a))) for a in ACCOUNTS
         ]
     return out
 

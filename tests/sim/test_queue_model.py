@@ -345,6 +345,7 @@ def test_waits_and_gpu_seconds_integrate_what_the_jobs_did(month: Month) -> None
     now = last.time
     gpu_seconds: dict[tuple[str, str], float] = defaultdict(float)
     waits: dict[str, list[float]] = defaultdict(list)
+    account_waits: dict[str, list[float]] = defaultdict(list)
     for job in recorder.started:
         assert job.start is not None
         end = min(job.end if job.end is not None else now, now)
@@ -352,13 +353,18 @@ def test_waits_and_gpu_seconds_integrate_what_the_jobs_did(month: Month) -> None
             end - job.start
         )
         waits[job.request.partition].append(job.start - (job.eligible or 0.0))
+        account_waits[job.request.account].append(job.start - (job.eligible or 0.0))
     for key, seconds in last.allocated_gpu_seconds.items():
         assert seconds == pytest.approx(gpu_seconds.get(key, 0.0), rel=1e-9, abs=1e-6)
-    for partition, histogram in last.waits.items():
-        observed = waits[partition]
-        assert histogram.count == len(observed)
-        assert histogram.total == pytest.approx(sum(observed), rel=1e-9)
-        assert histogram.counts == [sum(1 for w in observed if w <= b) for b in WAIT_BUCKETS]
+    # per partition and per account: the same jobs, split two ways
+    assert set(last.account_waits) == {a for _, a in last.allocated_gpu_seconds}
+    for histograms, by in ((last.waits, waits), (last.account_waits, account_waits)):
+        assert set(by) <= set(histograms)
+        for name, histogram in histograms.items():
+            observed = by[name]
+            assert histogram.count == len(observed)
+            assert histogram.total == pytest.approx(sum(observed), rel=1e-9)
+            assert histogram.counts == [sum(1 for w in observed if w <= b) for b in WAIT_BUCKETS]
     # the counters never go down, sample to sample
     for before, after in itertools.pairwise(states):
         for key, seconds in after.allocated_gpu_seconds.items():

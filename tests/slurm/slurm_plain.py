@@ -137,3 +137,29 @@ def times(cluster: Cluster, job: str) -> PlainTimes:
     eligible, start, end, state = line.split()
     ended = state not in ("RUNNING", "COMPLETING")
     return PlainTimes(epoch(eligible), epoch(start), epoch(end) if ended else None)
+
+
+@dataclass(frozen=True)
+class PlainStart:
+    """A job (or array task) that has started, as squeue's plain columns show it."""
+
+    account: str
+    eligible: float
+    start: float
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.eligible
+
+
+def plain_started(cluster: Cluster) -> dict[str, PlainStart]:
+    """Every job squeue lists that is past pending (running, or ended within MinJobAge),
+    by its id (an array task as `job_task`)."""
+    columns = "JobArrayID:30,Account:80,State:20,EligibleTime:30,StartTime:30"
+    text = cluster.run("squeue", "-h", "-r", "-t", "all", "-O", columns)
+    started = {}
+    for line in text.splitlines():
+        job, account, state, eligible, start = line.split()
+        if state != "PENDING" and start not in ("N/A", "Unknown"):
+            started[job] = PlainStart(account, epoch(eligible), epoch(start))
+    return started

@@ -10,8 +10,9 @@ plain columns with its own parsing; the source is refreshed between two reads of
 the two reads must agree (else it reads again), so both describe the same moment.
 
 Then the queue moves: a job ends and a waiting one starts (its wait is observed once, and
-the GPU-seconds follow the jobs' real start and end times), the node is drained, the
-controller goes down and comes back.
+the GPU-seconds follow the jobs' real start and end times), two more end and jobs of two
+other accounts start (each account's wait histogram counts its own, as squeue shows them),
+the node is drained, the controller goes down and comes back.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from nvwatch.agent.exposition.render import prepare
 from nvwatch.agent.exposition.text import render_text
 from nvwatch.agent.sources import SourceDegraded, SourceUnavailable
 from nvwatch.agent.sources.scheduler.fairshare import FairShare, read_fairshare
-from nvwatch.agent.sources.scheduler.model import SchedulerSample
+from nvwatch.agent.sources.scheduler.model import SchedulerSample, WaitCounts
 from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
 from tests.slurm.cluster import Cluster, slurm_cluster
@@ -41,6 +42,7 @@ from tests.slurm.slurm_plain import (
     expected_capacity,
     plain_nodes,
     plain_pending,
+    plain_started,
     rpc_counts,
     rpc_difference,
     times,
@@ -297,6 +299,7 @@ def test_a_real_queue_renders_every_scheduler_family(queue: Queue) -> None:
         "nvwatch_scheduler_nodes_unavailable",
         "nvwatch_scheduler_oldest_pending_seconds",
         "nvwatch_scheduler_wait_seconds",
+        "nvwatch_scheduler_account_wait_seconds",
         "nvwatch_scheduler_pending_gpus",
         "nvwatch_scheduler_allocated_gpu_seconds",  # prometheus_client's name, less _total
         "nvwatch_scheduler_user_pending_gpus",
@@ -375,6 +378,96 @@ def _gpu_seconds(sample: SchedulerSample, partition: str, account: str) -> float
         if (d.partition, d.account) == (partition, account)
     ]
     return seconds
+
+
+def test_jobs_of_two_accounts_start_and_each_account_histogram_counts_its_own(
+    queue: Queue, source: SchedulerSource
+) -> None:
+    """Two running jobs end and three GPUs go to waiting jobs of other accounts: the
+    account histograms grow by the jobs squeue shows started per account and their waits,
+    together exactly as much as the partition histograms; a source capped at two accounts
+    counts the third account's starts in "other"."""
+    cluster, names = queue.cluster, queue.names
+    capped = SchedulerSource(interval=3600.0, timeout=10.0, max_accounts=2, env=cluster.env)
+    try:
+        assert capped.refresh() is not None  # the first refresh counts no start
+        started, first = _same_moment(lambda: plain_started(cluster), source)
+        before_capped = capped.refresh()
+        cluster.run("scancel", names["per_node"], names["per_job"])
+        cluster.wait_for("the freed GPUs taken", lambda: _node_gpus_used(cluster) == 5)
+        now_started, second = _same_moment(lambda: plain_started(cluster), source)
+        after_capped = capped.refresh()
+    finally:
+        capped.close()
+    assert before_capped is not None and after_capped is not None
+    new = [now_started[job] for job in now_started.keys() - started.keys()]
+    by_account: dict[str, list[float]] = {}
+    for job in new:
+        by_account.setdefault(job.account, []).append(job.wait)
+    assert len(by_account) >= 2, by_account  # two accounts' jobs started after waiting
+    assert all(wait > 0 for waits in by_account.values() for wait in waits)
+
+    grown = _grown(_account_waits(first), _account_waits(second))
+    assert {a: w.cumulative[-1] for a, w in grown.items() if w.cumulative[-1]} == {
+        a: len(waits) for a, waits in by_account.items()
+    }
+    for account, waits in by_account.items():
+        counts = grown[account]
+        assert counts.sum_seconds == pytest.approx(sum(waits), abs=1e-6)
+        assert list(counts.cumulative) == [
+            sum(1 for w in waits if w <= bound) for bound in counts.bounds
+        ]
+    # the same jobs as the partition histograms, in this refresh and since the source started
+    partitions = _grown(_partition_waits(first), _partition_waits(second))
+    for sample_grown in (grown, partitions):
+        assert sum(w.cumulative[-1] for w in sample_grown.values()) == len(new)
+        assert sum(w.sum_seconds for w in sample_grown.values()) == pytest.approx(
+            sum(job.wait for job in new), abs=1e-6
+        )
+    for sample in (first, second):
+        assert _totals(_account_waits(sample)) == pytest.approx(_totals(_partition_waits(sample)))
+
+    # capped at two: the first two accounts (in order) keep their label, the rest are other
+    capped_grown = _grown(_account_waits(before_capped), _account_waits(after_capped))
+    named = {a for a in capped_grown if a != "other"}
+    assert len(named) == 2 and "other" in capped_grown
+    beyond = [w for a, ws in by_account.items() if a not in named for w in ws]
+    assert beyond, "no start of an account beyond the cap"
+    assert capped_grown["other"].cumulative[-1] == len(beyond)
+    assert capped_grown["other"].sum_seconds == pytest.approx(sum(beyond), abs=1e-6)
+    for account in named:
+        assert capped_grown[account].cumulative == grown[account].cumulative
+        assert capped_grown[account].sum_seconds == pytest.approx(grown[account].sum_seconds)
+
+
+def _account_waits(sample: SchedulerSample) -> dict[str, WaitCounts]:
+    return {w.account: w.wait for w in sample.account_waits}
+
+
+def _partition_waits(sample: SchedulerSample) -> dict[str, WaitCounts]:
+    return {p.partition: p.wait for p in sample.partitions}
+
+
+def _grown(before: dict[str, WaitCounts], after: dict[str, WaitCounts]) -> dict[str, WaitCounts]:
+    """Each histogram's increase between two samples (one new since `before`: all of it)."""
+    grown = {}
+    for name, counts in after.items():
+        old = before.get(name)
+        cumulative = counts.cumulative
+        if old is not None:
+            cumulative = tuple(
+                n - o for n, o in zip(counts.cumulative, old.cumulative, strict=True)
+            )
+        total = counts.sum_seconds - (old.sum_seconds if old is not None else 0.0)
+        grown[name] = WaitCounts(counts.bounds, cumulative, total)
+    return grown
+
+
+def _totals(histograms: dict[str, WaitCounts]) -> tuple[int, float]:
+    return (
+        sum(w.cumulative[-1] for w in histograms.values()),
+        sum(w.sum_seconds for w in histograms.values()),
+    )
 
 
 def test_a_drained_node_takes_its_free_gpus_out_of_service(

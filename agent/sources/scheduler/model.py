@@ -2,9 +2,10 @@
 
 Each record is what the catalogue's scheduler scopes render (agent/catalogue.py): a
 partition's GPUs, unavailable nodes, oldest wait and wait histogram; a partition and
-account's pending GPUs and GPU-seconds; an account's fair share; a user's pending GPUs
-(only where the site enables per-user series). Every mapping holds every label value of
-its class, zeros included, so a series goes to 0 rather than disappearing.
+account's pending GPUs and GPU-seconds; an account's wait histogram; an account's fair
+share; a user's pending GPUs (only where the site enables per-user series). Every
+mapping holds every label value of its class, zeros included, so a series goes to 0
+rather than disappearing.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ class DemandSample:
 
 
 @dataclass(frozen=True)
+class AccountWait:
+    """One account's queue waits (capped like DemandSample's accounts), observed by the
+    same rule as the partitions' so the two histograms hold the same jobs."""
+
+    account: str
+    wait: WaitCounts
+
+
+@dataclass(frozen=True)
 class UserDemand:
     partition: str
     user: str  # capped like accounts
@@ -85,6 +95,7 @@ class SchedulerSample:
     partitions: tuple[PartitionSample, ...]
     demand: tuple[DemandSample, ...]
     users: tuple[UserDemand, ...]
+    account_waits: tuple[AccountWait, ...]
     # None: the cluster runs no accounting, so no fair-share series (absent, not 0)
     fairshare: tuple[AccountShare, ...] | None
     refreshed_at: float  # Unix time of the refresh the sample comes from

@@ -3,8 +3,8 @@
 Kept across refreshes, and bounded: the account and user labels admitted so far (at most
 the configured caps, the rest "other"), the (partition, account) pairs with their
 GPU-seconds counters (a counter never moves to another label or goes down), each
-partition's wait histogram, and the started GPU jobs already counted in it (only those
-squeue still lists, so at most what the controller keeps).
+partition's and each account's wait histogram, and the started GPU jobs already counted
+in them (only those squeue still lists, so at most what the controller keeps).
 
 A job's wait is the time from becoming eligible to start (submitted, released, its
 dependency met) to starting: what the scheduler and the cluster's size decide, not the
@@ -26,6 +26,7 @@ from nvwatch.agent.sources.scheduler.classes import (
 from nvwatch.agent.sources.scheduler.model import (
     GPU_STATES,
     AccountShare,
+    AccountWait,
     DemandSample,
     PartitionSample,
     SchedulerSample,
@@ -119,6 +120,8 @@ class Tally:
         self._gpu_seconds: dict[tuple[str, str], float] = {}
         self._user_keys: dict[tuple[str, str], None] = {}
         self._waits: dict[str, _Histogram] = {}
+        # the same waits by account label: bounded by the cap, as the labels are
+        self._account_waits: dict[str, _Histogram] = {}
         self._counted: set[tuple[int, float]] = set()
         self._last: float | None = None
 
@@ -178,19 +181,22 @@ class Tally:
                 self._gpu_seconds[key] = held + job.gpus * seconds
 
     def _observe_waits(self, started: Sequence[Job]) -> None:
-        """The wait of each GPU job that started since the last refresh, once. The first
-        refresh only notes what has started: it cannot tell when."""
+        """The wait of each GPU job that started since the last refresh, once, in its
+        partition's histogram and its account's. The first refresh only notes what has
+        started: it cannot tell when."""
         listed = {(job.job_id, job.start_time or 0.0) for job in started}
         first = self._last is None
         for job in started:
             key = (job.job_id, job.start_time or 0.0)
-            partition = _partition(job)
-            histogram = self._waits.setdefault(partition, _new_histogram())
+            by_partition = self._waits.setdefault(_partition(job), _new_histogram())
+            account = self.accounts.label(_account(job))
+            by_account = self._account_waits.setdefault(account, _new_histogram())
             if first or key in self._counted:
                 continue
             eligible, start = job.eligible_time, job.start_time
             if eligible is not None and start is not None and start >= eligible:
-                histogram.observe(start - eligible)
+                by_partition.observe(start - eligible)
+                by_account.observe(start - eligible)
         # a requeued job starts again with a new start time, and counts again
         self._counted = listed
 
@@ -226,7 +232,19 @@ class Tally:
             UserDemand(partition, user, refresh.user_pending.get((partition, user), 0))
             for partition, user in sorted(self._user_keys)
         )
-        return SchedulerSample(partitions, demand, users, self._shares(shares), now)
+        return SchedulerSample(
+            partitions, demand, users, self._account_wait_sample(), self._shares(shares), now
+        )
+
+    def _account_wait_sample(self) -> tuple[AccountWait, ...]:
+        """Every account with series of demand has its histogram, zeros included, so its
+        series exist before its first job starts."""
+        for _, account in self._gpu_seconds:
+            self._account_waits.setdefault(account, _new_histogram())
+        return tuple(
+            AccountWait(account, histogram.frozen())
+            for account, histogram in sorted(self._account_waits.items())
+        )
 
     def _shares(self, shares: Sequence[AccountShare] | None) -> tuple[AccountShare, ...] | None:
         """Fair share of the accounts with a label of their own; one beyond the cap has no
