@@ -366,6 +366,10 @@ def test_gpu_hours_per_account_against_fair_share(
             expected["usage_effective_end"], rel=0.02
         )
         assert row["factor_end"] == pytest.approx(expected["factor_end"], rel=0.02)
+        assert row["jobs_started"] == pytest.approx(expected["jobs_started"], rel=0.02, abs=2)
+        for key, value in expected["wait_seconds"].items():
+            got = row[f"wait_{key}_seconds"]
+            assert got == (None if value is None else pytest.approx(value, rel=0.03)), key
     over = _scheduler_episode(history_prometheus, "over-share")
     fairness = history_report["sections"]["demand"]["findings"][1]
     measured = over["measured"]
