@@ -8,13 +8,10 @@ partition only. Two agents may read the same Slurm for a while (the source movin
 another host); each then reports the same numbers, so the rules take the larger of the
 agents' figures (`max by` over each agent's own sum) rather than adding them up.
 
-Unmet demand is what a capacity review asks: the GPUs that jobs waiting for GPUs ask for
-beyond the GPUs the partition has idle, i.e. how many more GPUs it would need now to
-start them all. Waiting for GPUs is Slurm's reason Resources or Priority: Slurm gives
-Resources only to the jobs at the head of the queue, the ones it tried to place, and
-Priority to every job behind them, so on a full cluster most of the demand reads
-Priority. Jobs that wait while as many GPUs sit idle are not short of GPUs: the idle
-ones are on the wrong nodes for them (fragmentation), which the alert
+Unmet demand is what a capacity review asks (mixin/queue_promql.py defines it, for the
+rules here and the report): the GPUs that jobs waiting for GPUs ask for beyond the GPUs
+the partition has idle. Jobs that wait while as many GPUs sit idle are not short of
+GPUs: the idle ones are on the wrong nodes for them (fragmentation), which the alert
 NvwatchSchedulerJobsWaitingWhileGpusIdle is about.
 """
 
@@ -23,46 +20,13 @@ from __future__ import annotations
 from nvwatch.alerts.recording import RecordingGroup, RecordingRule
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.queue_promql import WAITING, per_partition, unmet
 
 CAPACITY = "partition:nvwatch_scheduler_gpus:max"
 PENDING = "partition:nvwatch_scheduler_pending_gpus:sum"
 UNMET = "partition:nvwatch_scheduler_gpus:unmet"
-# Pending GPUs that want to start now: not held, not waiting on another job (the
-# reasons resources, priority, limits and other).
-WAITING = 'reason!~"held|dependency"'
-# Pending GPUs waiting for GPUs to free up (see the module docstring).
-FOR_GPUS = 'reason=~"resources|priority"'
 # The capacity signal samples unmet demand once an hour: it counts hours of a week.
 HOUR = "1h"
-
-
-def reason(name: str) -> str:
-    return f'reason="{name}"'
-
-
-def state(name: str) -> str:
-    return f'state="{name}"'
-
-
-def per_partition(cfg: MixinConfig, by: str, series: str) -> str:
-    """`series` summed per agent by `by`, then the larger of the agents' sums."""
-    agent = f"{by}, {cfg.instance_label}"
-    return f"max by ({by}) (sum by ({agent}) ({series}))"
-
-
-def unmet(cfg: MixinConfig, *matchers: str) -> str:
-    """GPUs wanted by jobs waiting for GPUs beyond the partition's idle GPUs; 0 for
-    every partition with GPUs where that is nothing. `matchers` narrow every selector
-    (the report's cluster)."""
-
-    def s(*own: str) -> str:
-        return cfg.sel(*own, *matchers)
-
-    by = f"{cfg.cluster_label}, partition"
-    pending = "nvwatch_scheduler_pending_gpus" + s(FOR_GPUS)
-    wanted = per_partition(cfg, by, pending)
-    idle = f"max by ({by}) (nvwatch_scheduler_gpus{s(state('idle'))})"
-    return f"clamp_min(\n  {wanted}\n  - on ({by})\n  {idle},\n  0\n)\nor {idle} * 0"
 
 
 def short_of_gpus_hours(window: str, selector: str = "") -> str:

@@ -16,11 +16,12 @@ from typing import Any
 
 from grafanalib import core as g
 
-from nvwatch.alerts.recording_scheduler import CAPACITY, PENDING, UNMET, WAITING, state
+from nvwatch.alerts.recording_scheduler import CAPACITY, PENDING, UNMET
 from nvwatch.dashboards import thresholds as t
 from nvwatch.dashboards.builder import STACKED, Grid, PanelRow, Q, dashboard, legend, variable
 from nvwatch.dashboards.links import QUEUE
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.queue_promql import WAITING, state
 
 # Window of the wait percentiles over time: a partition starts a few GPU jobs an hour,
 # and a shorter window would hold no start most of the time and draw no line.

@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 from nvwatch.agent.report.queries import Query
 from nvwatch.agent.report.window import Window
-from nvwatch.alerts.recording_scheduler import WAITING, per_partition, state, unmet
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.queue_promql import WAITING, per_partition, state, unmet
 
 # Subquery resolution of the demand figures: a scheduler refresh (30 s by default) or two.
 DEMAND_RESOLUTION_S = 60.0

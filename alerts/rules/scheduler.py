@@ -14,15 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nvwatch.alerts.recording_scheduler import (
-    WAITING,
-    short_of_gpus_hours,
-    state,
-    window_hours,
-)
+from nvwatch.alerts.recording_scheduler import short_of_gpus_hours, window_hours
 from nvwatch.alerts.rules.base import Alert, AlertGroup, Kind, Runbook, Severity
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.queue_promql import WAITING, state
 
 # the source's name in nvwatch_agent_source_up
 SOURCE = "scheduler"
