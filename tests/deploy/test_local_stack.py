@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,17 +45,26 @@ class Running:
     ports: tuple[str, ...]  # the port flags it was started with
 
 
-def _two_free_ports() -> int:
-    """A port p with p + 1 free as well (the two simulated nodes), in at most 20 tries."""
+# the two simulated nodes, the BMCs' management host and the Slurm controller's agent
+BASE_PORTS = 4
+
+
+def _consecutive_free_ports() -> int:
+    """A port p with the BASE_PORTS - 1 after it free as well, in at most 20 tries."""
     for _ in range(20):
         port = free_port()
-        with socket.socket() as sock:
-            try:
-                sock.bind((LOOPBACK, port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two consecutive free ports on loopback")
+        if all(_free(port + i) for i in range(1, BASE_PORTS)):
+            return port
+    raise AssertionError(f"no {BASE_PORTS} consecutive free ports on loopback")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 def _reader(stream: IO[str], out: queue.Queue[str]) -> None:
@@ -110,7 +120,7 @@ def stack(tmp_path: Path) -> Iterator[Running]:
         f"--prometheus-port={ports[0]}",
         f"--alertmanager-port={ports[1]}",
         f"--receiver-port={ports[2]}",
-        f"--base-port={_two_free_ports()}",
+        f"--base-port={_consecutive_free_ports()}",
     )
     process, lines = _start(tmp_path, "--time-scale=2", *flags)
     try:
@@ -161,6 +171,19 @@ def _alertmanagers(prometheus: str) -> list[str]:
     return found
 
 
+def _scraped(prometheus: str, expr: str, want: int = 1) -> int:
+    """How many series `expr` has once it has `want` of them (the targets are scraped
+    every 5 s, each at its own moment), or after 30 s."""
+    query = urllib.parse.urlencode({"query": expr})
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=5) as response:
+            count = len(yaml.safe_load(response.read())["data"]["result"])
+        if count >= want or time.monotonic() > deadline:
+            return count
+        time.sleep(1)
+
+
 def _stop(run: Running, sig: signal.Signals) -> list[str]:
     """Send `sig`, wait for the exit, and return what it printed since it was ready."""
     run.process.send_signal(sig)
@@ -194,6 +217,12 @@ def test_printed_provisioning_is_the_stack_that_runs(stack: Running) -> None:
 
     # the Prometheus that answers sends to that Alertmanager (once it has discovered it)
     assert _alertmanagers(prometheus) == [alertmanager]
+    # and scrapes every node's BMC through the management host, and the queue's
+    # controller, as it does the nodes
+    probes, controller = _value(stack.lines, "BMC probes"), _value(stack.lines, "slurmctl")
+    assert probes.endswith("/probe") and _answers(controller)
+    assert _scraped(prometheus, 'up{job="nvwatch-bmc"} == 1', len(nodes)) == len(nodes)
+    assert _scraped(prometheus, "nvwatch_scheduler_gpus") > 0
 
     work = root.parents[1]
     assert work.parent == stack.tmp and work.is_dir()
