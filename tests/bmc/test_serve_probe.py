@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvwatch.sim.ports import LOOPBACK, free_port
 from tests.bmc.ipmi_sim import IpmiSim
 from tests.bmc.sim_sensors import FAN2, INLET, PASSWORD, PSU1, PSU_FAILURE, USER, initial_raw
+from tests.processes import stop
 
 TIMEOUT_MS = 1500
 CONFIG = f"""\
@@ -108,13 +109,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
         _wait_serving(agent)
         yield agent
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 10)
 
 
 def _wait_serving(agent: Agent) -> None:

@@ -5,7 +5,6 @@ BMC's; the node power it reports holds the GPUs the agent's own /metrics reports
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.sim.fleet_plan import bmc_address
 from nvwatch.sim.ports import LOOPBACK, free_port
+from tests.processes import stop
 
 
 def _get(port: int, path: str) -> str:
@@ -60,12 +60,7 @@ def port() -> Iterator[int]:
             time.sleep(0.2)
         yield port
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def test_the_simulated_node_s_bmc_answers_its_probe(port: int) -> None:

@@ -32,6 +32,7 @@ from nvwatch.sim.history_plan import DAY_S, plan_history
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.loopback import wait_for
+from tests.processes import stop
 
 HOST = "127.0.0.1"
 # the suite's history: six nodes (every episode on its own node, three node classes),
@@ -150,12 +151,7 @@ def backfilled_prometheus(
         wait_for("prometheus on the history ready", lambda: _ready(url, process, log), 60)
         yield HistoryPrometheus(url, truth, workdir)
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process)
 
 
 def _ready(url: str, process: subprocess.Popen[bytes], log: Path) -> bool:

@@ -31,6 +31,7 @@ from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.loopback import wait_for
+from tests.processes import stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -82,12 +83,7 @@ def _background(line: str, work: Path) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process, 30)
         log.close()
 
 

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from nvwatch.agent.cli import cli
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
+from tests.processes import stop
 from tests.report import synthetic, synthetic_queue
 
 HOST = "127.0.0.1"
@@ -118,12 +119,7 @@ def prometheus_serving(tsdb: Path, workdir: Path, *extra: str, tls: bool = False
         _wait_ready(url, process, workdir / "prometheus.log")
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process, 30)
         log.close()
 
 
