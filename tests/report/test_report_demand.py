@@ -12,6 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nvwatch.agent.report.context import Context
+from nvwatch.agent.report.sections.demand import demand
+from nvwatch.agent.report.summary import executive_summary
+from nvwatch.agent.report.window import make_window
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin import config as mixin_config
 from tests.report import synthetic, synthetic_queue
@@ -142,3 +146,12 @@ def test_gpu_hours_per_account_without_accounting(
     fairness = synthetic_report.section("demand")["findings"][1]
     assert fairness.startswith(f"Account {top} used the most GPU-hours")
     assert "no Slurm accounting" in fairness
+
+
+def test_without_scheduler_series_the_section_says_how_to_get_them() -> None:
+    window = make_window("7d", "2026-11-01T00:00:00Z", None, 0.0)
+    section = demand(Context(CONFIG, window, {}))
+    assert section.absent.startswith("no scheduler series (nvwatch_scheduler_gpus)")
+    assert "nvwatch serve --sources scheduler" in section.absent
+    assert not section.findings and not section.tables
+    assert all("Slurm" not in s for s in executive_summary([section], window.range_words))
