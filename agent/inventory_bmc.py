@@ -18,7 +18,7 @@ the file under `scrape_config_files` (Prometheus 2.43+).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,22 @@ def bmc_file_sd_by_class(nodes: Sequence[InventoryNode]) -> dict[str, list[dict[
             "rack": node.rack,
             "node_class": node.node_class,
             "instance": node.hostname,
-            "bmc": node.bmc,
         }
-        if node.bmc_module is not None:
-            labels["__param_module"] = node.bmc_module
         name = f"{BMC_FILE_PREFIX}{node.node_class}.json"
-        files.setdefault(name, []).append({"targets": [node.bmc], "labels": labels})
+        files.setdefault(name, []).append(bmc_target_group(node.bmc, labels, node.bmc_module))
     return files
+
+
+def bmc_target_group(
+    bmc: str, node_labels: Mapping[str, str], module: str | None = None
+) -> dict[str, Any]:
+    """One BMC's file_sd group: its address the target (the job's relabelling makes it
+    the probe's `?target=`), with its node's labels and `bmc`, so BMC series join the
+    node's GPU series; `module` overrides the job's for this BMC."""
+    labels = {**node_labels, "bmc": bmc}
+    if module is not None:
+        labels["__param_module"] = module
+    return {"targets": [bmc], "labels": labels}
 
 
 def scrape_job(targets_dir: Path, probe: str, module: str = DEFAULT_MODULE) -> dict[str, Any]:

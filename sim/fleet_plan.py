@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvwatch.agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
+from nvwatch.agent.inventory_bmc import bmc_target_group
 from nvwatch.sim import node_scenarios
 from nvwatch.sim.mig_layout import MigLayoutError, checked_layout
 from nvwatch.sim.node_scenarios import UnknownScenario, known_scenarios
@@ -293,9 +294,6 @@ def file_sd_groups(
 
 
 def bmc_file_sd_groups(specs: Sequence[NodeSpec]) -> list[dict[str, Any]]:
-    """The `nvwatch-bmc` job's file_sd groups: one per node, its BMC's address as the
-    target (the job's relabelling makes it `?target=` of the agent that probes), with the
-    node's own labels and `bmc`, so BMC series join the node's GPU series."""
-    return [
-        {"targets": [spec.bmc], "labels": {**node_labels(spec), "bmc": spec.bmc}} for spec in specs
-    ]
+    """The `nvwatch-bmc` job's file_sd groups, one per node, as `nvwatch inventory` writes
+    them."""
+    return [bmc_target_group(spec.bmc, node_labels(spec)) for spec in specs]
