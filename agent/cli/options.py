@@ -13,14 +13,19 @@ left alone, an unknown one is an error.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from nvwatch.agent import simulation
+from nvwatch.agent.cli.scenario_options import (
+    SCENARIO_HELP,
+    OnsetOption,
+    ScenarioOption,
+    parse_onset,
+    with_onset,
+)
 from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     BMC_CACHE_BOUNDS,
@@ -34,7 +39,6 @@ from nvwatch.agent.config import (
     SCHEDULER_TIMEOUT_BOUNDS,
     AgentConfig,
     ConfigError,
-    ScenarioSpec,
     format_listen,
     load_config_file,
     parse_attribution,
@@ -49,7 +53,6 @@ from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH as DEFAULT_KMSG_PATH
 from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
 from nvwatch.common.durations import (
     DURATION_FORMAT,
-    DurationError,
     parse_duration,
     prometheus_duration,
 )
@@ -98,73 +101,15 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
-class _ScenarioOption(click.Option):
-    """--scenario, whose help lists the simulator's scenarios: read when help is shown,
-    so defining the option (every command that takes it) loads no simulator."""
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        self.help = f"{_SCENARIO_HELP} Scenarios: {simulation.scenario_names()}."
-        return super().get_help_record(ctx)
-
-
-class _OnsetOption(click.Option):
-    """--onset, whose default (each scenario's own onset) is read from the simulator when
-    help is shown, like --scenario's list."""
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        by_onset: dict[float, list[str]] = {}
-        for name, seconds in simulation.default_onsets().items():
-            by_onset.setdefault(seconds, []).append(name)
-        # the most common onset alone, then the scenarios that begin otherwise
-        common, *others = sorted(by_onset.items(), key=lambda item: -len(item[1]))
-        self.show_default = "; ".join(
-            [_onset_text(common[0])]
-            + [f"{_onset_text(seconds)} for {', '.join(names)}" for seconds, names in others]
-        )
-        return super().get_help_record(ctx)
-
-
-def _onset_text(seconds: float) -> str:
-    return prometheus_duration(seconds) if seconds else "0"
-
-
-_SCENARIO_HELP = (
-    "Simulation scenario on one GPU index or HCA (@TARGET), begun and repaired at "
-    "simulated times since start (from=, until=); repeatable, or several space-separated."
-)
-
-
 def scenario_option(func: F) -> F:
     """--scenario in the one syntax of every command (nvwatch.agent.config.SCENARIO_SYNTAX)."""
     return option(
         "--scenario",
-        cls=_ScenarioOption,
+        cls=ScenarioOption,
         multiple=True,
         metavar=SCENARIO_SYNTAX,
-        help=_SCENARIO_HELP,
+        help=SCENARIO_HELP,
     )(func)
-
-
-def parse_onset(text: str) -> float:
-    """--onset: 0 (at once) or a duration."""
-    if text.strip() in ("0", "0s"):
-        return 0.0
-    try:
-        return parse_duration(text, "onset")
-    except DurationError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def with_onset(specs: Sequence[ScenarioSpec], onset: float | None) -> tuple[ScenarioSpec, ...]:
-    """`specs` with `onset` as the from= of every fault that gives none (workloads set
-    what the GPUs run from the start; they take no from=)."""
-    if onset is None:
-        return tuple(specs)
-    workloads = simulation.workloads()
-    return tuple(
-        dataclasses.replace(s, from_s=onset) if s.from_s is None and s.name not in workloads else s
-        for s in specs
-    )
 
 
 _OPTIONS: dict[str, Callable[[F], F]] = {
@@ -203,7 +148,7 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
     "scenario": scenario_option,
     "onset": option(
         "--onset",
-        cls=_OnsetOption,
+        cls=OnsetOption,
         metavar="DURATION",
         help="With --simulate: when faults without from= begin, in simulated time since "
         "start (0: at once).",

@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from nvwatch.agent.cli.options import agent_options, option, parse_onset, with_onset
+from nvwatch.agent.cli.options import agent_options, option
+from nvwatch.agent.cli.scenario_options import parse_onset, with_onset
 from nvwatch.agent.config import ConfigError, parse_scenario, split_scenarios
 from nvwatch.common.click_groups import HelpGroup
 from nvwatch.sim.profiles import PROFILES, UnknownProfile, get_profile
