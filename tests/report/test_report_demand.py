@@ -38,12 +38,18 @@ def _idle_while_waiting(p: Partition) -> np.ndarray:
     return ((p.idle > 0) & waiting & (p.oldest >= WAIT_WHILE_IDLE_S))[IN_WINDOW]
 
 
+def _worst_week(p: Partition) -> float:
+    """The largest share of samples above capacity in any 7 consecutive days."""
+    above = (_unmet(p) > 0).astype(float)
+    width = round(7 * synthetic.DAY / synthetic.INTERVAL)
+    return max(above[i : i + width].mean() for i in range(0, above.size - width + 1))
+
+
 def _verdict(p: Partition) -> str:
-    """The section's rules applied to the generated arrays: some week above capacity for
-    more than the config's fraction of its hours; idle while waiting for 5 % of the hours."""
-    above = _unmet(p) > 0
-    weeks = above.reshape(synthetic.DAYS // 7, -1).mean(axis=1)
-    if weeks.max() > CONFIG.scheduler_short_of_gpus_fraction:
+    """The section's rules applied to the generated arrays: some 7 days above capacity
+    for more than the config's fraction of their hours; idle while waiting for 5 % of the
+    hours."""
+    if _worst_week(p) > CONFIG.scheduler_short_of_gpus_fraction:
         return "short of GPUs"
     if _idle_while_waiting(p).mean() >= 0.05:
         return "GPUs idle while jobs wait"
@@ -70,6 +76,7 @@ def test_each_partitions_demand_from_the_generated_queue(
         assert row["idle_while_waiting_hours"] == pytest.approx(idle.sum() * SAMPLE_HOURS)
         gpu_hours = np.sum(p.idle[IN_WINDOW] * idle) * SAMPLE_HOURS
         assert row["idle_gpu_hours_while_waiting"] == pytest.approx(gpu_hours)
+        assert row["worst_week_share_above"] == pytest.approx(_worst_week(p)), name
         assert row["verdict"] == _verdict(p), name
     assert {r["verdict"] for r in rows.values()} == {
         "short of GPUs",

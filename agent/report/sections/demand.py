@@ -4,10 +4,10 @@ used the GPU-hours against their fair share.
 Read from the scheduler source's series (one agent per cluster runs `--sources
 scheduler`). Each partition gets one verdict, the one the executive summary reads:
 
-- short of GPUs: in some week of the range, demand was above capacity (jobs waiting for
+- short of GPUs: in some 7 days of the range, demand was above capacity (jobs waiting for
   GPUs wanted more than the partition had idle) in more than the mixin's
   `scheduler_short_of_gpus_fraction` of the hours, the condition of the capacity signal
-  NvwatchSchedulerShortOfGpus;
+  NvwatchSchedulerShortOfGpus over its trailing week;
 - GPUs idle while jobs wait: for NOTABLE_IDLE_WAIT_SHARE of the hours or more, GPUs of
   the partition sat idle while one of its GPU jobs had waited past
   `scheduler_wait_while_idle` (fragmentation, limits or a stuck scheduler: buying GPUs
@@ -30,10 +30,12 @@ from nvwatch.agent.report.sections.demand_accounts import (
     account_table,
     account_uses,
 )
+from nvwatch.agent.report.window import iso_date
 
 # A partition with GPUs idle beside a job waiting past the threshold for this share of
 # the range's hours (a day and a half in a month) has a problem more GPUs would not fix.
 NOTABLE_IDLE_WAIT_SHARE = 0.05
+WEEK_S = 7 * 86400.0
 SHORT = "short of GPUs"
 IDLE_WAITING = "GPUs idle while jobs wait"
 RIGHT_SIZED = "right-sized"
@@ -119,9 +121,7 @@ def _partitions(ctx: Context) -> list[PartitionDemand]:
         in_service = stats.column_sums([allocated, idle], steps)
         hours = ctx.hours(~np.isnan(allocated))
         above_row = above.get(key, missing)
-        weekly = ctx.weekly(above_row, "mean")
-        worst = int(np.nanargmax(weekly)) if any(not np.isnan(w) for w in weekly) else 0
-        worst_share = weekly[worst] if weekly else float("nan")
+        worst_share, worst_from = _worst_week(ctx, above_row)
         wait_hours = ctx.hours(idle_waiting_share.get(key, missing))
         used = ctx.hours(allocated)
         demand = PartitionDemand(
@@ -134,7 +134,7 @@ def _partitions(ctx: Context) -> list[PartitionDemand]:
             unmet_peak=stats.peak(peak.get(key, missing)),
             above_hours=ctx.hours(above_row),
             above_share=stats.mean(above_row),
-            worst_week=ctx.window.week_label(worst) if _num(worst_share) > 0 else "",
+            worst_week=worst_from if worst_share > 0 else "",
             worst_week_share=worst_share,
             idle_waiting_hours=wait_hours,
             idle_gpu_hours_waiting=ctx.hours(idle_waiting.get(key, missing)),
@@ -143,6 +143,19 @@ def _partitions(ctx: Context) -> list[PartitionDemand]:
         )
         found.append(demand)
     return found
+
+
+def _worst_week(ctx: Context, above: Array) -> tuple[float, str]:
+    """(share, 'week from DATE') of the 7 days, sliding step by step, with the largest
+    share of hours above capacity: the trailing week NvwatchSchedulerShortOfGpus looks at,
+    wherever it falls in the range (the whole range when shorter). A step without a
+    reading counts as not above, as it does for the alert."""
+    steps = ctx.window.steps
+    width = min(steps, max(1, round(WEEK_S / ctx.window.step)))
+    shares = np.convolve(np.nan_to_num(above, nan=0.0), np.ones(width) / width, mode="valid")
+    first = int(np.argmax(shares))
+    start = ctx.window.start + first * ctx.window.step
+    return float(shares[first]), f"week from {iso_date(start)}"
 
 
 def _verdict(
@@ -274,7 +287,8 @@ def _partition_table(ctx: Context, partitions: list[PartitionDemand]) -> Table:
         "the step means, peak the highest reading. Above capacity: unmet above 0. Idle "
         f"while waiting: idle GPUs while a GPU job had waited more than {wait} "
         "(scheduler_wait_while_idle). In service: allocated or idle; unavailable: on "
-        "drained, down or reserved nodes. Verdict: short of GPUs when some week was "
+        "drained, down or reserved nodes. Worst week: the 7 days of the range, sliding by "
+        "a step, with the most hours above capacity. Verdict: short of GPUs when they were "
         "above capacity in more than "
         f"{units.percent(ctx.cfg.scheduler_short_of_gpus_fraction)} of its hours "
         "(scheduler_short_of_gpus_fraction); GPUs idle while jobs wait when that lasted "
