@@ -292,14 +292,21 @@ def write_file_sd(nodes: Sequence[InventoryNode], out_dir: Path, port: int) -> l
     """Write the files; remove stale `nvwatch-*.json` so a retired class stops being scraped."""
     if not 1 <= port <= 65535:
         raise ConfigError(f"invalid port {port}: use 1..65535")
-    files = file_sd_by_class(nodes, port)
     out_dir.mkdir(parents=True, exist_ok=True)
+    return write_target_files(file_sd_by_class(nodes, port), out_dir, FILE_PREFIX)
+
+
+def write_target_files(
+    files: Mapping[str, list[dict[str, Any]]], out_dir: Path, prefix: str
+) -> list[Path]:
+    """Each file of target groups written whole; any other `prefix*.json` in `out_dir`
+    removed, so a class that is gone stops being scraped."""
     written = []
     for name, groups in sorted(files.items()):
         path = out_dir / name
         write_json_atomic(path, groups)
         written.append(path)
-    for stale in out_dir.glob(f"{FILE_PREFIX}*.json"):
+    for stale in out_dir.glob(f"{prefix}*.json"):
         if stale.name not in files:
             stale.unlink()
     return written

@@ -24,7 +24,12 @@ from typing import Any
 
 import yaml
 
-from nvwatch.agent.inventory import InventoryNode, bmc_address, plain_name, write_json_atomic
+from nvwatch.agent.inventory import (
+    InventoryNode,
+    bmc_address,
+    plain_name,
+    write_target_files,
+)
 from nvwatch.agent.sources.bmc.reading import DEFAULT_MODULE
 from nvwatch.common.yaml_safe import ConfigError, shown
 
@@ -145,14 +150,7 @@ def write_bmc(
     are removed either way, so a node or class that lost its BMC stops being probed."""
     check_probe(nodes, probe)
     files = bmc_file_sd_by_class(nodes)
-    written = []
-    for name, groups in sorted(files.items()):
-        path = out_dir / name
-        write_json_atomic(path, groups)
-        written.append(path)
-    for stale in out_dir.glob(f"{BMC_FILE_PREFIX}*.json"):
-        if stale.name not in files:
-            stale.unlink()
+    written = write_target_files(files, out_dir, BMC_FILE_PREFIX)
     scrape = out_dir / SCRAPE_FILE
     if not files or probe is None:  # no BMC left: nothing for the job to probe
         scrape.unlink(missing_ok=True)
