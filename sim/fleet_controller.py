@@ -14,7 +14,7 @@ it is simulated (`nvwatch_agent_simulated{profile="slurm"}`).
 from __future__ import annotations
 
 from nvwatch.agent.app import Agent
-from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.config import AgentConfig, format_listen
 from nvwatch.agent.server import MetricsServer
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
@@ -59,8 +59,7 @@ class SlurmController:
 
     @property
     def address(self) -> str:
-        host = self.agent.config.listen_host
-        return f"[{host}]:{self.server.port}" if ":" in host else f"{host}:{self.server.port}"
+        return format_listen(self.agent.config.listen_host, self.server.port)
 
     @property
     def url(self) -> str:

@@ -12,7 +12,7 @@ module `default`. The host has no GPUs: its own /metrics carries only the agent'
 from __future__ import annotations
 
 from nvwatch.agent.app import Agent
-from nvwatch.agent.config import AgentConfig
+from nvwatch.agent.config import AgentConfig, format_listen
 from nvwatch.agent.exposition.bmc import probe_exposition
 from nvwatch.agent.server import MetricsServer
 from nvwatch.agent.server.probe import ProbeService
@@ -43,8 +43,7 @@ class ManagementHost:
     @property
     def address(self) -> str:
         """HOST:PORT of its server, the `__address__` the BMC job scrapes."""
-        host = self.agent.config.listen_host
-        return f"[{host}]:{self.server.port}" if ":" in host else f"{host}:{self.server.port}"
+        return format_listen(self.agent.config.listen_host, self.server.port)
 
     def start(self) -> None:
         self.agent.poller.poll_once()
