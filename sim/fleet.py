@@ -57,6 +57,7 @@ from nvwatch.sim.fleet_plan import (
     FleetError,
     NodeSpec,
     bmc_file_sd_groups,
+    cannot_listen,
     file_sd_groups,
     management_port,
     parse_repair_request,
@@ -220,9 +221,8 @@ class Fleet:
                 interval=self.interval,
             )
         except OSError as exc:
-            where = f"{self.listen_host}:{self._management_port}"
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise FleetError(f"management host: cannot listen on {where}: {reason}") from exc
+            where = (self.listen_host, self._management_port)
+            raise cannot_listen("management host", *where, exc) from exc
         host.start()
         return host
 
@@ -234,9 +234,7 @@ class Fleet:
                 slurm, self.listen_host, port, interval=self.interval, cluster=self.specs[0].cluster
             )
         except OSError as exc:
-            where = f"{self.listen_host}:{port}"
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise FleetError(f"Slurm controller: cannot listen on {where}: {reason}") from exc
+            raise cannot_listen("Slurm controller", self.listen_host, port, exc) from exc
         controller.start()
         return controller
 

@@ -10,7 +10,6 @@ node's agent with `build_agent` too, so a restarted agent is built as the first 
 from __future__ import annotations
 
 import contextvars
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from nvwatch.agent.server import Health, MetricsServer
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import SteppedClock
-from nvwatch.sim.fleet_plan import FleetError, NodeSpec
+from nvwatch.sim.fleet_plan import FleetError, NodeSpec, cannot_listen
 from nvwatch.sim.node import SimulatedNode
 
 # Sub-steps of each GPU's physics per fleet tick (one poll interval of simulated time).
@@ -110,10 +109,8 @@ class FleetNode:
                 health=self._health,
             )
         except OSError as exc:
-            where = f"{agent.config.listen_host}:{agent.config.listen_port}"
-            # the errno's own words: socket.create_server appends the address again
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise FleetError(f"{spec.name}: cannot listen on {where}: {reason}") from exc
+            where = (agent.config.listen_host, agent.config.listen_port)
+            raise cannot_listen(spec.name, *where, exc) from exc
         # the server's refusals and connection counts are part of each poll, as in serve
         agent.http_state = self.server.http_state
 

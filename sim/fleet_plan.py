@@ -6,6 +6,7 @@ range fails with one line before a single node starts; `nvwatch.sim.fleet` runs 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,13 @@ _MAX_PORT = 65535
 
 class FleetError(ValueError):
     """Bad fleet input: a profile spec, a scenario, a port range."""
+
+
+def cannot_listen(what: str, host: str, port: int, exc: OSError) -> FleetError:
+    """`what` could not open its server on host:port, in one line: the errno's own words
+    (socket.create_server appends the address again)."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return FleetError(f"{what}: cannot listen on {host}:{port}: {reason}")
 
 
 @dataclass(frozen=True)
