@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.sim.ports import free_port
+from tests.processes import stop
 
 START_LIMIT_S = 60.0
 STOP_LIMIT_S = 15.0
@@ -154,7 +154,17 @@ StorageLoc=slurm_acct_db
 
 @contextmanager
 def _daemon(args: list[str], cwd: Path, env: dict[str, str]) -> Iterator[None]:
-    process = subprocess.Popen(
+    process = start_daemon(args, cwd, env)
+    try:
+        yield
+    finally:
+        stop(process, STOP_LIMIT_S)
+
+
+def start_daemon(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A daemon in its own session (it keeps its working directory and no terminal),
+    its output dropped."""
+    return subprocess.Popen(
         args,
         cwd=cwd,
         env=env,
@@ -162,21 +172,6 @@ def _daemon(args: list[str], cwd: Path, env: dict[str, str]) -> Iterator[None]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    try:
-        yield
-    finally:
-        stop(process)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within STOP_LIMIT_S."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_LIMIT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_LIMIT_S)
 
 
 def _accepts(port: int) -> Callable[[], bool]:

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvwatch.sim.ports import free_port
-from tests.slurm.accounting import Slurmdbd, accounting_store, stop
+from tests.processes import stop
+from tests.slurm.accounting import STOP_LIMIT_S, Slurmdbd, accounting_store, start_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "slurm"
@@ -100,11 +101,11 @@ class Cluster:
         """Stop slurmctld (by its pid), as a controller that went down."""
         running = self.daemons.pop("slurmctld", None)
         if running is not None:
-            stop(running)
+            stop(running, STOP_LIMIT_S)
 
     def start_controller(self) -> None:
         """Start slurmctld from its state directory; returns once it answers."""
-        self.daemons["slurmctld"] = _start(["slurmctld", "-D"], self.root, self.env)
+        self.daemons["slurmctld"] = start_daemon(["slurmctld", "-D"], self.root, self.env)
         self.wait_for("slurmctld answering", lambda: _quiet(self, "sinfo", "-h", "-o", "%T"))
 
 
@@ -257,7 +258,7 @@ def _running(
     daemons = cluster.daemons
     stack = ExitStack()
     try:
-        daemons["munged"] = _start(
+        daemons["munged"] = start_daemon(
             [
                 "munged",
                 "--foreground",
@@ -273,8 +274,8 @@ def _running(
         cluster.wait_for("munged socket", (munge / "munge.sock").exists)
         if store is not None:
             stack.enter_context(accounting_store(root, env, host, CLUSTER_NAME, store))
-        daemons["slurmctld"] = _start(["slurmctld", "-D"], root, env)
-        daemons["slurmd"] = _start(["slurmd", "-D"], root, env)
+        daemons["slurmctld"] = start_daemon(["slurmctld", "-D"], root, env)
+        daemons["slurmd"] = start_daemon(["slurmd", "-D"], root, env)
         # a health check may drain the node as it registers
         cluster.wait_for(
             "node registered", lambda: _node_state(cluster) in ("idle", "drained", "draining")
@@ -284,10 +285,10 @@ def _running(
         _cancel_jobs(cluster)
         for name in ("slurmd", "slurmctld"):
             if name in daemons:
-                stop(daemons.pop(name))
+                stop(daemons.pop(name), STOP_LIMIT_S)
         stack.close()  # slurmdbd and its database, once the controller no longer reports
         for daemon in daemons.values():
-            stop(daemon)
+            stop(daemon, STOP_LIMIT_S)
         _kill_stepds(root / "slurm.conf")
         _remove_slurm_cgroups(host)
 
@@ -325,18 +326,6 @@ def _kill_stepds(conf: Path) -> None:
             os.kill(int(entry.name), signal.SIGKILL)
         except (OSError, ValueError):
             continue  # gone meanwhile
-
-
-def _start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # its own session: the daemons keep their working directory and no terminal
-    return subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def _quiet(cluster: Cluster, *args: str) -> str:
