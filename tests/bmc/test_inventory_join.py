@@ -34,11 +34,11 @@ from tests.e2e.loopback import (
     answers_ok,
     instant_query,
     log_tail,
-    reap,
     spawn_logged,
     wait_for,
 )
 from tests.e2e.service_commands import prometheus_argv, write_yaml
+from tests.processes import stop_all
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = {"cluster": "lab", "instance": "gpu-node01", "rack": "r01", "node_class": "dgx-a100"}
@@ -107,10 +107,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, shared_sim: IpmiSim) -> Iter
         wait_for("both jobs scraped", lambda: len(result.query("up == 1")) == 2, 60)
         yield result
     finally:
-        for process in processes.values():
-            process.terminate()
-        for process in processes.values():
-            reap(process, 10)
+        stop_all(processes.values(), 10)
 
 
 def _prometheus_config(targets: Path, rules: Path) -> dict[str, Any]:

@@ -19,8 +19,9 @@ import yaml
 from nvwatch.alerts.rules import bmc
 from nvwatch.mixin.config import MixinConfig
 from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, answers_ok, log_tail, reap, spawn_logged, wait_for
+from tests.e2e.loopback import Endpoint, answers_ok, log_tail, spawn_logged, wait_for
 from tests.e2e.service_commands import alertmanager_argv
+from tests.processes import stop
 
 DEPLOYED = Path(__file__).parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
 NODE = {"cluster": "c1", "instance": "n1"}
@@ -48,8 +49,7 @@ def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_for("alertmanager ready", ready, 30)
         yield endpoint.url
     finally:
-        process.terminate()
-        reap(process, 10)
+        stop(process, 10)
 
 
 def _post(url: str, alerts: list[dict[str, Any]]) -> None:

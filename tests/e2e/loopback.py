@@ -81,15 +81,6 @@ def log_tail(log: Path, lines: int = 3) -> str:
     return " | ".join(log.read_text(errors="replace").splitlines()[-lines:])[:2000]
 
 
-def reap(process: subprocess.Popen[bytes], grace: float) -> None:
-    """Wait up to `grace` s for a process told to stop; kill it if it is still there."""
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-
-
 def instant_query(
     base: str, expr: str, at: float | None = None, timeout: float = 10.0
 ) -> list[dict[str, Any]]:

@@ -24,7 +24,6 @@ from tests.e2e.loopback import (
     answers_ok,
     instant_query,
     log_tail,
-    reap,
     spawn_logged,
     wait_for,
 )
@@ -35,6 +34,7 @@ from tests.e2e.service_commands import (
     prometheus_config,
     write_yaml,
 )
+from tests.processes import stop, stop_all
 
 
 class Receiver:
@@ -179,8 +179,7 @@ class Stack:
         argv = self._commands[name]
         (process,) = [p for p in self.processes if list(p.args) == argv and p.poll() is None]
         began = time.monotonic()
-        process.terminate()
-        reap(process, 30)
+        stop(process, 30)
         self.processes.remove(process)
         self.spawn(name, argv)
         url = self.prometheus_url if name == "prometheus" else self.alertmanager_url
@@ -233,11 +232,6 @@ class Stack:
         return instant_query(self.prometheus_url, expr, at)
 
     def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        # all told first, then waited for: they stop side by side
-        for process in self.processes:
-            reap(process, 10)
+        stop_all(self.processes, 10)
         self.fleet.stop()
         self.receiver.close()

@@ -26,8 +26,9 @@ from nvwatch.sim.fleet_plan import (
     plan_fleet,
 )
 from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, instant_query, reap, spawn_logged, wait_for
+from tests.e2e.loopback import Endpoint, instant_query, spawn_logged, wait_for
 from tests.e2e.service_commands import prometheus_argv
+from tests.processes import stop
 
 TIME_SCALE = 20.0  # the 30 s onset comes 1.5 s into the run
 INTERVAL = 0.5
@@ -166,5 +167,4 @@ def test_prometheus_probes_each_bmc_and_joins_it_with_its_node(tmp_path: Path) -
                 "nvwatch-bmc", fleet.specs[1].bmc, fleet.specs[1].rack, "dgx-a100"
             )  # fmt: skip
         finally:
-            process.terminate()
-            reap(process, 15)
+            stop(process, 15)

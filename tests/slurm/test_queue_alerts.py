@@ -32,8 +32,9 @@ from nvwatch.dashboards.preview import substitute
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, instant_query, reap, spawn_logged, wait_for
+from tests.e2e.loopback import Endpoint, instant_query, spawn_logged, wait_for
 from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
+from tests.processes import stop_all
 from tests.slurm.cluster import Cluster, slurm_cluster
 from tests.slurm.test_real_slurm import _need_slurm
 
@@ -77,11 +78,7 @@ class Stack:
         wait_for("the queue empty", lambda: not self.cluster.run("squeue", "-h", "-o", "%i"), 60)
 
     def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            reap(process, 10)
+        stop_all(self.processes, 10)
 
 
 @pytest.fixture(scope="module")
