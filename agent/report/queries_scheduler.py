@@ -49,8 +49,8 @@ def scheduler_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> 
 
     gpus = "nvwatch_scheduler_gpus"
     unmet_now = unmet(cfg, *extra)
-    idle_while_waiting = _idle_while_waiting(cfg, part, sel)
     idle = f"max by ({part}) ({gpus}{sel(state('idle'))})"
+    idle_while_waiting = _idle_while_waiting(cfg, part, sel, idle)
     return [
         Query("sched_gpus", largest(f"{part}, state", "avg_over_time", gpus)),
         # --- unmet demand: the step's mean and peak, and the share of it above capacity
@@ -91,14 +91,14 @@ def scheduler_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> 
     ]
 
 
-def _idle_while_waiting(cfg: MixinConfig, part: str, sel: Callable[..., str]) -> str:
-    """The partition's idle GPUs where one of its GPU jobs has been eligible to start for
+def _idle_while_waiting(cfg: MixinConfig, part: str, sel: Callable[..., str], idle: str) -> str:
+    """The partition's `idle` GPUs where one of its GPU jobs has been eligible to start for
     scheduler_wait_while_idle or more (the alert NvwatchSchedulerJobsWaitingWhileGpusIdle's
     condition without its `for:`); absent otherwise."""
     wait_s = parse_duration(cfg.scheduler_wait_while_idle, "scheduler_wait_while_idle")
     pending = per_partition(cfg, part, f"nvwatch_scheduler_pending_gpus{sel(WAITING)}")
     return (
-        f"(max by ({part}) (nvwatch_scheduler_gpus{sel(state('idle'))}) > 0)"
+        f"({idle} > 0)"
         f" and on ({part}) (max by ({part}) "
         f"(nvwatch_scheduler_oldest_pending_seconds{sel()}) >= {wait_s:g})"
         f" and on ({part}) ({pending} > 0)"

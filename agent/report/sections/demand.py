@@ -59,7 +59,6 @@ class PartitionDemand:
     worst_week_share: float
     idle_waiting_hours: float
     idle_gpu_hours_waiting: float
-    hours: float  # hours with a scheduler reading
     verdict: str
 
 
@@ -123,13 +122,13 @@ def _partitions(ctx: Context) -> list[PartitionDemand]:
         above_row = above.get(key, missing)
         worst_share, worst_from = _worst_week(ctx, above_row)
         wait_hours = ctx.hours(idle_waiting_share.get(key, missing))
-        used = ctx.hours(allocated)
+        used, in_service_hours = ctx.hours(allocated), ctx.hours(in_service)
         demand = PartitionDemand(
             key=key,
             name=ctx.rack_name(*key),
             in_service=stats.mean(in_service),
             unavailable=stats.mean(by_state.get((*key, "unavailable"), missing)),
-            allocated_share=used / ctx.hours(in_service) if ctx.hours(in_service) else 0.0,
+            allocated_share=used / in_service_hours if in_service_hours else 0.0,
             unmet=unmet.get(key, missing),
             unmet_peak=stats.peak(peak.get(key, missing)),
             above_hours=ctx.hours(above_row),
@@ -138,7 +137,6 @@ def _partitions(ctx: Context) -> list[PartitionDemand]:
             worst_week_share=worst_share,
             idle_waiting_hours=wait_hours,
             idle_gpu_hours_waiting=ctx.hours(idle_waiting.get(key, missing)),
-            hours=hours,
             verdict=_verdict(worst_share, fraction, wait_hours, hours, used),
         )
         found.append(demand)
