@@ -49,6 +49,7 @@ class Agent:
             timeout=self.config.timeout,
             prepare=prepare,
             on_snapshot=self._publish,
+            stuck_after=self.config.stale_after,
         )
 
     def _publish(self, snapshot: Snapshot) -> None:
@@ -69,7 +70,18 @@ class Agent:
             return Health(False, f"last poll {age:.1f}s ago (limit {limit:g}s)")
         if not self.poller.alive():
             return Health(False, "poll loop is not running")
+        stuck = self.poller.stuck()
+        if stuck:
+            return Health(False, _stuck_detail(stuck, limit))
         return Health(True, f"last poll {age:.1f}s ago, every {self.config.interval:g}s")
+
+
+def _stuck_detail(stuck: dict[str, float], limit: float) -> str:
+    """`source nvml stuck in one poll for 73.2s (limit 23s)`, every stuck source named:
+    its series are as old as a stopped poll loop's would be, so a readiness probe or a
+    Slurm health check must see it, though the other sources are fresh."""
+    each = ", ".join(f"{name} stuck in one poll for {s:.1f}s" for name, s in sorted(stuck.items()))
+    return f"source {each} (limit {limit:g}s)"
 
 
 def web_config_of(config: AgentConfig) -> WebConfig | None:
@@ -125,6 +137,9 @@ def serve(
     # nothing has started yet: if binding fails there is nothing to stop
     server = make_server(agent, web, probe)
     stop = stop or threading.Event()
+    if stop.is_set():  # a stop signal came while the agent was starting
+        server.stop()
+        return 0
     # the first poll before listening: the first scrape already has data
     agent.poller.poll_once()
     agent.poller.start(on_death=lambda _exc: stop.set())

@@ -158,6 +158,7 @@ class Poller:
         timeout: float,
         prepare: Prepare = _identity,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        stuck_after: float | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -166,6 +167,12 @@ class Poller:
             raise ValueError(f"duplicate source names: {names}")
         self.interval = interval
         self.timeout = timeout
+        # as long as /healthz lets the whole loop fall behind: a source that has not
+        # answered for that long leaves its series as old as a stopped loop would
+        self.stuck_after = stuck_after if stuck_after is not None else 3 * interval + timeout
+        # sources seen stuck, until one of their polls is answered in time (so a source
+        # that alternates between stuck and late does not flap /healthz): name -> seconds
+        self._stuck_seen: dict[str, float] = {}
         self._prepare = prepare
         self._on_snapshot = on_snapshot
         # Threads run in a copy of the creator's context, captured here because they start
@@ -188,6 +195,17 @@ class Poller:
     @property
     def latest(self) -> Snapshot | None:
         return self._latest
+
+    def stuck(self) -> dict[str, float]:
+        """Sources stuck in one poll for longer than `stuck_after`: name -> seconds it has
+        been running (or had run, for a source not yet answering a poll in time again)."""
+        now = time.monotonic()
+        stuck = dict(self._stuck_seen)
+        for worker in self._workers:
+            since = worker.busy_since
+            if since is not None and now - since > self.stuck_after:
+                stuck[worker.source.name] = now - since
+        return stuck
 
     def poll_once(self) -> Snapshot:
         """Run every source once, concurrently, each bounded by the timeout."""
@@ -225,6 +243,8 @@ class Poller:
             since = worker.busy_since
             stuck = time.monotonic() - since if since is not None else 0.0
             error = f"still running the previous poll after {stuck:.1f}s"
+            if stuck > self.stuck_after:
+                self._stuck_seen[name] = stuck
         else:
             try:
                 sample = future.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -240,6 +260,8 @@ class Poller:
                 error = str(exc)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+            if future.done():  # answered in time, up or not: no longer stuck
+                self._stuck_seen.pop(name, None)
         duration = time.monotonic() - started
         if error is not None:
             self._errors[name] += 1

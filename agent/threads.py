@@ -46,6 +46,9 @@ Threads the agent runs (name, who starts it, why it exists):
 - ``nvwatch-report``, `PARALLEL_QUERIES` of them: `thread_pool` in `fetch_all`
   (agent/report/fetch.py), only under `nvwatch report`. Range queries to Prometheus run a
   few at a time, so a 30-day report of a large fleet is not one slow query after another.
+- ``nvwatch-shutdown``: `shutdown_deadline` (agent/shutdown.py), when `nvwatch serve`
+  receives its first SIGTERM or SIGINT. Ends the process if the orderly stop has not
+  within `SHUTDOWN_LIMIT_S`, whatever a source is doing.
 - ``nvwatch-fleet-stop``: `Fleet.stop`, a few at shutdown of a simulated fleet, so 128
   agents stop in about the time one does.
 

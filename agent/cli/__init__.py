@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
-from nvwatch.agent import __version__, logs, simulation
+from nvwatch.agent import __version__, launch, logs, simulation
 from nvwatch.agent.app import StartupError, poll_and_render, serve, web_config_of
 from nvwatch.agent.bmc_probe import bmc_config_of, probe_service
 from nvwatch.agent.cli.options import (
@@ -34,6 +34,7 @@ from nvwatch.agent.config import CONFIG_ERRORS, SETTLE_BOUNDS, AgentConfig
 from nvwatch.agent.doctor import Finding, diagnose
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.runtime import runtime
+from nvwatch.agent.shutdown import SHUTDOWN_LIMIT_S, shutdown_deadline
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import ThreadDeaths, thread_deaths
 from nvwatch.common.click_groups import HelpGroup
@@ -96,6 +97,10 @@ class NvwatchGroup(HelpGroup):
 @click.version_option(__version__, "--version", prog_name="nvwatch")
 def cli() -> None:
     """nvwatch: GPU, NVLink and InfiniBand telemetry for DGX-class clusters."""
+    # `serve` takes over the signals the entry point recorded once its handlers are in
+    # place; every other command is stopped by them as any program is
+    if click.get_current_context().invoked_subcommand != "serve":
+        launch.restore_defaults()
 
 
 @cli.command("serve")
@@ -163,6 +168,8 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
+        if not stop.is_set():
+            shutdown_deadline(SHUTDOWN_LIMIT_S)
         stop.set()
 
     def on_hangup(_signum: int, _frame: FrameType | None) -> None:
@@ -185,6 +192,8 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
     if handlers:
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
+        # what came while the command line was loading, handled as if it came now
+        launch.take_over(lambda s, f: (on_hangup if s == signal.SIGHUP else on_signal)(s, f))
     try:
         yield
     finally:

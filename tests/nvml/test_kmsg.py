@@ -347,3 +347,41 @@ def test_a_log_larger_than_one_read_counts_lines_across_reads(
     _write(log, [xid if i % 37 == 0 else filler for i in range(5000)])
     assert log.stat().st_size > 20 * 16384
     assert _listener(listeners, log).counts(0) == {13: len(range(0, 5000, 37))}
+
+
+def test_a_log_that_never_runs_dry_costs_one_bounded_slice_per_read() -> None:
+    """/dev/zero as the kernel log (a flooding driver looks the same to the reader): each
+    read() returns after about `max_bytes`, where it used to read for as long as the
+    agent ran, with its poll stuck and a core busy."""
+    reader = KmsgReader(Path("/dev/zero"), max_bytes=256 * 1024)
+    try:
+        for _ in range(3):  # and every read after the first, too
+            taken = sum(len(record) for record in reader.read())
+            assert 256 * 1024 <= taken <= 256 * 1024 + kmsg._READ_SIZE
+    finally:
+        reader.close()
+
+
+def test_a_file_past_the_read_bound_is_counted_over_several_reads_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """A log file larger than one read's bound: each read takes at most the bound and
+    goes on where the last stopped, so every Xid line is counted once, none lost."""
+    path = tmp_path / "kern.log"
+    filler = "Mar  5 22:42:15 dgx01 kernel: mlx5_core 0000:0c:00.0: Port module event: x"
+    xid = "Mar  5 22:42:16 dgx01 kernel: NVRM: Xid (PCI:0000:07:00): 13, pid=1, name=a, x"
+    _write(path, [xid if i % 37 == 0 else filler for i in range(5000)])
+    bound = 64 * 1024
+    history = kmsg.KernelXidLog(path, max_bytes=bound)
+    reads = 0
+    while True:
+        before = history._reader._offset
+        assert history.read()
+        taken = history._reader._offset - before
+        assert taken <= bound + kmsg._READ_SIZE
+        reads += 1
+        if taken == 0:
+            break
+    history.close()
+    assert reads > path.stat().st_size // (bound + kmsg._READ_SIZE)
+    assert history.counts() == {("0000:07:00", 13): len(range(0, 5000, 37))}

@@ -41,6 +41,12 @@ DEFAULT_PATH = Path("/dev/kmsg")
 # A record is at most ~1 KiB of text plus its dictionary; a shorter buffer makes
 # read() on /dev/kmsg fail with EINVAL instead of truncating.
 _READ_SIZE = 16384
+# What one read() of the log takes at most; the rest waits for the next one. A kernel
+# ring buffer is 128 KiB to about 1 MiB on a DGX (log_buf_len grows with the CPUs), so
+# the first read still takes the whole boot; a log that never runs dry (a flooding
+# driver, a large file, /dev/zero given by mistake) costs a bounded slice per read
+# instead of a core for as long as it lasts, and the poll that reads it returns.
+MAX_BYTES_PER_READ = 1 << 20
 # The driver always follows the code with ", <details>": requiring the comma keeps a
 # record cut short inside the code ("79" cut to "7") from counting as another XID.
 _XID = re.compile(
@@ -120,8 +126,9 @@ class KmsgReader:
     yields only records it has not yielded before.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int = MAX_BYTES_PER_READ) -> None:
         self.path = path
+        self.max_bytes = max_bytes
         self.last_seq = -1
         self.overwritten = 0  # EPIPE: records the ring buffer dropped before we read them
         self._fd: int | None = None
@@ -152,7 +159,8 @@ class KmsgReader:
 
     def read(self) -> Iterator[str]:
         """Each complete record not read yet, as read (a log file of hundreds of MB is
-        never held whole); KmsgUnreadable from the iteration if the log went away."""
+        never held whole), up to `max_bytes` of the log: what is left is the next read's.
+        KmsgUnreadable from the iteration if the log went away."""
         if self._fd is None:
             self.open()
         raw = self._device_records() if self._device else self._file_lines()
@@ -177,7 +185,8 @@ class KmsgReader:
 
     def _device_records(self) -> Iterator[bytes]:
         assert self._fd is not None
-        while True:
+        budget = self.max_bytes
+        while budget > 0:
             try:
                 record = os.read(self._fd, _READ_SIZE)
             except BlockingIOError:  # EAGAIN: nothing newer yet
@@ -188,12 +197,15 @@ class KmsgReader:
                 continue
             if not record:
                 return
+            budget -= len(record)
             yield record
 
     def _file_lines(self) -> Iterator[bytes]:
         assert self._fd is not None
         self._follow_rotation()
-        while chunk := os.pread(self._fd, _READ_SIZE, self._offset):
+        budget = self.max_bytes
+        while budget > 0 and (chunk := os.pread(self._fd, _READ_SIZE, self._offset)):
+            budget -= len(chunk)
             self._offset += len(chunk)
             *lines, self._partial = (self._partial + chunk).split(b"\n")
             if len(self._partial) > _READ_SIZE:
@@ -219,10 +231,10 @@ class KernelXidLog:
     has counted in the meantime, and a counter must never count one XID twice.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int = MAX_BYTES_PER_READ) -> None:
         self.path = path
         self.unreadable: str | None = None
-        self._reader = KmsgReader(path)
+        self._reader = KmsgReader(path, max_bytes)
         self._counts: dict[tuple[str, int], int] = {}
         self.records = 0  # Xid lines counted, for the start-up log line
 
