@@ -122,3 +122,30 @@ def test_the_wheel_installs_only_the_nvwatch_namespace(tmp_path: Path) -> None:
         "nvwatch/sim/pynvml_shim/sitecustomize.py",
     ):
         assert expected in names
+
+
+def _readme_block_after(heading: str) -> str:
+    """The first ```sh block of the README section that starts with `heading`."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split(f"\n{heading}\n", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_release_command_installs_what_the_release_imports() -> None:
+    """After the README's install command (`pip install .`, no extras), its release
+    command must bring what scripts/release imports before it builds (it failed with
+    "twine is not installed"), and must not rewrite a tracked file of the user's clone."""
+    release = _readme_block_after("## Build what a fleet installs")
+    assert "pip install '.[release]'" in release
+    assert "--record" not in release, "recording rewrites the tracked docs/release.md"
+    tree = ast.parse((REPO / "scripts" / "release").read_text())
+    (in_venv,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "in_venv"
+    ]
+    needed = {
+        alias.name for n in ast.walk(in_venv) if isinstance(n, ast.Import) for alias in n.names
+    }
+    assert needed == {"build", "twine"}
+    extras = _pyproject()["project"]["optional-dependencies"]  # type: ignore[index]
+    declared = {re.split(r"[<>=\[ ;]", spec, maxsplit=1)[0] for spec in extras["release"]}
+    assert needed <= declared
