@@ -55,6 +55,7 @@ _LAZY_COMMANDS = {
     "dashboards": ("nvwatch.agent.cli.mixin_commands", "dashboards_group"),
     "inventory": ("nvwatch.agent.cli.inventory_commands", "inventory_command"),
     "report": ("nvwatch.agent.cli.report_commands", "report_command"),
+    "web-config": ("nvwatch.agent.cli.webconfig_commands", "web_config_group"),
 }
 _SIMULATOR_COMMANDS = ("profiles", "simulate")
 
