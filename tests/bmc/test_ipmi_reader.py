@@ -189,6 +189,19 @@ def test_a_silent_bmc_fails_at_the_timeout(module: Module) -> None:
     assert elapsed >= 0.9, "it gave up before its timeout"
 
 
+def test_a_silent_bmc_is_waited_for_the_whole_module_timeout(module: Module) -> None:
+    """A module timeout longer than a few re-sends: the read goes on re-sending until it
+    (as FreeIPMI does until its session timeout), and says how long it waited. It
+    used to give up after 4 re-sends (4 s) whatever the module said."""
+    started = time.monotonic()
+    with (
+        responders.responder(responders.silent) as target,
+        pytest.raises(BmcError, match=r"^no answer within (6\.\d|7\.\d) s$"),
+    ):
+        IpmiReader().read(target, dataclasses.replace(module, timeout_s=6.0))
+    assert time.monotonic() - started >= 5.9
+
+
 @pytest.mark.parametrize("answer", [responders.garbage, responders.pong_then_garbage])
 def test_garbage_fails_within_the_timeout(module: Module, answer: responders.Answer) -> None:
     with responders.responder(answer) as target:

@@ -19,6 +19,7 @@ the price of a keep-alive thread per BMC and one of the few session slots a BMC 
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import struct
 import time
@@ -47,7 +48,10 @@ BMC_IPMB_ADDRESS = 0x20  # the BMC's own address: the sensors it owns are the on
 # One request's wait: FreeIPMI's retransmission timeout is 1 s; a BMC answers in
 # milliseconds, so a request unanswered after a second is lost, and sent again.
 REQUEST_TIMEOUT_S = 1.0
-REQUEST_RETRIES = 3  # re-sends of a lost request, while the deadline allows
+# Re-sends of a lost request: as many as the module's timeout leaves room for, as
+# FreeIPMI retransmits until its session timeout. A fixed count ended a silent BMC's
+# read after 4 s whatever the module's `timeout` said.
+REQUEST_RETRIES_AT_LEAST = 3
 _PRIVILEGES = {"user": "user", "operator": "operator", "admin": "administrator"}
 # RMCP+ status codes that mean "this user, with this password or role, may not log in"
 _REFUSED_USER = {0x0D: "unknown user", 0x0C: "invalid user name", 0x0F: "wrong password"}
@@ -95,12 +99,21 @@ class _DeadlineSocket:
         self._sock.close()
 
 
+def _retries_until(deadline: float) -> int:
+    """Re-sends that fit before `deadline` at one REQUEST_TIMEOUT_S wait each (the
+    deadline socket cuts the last wait short)."""
+    left = max(0.0, deadline - time.monotonic())
+    return max(REQUEST_RETRIES_AT_LEAST, math.ceil(left / REQUEST_TIMEOUT_S))
+
+
 class _BoundedRmcpPlus(RmcpPlus):  # type: ignore[misc]
     """python-ipmi's RMCP+ interface on a deadline socket of the address's family."""
 
     def __init__(self, family: int, deadline: float) -> None:
         super().__init__(
-            cipher_suite=CIPHER_SUITE, keep_alive_interval=0, max_retries=REQUEST_RETRIES
+            cipher_suite=CIPHER_SUITE,
+            keep_alive_interval=0,
+            max_retries=_retries_until(deadline),
         )
         self._family = family
         self._deadline = deadline
@@ -113,12 +126,13 @@ class _BoundedRmcpPlus(RmcpPlus):  # type: ignore[misc]
     def ping(self) -> None:
         """The presence ping, sent again while unanswered (UDP loses packets) and time is
         left; a refused port fails at once."""
-        for attempt in range(REQUEST_RETRIES + 1):
+        retries = _retries_until(self._deadline)
+        for attempt in range(retries + 1):
             try:
                 super().ping()
                 return
             except IpmiConnectionError:
-                last = attempt == REQUEST_RETRIES or time.monotonic() >= self._deadline
+                last = attempt == retries or time.monotonic() >= self._deadline
                 if last or (self.deadline_socket and self.deadline_socket.refused):
                     raise
 
