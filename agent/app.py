@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 import traceback
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from nvwatch.agent.config import AgentConfig, ConfigError, format_listen
 from nvwatch.agent.exposition.render import Exposition, build_exposition, prepare
 from nvwatch.agent.poller import Poller, Snapshot
-from nvwatch.agent.server import Health, HttpState, MetricsServer
+from nvwatch.agent.server import Health, HttpState, MetricsServer, listen
 from nvwatch.agent.server.probe import ProbeService
 from nvwatch.agent.sources import Source
 from nvwatch.agent.webconfig import WebConfig, load_web_config
@@ -94,13 +95,29 @@ def web_config_of(config: AgentConfig) -> WebConfig | None:
         raise ConfigError(str(exc)) from exc
 
 
+def bind(config: AgentConfig) -> socket.socket:
+    """The agent's listening socket; StartupError (one line) when the address is taken
+    or cannot be bound. `nvwatch serve` binds first, so a port in use is its only line,
+    not the last after a simulated node's banner."""
+    try:
+        return listen(config.listen_host, config.listen_port, config.listen_ipv6_only)
+    except OSError as exc:
+        where = format_listen(config.listen_host, config.listen_port, config.listen_ipv6_only)
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+
+
 def make_server(
-    agent: Agent, web: WebConfig | None = None, probe: ProbeService | None = None
+    agent: Agent,
+    web: WebConfig | None = None,
+    probe: ProbeService | None = None,
+    listener: socket.socket | None = None,
 ) -> MetricsServer:
     """The server for `agent`; `web` when the caller loaded the web config already;
-    `probe` answers /probe for BMCs (agent/bmc_probe.py)."""
+    `probe` answers /probe for BMCs (agent/bmc_probe.py); `listener` when the caller
+    bound the address already (`bind`)."""
     if web is None:
         web = web_config_of(agent.config)
+    listener = listener or bind(agent.config)
     try:
         server = MetricsServer(
             agent.config.listen_host,
@@ -110,11 +127,11 @@ def make_server(
             health=agent.health,
             web_config=web,
             probe=probe.respond if probe is not None else None,
+            listener=listener,
         )
-    except OSError as exc:
-        config = agent.config
-        where = format_listen(config.listen_host, config.listen_port, config.listen_ipv6_only)
-        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    except BaseException:
+        listener.close()
+        raise
     agent.http_state = server.http_state
     return server
 
@@ -127,6 +144,7 @@ def serve(
     stop: threading.Event | None = None,
     web: WebConfig | None = None,
     probe: ProbeService | None = None,
+    listener: socket.socket | None = None,
 ) -> int:
     """Poll and serve until `stop` is set; returns the exit code.
 
@@ -135,7 +153,7 @@ def serve(
     """
     agent = Agent(config, sources)
     # nothing has started yet: if binding fails there is nothing to stop
-    server = make_server(agent, web, probe)
+    server = make_server(agent, web, probe, listener)
     stop = stop or threading.Event()
     if stop.is_set():  # a stop signal came while the agent was starting
         server.stop()

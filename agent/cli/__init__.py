@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from nvwatch.agent import __version__, launch, logs, simulation
-from nvwatch.agent.app import StartupError, poll_and_render, serve, web_config_of
+from nvwatch.agent.app import StartupError, bind, poll_and_render, serve, web_config_of
 from nvwatch.agent.bmc_probe import bmc_config_of, probe_service
 from nvwatch.agent.cli.options import (
     LISTEN_DEFAULT,
@@ -144,6 +144,7 @@ def serve_command(**params: Any) -> None:
     # node's warning followed by it
     web = web_config_of(config)
     bmc = bmc_config_of(config)
+    listener = bind(config)  # a port in use is one line, before anything else starts
     stop = threading.Event()
     deaths = ThreadDeaths(stop)
     # outermost: the simulated node's thread starts in runtime(), and it must stop (and
@@ -152,7 +153,7 @@ def serve_command(**params: Any) -> None:
         sources = build_sources(effective)
         probe = probe_service(effective, bmc)
         try:
-            code = serve(effective, sources, stop=stop, web=web, probe=probe)
+            code = serve(effective, sources, stop=stop, web=web, probe=probe, listener=listener)
         finally:
             if probe is not None:
                 probe.close()

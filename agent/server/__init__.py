@@ -27,6 +27,7 @@ __all__ = [
     "MetricsServer",
     "ServerLimits",
     "gzip_accepted",
+    "listen",
     "wants_openmetrics",
 ]
 
@@ -36,7 +37,7 @@ _BACKLOG = 512
 _STOP_JOIN_S = 5.0
 
 
-def _listen(host: str, port: int, ipv6_only: bool) -> socket.socket:
+def listen(host: str, port: int, ipv6_only: bool) -> socket.socket:
     """A listening socket; the IPv6 wildcard takes IPv4 too unless `ipv6_only`, as Go's
     servers do for `[::]:PORT`, so an exporter flag copied across behaves the same."""
     if ":" not in host:
@@ -76,11 +77,13 @@ class MetricsServer:
         web_config: WebConfig | None = None,
         limits: ServerLimits | None = None,
         probe: Probe | None = None,
+        listener: socket.socket | None = None,
     ) -> None:
         limits = limits or ServerLimits()
         self.stats = HttpStats(limits.connection_limit())
-        # binding here, in the constructor, makes "address in use" a start-up error
-        self._listener = _listen(host, port, ipv6_only)
+        # binding here, in the constructor, makes "address in use" a start-up error;
+        # `nvwatch serve` binds before anything else starts and hands the socket over
+        self._listener = listener or listen(host, port, ipv6_only)
         pool = None
         if web_config is not None and web_config.users:
             auth = BasicAuth(web_config.users)

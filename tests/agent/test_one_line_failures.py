@@ -160,6 +160,12 @@ CASES = [
         ("serve", "--sources", "host", "--listen", "127.0.0.1:{busy}"),
         "cannot listen on 127.0.0.1:{busy}",
     ),
+    # a simulated node (its banner) and its BMC (the probe's line) used to log first
+    Case(
+        "simulated serve on a port in use",
+        ("serve", "--simulate", "dgx-h100", "--listen", "127.0.0.1:{busy}"),
+        "cannot listen on 127.0.0.1:{busy}: Address already in use",
+    ),
     Case(
         "simulate fleet on a port in use",
         (*FLEET, "--nodes", "2", "--base-port", "{busy}", "--duration", "5s"),
