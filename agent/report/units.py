@@ -46,6 +46,9 @@ percent = _formatter(lambda v: f"{100 * v:.1f} %")  # a 0..1 ratio: 0.4567 -> '4
 hours = _formatter(lambda v: _large(v, "h"))
 count = _formatter(lambda v: f"{v:,.0f}")
 rpm = _formatter(lambda v: f"{v:,.0f} rpm")  # a fan's speed
+# a 0..1 score that is no share of anything (Slurm's fair-share factor): three decimals,
+# which tell two accounts apart where sshare's six would only be noise on a page
+score = _formatter(lambda v: f"{v:.3f}")
 
 
 def _duration(seconds: float) -> str:
@@ -73,6 +76,7 @@ FORMATTERS: dict[str, Callable[[float | None], str]] = {
     "h": hours,
     "count": count,
     "rpm": rpm,
+    "score": score,
     "s": duration,
 }
 

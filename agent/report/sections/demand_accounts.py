@@ -109,7 +109,7 @@ def account_table(accounts: list[AccountUse]) -> Table:
             Column("shares_norm", "fair share", "ratio"),
             Column("use_to_share", "use / share", "x"),
             Column("usage_effective_end", "effective usage (end)", "ratio"),
-            Column("factor_end", "fair-share factor (end)", ""),
+            Column("factor_end", "fair-share factor (end)", "score"),
             Column("waiting_gpus_mean", "GPUs waiting, mean", "GPUs"),
             *counters.wait_columns(),
         ],
