@@ -81,9 +81,7 @@ def _healthz(port: int) -> int | None:
 
 
 def _serve(tmp_path: Path, port: int) -> subprocess.Popen[str]:
-    return _start(
-        tmp_path, port, "serve", "--simulate", "dgx-h100", "--listen", f"127.0.0.1:{port}"
-    )
+    return _start(tmp_path, "serve", "--simulate", "dgx-h100", "--listen", f"127.0.0.1:{port}")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
