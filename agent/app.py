@@ -62,6 +62,18 @@ class Agent:
         return self._exposition
 
     def health(self) -> Health:
+        """/healthz: the poll loop runs, its last poll is fresh and no source is stuck
+        (what a readiness probe or a health check wants)."""
+        health = self.liveness()
+        stuck = self.poller.stuck()
+        if health.ok and stuck:
+            return Health(False, _stuck_detail(stuck, self.config.stale_after))
+        return health
+
+    def liveness(self) -> Health:
+        """/livez: the poll loop runs and its last poll is fresh. A stuck source is left
+        out: restarting the agent does not unwedge a GPU, and a liveness probe that did
+        would restart it in a loop, dark for the node's other sources each time."""
         latest = self.poller.latest
         if latest is None:
             return Health(False, "no poll has completed yet")
@@ -71,9 +83,6 @@ class Agent:
             return Health(False, f"last poll {age:.1f}s ago (limit {limit:g}s)")
         if not self.poller.alive():
             return Health(False, "poll loop is not running")
-        stuck = self.poller.stuck()
-        if stuck:
-            return Health(False, _stuck_detail(stuck, limit))
         return Health(True, f"last poll {age:.1f}s ago, every {self.config.interval:g}s")
 
 
@@ -128,6 +137,7 @@ def make_server(
             web_config=web,
             probe=probe.respond if probe is not None else None,
             listener=listener,
+            liveness=agent.liveness,
         )
     except BaseException:
         listener.close()

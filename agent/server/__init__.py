@@ -78,6 +78,7 @@ class MetricsServer:
         limits: ServerLimits | None = None,
         probe: Probe | None = None,
         listener: socket.socket | None = None,
+        liveness: Callable[[], Health] | None = None,
     ) -> None:
         limits = limits or ServerLimits()
         self.stats = HttpStats(limits.connection_limit())
@@ -89,7 +90,7 @@ class MetricsServer:
             auth = BasicAuth(web_config.users)
             pool = (auth, BcryptPool(auth, limits.bcrypt_workers))
         self._pool = pool[1] if pool else None
-        router = Router(exposition, health, probe)
+        router = Router(exposition, health, probe, liveness)
         self._loop = EventLoop(self._listener, router, web_config, pool, limits, self.stats)
         self._thread: threading.Thread | None = None
 

@@ -1,4 +1,5 @@
-"""What each path answers: /metrics from the cached exposition, /healthz, a landing page.
+"""What each path answers: /metrics from the cached exposition, /healthz and /livez, a
+landing page.
 
 Runs on the server's loop thread and only copies cached bytes: no handler calls a source.
 """
@@ -41,16 +42,23 @@ NO_PROBE = Response(404, b"no BMC config: this agent probes no BMC (serve --bmc-
 Probe = Callable[[Request], "Response | Deferred"]
 
 
+def _health_response(health: Health) -> Response:
+    body = (("ok: " if health.ok else "stale: ") + health.detail + "\n").encode()
+    return Response(200 if health.ok else 503, body)
+
+
 class Router:
     def __init__(
         self,
         exposition: Callable[[], Exposition | None],
         health: Callable[[], Health],
         probe: Probe | None = None,
+        liveness: Callable[[], Health] | None = None,
     ) -> None:
         self._exposition = exposition
         self._health = health
         self._probe = probe
+        self._liveness = liveness or health
 
     def respond(self, request: Request) -> Response | Deferred:
         """The answer to an authorised GET or HEAD; a BMC probe's comes later, from a
@@ -61,9 +69,9 @@ class Router:
         if path == "/probe":
             return self._probe(request) if self._probe is not None else NO_PROBE
         if path == "/healthz":
-            health = self._health()
-            body = (("ok: " if health.ok else "stale: ") + health.detail + "\n").encode()
-            return Response(200 if health.ok else 503, body)
+            return _health_response(self._health())
+        if path == "/livez":
+            return _health_response(self._liveness())
         if path == "/":
             return Response(200, self._landing().encode(), "text/html; charset=utf-8")
         return Response(404, b"not found\n")

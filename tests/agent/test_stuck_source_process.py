@@ -53,10 +53,10 @@ def _agent(tmp_path: Path, how: str, *argv: str) -> list[str]:
     return [sys.executable, str(script), *argv]
 
 
-def _healthz(port: int) -> tuple[int, str] | None:
+def _healthz(port: int, path: str = "/healthz") -> tuple[int, str] | None:
     client = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        client.request("GET", "/healthz")
+        client.request("GET", path)
         response = client.getresponse()
         return response.status, response.read().decode()
     except (OSError, http.client.HTTPException):
@@ -90,6 +90,10 @@ def test_healthz_names_a_stuck_source_and_sigterm_still_stops_the_agent(
         assert body.startswith("stale: source host stuck in one poll for "), body
         assert float(body.split(" for ")[1].split("s ")[0]) >= STUCK_AFTER_S
         assert f"(limit {STUCK_AFTER_S:g}s)" in body
+        # the liveness probe's path: the agent itself is alive, and a restart would not
+        # unwedge what the source is stuck in
+        live = _healthz(port, "/livez")
+        assert live is not None and live[0] == 200, live
         started = time.monotonic()
         process.terminate()
         _, stderr = process.communicate(timeout=SHUTDOWN_LIMIT_S + 25)

@@ -97,7 +97,7 @@ def test_the_daemonsets_probes_are_the_documented_ones(daemonset: dict[str, Any]
     [snippet] = _blocks("yaml")
     documented = yaml.safe_load(snippet)
     assert documented["readinessProbe"]["exec"]["command"][:2] == ["nvwatch", "doctor"]
-    assert documented["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert documented["livenessProbe"]["httpGet"]["path"] == "/livez"
     container = _container(daemonset)
     for field, value in documented.items():
         assert container.get(field) == value, f"{field}: docs/deploy.md and the DaemonSet differ"
