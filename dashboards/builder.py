@@ -9,6 +9,7 @@ from typing import Any
 
 from grafanalib import core as g
 
+from nvwatch.common.durations import parse_duration
 from nvwatch.dashboards.links import DataLink, field_config_links, from_label, label_value
 from nvwatch.dashboards.thresholds import OK, Steps
 from nvwatch.mixin.config import MixinConfig
@@ -185,9 +186,39 @@ def rate(series: str) -> str:
     return f"rate({series}[$__rate_interval])"
 
 
-def kwh_in_range(joules_per_second: str) -> str:
-    """Energy in kWh over the dashboard's time range, from a J/s recording rule."""
-    return f"avg_over_time({joules_per_second}[$__range]) * $__range_s / 3600000"
+def integral_in_range(cfg: MixinConfig, series: str) -> str:
+    """`series` (a recording rule's gauge, or an expression over such rules) integrated
+    over the dashboard's time range: the sum of its value x seconds, over the part of the
+    range that has data (W -> J, GPUs -> GPU-seconds).
+
+    The expression is read at every rule evaluation interval of the range (a subquery)
+    and each value stands for one interval. Multiplying a mean by the whole range
+    (`avg_over_time(x[$__range]) * $__range_s`) instead counts the range's hours without
+    data as if they had the mean: a 24 h range over a fleet scraped for 6 h showed four
+    times its energy. Summing the recorded samples (`sum_over_time(x[$__range])`) times
+    the interval is the same integral only while the rules run at this config's
+    interval; rules backfilled over a history (`alerts backfill-rules`) are recorded once
+    per history step, and each point here takes the latest of them (Prometheus'
+    lookback), where `sum_over_time` would count each 15-minute sample as one interval.
+    Between points the value is held, not interpolated: what was sampled, no more. A
+    recorded rate has no value across a scrape gap longer than its window, so energy
+    used in such a gap is not counted."""
+    interval = cfg.evaluation_interval
+    seconds = parse_duration(interval, "evaluation_interval")
+    return f"sum_over_time(({series})[$__range:{interval}]) * {seconds:g}"
+
+
+def kwh_in_range(cfg: MixinConfig, watts: str) -> str:
+    """Energy in kWh over the part of the dashboard's range that has data, from a power
+    (W, or J/s from an energy counter's recorded rate)."""
+    return f"{integral_in_range(cfg, watts)} / 3600000"
+
+
+def peak_in_range(cfg: MixinConfig, series: str) -> str:
+    """The highest value of `series` in the dashboard's range, read at every rule
+    evaluation: a coarser step (`$__interval` is half an hour on a 30-day range) steps
+    over a peak shorter than itself."""
+    return f"max_over_time(({series})[$__range:{cfg.evaluation_interval}])"
 
 
 def cluster_scope(cfg: MixinConfig) -> str:

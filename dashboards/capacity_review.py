@@ -12,9 +12,11 @@ from nvwatch.dashboards.builder import (
     Q,
     cluster_scope,
     dashboard,
+    integral_in_range,
     kwh_in_range,
     legend,
     node_series_link,
+    peak_in_range,
     variable,
 )
 from nvwatch.dashboards.links import CAPACITY_REVIEW, NODE, DataLink
@@ -34,21 +36,23 @@ def _node_util(cfg: MixinConfig) -> str:
 def _peak_share(cfg: MixinConfig, level: str, used: str, total: str) -> str:
     """The highest share `used / total` reached in the range, per `level` series."""
     c = cluster_scope(cfg)
-    return f"max_over_time(({level}:{used}{c} / {level}:{total}{c})[$__range:$__interval])"
+    return peak_in_range(cfg, f"{level}:{used}{c} / {level}:{total}{c}")
 
 
 def _gpu_hours(cfg: MixinConfig, share: str) -> str:
-    c = cluster_scope(cfg)
-    return f"{share} * avg_over_time(cluster:nvwatch_gpu_up:sum{c}[$__range]) * $__range_s / 3600"
+    """GPU-hours in the range weighted by `share` (of each GPU up, at each evaluation)."""
+    up = f"cluster:nvwatch_gpu_up:sum{cluster_scope(cfg)}"
+    return f"{integral_in_range(cfg, f'{share} * {up}')} / 3600"
 
 
 def _totals(grid: Grid, cfg: MixinConfig) -> None:
-    util = f"avg_over_time(cluster:nvwatch_gpu_utilization_ratio:avg{cluster_scope(cfg)}[$__range])"
+    util = f"cluster:nvwatch_gpu_utilization_ratio:avg{cluster_scope(cfg)}"
     grid.add(
         "stat",
         "GPU-hours busy / idle",
-        "GPU-hours in the range spent busy (mean utilization x GPUs up x hours) and idle. "
-        "Idle hours are capacity that could be given back or scheduled better.",
+        "GPU-hours in the range spent busy (GPUs up x their mean utilization, over the "
+        "time the range has data) and idle. Idle hours are capacity that could be given "
+        "back or scheduled better.",
         "h",
         [
             Q(_gpu_hours(cfg, util), "busy", instant=True),
@@ -64,7 +68,7 @@ def _totals(grid: Grid, cfg: MixinConfig) -> None:
         "kwatth",
         [
             Q(
-                kwh_in_range(f"cluster:nvwatch_gpu_energy_joules:rate{cluster_scope(cfg)}"),
+                kwh_in_range(cfg, f"cluster:nvwatch_gpu_energy_joules:rate{cluster_scope(cfg)}"),
                 "energy",
                 instant=True,
             )
@@ -175,7 +179,7 @@ def _node_headroom(grid: Grid, cfg: MixinConfig) -> None:
 
 
 def _energy(grid: Grid, cfg: MixinConfig) -> None:
-    energy = kwh_in_range(f"instance:nvwatch_gpu_energy_joules:rate{cluster_scope(cfg)}")
+    energy = kwh_in_range(cfg, f"instance:nvwatch_gpu_energy_joules:rate{cluster_scope(cfg)}")
     grid.add(
         "bargauge",
         "Energy per node",

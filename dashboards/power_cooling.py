@@ -40,6 +40,7 @@ from nvwatch.dashboards.links import NODE, POWER_COOLING, DataLink
 from nvwatch.mixin.config import MixinConfig
 
 GPU_POWER = "instance:nvwatch_gpu_power_watts:sum"
+GPU_ENERGY = "instance:nvwatch_gpu_energy_joules:rate"
 
 
 def _to_node(cfg: MixinConfig) -> DataLink:
@@ -163,15 +164,21 @@ def _power_share(grid: Grid, cfg: MixinConfig) -> None:
         w=8,
         h=9,
     )
+    # the GPUs of the same nodes, at the same times: all GPUs against the nodes with a
+    # BMC would compare a fleet with part of it
+    gpu_energy = (
+        f"sum by ({cfg.cluster_label}) ({GPU_ENERGY}{c} and on ({cfg.node_labels}) {NODE_POWER}{c})"
+    )
     grid.add(
         "stat",
         "Energy in the time range: nodes vs GPUs",
         "kWh the nodes with BMC data drew in the selected range (their input power), and "
-        "what all GPUs used (NVML energy counters). Cooling the room costs more on top.",
+        "what their GPUs used while the BMC was read (NVML energy counters), over the "
+        "time the range has data. Cooling the room costs more on top.",
         "kwatth",
         [
-            Q(kwh_in_range(f"{CLUSTER_POWER}{c}"), "nodes", instant=True),
-            Q(kwh_in_range(f"cluster:nvwatch_gpu_energy_joules:rate{c}"), "GPUs", instant=True),
+            Q(kwh_in_range(cfg, f"{CLUSTER_POWER}{c}"), "nodes", instant=True),
+            Q(kwh_in_range(cfg, gpu_energy), "GPUs", instant=True),
         ],
         w=8,
         h=9,

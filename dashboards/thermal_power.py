@@ -118,7 +118,13 @@ def _cluster_power(grid: Grid, cfg: MixinConfig) -> None:
         "Energy the cluster's GPUs used in the selected time range, from the NVML energy "
         "counters (GPU boards only, not CPUs, fans or cooling).",
         "kwatth",
-        [Q(kwh_in_range(f"cluster:nvwatch_gpu_energy_joules:rate{c}"), "energy", instant=True)],
+        [
+            Q(
+                kwh_in_range(cfg, f"cluster:nvwatch_gpu_energy_joules:rate{c}"),
+                "energy",
+                instant=True,
+            )
+        ],
     )
 
 

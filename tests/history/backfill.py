@@ -118,7 +118,7 @@ def backfilled_prometheus(
     step: float = STEP_S,
     end: float | None = None,
 ) -> Iterator[HistoryPrometheus]:
-    prometheus = require_tool("prometheus")
+    require_tool("prometheus")
     require_tool("promtool")
     plan = plan_history(nodes=nodes, days=days, step=step, end=time.time() if end is None else end)
     history = workdir / "history.om"
@@ -127,6 +127,15 @@ def backfilled_prometheus(
     backfill(history, tsdb, days)
     history.unlink()  # gigabytes for a large fleet; the blocks hold it all
     truth = json.loads(truth_path_for(history).read_text(encoding="utf-8"))
+    with serve_tsdb(tsdb, workdir, days=days, step=step) as url:
+        yield HistoryPrometheus(url, truth, workdir)
+
+
+@contextlib.contextmanager
+def serve_tsdb(tsdb: Path, workdir: Path, *, days: float, step: float) -> Iterator[str]:
+    """Prometheus on `tsdb` on a free loopback port, its lookback a little over one step;
+    yields its URL once it is ready, stops it on exit."""
+    prometheus = require_tool("prometheus")
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}}), encoding="utf-8")
     port = free_port(HOST)
@@ -149,7 +158,7 @@ def backfilled_prometheus(
     try:
         url = f"http://{HOST}:{port}"
         wait_for("prometheus on the history ready", lambda: _ready(url, process, log), 60)
-        yield HistoryPrometheus(url, truth, workdir)
+        yield url
     finally:
         stop(process)
 
@@ -165,4 +174,44 @@ def _ready(url: str, process: subprocess.Popen[bytes], log: Path) -> bool:
         return False
 
 
-__all__ = ["DAY_S", "HistoryPrometheus", "backfilled_prometheus"]
+def backfill_recording_rules(
+    url: str, tsdb: Path, workdir: Path, *, start: float, end: float, step: float
+) -> None:
+    """The mixin's recording rules over the history `url` serves, as the README's flow
+    makes them (`nvwatch alerts backfill-rules`, then promtool's rule backfill), their
+    blocks moved into `tsdb`: the server picks them up when next started on it."""
+    from nvwatch.alerts.backfill import backfill_rules
+    from nvwatch.mixin.config import MixinConfig
+
+    rules = workdir / "backfill-rules.yaml"
+    rules.write_text(yaml.safe_dump(backfill_rules(MixinConfig(), step)), encoding="utf-8")
+    blocks = workdir / "rule-blocks"
+    hours = int((end - start) / 3600) + 48
+    subprocess.run(
+        [
+            require_tool("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            f"--max-block-duration={hours}h",
+            "rules",
+            f"--url={url}",
+            f"--start={int(start)}",
+            f"--end={int(end)}",
+            f"--output-dir={blocks}",
+            str(rules),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    for block in blocks.iterdir():
+        block.rename(tsdb / block.name)
+
+
+__all__ = [
+    "DAY_S",
+    "HistoryPrometheus",
+    "backfill_recording_rules",
+    "backfilled_prometheus",
+    "serve_tsdb",
+]
