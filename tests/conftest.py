@@ -22,6 +22,7 @@ SHARED_SESSION_FIXTURES = {
     "tests/report/test_report_cli.py": "synthetic_report",
     "tests/report/test_report_html.py": "synthetic_report",
     "tests/report/test_report_numbers.py": "synthetic_report",
+    "tests/report/test_number_formats.py": "synthetic_report",
 }
 
 
