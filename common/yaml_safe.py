@@ -30,6 +30,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from nvwatch.common.regular_files import read_regular
+
 # Levels of lists and mappings one file may nest: every config here needs three or four.
 MAX_DEPTH = 32
 # Digits of one integer: 30 is past any count, port, byte size or seed a config holds,
@@ -105,13 +107,12 @@ def key_text(key: object) -> str:
 def read_config_text(path: Path, what: str = "config file", limit: int = MAX_CONFIG_BYTES) -> str:
     """The text of a config file of kind `what`, for any loader (agent, web config).
 
-    ConfigError, one line naming the file, when it cannot be read, is over `limit`
-    bytes, or is not UTF-8 text. Opened normally, not refused when not a regular file:
-    `--config <(generate-config)` hands over a pipe, and that is fine.
+    ConfigError, one line naming the file, when it is not a regular file (a FIFO would
+    hang the start-up, a device never end: so `--config <(generate-config)` is refused
+    too; write the file first), cannot be read, is over `limit` bytes, or is not UTF-8.
     """
     try:
-        with open(path, "rb") as file:
-            data = file.read(limit + 1)
+        data = read_regular(path, limit)
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     if len(data) > limit:
