@@ -294,6 +294,7 @@ def load_config_file(path: Path, allowed: set[str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path}: expected a mapping of option: value")
     result: dict[str, Any] = {}
+    spelt: dict[str, object] = {}  # option -> its key as written
     for key, value in raw.items():
         name = str(key).replace("-", "_")
         if name not in allowed:
@@ -302,6 +303,13 @@ def load_config_file(path: Path, allowed: set[str]) -> dict[str, Any]:
                 + ", ".join(sorted(k.replace("_", "-") for k in allowed))
                 + ")"
             )
+        if name in spelt:
+            # `sysfs-root` and `sysfs_root` are two keys to YAML and one option here
+            raise ConfigError(
+                f"config file {path}: {key_text(key)}: given twice, as "
+                f"{key_text(spelt[name])} and {key_text(key)}"
+            )
+        spelt[name] = key
         result[name] = _option_value(path, key, value)
     return result
 

@@ -17,16 +17,16 @@ Every problem is a `ConfigError` with one line naming the file, the row and the 
 
 from __future__ import annotations
 
-import csv
 import ipaddress
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvwatch.agent.inventory_csv import Record, csv_records
 from nvwatch.common.yaml_safe import ConfigError, key_text, load_yaml_text, read_config_text, shown
 
 REQUIRED_COLUMNS = ("hostname", "address", "node_class", "rack")
@@ -74,39 +74,28 @@ class InventoryNode:
 def load_inventory(path: Path) -> list[InventoryNode]:
     """Read and validate `path` (.csv, .yaml or .yml)."""
     suffix = path.suffix.lower()
-    text = read_config_text(path, "inventory", MAX_INVENTORY_BYTES)
     if suffix == ".csv":
-        rows = _csv_rows(path, text)
-    elif suffix in (".yaml", ".yml"):
-        rows = _yaml_rows(path, text)
-    else:
-        raise ConfigError(
-            f"inventory {path}: unknown format {suffix or '(none)'}; use .csv or .yaml"
-        )
-    return validate(path, rows)
+        # row by row: a mistake is found with only the rows before it in memory
+        with csv_records(path, MAX_INVENTORY_BYTES) as records:
+            return validate(path, _csv_rows(path, records))
+    if suffix in (".yaml", ".yml"):
+        text = read_config_text(path, "inventory", MAX_INVENTORY_BYTES)
+        return validate(path, _yaml_rows(path, text))
+    raise ConfigError(f"inventory {path}: unknown format {suffix or '(none)'}; use .csv or .yaml")
 
 
-def _csv_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
-    # comment lines (#) are allowed: address plans carry notes
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    lines = [(n, line) for n, line in lines if not line.lstrip().startswith("#")]
-    if not lines:
+def _csv_rows(path: Path, records: Iterator[Record]) -> Iterator[tuple[int, dict[str, str]]]:
+    first = next(records, None)
+    if first is None:
         raise ConfigError(f"inventory {path} is empty")
-    reader = csv.reader([line for _, line in lines], skipinitialspace=True)
-    try:
-        parsed = list(reader)
-    except csv.Error as exc:
-        raise ConfigError(f"inventory {path}: not valid CSV: {exc}") from exc
-    header = [h.strip().lower() for h in parsed[0]]
+    header = [h.strip().lower() for h in first[1]]
     _check_columns(path, header)
-    rows: list[tuple[int, dict[str, str]]] = []
-    for (number, _), values in zip(lines[1:], parsed[1:], strict=False):
+    for number, values in records:
         if len(values) > len(header):
             raise ConfigError(
                 f"{path}:{number}: {len(values)} fields but the header has {len(header)}"
             )
-        rows.append((number, dict(zip(header, (v.strip() for v in values), strict=False))))
-    return rows
+        yield number, dict(zip(header, (v.strip() for v in values), strict=False))
 
 
 def _yaml_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
@@ -128,12 +117,23 @@ def _yaml_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
     for number, item in enumerate(data, 1):
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: node #{number} is not a mapping of column: value")
-        row = {str(k).strip().lower(): "" if v is None else str(v).strip() for k, v in item.items()}
+        row = _yaml_row(path, number, item)
         if default_cluster is not None:
             row.setdefault("cluster", default_cluster)
         rows.append((number, row))
     _check_columns(path, sorted({key for _, row in rows for key in row}), rows=rows)
     return rows
+
+
+def _yaml_row(path: Path, number: int, item: Mapping[Any, Any]) -> dict[str, str]:
+    row: dict[str, str] = {}
+    for key, value in item.items():
+        column = str(key).strip().lower()
+        if column in row:
+            # `Rack` and `rack` are two keys to YAML and one column here: which one counts?
+            raise ConfigError(f"{path}: node #{number} gives {key_text(column)} twice")
+        row[column] = "" if value is None else str(value).strip()
+    return row
 
 
 def _check_columns(
@@ -145,6 +145,11 @@ def _check_columns(
             f"inventory {path}: unknown column(s) {', '.join(map(key_text, unknown))} "
             f"(known: {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)})"
         )
+    seen: set[str] = set()
+    for column in header:
+        if column in seen:  # the second would silently replace the first in every row
+            raise ConfigError(f"inventory {path}: column {key_text(column)} given twice")
+        seen.add(column)
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise ConfigError(f"inventory {path}: missing column(s) {', '.join(missing)}")

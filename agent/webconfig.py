@@ -13,10 +13,8 @@ the file is read once at start-up: restart the agent to rotate certificates.
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +24,13 @@ import bcrypt
 
 from nvwatch.agent.webconfig_tls import MAX_FILE_BYTES, ConfigKeyError, build_tls, enabled, text
 from nvwatch.common.durations import DurationError, parse_duration
-from nvwatch.common.yaml_safe import ConfigError, key_text, load_yaml_text, shown
+from nvwatch.common.yaml_safe import (
+    ConfigError,
+    key_text,
+    load_yaml_text,
+    read_config_text,
+    shown,
+)
 
 
 class WebConfigError(ConfigError):
@@ -77,9 +81,11 @@ def load_web_config(path: Path) -> WebConfig:
 
 def _parse(path: Path) -> dict[str, Any]:
     try:
-        # the agent's one loader: no aliases (a 1 KB alias bomb took 25 s and 2.2 GB
-        # here), bounded nesting and integers, errors naming the file and the key
-        raw: Any = load_yaml_text(_read(path), path, "web config")
+        # the agent's one reader and loader: a regular file only (a FIFO must fail, not
+        # hang the start-up), no aliases (a 1 KB alias bomb took 25 s and 2.2 GB here),
+        # bounded nesting and integers, no key twice, errors naming the file and the key
+        text = read_config_text(path, "web config", MAX_FILE_BYTES)
+        raw: Any = load_yaml_text(text, path, "web config")
     except ConfigError as exc:
         raise WebConfigError(str(exc)) from None
     if raw is None:
@@ -87,26 +93,6 @@ def _parse(path: Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise WebConfigError(f"web config {path}: expected a mapping at the top level")
     return raw
-
-
-def _read(path: Path) -> str:
-    """The file's text: a regular file, at most MAX_FILE_BYTES, UTF-8 (one line if not)."""
-    try:
-        # non-blocking: a FIFO named as the config must fail, not hang the start-up
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        raise WebConfigError(f"cannot read web config {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise WebConfigError(f"web config {path} is not a regular file")
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise WebConfigError(f"web config {path} is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WebConfigError(f"web config {path} is not UTF-8 text: {exc.reason}") from exc
 
 
 def _config(path: Path, raw: dict[str, Any]) -> WebConfig:

@@ -13,12 +13,12 @@ import contextlib
 import ipaddress
 import os
 import ssl
-import stat
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvwatch.common.regular_files import regular_size
 from nvwatch.common.yaml_safe import key_text, shown
 
 MAX_FILE_BYTES = 1024 * 1024  # PEM files: a chain of a few certificates is a few KB
@@ -142,19 +142,14 @@ def texts(raw: Mapping[str, object], key: str) -> list[str]:
 def check_file(path: Path, key: str) -> None:
     """Refuse, naming the file, anything that is not a readable regular file of sane size.
 
-    Opened non-blocking: a FIFO in place of a certificate must not hang the start-up.
+    The agent's one way to open a file it is named (common/regular_files.py): a FIFO in
+    place of a certificate must not hang the start-up, nor a device feed OpenSSL forever.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        size = regular_size(path)
     except OSError as exc:
-        raise ConfigKeyError(key, f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        info = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigKeyError(key, f"{path} is not a regular file")
-    if info.st_size > MAX_FILE_BYTES:
+        raise ConfigKeyError(key, f"cannot read {path}: {exc.strerror or exc}") from exc
+    if size > MAX_FILE_BYTES:
         raise ConfigKeyError(key, f"{path} is larger than {MAX_FILE_BYTES} bytes")
 
 

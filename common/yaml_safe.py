@@ -11,12 +11,15 @@ but takes things a mistaken or hostile file can turn against the agent at start-
 - integers: int() refuses 4,300 digits with a ValueError of its own (a traceback from
   --config), and a long base-60 integer (1:2:3:...) is quadratic work to build;
 - constructors: a timestamp with month 13, or `!!int x`, raise ValueError and friends,
-  not YAMLError.
+  not YAMLError;
+- duplicate keys: the last one wins, silently (a user listed twice in a web config
+  logged in with the second hash), where Go's yaml.v2 refuses them.
 
 So `load_yaml_text` refuses aliases (anchors are then harmless), nesting deeper than
 MAX_DEPTH (counted as the composer goes, so a megabyte of '[' is refused at the 33rd),
-and integers of more than MAX_INT_DIGITS digits, and turns every problem into one
-ConfigError line naming the file, the key path where there is one, and the position.
+integers of more than MAX_INT_DIGITS digits and a key given twice in one mapping, and
+turns every problem into one ConfigError line naming the file, the key path where there
+is one, and the position.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+
+from nvwatch.common.regular_files import read_regular
 
 # Levels of lists and mappings one file may nest: every config here needs three or four.
 MAX_DEPTH = 32
@@ -41,6 +46,9 @@ SHOWN_CHARS = 60
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _TAG_PREFIX = "tag:yaml.org,2002:"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_VALUE_TAG = "tag:yaml.org,2002:value"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 class ConfigError(ValueError):
@@ -99,13 +107,12 @@ def key_text(key: object) -> str:
 def read_config_text(path: Path, what: str = "config file", limit: int = MAX_CONFIG_BYTES) -> str:
     """The text of a config file of kind `what`, for any loader (agent, web config).
 
-    ConfigError, one line naming the file, when it cannot be read, is over `limit`
-    bytes, or is not UTF-8 text. Opened normally, not refused when not a regular file:
-    `--config <(generate-config)` hands over a pipe, and that is fine.
+    ConfigError, one line naming the file, when it is not a regular file (a FIFO would
+    hang the start-up, a device never end: so `--config <(generate-config)` is refused
+    too; write the file first), cannot be read, is over `limit` bytes, or is not UTF-8.
     """
     try:
-        with open(path, "rb") as file:
-            data = file.read(limit + 1)
+        data = read_regular(path, limit)
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     if len(data) > limit:
@@ -191,7 +198,7 @@ class _Loader(yaml.SafeLoader):
         """'rate_limit.burst', 'sources[2]': where the node being composed sits."""
         path = ""
         for part in self._keys:
-            path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else part
+            path = _joined(path, part)
         return path
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
@@ -245,8 +252,87 @@ class _Loader(yaml.SafeLoader):
                 self._paths.get(id(node), ""),
             ) from None
 
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """The mapping's own pairs after those of its merge key (`<<`), every one of them
+        kept: PyYAML's own flattening drops a merged key it has seen, by the identity of
+        its text (so some duplicates, not all), and construct_mapping must see them all."""
+        merge_key: yaml.Node | None = None
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                if key_node.tag == _VALUE_TAG:  # YAML's `=` key is plain text here
+                    key_node.tag = _STR_TAG
+                own.append((key_node, value_node))
+                continue
+            if merge_key is not None:  # a key given twice like any other
+                raise self._duplicate(node, merge_key, key_node)
+            merge_key = key_node
+            for source in _merge_sources(node, value_node):
+                self.flatten_mapping(source)
+                merged += source.value
+        node.value = merged + own
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose keys are all different once read: a key given twice (at any
+        depth, through a merge or not, or spelt twice: `1` and `0x1`, `yes` and `true`)
+        is refused, where PyYAML keeps the last and Go's yaml.v2 (UnmarshalStrict, as
+        exporter-toolkit reads a web config) refuses it too."""
+        if not isinstance(node, yaml.MappingNode):  # `!!set x`: PyYAML's error says so
+            return super().construct_mapping(node, deep)
+        self.flatten_mapping(node)  # merged keys count: they are the mapping's keys
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:
+                continue  # unhashable: PyYAML's own error says so next
+            if first is not key_node:
+                raise self._duplicate(node, first, key_node)
+        return super().construct_mapping(node, deep)
+
+    def _duplicate(self, mapping: yaml.Node, first: yaml.Node, again: yaml.Node) -> _Refused:
+        where = _joined(self._paths.get(id(mapping), ""), _key_part(mapping, again))
+        columns = first.start_mark.line == again.start_mark.line
+        problem = f"duplicate key, {_at(first, columns)} and again {_at(again, columns)}"
+        if isinstance(first, yaml.ScalarNode) and first.value != again.value:
+            problem += f" ({shown(first.value)} and {shown(again.value)} are the same key)"
+        return _Refused(problem, None, where)
+
     def _refused(self, problem: str, mark: _Mark | None) -> _Refused:
         return _Refused(problem, mark, self.key_path())
+
+
+def _at(node: yaml.Node, columns: bool) -> str:
+    """'on line 3', or 'on line 3, column 5' where both keys are on one line."""
+    mark = node.start_mark
+    return f"on line {mark.line + 1}" + (f", column {mark.column + 1}" if columns else "")
+
+
+def _merge_sources(node: yaml.Node, value: yaml.Node) -> list[yaml.MappingNode]:
+    """The mappings a merge key's value names: one mapping, or a list of them."""
+    items: list[yaml.Node] = value.value if isinstance(value, yaml.SequenceNode) else [value]
+    sources = [item for item in items if isinstance(item, yaml.MappingNode)]
+    if len(sources) < len(items):
+        wrong = next(item for item in items if not isinstance(item, yaml.MappingNode))
+        raise yaml.constructor.ConstructorError(
+            "while constructing a mapping",
+            node.start_mark,
+            "expected a mapping or a list of mappings for merging, found "
+            f"{type(wrong).__name__.removesuffix('Node').lower()}",
+            wrong.start_mark,
+        )
+    return sources
+
+
+def _joined(path: str, part: str | int | None) -> str:
+    """`path` with one more part, written as key_path writes it."""
+    if part is None:
+        return path
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else part
 
 
 def _key_part(parent: yaml.Node | None, index: Any) -> str | int | None:

@@ -26,6 +26,7 @@ must not pass as a default). Every error is one ConfigError line naming the file
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nvwatch.agent.sources.bmc.reading import DEFAULT_EXHAUST_PATTERN, Module
+from nvwatch.common.regular_files import open_regular
 from nvwatch.common.yaml_safe import ConfigError, key_text, load_yaml_text, read_config_text, shown
 
 WHAT = "BMC config"
@@ -178,7 +180,8 @@ def _password_file(value: Any, where: _Where) -> str:
         raise where.error("password_file", f"expected a file name, got {shown(value)}")
     file = where.path.parent / value  # an absolute `value` stays as it is
     try:
-        with open(file, encoding="utf-8") as stream:
+        # a regular file only: a FIFO would hang the start-up (common/regular_files.py)
+        with io.TextIOWrapper(open_regular(file), encoding="utf-8") as stream:
             first = stream.readline(MAX_PASSWORD_BYTES * 4 + 2)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
