@@ -56,6 +56,14 @@ SCHEDULER_TIMEOUT_BOUNDS = DurationBounds(0.1, 300.0)
 # account and user label caps (series per partition grow with them)
 SCHEDULER_MAX_ACCOUNTS_RANGE = (1, 10_000)
 SCHEDULER_MAX_USERS_RANGE = (0, 10_000)
+# The cap on what one Slurm command prints, in MiB: past it the command is killed and the
+# source is down, so a runaway squeue costs the agent this much memory, not all it prints
+# (the parse holds about twice the output at its peak: the text and, for a moment, its
+# pieces). Real 22.05 `squeue --json` is about 3.2 KB per job record (3.5 MiB for 1,128
+# records, docs/performance.md), so a queue of 100,000 records prints about 310 MiB; 512
+# leaves room for longer names, paths and comments. (The simulator's records are ~330 B.)
+SCHEDULER_MAX_OUTPUT_MIB = 512
+SCHEDULER_MAX_OUTPUT_MIB_RANGE = (1, 4096)
 
 
 def is_index(text: str) -> bool:
@@ -123,11 +131,13 @@ class AgentConfig:
     # a BMC read serves the probes of its target and module this long (HA Prometheus pairs)
     bmc_cache: float = 5.0
     # the scheduler source (--sources scheduler): cadence, deadline per Slurm command, and
-    # label caps (accounts beyond the cap are "other"; per-user series off at 0)
+    # label caps (accounts beyond the cap are "other"; per-user series off at 0), and the cap
+    # on what one command prints
     scheduler_interval: float = 30.0
     scheduler_timeout: float = 10.0
     scheduler_max_accounts: int = 50
     scheduler_max_users: int = 0
+    scheduler_max_output_mib: int = SCHEDULER_MAX_OUTPUT_MIB
 
     @property
     def attribution_timeout(self) -> float:

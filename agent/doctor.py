@@ -10,12 +10,16 @@ probe and Slurm's HealthCheckProgram read that code (README, docs/deploy.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.poller import SourceStatus
+
+if TYPE_CHECKING:
+    from nvwatch.agent.sources.scheduler.source import SchedulerSource
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
@@ -30,6 +34,7 @@ class Finding:
     detail: str
     series: int | None = None  # what an up source serves
     duration_seconds: float | None = None  # how long its poll took
+    extra: Mapping[str, Any] = field(default_factory=dict)  # more keys of its JSON
 
     def line(self) -> str:
         return f"{self.name:<11} {self.state:<8} {self.detail}"
@@ -41,7 +46,26 @@ class Finding:
             "detail": self.detail,
             "series": self.series,
             "duration_seconds": self.duration_seconds,
+            **self.extra,
         }
+
+
+def slurm_finding(source: SchedulerSource, simulated: bool) -> Finding:
+    """The real commands the scheduler source runs and the SLURM_CONF they run with, or
+    why it runs none: `--simulate` simulates a node, never Slurm, so an operator must see
+    when a simulated agent reads a real cluster."""
+    from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError
+
+    commands = [list(argv) for argv in source.commands]
+    shown = ", ".join(shlex.join(argv) for argv in commands)
+    real = "the real Slurm (--simulate simulates the node, not Slurm): " if simulated else ""
+    try:
+        conf = str(source.slurm_conf())
+    except SchedulerError as exc:
+        none: dict[str, Any] = {"commands": [], "slurm_conf": None, "real_slurm": False}
+        return Finding("slurm", "none", f"runs no Slurm command: {exc}", extra=none)
+    extra: dict[str, Any] = {"commands": commands, "slurm_conf": conf, "real_slurm": True}
+    return Finding("slurm", "runs", f"{real}{shown} with SLURM_CONF={conf}", extra=extra)
 
 
 def source_finding(status: SourceStatus) -> Finding:
@@ -68,6 +92,7 @@ class Diagnosis:
     sources: tuple[Finding, ...]
     xid_history: Finding | None = None
     simulated: str | None = None  # the profile of a simulated node
+    slurm: Finding | None = None  # the scheduler source's commands (slurm_finding)
 
     @property
     def down(self) -> tuple[Finding, ...]:
@@ -85,6 +110,8 @@ class Diagnosis:
         findings = [*self.sources]
         if self.xid_history is not None:
             findings.append(self.xid_history)
+        if self.slurm is not None:
+            findings.append(self.slurm)
         if self.simulated is not None:
             findings.append(
                 Finding("simulation", "on", f"profile {self.simulated} (not real hardware)")
@@ -98,6 +125,7 @@ class Diagnosis:
             "sources": [f.as_json() for f in self.sources],
             "xid_history": None if self.xid_history is None else self.xid_history.as_json(),
             "simulated_profile": self.simulated,
+            "slurm": None if self.slurm is None else self.slurm.as_json(),
         }
 
 
@@ -105,5 +133,6 @@ def diagnose(
     statuses: Iterable[SourceStatus],
     xid_history: Finding | None = None,
     simulated: str | None = None,
+    slurm: Finding | None = None,
 ) -> Diagnosis:
-    return Diagnosis(tuple(source_finding(s) for s in statuses), xid_history, simulated)
+    return Diagnosis(tuple(source_finding(s) for s in statuses), xid_history, simulated, slurm)

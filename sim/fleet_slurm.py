@@ -6,7 +6,9 @@ looked like at the fleet's last tick (slurm_out.py renders it; the fleet rewrite
 files after every step of the queue, each whole or not at all). An agent whose PATH
 starts with that directory runs, times and parses them exactly as it does Slurm's own,
 through the same subprocess; asked anything but what the scheduler source asks, they
-fail as a client would, with one line on stderr.
+fail as a client would, with one line on stderr. Their environment names a slurm.conf of
+their own (SLURM_CONF): the agent runs no Slurm command without a configuration, and a
+real Slurm client reached by mistake would find this loopback cluster, never the host's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class SlurmCommands:
         self.model = model
         self.time_offset = time_offset
         self.bin.mkdir(parents=True, exist_ok=True)
+        self.conf = root / "slurm.conf"
+        self.conf.write_text(_CONF, encoding="utf-8")
         for command, (arguments, printed) in COMMANDS.items():
             script = self.bin / command
             script.write_text(_script(command, arguments, root / printed), encoding="utf-8")
@@ -52,14 +56,24 @@ class SlurmCommands:
         _write_atomic(self.root / "sshare.txt", sshare_text(self.model))
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """`base` (this process's environment by default) with these commands first."""
+        """`base` (this process's environment by default) with these commands first and
+        their slurm.conf."""
         environ = dict(os.environ if base is None else base)
         environ["PATH"] = os.pathsep.join(filter(None, (str(self.bin), environ.get("PATH"))))
+        environ["SLURM_CONF"] = str(self.conf)
         return environ
 
     def now(self) -> float:
         """The queue's time in Unix seconds: the clock of the sample a refresh describes."""
         return self.model.now + self.time_offset
+
+
+# what the simulated commands "read": a cluster on loopback that no daemon serves
+_CONF = (
+    "# slurm.conf of a simulated Slurm (nvwatch simulate fleet --queue)\n"
+    "ClusterName=simulated\n"
+    "SlurmctldHost=localhost(127.0.0.1)\n"
+)
 
 
 def _script(command: str, arguments: str, printed: Path) -> str:

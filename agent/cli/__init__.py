@@ -35,6 +35,7 @@ from nvwatch.agent.doctor import Finding, diagnose
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.runtime import runtime
 from nvwatch.agent.shutdown import SHUTDOWN_LIMIT_S, shutdown_deadline
+from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import ThreadDeaths, thread_deaths
 from nvwatch.common.click_groups import HelpGroup
@@ -225,7 +226,8 @@ def _agent_process(stop: threading.Event) -> Iterator[None]:
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "seed", "mig",
     "nvlink-detail", "ib-hw-counters", "kmsg-path", "attribution", "attribution-interval",
     "hpc-job-mapping-dir", "kubelet-socket", "proc-root", "scheduler-interval",
-    "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users", "log-format",
+    "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users",
+    "scheduler-max-output-mib", "log-format",
 )  # fmt: skip
 def dump_command(output_format: str, settle: str, **params: Any) -> None:
     """Poll once and print what /metrics would serve."""
@@ -256,7 +258,8 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
 @agent_options(
     "config", "sources", "sysfs-root", "simulate", "scenario", "onset", "mig",
     "kmsg-path", "attribution", "hpc-job-mapping-dir", "kubelet-socket", "proc-root",
-    "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users", "log-format",
+    "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users",
+    "scheduler-max-output-mib", "log-format",
 )  # fmt: skip
 def doctor_command(output_format: str, **params: Any) -> None:
     """One line per source: up (what it serves), absent (why) or down (why).
@@ -271,11 +274,16 @@ def doctor_command(output_format: str, **params: Any) -> None:
     # down" and the simulated node's banner would say each finding twice
     logs.configure(config.log_format, level=logging.WARNING, quiet=DOCTOR_RESTATES)
     with runtime(config) as effective:
-        exposition = poll_and_render(effective, build_sources(effective), settle=0)
+        sources = build_sources(effective)
+        slurm = _slurm_finding(sources, simulated=effective.simulate is not None)
+        exposition = poll_and_render(effective, sources, settle=0)
         # inside: a simulated node's kernel log goes when the runtime ends
         xid_history = _xid_history(effective) if "nvml" in effective.sources else None
     diagnosis = diagnose(
-        exposition.snapshot.sources.values(), xid_history, simulated=effective.simulate
+        exposition.snapshot.sources.values(),
+        xid_history,
+        simulated=effective.simulate,
+        slurm=slurm,
     )
     if output_format == "json":
         click.echo(json.dumps(diagnosis.as_json(), indent=2))
@@ -289,6 +297,17 @@ def doctor_command(output_format: str, **params: Any) -> None:
 
 # loggers whose warnings `doctor` prints as findings of its own
 DOCTOR_RESTATES = ("nvwatch.agent.poller", simulation.BANNER_LOGGER)
+
+
+def _slurm_finding(sources: list[Source], simulated: bool) -> Finding | None:
+    """What the scheduler source runs on this host, when it is one of `sources`."""
+    from nvwatch.agent.doctor import slurm_finding
+    from nvwatch.agent.sources.scheduler.source import SchedulerSource
+
+    for source in sources:
+        if isinstance(source, SchedulerSource):
+            return slurm_finding(source, simulated)
+    return None
 
 
 def _xid_history(config: AgentConfig) -> Finding:

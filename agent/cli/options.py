@@ -35,6 +35,7 @@ from nvwatch.agent.config import (
     SCENARIO_SYNTAX,
     SCHEDULER_INTERVAL_BOUNDS,
     SCHEDULER_MAX_ACCOUNTS_RANGE,
+    SCHEDULER_MAX_OUTPUT_MIB_RANGE,
     SCHEDULER_MAX_USERS_RANGE,
     SCHEDULER_TIMEOUT_BOUNDS,
     AgentConfig,
@@ -251,6 +252,14 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         type=click.IntRange(*SCHEDULER_MAX_USERS_RANGE),
         help="Users with pending-GPU series of their own (0: no per-user series).",
     ),
+    "scheduler-max-output-mib": option(
+        "--scheduler-max-output-mib",
+        default=_DEFAULTS.scheduler_max_output_mib,
+        show_default=True,
+        type=click.IntRange(*SCHEDULER_MAX_OUTPUT_MIB_RANGE),
+        help="Most a Slurm command may print, in MiB (squeue --json: ~3.2 KB a job); past "
+        "it the command is killed and the source is down.",
+    ),
     "log-format": option(
         "--log-format",
         type=click.Choice(LOG_FORMATS),
@@ -323,6 +332,7 @@ _FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
     },
     "scheduler_max_accounts": lambda v: {"scheduler_max_accounts": int(v)},
     "scheduler_max_users": lambda v: {"scheduler_max_users": int(v)},
+    "scheduler_max_output_mib": lambda v: {"scheduler_max_output_mib": int(v)},
 }
 
 # shown in serve's --help as AgentConfig's listen address

@@ -86,14 +86,27 @@ def attribution_refresher(config: AgentConfig) -> AttributionRefresher:
 def scheduler_source(config: AgentConfig) -> SchedulerSource:
     """The cluster's Slurm, read on its own thread every --scheduler-interval."""
     from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
+    from nvwatch.agent.sources.scheduler.slurm_commands import MIB, SlurmClient
     from nvwatch.agent.sources.scheduler.source import SchedulerSource
 
+    # --simulate simulates a node, not Slurm: the real Slurm is read only where SLURM_CONF
+    # names it, never the host's own cluster found in the standard locations
+    client = (
+        SlurmClient(
+            config.scheduler_max_output_mib * MIB,
+            conf_paths=(),
+            conf_note="with --simulate only SLURM_CONF is read",
+        )
+        if config.simulate
+        else SlurmClient(config.scheduler_max_output_mib * MIB)
+    )
     return SchedulerSource(
         interval=config.scheduler_interval,
         timeout=config.scheduler_timeout,
         max_accounts=config.scheduler_max_accounts,
         max_users=config.scheduler_max_users,
         fairshare=read_fairshare,
+        client=client,
         # the first poll waits for the first read, within the poller's deadline
         first_wait=0.9 * config.timeout,
     )

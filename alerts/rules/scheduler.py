@@ -143,9 +143,10 @@ def source_down(cfg: MixinConfig) -> Alert:
         "the cluster runs it any more: the queue, capacity and fair-share series are gone.",
         Runbook(
             "The agent that runs `--sources scheduler` could not read Slurm in its "
-            "recent refreshes (squeue or sinfo missing, failing, hanging past its "
-            "timeout or printing something that is not Slurm's JSON; the controller "
-            "down or unreachable; munge failing), or the source's series stopped "
+            "recent refreshes (no Slurm configuration found, so no command was run; "
+            "squeue or sinfo missing, failing, hanging past its timeout, printing more "
+            "than --scheduler-max-output-mib or something that is not Slurm's JSON; the "
+            "controller down or unreachable; munge failing), or the source's series stopped "
             "altogether: the agent or its host is down (NvwatchAgentDown pages for the "
             "host as well) or was restarted without the source, and no other agent of the "
             f"cluster reports it (remembered for {cfg.unscraped_memory}). Meanwhile the "

@@ -3,8 +3,9 @@
 squeue is missing (a PATH without it), fails (exit 1 and Slurm's message), hangs past its
 deadline, or prints garbage: the source reports why in one line, and the agent process
 and its other sources go on. The commands here are small scripts standing in for squeue
-on a PATH that holds nothing else, so no real Slurm client runs (one without a
-configuration would look for its controller in DNS).
+on a PATH that holds nothing else, with SLURM_CONF naming a loopback slurm.conf of the
+test's own, so no real Slurm client runs (one without a configuration would look for
+its controller in DNS, and the source runs no command without one).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def _path_with(tmp_path: Path, body: str | None) -> dict[str, str]:
         script = bin_dir / "squeue"
         script.write_text(f"#!/bin/sh\n{body}\n")
         script.chmod(0o755)
-    return {**os.environ, "PATH": str(bin_dir), "SLURM_CONF": str(tmp_path / "absent.conf")}
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=test\nSlurmctldHost=localhost(127.0.0.1)\n")
+    return {**os.environ, "PATH": str(bin_dir), "SLURM_CONF": str(conf)}
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))

@@ -22,12 +22,20 @@ ROOT = "root||0.000000|1.000000|"
 ACCOUNT = " physics||0.700000|0.250000|"
 
 
+def _env(tmp_path: Path) -> dict[str, str]:
+    """PATH of tmp_path alone, SLURM_CONF a loopback slurm.conf of its own (no Slurm
+    command runs without one)."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=test\nSlurmctldHost=localhost(127.0.0.1)\n")
+    return {"PATH": str(tmp_path), "SLURM_CONF": str(conf)}
+
+
 def _sshare(tmp_path: Path, body: str) -> dict[str, str]:
     """An environment whose PATH finds only a script `sshare` running `body`."""
     script = tmp_path / "sshare"
     script.write_text(f"#!/bin/sh\n{body}\n")
     script.chmod(0o755)
-    return {"PATH": str(tmp_path), "SLURM_CONF": str(tmp_path / "slurm.conf")}
+    return _env(tmp_path)
 
 
 def _printing(tmp_path: Path, *lines: str) -> dict[str, str]:
@@ -44,8 +52,7 @@ def _one_line_failure(env: dict[str, str], timeout_s: float = 5.0) -> str:
 
 
 def test_missing(tmp_path: Path) -> None:
-    env = {"PATH": str(tmp_path), "SLURM_CONF": str(tmp_path / "slurm.conf")}
-    assert "not found" in _one_line_failure(env)
+    assert "not found" in _one_line_failure(_env(tmp_path))
 
 
 def test_failing_names_slurms_own_reason(tmp_path: Path) -> None:

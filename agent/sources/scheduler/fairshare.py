@@ -24,7 +24,7 @@ association): that is None, not an error.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError, run_slurm
@@ -54,11 +54,14 @@ class _Row:
 
 
 def read_fairshare(
-    timeout_s: float, env: Mapping[str, str] | None = None
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    run: Callable[[Sequence[str], float, Mapping[str, str] | None], str] = run_slurm,
 ) -> tuple[FairShare, ...] | None:
     """Every account's fair share, in sshare's (tree) order; None where the cluster runs no
-    accounting. SchedulerError (one line) when sshare fails or prints what we cannot read."""
-    return parse_sshare(run_slurm(ARGV, timeout_s, env))
+    accounting. SchedulerError (one line) when sshare fails or prints what we cannot read.
+    `run` runs sshare (the scheduler source's SlurmClient)."""
+    return parse_sshare(run(ARGV, timeout_s, env))
 
 
 def parse_sshare(text: str) -> tuple[FairShare, ...] | None:

@@ -11,11 +11,17 @@ lists jobs that ended in the last MinJobAge (300 s by default), so a job that st
 ends between two refreshes still counts. Tested with Debian's 22.05 (OpenAPI v0.0.38);
 the fields that later releases turned into objects (`{"set": true, "number": N}`) or
 lists (a state as `["IDLE", "DRAIN"]`) are read in both forms.
+
+Each job and node object becomes its small record as soon as the parser has read it
+(`object_hook`), so the whole document's dictionaries are never held at once: a job's
+dictionary of some sixty keys lives only until its closing brace.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +32,7 @@ from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError
 _SHOWN_CHARS = 80
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """One record of squeue: a job, or a pending job array's not yet started tasks."""
 
@@ -47,7 +53,7 @@ class Job:
         return "PENDING" in self.state.split("+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     partitions: tuple[str, ...]
@@ -57,21 +63,53 @@ class Node:
     reason: str  # why it is drained or down, as Slurm or an operator wrote it
 
 
+# the keys that make an object a job of squeue or a node of sinfo (no object nested in
+# either has both)
+_JOB_KEYS = ("job_id", "job_state")
+_NODE_KEYS = ("name", "state")
+
+
 def parse_jobs(text: str) -> tuple[Job, ...]:
     """Every job record of `squeue --json`; SchedulerError (one line) for anything else."""
-    return tuple(_records(text, "squeue", "jobs", _job))
+    return tuple(_records(text, "squeue", "jobs", _job, _JOB_KEYS))
 
 
 def parse_nodes(text: str) -> tuple[Node, ...]:
     """Every node of `sinfo --json`; SchedulerError (one line) for anything else."""
-    return tuple(_records(text, "sinfo", "nodes", _node))
+    return tuple(_records(text, "sinfo", "nodes", _node, _NODE_KEYS))
+
+
+@dataclass(frozen=True, slots=True)
+class _Unreadable:
+    """An object with a record's keys that could not be built: its error, raised with
+    its index once the document is known to be Slurm's."""
+
+    error: Exception
+
+
+def _hook(
+    build: Callable[[Mapping[str, Any]], Any], keys: tuple[str, ...]
+) -> Callable[[dict[str, Any]], Any]:
+    def record(entry: dict[str, Any]) -> Any:
+        if not all(key in entry for key in keys):
+            return entry
+        try:
+            return build(entry)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return _Unreadable(exc)
+
+    return record
 
 
 def _records(
-    text: str, command: str, key: str, build: Callable[[Mapping[str, Any]], Any]
+    text: str,
+    command: str,
+    key: str,
+    build: Callable[[Mapping[str, Any]], Any],
+    keys: tuple[str, ...],
 ) -> list[Any]:
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_hook=_hook(build, keys))
     except (json.JSONDecodeError, RecursionError) as exc:
         raise SchedulerError(
             f"{command} --json printed something that is not JSON ({exc}): {_shown(text)}"
@@ -87,13 +125,23 @@ def _records(
     records = []
     for index, entry in enumerate(entries):
         try:
-            records.append(build(entry))
+            records.append(_built(entry, build))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SchedulerError(
                 f"{command} --json: {key} entry {index} is unreadable "
                 f"({type(exc).__name__}: {_shown(str(exc))})"
             ) from exc
     return records
+
+
+def _built(entry: Any, build: Callable[[Mapping[str, Any]], Any]) -> Any:
+    """The record the hook built; an entry without a record's keys is built here, so it
+    fails with the key it lacks."""
+    if isinstance(entry, _Unreadable):
+        raise entry.error
+    if isinstance(entry, Job | Node):
+        return entry
+    return build(entry)
 
 
 def _job(entry: Mapping[str, Any]) -> Job:
@@ -117,19 +165,27 @@ def _job(entry: Mapping[str, Any]) -> Job:
         # what the job holds, node by node; a job that has ended keeps its request only
         held = sum(gpus_in(str(detail)) for detail in entry.get("gres_detail") or ())
         gpus = held or requested
+    # the few distinct names and states shared by every record that has them, so a
+    # queue of 100,000 jobs holds a handful of each, not 100,000
     return Job(
         job_id=_int(entry["job_id"]),
-        partitions=tuple(p for p in _text(entry.get("partition")).split(",") if p),
-        account=_text(entry.get("account")),
-        user=_text(entry.get("user_name")),
-        state="+".join(sorted(state)),
-        reason=_text(entry.get("state_reason")),
+        partitions=_partitions(_text(entry.get("partition"))),
+        account=sys.intern(_text(entry.get("account"))),
+        user=sys.intern(_text(entry.get("user_name"))),
+        state=sys.intern("+".join(sorted(state))),
+        reason=sys.intern(_text(entry.get("state_reason"))),
         gpus=gpus,
         submit_time=_time(entry.get("submit_time")) or 0.0,
         eligible_time=_time(entry.get("eligible_time")),
         start_time=started if started is not None and _ran(entry) else None,
         end_time=_time(entry.get("end_time")) if not pending and _ended(state) else None,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _partitions(text: str) -> tuple[str, ...]:
+    """'a,b' -> ('a', 'b'): one tuple per distinct value (a cluster has few)."""
+    return tuple(sys.intern(p) for p in text.split(",") if p)
 
 
 # states of a job that has stopped running (a running or suspended one has not)

@@ -5,8 +5,10 @@ One thread (``nvwatch-scheduler``, see agent/threads.py) reads Slurm every `inte
 waits on the controller. A refresh costs the controller exactly four RPCs, whatever the
 number of jobs: `squeue --json` (REQUEST_JOB_INFO), `sinfo --json` (REQUEST_NODE_INFO,
 REQUEST_PARTITION_INFO) and, through the fair-share reader, `sshare`
-(REQUEST_SHARE_INFO). Each command runs with a deadline (`timeout`) and is killed past
-it, so a refresh takes at most three deadlines.
+(REQUEST_SHARE_INFO). Each command runs through the source's SlurmClient: only with a
+Slurm configuration, with a deadline (`timeout`) and a cap on its output, killed with
+everything it started past either, so a refresh takes at most three deadlines; closing
+the source kills a command still running.
 
 Health: a refresh that could not read squeue or sinfo (missing, failing, hanging,
 printing garbage, the controller down) makes the source down with that one-line reason
@@ -21,11 +23,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from nvwatch.agent.sources import SourceDegraded, SourceUnavailable
+from nvwatch.agent.sources.scheduler.fairshare import ARGV as SSHARE
 from nvwatch.agent.sources.scheduler.model import AccountShare, SchedulerSample
-from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError, run_slurm
+from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError, SlurmClient
 from nvwatch.agent.sources.scheduler.slurm_json import parse_jobs, parse_nodes
 from nvwatch.agent.sources.scheduler.tally import Tally
 from nvwatch.agent.threads import start_thread
@@ -49,11 +53,13 @@ class ShareRow(Protocol):
     def factor(self) -> float | None: ...
 
 
-# (timeout_s, env) -> the accounts' fair share, or None when the cluster has no accounting
-FairShareReader = Callable[[float, Mapping[str, str] | None], Sequence[ShareRow] | None]
-# (argv, timeout_s, env) -> the command's output; SchedulerError when it fails (run_slurm;
-# a simulated cluster answers squeue and sinfo in their JSON through one of its own)
+# (argv, timeout_s, env) -> the command's output; SchedulerError when it fails
 CommandRunner = Callable[[Sequence[str], float, Mapping[str, str] | None], str]
+# (timeout_s, env, run) -> the accounts' fair share, or None when the cluster has no
+# accounting; sshare runs through `run`, as squeue and sinfo do
+FairShareReader = Callable[
+    [float, Mapping[str, str] | None, CommandRunner], Sequence[ShareRow] | None
+]
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class SchedulerSource:
         max_users: int = 0,
         env: Mapping[str, str] | None = None,
         fairshare: FairShareReader | None = None,
-        run: CommandRunner = run_slurm,
+        client: SlurmClient | None = None,
         first_wait: float = 3.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -83,7 +89,7 @@ class SchedulerSource:
         self.timeout = timeout
         self._env = env
         self._fairshare = fairshare
-        self._run = run
+        self.client = SlurmClient() if client is None else client
         self._first_wait = first_wait
         self._clock = clock
         self._tally = Tally(max_accounts, max_users)
@@ -118,10 +124,21 @@ class SchedulerSource:
             if self._thread is None and not self._stop.is_set():
                 self._thread = start_thread("nvwatch-scheduler", self._loop, daemon=True)
 
+    @property
+    def commands(self) -> tuple[tuple[str, ...], ...]:
+        """The argv of each command a refresh runs, in turn."""
+        return (SQUEUE, SINFO) if self._fairshare is None else (SQUEUE, SINFO, SSHARE)
+
+    def slurm_conf(self) -> Path:
+        """The slurm.conf the commands run with; SchedulerError (one line) when none is
+        found, and then no command runs."""
+        return self.client.find_conf(self._env)
+
     def close(self) -> None:
         self._stop.set()
+        # a command in flight would outlive a process that exits now (`doctor`): kill it
+        self.client.close()
         if self._thread is not None:
-            # a command in flight is killed at its deadline; do not wait that long here
             self._thread.join(0.5)
 
     def _loop(self) -> None:
@@ -143,9 +160,9 @@ class SchedulerSource:
         return sample
 
     def _read(self) -> tuple[SchedulerSample, str | None]:
-        jobs = parse_jobs(self._run(SQUEUE, self.timeout, self._env))
+        jobs = parse_jobs(self.client.run(SQUEUE, self.timeout, self._env))
         now = self._clock()  # the moment of the queue the sample describes
-        nodes = parse_nodes(self._run(SINFO, self.timeout, self._env))
+        nodes = parse_nodes(self.client.run(SINFO, self.timeout, self._env))
         shares, error = self._read_fairshare()
         return self._tally.update(jobs, nodes, shares, now), error
 
@@ -153,7 +170,7 @@ class SchedulerSource:
         if self._fairshare is None:
             return None, None
         try:
-            rows = self._fairshare(self.timeout, self._env)
+            rows = self._fairshare(self.timeout, self._env, self.client.run)
         except SchedulerError as exc:
             return None, str(exc)
         if rows is None:

@@ -14,6 +14,8 @@ time a job was held or waited on another job.
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -111,6 +113,27 @@ class _Refresh:
     oldest: dict[str, float] = field(default_factory=dict)
 
 
+class _JobStarts:
+    """A set of (job id, start time) in one flat array of 8 bytes each. A set of tuples
+    would hold the ints and floats of the refresh's job records, spread over the memory
+    the parse used, and keep all of it from going back to the system (with 100,000 jobs
+    some 60 MB of a freed refresh stayed resident); the array is one block of its own.
+    Job ids are 32-bit in Slurm and start times whole Unix seconds below 2**32."""
+
+    def __init__(self, keys: Iterable[tuple[int, float]]) -> None:
+        self._keys = array("Q", sorted({_packed(key) for key in keys}))
+
+    def __contains__(self, key: tuple[int, float]) -> bool:
+        packed = _packed(key)
+        index = bisect_left(self._keys, packed)
+        return index < len(self._keys) and self._keys[index] == packed
+
+
+def _packed(key: tuple[int, float]) -> int:
+    job_id, start = key
+    return (job_id & 0xFFFFFFFF) << 32 | (int(start) & 0xFFFFFFFF)
+
+
 class Tally:
     """The scheduler source's state; `update` turns one refresh into a sample."""
 
@@ -122,7 +145,7 @@ class Tally:
         self._waits: dict[str, _Histogram] = {}
         # the same waits by account label: bounded by the cap, as the labels are
         self._account_waits: dict[str, _Histogram] = {}
-        self._counted: set[tuple[int, float]] = set()
+        self._counted = _JobStarts(())
         self._last: float | None = None
 
     def update(
@@ -184,7 +207,7 @@ class Tally:
         """The wait of each GPU job that started since the last refresh, once, in its
         partition's histogram and its account's. The first refresh only notes what has
         started: it cannot tell when."""
-        listed = {(job.job_id, job.start_time or 0.0) for job in started}
+        listed = _JobStarts((job.job_id, job.start_time or 0.0) for job in started)
         first = self._last is None
         for job in started:
             key = (job.job_id, job.start_time or 0.0)
