@@ -87,7 +87,8 @@ def what_it_does(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(cli_module, "runtime", runtime)
     monkeypatch.setattr(cli_module, "build_sources", lambda config: [])
     monkeypatch.setattr(cli_module, "poll_and_render", poll_and_render)
-    monkeypatch.setattr(cli_module, "serve", lambda config, sources, stop, web, probe: 0)
+    monkeypatch.setattr(cli_module, "serve", lambda config, sources, stop, web, probe, listener: 0)
+    monkeypatch.setattr(cli_module, "bind", lambda config: None)  # no socket for a default
     monkeypatch.setattr(cli_module, "_xid_history", lambda config: Finding("xid-history", "up", ""))
     monkeypatch.setattr(logs, "configure", lambda log_format, **quiet: None)
     monkeypatch.setattr(topology_module, "build_topology", lambda root, hcas: None)
