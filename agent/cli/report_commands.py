@@ -10,6 +10,9 @@ import click
 from nvwatch.agent.cli.options import option
 from nvwatch.agent.report.errors import ReportError
 from nvwatch.common.outputs import output_directory
+from nvwatch.common.regular_files import read_regular
+
+_SECRET_BYTES = 64 * 1024  # a password or a bearer token, with room for a long JWT
 
 
 def _secret(path: str | None, what: str) -> str | None:
@@ -17,7 +20,11 @@ def _secret(path: str | None, what: str) -> str | None:
     if path is None:
         return None
     try:
-        return Path(path).read_text(encoding="utf-8").strip()
+        # a FIFO would block the command until something writes it: refused at once
+        secret = read_regular(Path(path), _SECRET_BYTES)
+        if len(secret) > _SECRET_BYTES:
+            raise click.BadParameter(f"{path} is larger than a credential", param_hint=what)
+        return secret.decode("utf-8").strip()
     except OSError as err:
         raise click.BadParameter(f"cannot read {path}: {err.strerror}", param_hint=what) from None
     except UnicodeDecodeError:

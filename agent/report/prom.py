@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nvwatch.agent.report.errors import ReportError
+from nvwatch.common.regular_files import regular_size
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,12 @@ def _ssl_context(connection: Connection) -> ssl.SSLContext | None:
         return context
     cafile = str(connection.ca_file) if connection.ca_file else None
     try:
+        if connection.ca_file is not None:
+            regular_size(connection.ca_file)  # OpenSSL would wait on a FIFO for good
         return ssl.create_default_context(cafile=cafile)
     except (OSError, ssl.SSLError) as err:
-        raise ReportError(f"--ca-file {connection.ca_file}: {err}") from None
+        why = err.strerror if isinstance(err, OSError) and err.strerror else err
+        raise ReportError(f"--ca-file {connection.ca_file}: {why}") from None
 
 
 def _payload(body: bytes, expr: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from nvwatch.common.regular_files import NotRegularFile, open_regular, read_regu
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 SERVE = ["serve", "--sources", "host", "--listen", "127.0.0.1:0"]
 DEVICE = Path("/dev/zero")
+REPORT = ["report", "--prometheus", "https://127.0.0.1:9", "--range", "1d", "--out", "{out}"]
 # a process that blocked in open() is killed here: far past a refusal's second or two
 HANG = 30
 
@@ -53,6 +54,13 @@ READERS: dict[str, tuple[str, Callable[[Path, Path], list[str]]]] = {
     "web config cert_file": (".pem", _web_pem),
     "inventory --in csv": (".csv", _direct("inventory", "--in", "{special}", "--out", "{out}")),
     "inventory --in yaml": (".yaml", _direct("inventory", "--in", "{special}", "--out", "{out}")),
+    # the report's credentials and CA: read before any query (the port is never asked)
+    "report --basic-auth-password-file": (
+        "",
+        _direct(*REPORT, "--basic-auth-user", "u", "--basic-auth-password-file", "{special}"),
+    ),
+    "report --bearer-token-file": ("", _direct(*REPORT, "--bearer-token-file", "{special}")),
+    "report --ca-file": (".pem", _direct(*REPORT, "--ca-file", "{special}")),
     "alerts build --config": (
         ".yaml",
         _direct("alerts", "build", "--out", "{out}", "--config={special}"),
