@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvwatch.common.regular_files import open_regular
+
 _NAME = re.compile(r"(?P<gpu>\d+)(?:\.(?P<instance>\d+))?")
 # a job id is short; a file larger than this is not a mapping file
 _MAX_FILE_BYTES = 1 << 16
@@ -58,7 +60,8 @@ def read_mapping_dir(directory: Path) -> tuple[MappedJobs, ...]:
 
 def _job_ids(path: Path) -> tuple[str, ...] | None:
     try:
-        with open(path, "rb") as file:
+        # replaced by a FIFO since the listing, open() would wait for a writer for good
+        with open_regular(path) as file:
             data = file.read(_MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
