@@ -56,8 +56,8 @@ CHECKING = None
 KNOWN, NEW, SUSPECT = 0, 1, 2
 RANKS = (KNOWN, NEW, SUSPECT)
 
-# clients remembered as known and as suspects: an entry costs ~200 bytes, so both tables
-# together stay under 2 MB whatever the number of addresses that reach the port
+# clients remembered as known, as suspects and as turned away: an entry costs ~250 bytes,
+# so the three tables stay under 2.5 MB whatever the number of addresses that reach the port
 KNOWN_CLIENTS = 1024
 SUSPECT_CLIENTS = 4096
 # clients answered 429 lately, remembered to see which come back too soon
