@@ -14,13 +14,17 @@ from pathlib import Path
 from nvwatch.agent import simulation
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.server.probe import ProbeService
+from nvwatch.agent.server.probe_allow import ProbeAllowlist
 from nvwatch.agent.sources.bmc.config import BmcConfig, load_bmc_config
+from nvwatch.common.yaml_safe import ConfigError
 
 log = logging.getLogger(__name__)
 
 
 def bmc_config_of(config: AgentConfig) -> BmcConfig | None:
     """The --bmc-config file, loaded and checked; ConfigError (one line) when it is bad."""
+    if config.bmc_allow is not None and config.bmc_config is None and not config.simulate:
+        raise ConfigError("--bmc-allow lists the targets /probe may read: give --bmc-config")
     return None if config.bmc_config is None else load_bmc_config(config.bmc_config)
 
 
@@ -42,7 +46,10 @@ def probe_service(config: AgentConfig, bmc: BmcConfig | None) -> ProbeService | 
         reader, modules = IpmiReader(), dict(bmc.modules)
     if bmc is not None:
         _log_loaded(config.bmc_config, bmc)
-    return ProbeService(modules, reader, probe_exposition, cache_s=config.bmc_cache)
+    allowed = None if config.bmc_allow is None else ProbeAllowlist(config.bmc_allow).permits
+    return ProbeService(
+        modules, reader, probe_exposition, cache_s=config.bmc_cache, allowed=allowed
+    )
 
 
 def _log_loaded(path: Path | None, bmc: BmcConfig) -> None:

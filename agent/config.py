@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvwatch.common.durations import (
     DurationBounds,
@@ -20,6 +20,9 @@ from nvwatch.common.durations import (
 )
 from nvwatch.common.yaml_safe import ConfigError as ConfigError
 from nvwatch.common.yaml_safe import key_text, load_yaml_text, read_config_text, shown
+
+if TYPE_CHECKING:
+    from nvwatch.agent.server.probe_allow import AllowEntries
 
 KNOWN_SOURCES = ("nvml", "infiniband", "host", "scheduler")
 # what a node's agent polls unless told: `scheduler` reads the whole cluster's Slurm, so
@@ -130,6 +133,8 @@ class AgentConfig:
     bmc_config: Path | None = None
     # a BMC read serves the probes of its target and module this long (HA Prometheus pairs)
     bmc_cache: float = 5.0
+    # the targets /probe may send IPMI to (agent/server/probe_allow.py); None: any
+    bmc_allow: AllowEntries | None = None
     # the scheduler source (--sources scheduler): cadence, deadline per Slurm command, and
     # label caps (accounts beyond the cap are "other"; per-user series off at 0), and the cap
     # on what one command prints

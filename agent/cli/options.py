@@ -260,6 +260,14 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         help="Most a Slurm command may print, in MiB (squeue --json: ~3.2 KB a job); past "
         "it the command is killed and the source is down.",
     ),
+    "bmc-allow": option(
+        "--bmc-allow",
+        metavar="LIST",
+        help="serve with --bmc-config: the only targets /probe may send IPMI to, "
+        "comma-separated IP addresses, networks (10.0.0.0/16, fd00::/64), host names "
+        "(as written, never resolved) and file_sd JSON files of `nvwatch inventory` "
+        "(targets/bmc-*.json, re-read when they change); any other target is 403.",
+    ),
     "log-format": option(
         "--log-format",
         type=click.Choice(LOG_FORMATS),
@@ -324,6 +332,7 @@ _FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "sim_process_file": _path("sim_process_file"),
     "bmc_config": _path("bmc_config"),
     "bmc_cache": lambda v: {"bmc_cache": parse_duration(v, "BMC cache time", BMC_CACHE_BOUNDS)},
+    "bmc_allow": lambda v: {"bmc_allow": _bmc_allow(str(v))},
     "scheduler_interval": lambda v: {
         "scheduler_interval": parse_duration(v, "scheduler interval", SCHEDULER_INTERVAL_BOUNDS)
     },
@@ -334,6 +343,17 @@ _FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "scheduler_max_users": lambda v: {"scheduler_max_users": int(v)},
     "scheduler_max_output_mib": lambda v: {"scheduler_max_output_mib": int(v)},
 }
+
+
+def _bmc_allow(text: str) -> Any:
+    """--bmc-allow's entries; its files are read once here, so a bad one is bad input
+    said at start (imported here: the other commands never load the probe)."""
+    from nvwatch.agent.server.probe_allow import ProbeAllowlist, parse_allow
+
+    entries = parse_allow(text)
+    ProbeAllowlist(entries)
+    return entries
+
 
 # shown in serve's --help as AgentConfig's listen address
 LISTEN_DEFAULT = format_listen(

@@ -12,6 +12,14 @@ client, which is its verified client certificate when it has one, else its addre
 - SUSPECT: a check of its credentials failed in the last `bcrypt_suspect_s` and none
   passed since, known or not.
 
+A client ranked NEW that does what no scraper does ranks SUSPECT at once, before any
+bcrypt: Prometheus sends one request at a time to a target and the next one a scrape
+interval later, so a client that asks for a second check while one of its checks waits
+or runs, or that is back within `BACK_TOO_SOON_S` of a request answered 429, is not a
+scraper (its waiting check drops to SUSPECT too). Without that, every address of a
+flood had one first check ranked NEW, like a new scraper's, and 19 addresses kept new
+scrapers out for 19 bcrypt durations.
+
 A free worker takes the best waiting check, oldest first within a rank. Suspects
 together may hold only `bcrypt_suspect_queue` of the waiting places, so a few addresses
 flooding wrong passwords leave room for everyone else; a check that finds the queue full
@@ -48,10 +56,16 @@ CHECKING = None
 KNOWN, NEW, SUSPECT = 0, 1, 2
 RANKS = (KNOWN, NEW, SUSPECT)
 
-# clients remembered as known and as suspects: an entry costs ~200 bytes, so both tables
-# together stay under 2 MB whatever the number of addresses that reach the port
+# clients remembered as known, as suspects and as turned away: an entry costs ~250 bytes,
+# so the three tables stay under 2.5 MB whatever the number of addresses that reach the port
 KNOWN_CLIENTS = 1024
 SUSPECT_CLIENTS = 4096
+# clients answered 429 lately, remembered to see which come back too soon
+TURNED_AWAY_CLIENTS = 4096
+# A new client back this soon after the start of a request answered 429 (Retry-After: 1)
+# is not a scraper: Prometheus scrapes a target once per interval, 1 s at the shortest.
+# Half of that, so a scraper on a 1 s interval whose scrape waited is not taken for one.
+BACK_TOO_SOON_S = 0.5
 
 T = TypeVar("T")
 
@@ -85,6 +99,19 @@ class WaitingLine(Generic[T]):
         evicted = self._ranks[worst].pop()
         self._ranks[rank].append(item)
         return True, evicted
+
+    def demote(self, match: Callable[[T], bool]) -> list[T]:
+        """Move the waiting items `match` picks to SUSPECT, behind the suspects waiting;
+        those the suspects' share has no room for are returned: they lost their place."""
+        lost: list[T] = []
+        for waiting in self._ranks[:SUSPECT]:
+            for item in [item for item in waiting if match(item)]:
+                waiting.remove(item)
+                if len(self._ranks[SUSPECT]) < self._suspects:
+                    self._ranks[SUSPECT].append(item)
+                else:
+                    lost.append(item)
+        return lost
 
     def take(self) -> T | None:
         for waiting in self._ranks:
@@ -122,6 +149,7 @@ class _Check:
     conn: Connection
     client: str
     pending: Pending
+    at: float  # when its request was decided: a 429 counts from there
 
 
 def client_of(conn: Connection) -> str:
@@ -159,6 +187,7 @@ class Admission:
         self._held: dict[str, int] = {}  # client -> its checks waiting or running
         self._known = RecentClients(KNOWN_CLIENTS)
         self._suspects = RecentClients(SUSPECT_CLIENTS)
+        self._turned_away = RecentClients(TURNED_AWAY_CLIENTS)
         self._evicted: deque[Connection] = deque()  # to answer 429 in `finished`
         self._finished: deque[tuple[_Check, bool]] = deque()  # from the workers
 
@@ -208,20 +237,44 @@ class Admission:
                 yield check.conn, self._trust(check.conn, ok)
 
     def _wait(self, conn: Connection, pending: Pending) -> Response | None:
-        client = client_of(conn)
+        client, now = client_of(conn), time.monotonic()
+        rank = self.rank(client, now)
+        if rank == NEW and self._unlike_a_scraper(client, now):
+            self._unmask(client, now)
+            rank = SUSPECT
         held = self._held.get(client, 0)
         if held >= self._per_client:
-            return AUTH_BUSY
-        check = _Check(conn, client, pending)
-        placed, evicted = self._line.add(check, self.rank(client, time.monotonic()))
+            return self._turn_away(client, now)
+        check = _Check(conn, client, pending, now)
+        placed, evicted = self._line.add(check, rank)
         if not placed:
-            return AUTH_BUSY
+            return self._turn_away(client, now)
         self._held[client] = held + 1
         if evicted is not None:
-            self._release(evicted.client)
-            self._evicted.append(evicted.conn)
+            self._evict(evicted)
         self._start_checks()
         return CHECKING
+
+    def _unlike_a_scraper(self, client: str, now: float) -> bool:
+        """A second check asked for while one waits or runs, or one asked for too soon
+        after a 429: Prometheus does neither (one scrape at a time, one per interval)."""
+        return client in self._held or self._turned_away.within(client, now, BACK_TOO_SOON_S)
+
+    def _unmask(self, client: str, now: float) -> None:
+        """`client` is a suspect from now on, and so is its check still waiting."""
+        self._suspects.note(client, now)
+        for lost in self._line.demote(lambda check: check.client == client):
+            self._evict(lost)
+
+    def _turn_away(self, client: str, now: float) -> Response:
+        self._turned_away.note(client, now)
+        return AUTH_BUSY
+
+    def _evict(self, check: _Check) -> None:
+        """A waiting check loses its place: its request is answered 429 (in `finished`)."""
+        self._release(check.client)
+        self._turned_away.note(check.client, check.at)
+        self._evicted.append(check.conn)
 
     def _start_checks(self) -> None:
         pool = self._pool

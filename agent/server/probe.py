@@ -6,7 +6,8 @@ runs on a worker of a bounded pool, never on the server's loop, and is answered 
 the module's timeout whatever the BMC does: a BMC that does not answer is
 `nvwatch_bmc_up 0` for that target only, and holds one worker, not the loop nor another
 target. Reads of one target and module within `cache_s` share one result, so a pair of
-HA Prometheus servers costs the BMC one session, not two.
+HA Prometheus servers costs the BMC one session, not two. With an allowlist
+(agent/server/probe_allow.py), a target off it is answered 403 and sent nothing.
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ class ProbeService:
         cache_s: float = DEFAULT_CACHE_S,
         workers: int = DEFAULT_WORKERS,
         clock: Callable[[], float] = time.monotonic,
+        allowed: Callable[[str], bool] | None = None,
     ) -> None:
         self._modules, self._reader, self._render = modules, reader, render
+        self._allowed = allowed  # a target's host -> whether it may be sent IPMI
         self._cache_s, self._clock = cache_s, clock
         self._limit = workers * _QUEUE_PER_WORKER
         self._pool = thread_pool("nvwatch-bmc", workers)
@@ -120,6 +123,9 @@ class ProbeService:
             target, module = self._parse(request.target)
         except ProbeError as exc:
             return refusal(400, str(exc), None)
+        if self._allowed is not None and not self._allowed(target.host):
+            # before the cache too: a read made before the list changed is not served
+            return refusal(403, f"target {target.host} is not on --bmc-allow: nothing sent", None)
         key = (target, module.name)
         with self._lock:
             now = self._clock()

@@ -21,6 +21,7 @@ import bcrypt
 import pytest
 
 from nvwatch.agent.server.admission import (
+    BACK_TOO_SOON_S,
     CHECKING,
     KNOWN,
     NEW,
@@ -209,6 +210,44 @@ def test_a_remembered_wrong_password_marks_a_suspect_a_missing_header_does_not()
         assert _ask(admission, conns, "10.0.0.3", b"wrong")[1] is False
         assert admission.rank("10.0.0.3", 0.0) == SUSPECT
         assert pool.started == ["10.0.0.1"]
+
+
+def test_a_new_client_asking_twice_at_once_is_a_suspect_and_so_is_its_waiting_check() -> None:
+    # before: each flooding address's first check ranked new until it failed, so
+    # nineteen fresh addresses held the new places for nineteen bcrypt durations
+    with _admission() as (admission, pool, conns):
+        assert _ask(admission, conns, "10.6.6.1")[1] is CHECKING  # runs
+        for n in range(2, 6):  # four fresh addresses take the four places, ranked new
+            assert _ask(admission, conns, f"10.6.6.{n}")[1] is CHECKING
+        # each sends a second request while its first waits: no scraper does that
+        for n in range(2, 6):
+            assert _ask(admission, conns, f"10.6.6.{n}")[1] is AUTH_BUSY
+            assert admission.rank(f"10.6.6.{n}", time.monotonic()) == SUSPECT
+        # two waiting checks kept a suspect's place; the others lost theirs (429)
+        assert set(_answers(admission).values()) == {AUTH_BUSY}
+        # a new scraper now finds a place, and goes before the suspects
+        assert _ask(admission, conns, "10.0.0.9", b"right")[1] is CHECKING
+        pool.finish()
+        assert _answers(admission) == {"10.6.6.1": False}
+        pool.finish()
+        assert _answers(admission) == {"10.0.0.9": True}
+        assert pool.started == ["10.6.6.1", "10.0.0.9", "10.6.6.2"]
+
+
+def test_a_new_client_back_at_once_after_a_429_is_a_suspect_one_back_later_is_not() -> None:
+    with _admission(bcrypt_queue=1) as (admission, pool, conns):
+        assert _ask(admission, conns, "10.6.6.1")[1] is CHECKING  # runs
+        assert _ask(admission, conns, "10.6.6.2")[1] is CHECKING  # the one place
+        assert _ask(admission, conns, "10.6.6.3")[1] is AUTH_BUSY
+        assert _ask(admission, conns, "10.0.0.9")[1] is AUTH_BUSY
+        # one thread per address, retrying at once: a suspect before any bcrypt
+        assert _ask(admission, conns, "10.6.6.3")[1] is AUTH_BUSY
+        assert admission.rank("10.6.6.3", time.monotonic()) == SUSPECT
+        # a scraper comes back a scrape interval later: still new
+        time.sleep(BACK_TOO_SOON_S + 0.05)
+        assert _ask(admission, conns, "10.0.0.9")[1] is AUTH_BUSY  # the place is still taken
+        assert admission.rank("10.0.0.9", time.monotonic()) == NEW
+        assert pool.started == ["10.6.6.1"]
 
 
 # --- who the client is under TLS -----------------------------------------------------------
