@@ -253,8 +253,8 @@ def test_fair_share_takes_the_first_account_labels_and_without_accounting_is_abs
 ) -> None:
     env = queue.cluster.env
     readers = {
-        "accounting": lambda _timeout, _env: SHARES,
-        "none": lambda _timeout, _env: None,
+        "accounting": lambda _timeout, _env, _run: SHARES,
+        "none": lambda _timeout, _env, _run: None,
     }
     samples = {}
     for name, reader in readers.items():
@@ -287,7 +287,7 @@ def test_a_real_queue_renders_every_scheduler_family(queue: Queue) -> None:
         max_accounts=50,
         max_users=5,
         env=queue.cluster.env,
-        fairshare=lambda _timeout, _env: SHARES,
+        fairshare=lambda _timeout, _env, _run: SHARES,
     )
     try:
         sample = scheduler.refresh()
@@ -312,7 +312,7 @@ def test_a_real_queue_renders_every_scheduler_family(queue: Queue) -> None:
 
 
 def test_a_failed_fair_share_read_serves_the_rest_with_its_reason(queue: Queue) -> None:
-    def failing(_timeout: float, _env: object) -> None:
+    def failing(_timeout: float, _env: object, _run: object) -> None:
         raise SchedulerError("sshare failed: sshare: error: Problem talking to the database")
 
     scheduler = SchedulerSource(
