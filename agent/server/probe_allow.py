@@ -9,8 +9,8 @@ comma-separated:
 - a host name (`bmc-7.mgmt`), allowed as written and never resolved: a name as target
   is allowed only when it is on the list literally, since resolving it to compare
   addresses would be a DNS query on behalf of a stranger (and its answer can change);
-- a file_sd JSON file, as `nvwatch inventory` writes for BMCs (`targets/bmc-*.json`,
-  globs allowed): every target of every group in it. Such files are stat()ed at most
+- a file_sd JSON file, as `nvwatch inventory` writes for BMCs (`bmc-<class>.json` in
+  its output directory, globs allowed): every target of every group in it. Such files are stat()ed at most
   once per `RECHECK_S` when a probe comes, and read again when one changed, appeared or
   went, so an inventory run changes what may be probed without a restart.
 
