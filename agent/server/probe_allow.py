@@ -11,8 +11,8 @@ comma-separated:
   addresses would be a DNS query on behalf of a stranger (and its answer can change);
 - a file_sd JSON file, as `nvwatch inventory` writes for BMCs (`bmc-<class>.json` in
   its output directory, globs allowed): every target of every group in it. Such files
-  are stat()ed at most once per `RECHECK_S` when a probe comes, and read again when one changed, appeared or
-  went, so an inventory run changes what may be probed without a restart.
+  are stat()ed at most once per `RECHECK_S` when a probe comes, and read again when
+  one changed, appeared or went, so an inventory run changes what may be probed without a restart.
 
 A malformed entry, or a file that cannot be read at start, is one ConfigError line (exit
 2). A file that turns bad later keeps what it allowed before, with one warning; a file
