@@ -28,11 +28,17 @@ _KINDS = (
 )
 
 
+def file_kind(mode: int) -> str | None:
+    """What a file of `st_mode` is, in words ("a FIFO (named pipe)"), for a refusal; None
+    for a kind without a name here."""
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
 class NotRegularFile(OSError):
     """`path` is no regular file; `strerror` says what it is, as OSError's would."""
 
     def __init__(self, path: Path, mode: int) -> None:
-        what = next((name for test, name in _KINDS if test(mode)), "not a file")
+        what = file_kind(mode) or "not a file"
         code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
         super().__init__(code, f"{what}, not a regular file", str(path))
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import stat
 
+from nvwatch.common.regular_files import file_kind
+
 # A page is the most sysfs ever returns for one attribute (PAGE_SIZE on x86 and arm64).
 PAGE = 4096
 
@@ -47,13 +49,4 @@ def read_attribute(path: str, limit: int = PAGE) -> bytes:
 
 
 def _kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "a special file"
+    return file_kind(mode) or "a special file"
