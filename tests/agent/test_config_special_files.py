@@ -9,22 +9,17 @@ read up to the size limit and refused as too large. Every case runs the real CLI
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nvwatch.agent.cli import EXIT_BAD_INPUT
 from nvwatch.common.regular_files import NotRegularFile, open_regular, read_regular
+from tests.agent.refusals import refusal_line
 
-NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 SERVE = ["serve", "--sources", "host", "--listen", "127.0.0.1:0"]
 DEVICE = Path("/dev/zero")
 REPORT = ["report", "--prometheus", "https://127.0.0.1:9", "--range", "1d", "--out", "{out}"]
-# a process that blocked in open() is killed here: far past a refusal's second or two
-HANG = 30
 
 
 def _direct(*args: str) -> Callable[[Path, Path], list[str]]:
@@ -68,22 +63,12 @@ READERS: dict[str, tuple[str, Callable[[Path, Path], list[str]]]] = {
 }
 
 
-def _one_line(argv: list[str]) -> str:
-    completed = subprocess.run([*NVWATCH, *argv], capture_output=True, text=True, timeout=HANG)
-    assert completed.returncode == EXIT_BAD_INPUT, completed.stderr[-2000:]
-    assert "Traceback" not in completed.stderr
-    lines = completed.stderr.splitlines()
-    assert len(lines) == 1, lines[:5]
-    assert lines[0].startswith("nvwatch: error: ")
-    return lines[0]
-
-
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path, reader: str) -> None:
     suffix, argv = READERS[reader]
     fifo = tmp_path / f"config{suffix}"
     os.mkfifo(fifo)
-    line = _one_line(argv(fifo, tmp_path))
+    line = refusal_line(argv(fifo, tmp_path))
     assert f"{fifo}: a FIFO (named pipe), not a regular file" in line, line
     assert not (tmp_path / "out").exists()
 
@@ -94,7 +79,7 @@ def test_a_character_device_is_refused_unread(tmp_path: Path, reader: str) -> No
     # the device under the name the command wants (inventory picks a format by suffix)
     special = tmp_path / f"config{suffix}"
     special.symlink_to(DEVICE)
-    line = _one_line(argv(special, tmp_path))
+    line = refusal_line(argv(special, tmp_path))
     assert f"{special}: a character device, not a regular file" in line, line
 
 

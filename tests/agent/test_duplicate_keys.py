@@ -10,18 +10,15 @@ lines, and exit 2, where before `serve` started (and `subprocess.run` timed out)
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import bcrypt
 import pytest
 
-from nvwatch.agent.cli import EXIT_BAD_INPUT
 from nvwatch.agent.config import ConfigError, load_config_file
 from nvwatch.common.yaml_safe import load_yaml_text
+from tests.agent.refusals import refusal_line
 
-NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 SERVE = ["serve", "--sources", "host", "--listen", "127.0.0.1:0"]
 
 
@@ -29,24 +26,12 @@ def _hash(password: bytes) -> str:
     return bcrypt.hashpw(password, bcrypt.gensalt(4)).decode()
 
 
-def _refusal(args: list[str]) -> str:
-    """The one line of a command that must refuse its input at once."""
-    # a `serve` that took the file would run until the timeout: a failure, not a hang
-    completed = subprocess.run([*NVWATCH, *args], capture_output=True, text=True, timeout=30)
-    assert completed.returncode == EXIT_BAD_INPUT, completed.stderr[-2000:]
-    assert "Traceback" not in completed.stderr
-    lines = completed.stderr.splitlines()
-    assert len(lines) == 1, lines[:5]
-    assert lines[0].startswith("nvwatch: error: ")
-    return lines[0]
-
-
 def test_a_web_config_user_given_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "web.yml"
     path.write_text(
         f"basic_auth_users:\n  prometheus: '{_hash(b'old')}'\n  prometheus: '{_hash(b'new')}'\n"
     )
-    line = _refusal([*SERVE, "--web-config", str(path)])
+    line = refusal_line([*SERVE, "--web-config", str(path)])
     assert f"web config {path}: basic_auth_users.prometheus: duplicate key" in line
     assert "on line 2 and again on line 3" in line
 
@@ -54,7 +39,7 @@ def test_a_web_config_user_given_twice_is_refused(tmp_path: Path) -> None:
 def test_a_second_rate_limit_that_would_turn_it_off_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "web.yml"
     path.write_text("rate_limit:\n  interval: 1s\n  burst: 10\nrate_limit:\n  interval: 0\n")
-    line = _refusal([*SERVE, "--web-config", str(path)])
+    line = refusal_line([*SERVE, "--web-config", str(path)])
     assert f"web config {path}: rate_limit: duplicate key" in line
     assert "on line 1 and again on line 4" in line
 
@@ -62,7 +47,7 @@ def test_a_second_rate_limit_that_would_turn_it_off_is_refused(tmp_path: Path) -
 def test_an_agent_config_key_given_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "nvwatch.yaml"
     path.write_text("sources: [host]\ninterval: 5s\nsources: [nvml, host]\n")
-    line = _refusal(["dump", "--settle", "0", "--config", str(path)])
+    line = refusal_line(["dump", "--settle", "0", "--config", str(path)])
     assert f"config file {path}: sources: duplicate key, on line 1 and again on line 3" in line
 
 
@@ -70,7 +55,7 @@ def test_an_agent_config_option_spelt_both_ways_is_refused(tmp_path: Path) -> No
     # the loader sees two keys; the agent reads one option from both
     path = tmp_path / "nvwatch.yaml"
     path.write_text("sysfs-root: /sys\nsources: host\nsysfs_root: /host/sys\n")
-    line = _refusal(["dump", "--settle", "0", "--config", str(path)])
+    line = refusal_line(["dump", "--settle", "0", "--config", str(path)])
     assert f"config file {path}: sysfs_root: given twice, as sysfs-root and sysfs_root" in line
 
 
@@ -80,7 +65,7 @@ def test_a_bmc_module_given_twice_is_refused(tmp_path: Path) -> None:
         "modules:\n  dgx:\n    user: monitor\n    privilege: user\n"
         "  dgx:\n    user: admin\n    privilege: admin\n"
     )
-    line = _refusal([*SERVE, "--bmc-config", str(path)])
+    line = refusal_line([*SERVE, "--bmc-config", str(path)])
     assert f"BMC config {path}: modules.dgx: duplicate key, on line 2 and again on line 5" in line
 
 
@@ -91,7 +76,7 @@ def test_an_inventory_node_key_given_twice_is_refused(tmp_path: Path) -> None:
         "  - hostname: dgx-001\n    address: 10.0.0.1\n    node_class: dgx\n    rack: r1\n"
         "    address: 10.0.0.2\n"
     )
-    line = _refusal(["inventory", "--in", str(path), "--out", str(tmp_path / "sd")])
+    line = refusal_line(["inventory", "--in", str(path), "--out", str(tmp_path / "sd")])
     assert f"inventory {path}: nodes[0].address: duplicate key, on line 3 and again on line 6" in (
         line
     )
