@@ -14,7 +14,6 @@ from pathlib import Path
 from nvwatch.agent import simulation
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.server.probe import ProbeService
-from nvwatch.agent.server.probe_allow import ProbeAllowlist
 from nvwatch.agent.sources.bmc.config import BmcConfig, load_bmc_config
 from nvwatch.common.yaml_safe import ConfigError
 
@@ -46,7 +45,12 @@ def probe_service(config: AgentConfig, bmc: BmcConfig | None) -> ProbeService | 
         reader, modules = IpmiReader(), dict(bmc.modules)
     if bmc is not None:
         _log_loaded(config.bmc_config, bmc)
-    allowed = None if config.bmc_allow is None else ProbeAllowlist(config.bmc_allow).permits
+    allowed = None
+    if config.bmc_allow is not None:
+        # only an agent given --bmc-allow loads the allowlist's matching
+        from nvwatch.agent.server.probe_allow import ProbeAllowlist
+
+        allowed = ProbeAllowlist(config.bmc_allow).permits
     return ProbeService(
         modules, reader, probe_exposition, cache_s=config.bmc_cache, allowed=allowed
     )

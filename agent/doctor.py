@@ -10,7 +10,6 @@ probe and Slurm's HealthCheckProgram read that code (README, docs/deploy.md).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,6 +56,8 @@ def slurm_finding(source: SchedulerSource, simulated: bool) -> Finding:
     from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError
 
     commands = [list(argv) for argv in source.commands]
+    import shlex  # doctor's output only: serve imports this module too
+
     shown = ", ".join(shlex.join(argv) for argv in commands)
     real = "the real Slurm (--simulate simulates the node, not Slurm): " if simulated else ""
     try:
