@@ -25,6 +25,16 @@ SHARED_SESSION_FIXTURES = {
     "tests/report/test_number_formats.py": "synthetic_report",
 }
 
+# Files that each run a whole simulated fleet in the test process, scraped every second or
+# two by real Prometheus, VictoriaMetrics and vmagents: one of them takes most of two
+# cores, and two at once on the two workers starved both past their alert deadlines (the
+# round's start failed the same way). They go to one worker, one after the other.
+ONE_FLEET_AT_A_TIME = {
+    "tests/e2e/test_sharded_vm.py": "fleet_e2e",
+    "tests/e2e/test_restart_matrix.py": "fleet_e2e",
+    "tests/e2e/test_fleet_e2e.py": "fleet_e2e",
+}
+
 
 # The files that take longest, mostly waiting on time (alert `for:` windows, a block
 # reload, a sharded scrape settling), longest first (pytest --durations on two cores).
@@ -32,6 +42,7 @@ SHARED_SESSION_FIXTURES = {
 LONGEST_FIRST = (
     "tests/e2e/test_sharded_vm.py",
     "tests/e2e/test_restart_matrix.py",
+    "tests/e2e/test_fleet_e2e.py",
     "tests/history/test_readme_backfill.py",
     "tests/history/test_backfilled_history.py",
     "tests/report/test_report_history.py",
@@ -40,7 +51,6 @@ LONGEST_FIRST = (
     "tests/release/test_release.py",
     "tests/benchmarks/test_benchmarks.py",
     "tests/real_gpu/test_check.py",
-    "tests/e2e/test_fleet_e2e.py",
     "tests/benchmarks/test_peer_cost.py",
     "tests/agent/test_server_soak.py",
 )
@@ -55,7 +65,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Whole test files to each worker, as `--dist loadfile` does (a module-scoped daemon
     starts once), except that the files of SHARED_SESSION_FIXTURES go together; handed
-    out in collection order (LONGEST_FIRST), not xdist's most-tests-first."""
+    out in collection order (LONGEST_FIRST), not xdist's most-tests-first; the files of
+    ONE_FLEET_AT_A_TIME go together as well."""
     from xdist.scheduler import LoadScopeScheduling
 
     config.option.loadscopereorder = False
@@ -63,7 +74,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class FilesAndSharedFixtures(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return SHARED_SESSION_FIXTURES.get(path, path)
+            return SHARED_SESSION_FIXTURES.get(path) or ONE_FLEET_AT_A_TIME.get(path, path)
 
     return FilesAndSharedFixtures(config, log)
 

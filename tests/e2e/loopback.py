@@ -98,3 +98,24 @@ def instant_query(
     if body["data"]["resultType"] == "scalar":
         return [{"metric": {}, "value": result}]
     return result
+
+
+def range_query(
+    base: str, expr: str, start: float, end: float, step: float, timeout: float = 10.0
+) -> dict[float, list[dict[str, Any]]]:
+    """`expr` evaluated at every `step` from `start` to `end` in one request: for each
+    evaluation time (rounded to the millisecond), the series it returned, as an instant
+    query at that time would (a range query is that instant query at each step)."""
+    params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    url = f"{base}/api/v1/query_range?" + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body = json.load(response)
+    if body.get("status") != "success":
+        raise AssertionError(f"query failed: {expr}: {body}")
+    at_each: dict[float, list[dict[str, Any]]] = {}
+    for series in body["data"]["result"]:
+        for when, value in series["values"]:
+            at_each.setdefault(round(float(when), 3), []).append(
+                {"metric": series["metric"], "value": [when, value]}
+            )
+    return at_each

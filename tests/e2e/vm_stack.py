@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.loopback import Endpoint, instant_query
+from tests.e2e.loopback import Endpoint, instant_query, range_query
 from tests.e2e.service_commands import (
     victoria_metrics_argv,
     vmagent_argv,
@@ -94,7 +94,9 @@ class Sharded:
         process.wait(10)
 
 
-def prometheus_query(stack: Stack, expr: str, at: float) -> list[dict[str, Any]]:
-    """The stack's Prometheus asked as patiently as VictoriaMetrics (Sharded.query), for
-    comparing the two answers."""
-    return instant_query(stack.prometheus_url, expr, at, timeout=20)
+def prometheus_answers(
+    stack: Stack, expr: str, start: float, end: float
+) -> dict[float, list[dict[str, Any]]]:
+    """The stack's Prometheus's answers at every second from `start` to `end`, in one
+    request, asked as patiently as VictoriaMetrics (Sharded.query): evaluation time -> series."""
+    return range_query(stack.prometheus_url, expr, start, end, 1.0, timeout=20)
