@@ -3,7 +3,8 @@ exit code a health check reads.
 
 Exit codes: 0 when every source is up or absent (absent is hardware the node does not
 have: nothing to fix) and at least one is up; 1 when a source is down (its hardware is
-there and cannot be read: something to fix) or nothing at all can be collected; bad
+there and cannot be read: something to fix), a BMC asked for (--bmc-target) cannot be
+read, or nothing at all can be collected; bad
 input is 2, as for every command (agent/cli). systemd's ExecStartPre, a Kubernetes exec
 probe and Slurm's HealthCheckProgram read that code (README, docs/deploy.md).
 """
@@ -29,7 +30,8 @@ class Finding:
     """One line of the report: a source, or the XID history, or the simulation."""
 
     name: str
-    state: str  # up, absent, down; for xid-history: up, limited; simulation: on
+    # up, absent, down; xid-history: up, limited; simulation: on; bmc-config: loaded
+    state: str
     detail: str
     series: int | None = None  # what an up source serves
     duration_seconds: float | None = None  # how long its poll took
@@ -94,10 +96,11 @@ class Diagnosis:
     xid_history: Finding | None = None
     simulated: str | None = None  # the profile of a simulated node
     slurm: Finding | None = None  # the scheduler source's commands (slurm_finding)
+    bmc: tuple[Finding, ...] = ()  # the BMC config and the BMCs read (agent/doctor_bmc.py)
 
     @property
     def down(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.sources if f.state == "down")
+        return tuple(f for f in (*self.sources, *self.bmc) if f.state == "down")
 
     @property
     def collecting(self) -> bool:
@@ -113,6 +116,7 @@ class Diagnosis:
             findings.append(self.xid_history)
         if self.slurm is not None:
             findings.append(self.slurm)
+        findings += self.bmc
         if self.simulated is not None:
             findings.append(
                 Finding("simulation", "on", f"profile {self.simulated} (not real hardware)")
@@ -127,6 +131,7 @@ class Diagnosis:
             "xid_history": None if self.xid_history is None else self.xid_history.as_json(),
             "simulated_profile": self.simulated,
             "slurm": None if self.slurm is None else self.slurm.as_json(),
+            "bmc": [f.as_json() for f in self.bmc],
         }
 
 
@@ -135,5 +140,7 @@ def diagnose(
     xid_history: Finding | None = None,
     simulated: str | None = None,
     slurm: Finding | None = None,
+    bmc: Iterable[Finding] = (),
 ) -> Diagnosis:
-    return Diagnosis(tuple(source_finding(s) for s in statuses), xid_history, simulated, slurm)
+    findings = tuple(source_finding(s) for s in statuses)
+    return Diagnosis(findings, xid_history, simulated, slurm, tuple(bmc))

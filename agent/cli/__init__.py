@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -40,6 +40,10 @@ from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import ThreadDeaths, thread_deaths
 from nvwatch.common.click_groups import HelpGroup
 from nvwatch.common.durations import parse_duration, prometheus_duration
+from nvwatch.common.yaml_safe import ConfigError
+
+if TYPE_CHECKING:
+    from nvwatch.agent.sources.bmc.config import BmcConfig
 
 EXIT_BAD_INPUT = 2
 # the profile `topology` suggests without a driver: the DGX-1 cube-mesh, the one to see
@@ -261,7 +265,28 @@ def dump_command(output_format: str, settle: str, **params: Any) -> None:
     "scheduler-timeout", "scheduler-max-accounts", "scheduler-max-users",
     "scheduler-max-output-mib", "log-format",
 )  # fmt: skip
-def doctor_command(output_format: str, **params: Any) -> None:
+@option(
+    "--bmc-config",
+    type=click.Path(dir_okay=False),
+    help="serve's BMC module file: check it, and read each --bmc-target with it.",
+)
+@option(
+    "--bmc-target",
+    "bmc_targets",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="With --bmc-config: read this BMC once, as /probe?target= would (repeatable). "
+    "Without one, doctor sends IPMI to no one.",
+)
+@option(
+    "--bmc-module",
+    default="default",
+    show_default=True,
+    help="The module of --bmc-config that reads each --bmc-target.",
+)
+def doctor_command(
+    output_format: str, bmc_targets: tuple[str, ...], bmc_module: str, **params: Any
+) -> None:
     """One line per source: up (what it serves), absent (why) or down (why).
 
     Exits 0 when every source is up or absent, 1 when one is down (or nothing can be
@@ -270,12 +295,16 @@ def doctor_command(output_format: str, **params: Any) -> None:
     and config file the agent reads, so it checks what `serve` would serve.
     """
     config = build_config(params)
+    if bmc_targets and config.bmc_config is None:
+        raise ConfigError("--bmc-target reads a BMC with a module of --bmc-config: give it")
     # warnings only, and not the ones doctor prints itself: the poller's "source is
     # down" and the simulated node's banner would say each finding twice
     logs.configure(config.log_format, level=logging.WARNING, quiet=DOCTOR_RESTATES)
+    bmc = bmc_config_of(config)  # a bad file is one line before anything starts
     with runtime(config) as effective:
         sources = build_sources(effective)
         slurm = _slurm_finding(sources, simulated=effective.simulate is not None)
+        bmc_read = _bmc_findings(config, bmc, bmc_targets, bmc_module)
         exposition = poll_and_render(effective, sources, settle=0)
         # inside: a simulated node's kernel log goes when the runtime ends
         xid_history = _xid_history(effective) if "nvml" in effective.sources else None
@@ -284,6 +313,7 @@ def doctor_command(output_format: str, **params: Any) -> None:
         xid_history,
         simulated=effective.simulate,
         slurm=slurm,
+        bmc=bmc_read,
     )
     if output_format == "json":
         click.echo(json.dumps(diagnosis.as_json(), indent=2))
@@ -306,8 +336,21 @@ def _slurm_finding(sources: list[Source], simulated: bool) -> Finding | None:
 
     for source in sources:
         if isinstance(source, SchedulerSource):
-            return slurm_finding(source, simulated)
+            finding = slurm_finding(source, simulated)
+            source.read_first()  # its finding is then Slurm's answer, not "not finished"
+            return finding
     return None
+
+
+def _bmc_findings(
+    config: AgentConfig, bmc: BmcConfig | None, targets: tuple[str, ...], module: str
+) -> list[Finding]:
+    """The BMC config's finding and each target's read; none without --bmc-config."""
+    if bmc is None:
+        return []
+    from nvwatch.agent.doctor_bmc import bmc_findings
+
+    return bmc_findings(str(config.bmc_config), bmc, targets, module)
 
 
 def _xid_history(config: AgentConfig) -> Finding:

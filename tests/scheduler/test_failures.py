@@ -104,3 +104,18 @@ def test_doctor_exits_1_with_the_reason_on_the_schedulers_line(tmp_path: Path) -
     assert lines["scheduler"].split()[1] == "down"
     assert reason in lines["scheduler"]
     assert "Traceback" not in done.stderr
+
+
+def test_doctor_waits_for_a_slow_squeue_and_shows_its_own_error(tmp_path: Path) -> None:
+    """A loaded slurmctld answers in seconds: doctor reports what squeue said, not that
+    its first read had not finished when the poll came (the poll waits 3 s)."""
+    body, reason = BROKEN["failing"]
+    done = subprocess.run(
+        [NVWATCH, "doctor", "--sources", "host,scheduler", "--scheduler-timeout", "10s"],
+        env=_path_with(tmp_path, f"/bin/sleep 4\n{body}"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = {line.split()[0]: line for line in done.stdout.splitlines()}
+    assert lines["scheduler"].split()[1] == "down"
+    assert reason in lines["scheduler"], lines["scheduler"]

@@ -141,7 +141,17 @@ class SchedulerSource:
         if self._thread is not None:
             self._thread.join(0.5)
 
+    def read_first(self) -> None:
+        """Read Slurm now, in the caller's thread, bounded by each command's timeout:
+        `doctor` then reports what this read found (squeue's own error) instead of a
+        first read still running when its one poll comes. The loop, once started,
+        reads again only an interval later."""
+        if not self._refreshed.is_set():
+            self.refresh()
+
     def _loop(self) -> None:
+        if self._refreshed.is_set():  # read_first() read Slurm already
+            self._stop.wait(self.interval)
         while not self._stop.is_set():
             self.refresh()
             self._stop.wait(self.interval)
