@@ -39,7 +39,13 @@ _UNIT_ORDER = list(UNIT_SECONDS)
 
 
 # How --help states the grammar next to a DURATION option.
-DURATION_FORMAT = "a number and a unit (ms s m h d w y), e.g. 500ms, 5s, 1h30m, 2.5s"
+# A bare number is seconds, as this grammar has always read it; --help says so rather
+# than leave `--interval 5` to be guessed (Prometheus would refuse it, node_exporter's
+# Go flags would too).
+DURATION_FORMAT = (
+    "a number and a unit (ms s m h d w y), e.g. 500ms, 5s, 1h30m, 2.5s; "
+    "a number alone is seconds (5 = 5s)"
+)
 
 
 class DurationError(ValueError):

@@ -144,3 +144,18 @@ def test_non_ascii_digits_are_refused_by_the_command(args: list[str]) -> None:
     errors = [line for line in completed.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0].startswith("nvwatch: error: "), errors
     assert args[-1] in errors[0] and "int()" not in errors[0]
+
+
+def test_help_says_a_bare_number_is_seconds() -> None:
+    # `--interval 5` is 5 s (the grammar's first case above); --help used to promise a
+    # unit every time, leaving a reader to guess what a bare number means
+    completed = subprocess.run(
+        [sys.executable, "-m", "nvwatch.agent.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    words = " ".join(completed.stdout.split())
+    interval = words[words.index("--interval DURATION") :].split(" --")[0]
+    assert "a number alone is seconds (5 = 5s)" in interval, interval
