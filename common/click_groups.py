@@ -19,3 +19,18 @@ class HelpGroup(click.Group):
             click.echo(ctx.get_help(), color=ctx.color)
             ctx.exit(0)
         return super().parse_args(ctx, args)
+
+
+def bad_parameter_line(exc: click.BadParameter) -> str:
+    """A bad value as one short line: `--config: cannot read ...`, or with the variable
+    it came from, `NVWATCH_CONFIG (--config): ...`, instead of click's "Invalid value for
+    '--config' (env var: 'NVWATCH_CONFIG'): ..."."""
+    param = exc.param
+    if param is None or not param.opts:
+        return exc.format_message()
+    name = max(param.opts, key=len)  # the long form: --config, not -c
+    source = exc.ctx.get_parameter_source(param.name) if exc.ctx and param.name else None
+    envvar = param.envvar if isinstance(param.envvar, str) else None
+    if source is click.core.ParameterSource.ENVIRONMENT and envvar:
+        name = f"{envvar} ({name})"
+    return f"{name}: {exc.message}"

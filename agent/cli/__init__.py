@@ -38,7 +38,7 @@ from nvwatch.agent.shutdown import SHUTDOWN_LIMIT_S, shutdown_deadline
 from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.agent.threads import ThreadDeaths, thread_deaths
-from nvwatch.common.click_groups import HelpGroup
+from nvwatch.common.click_groups import HelpGroup, bad_parameter_line
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.common.yaml_safe import ConfigError
 
@@ -90,6 +90,8 @@ class NvwatchGroup(HelpGroup):
             sys.exit(130)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
+        except click.BadParameter as exc:
+            _fail(bad_parameter_line(exc))
         except click.ClickException as exc:
             _fail(exc.format_message())
         except (*CONFIG_ERRORS, StartupError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -159,3 +160,28 @@ def test_help_says_a_bare_number_is_seconds() -> None:
     words = " ".join(completed.stdout.split())
     interval = words[words.index("--interval DURATION") :].split(" --")[0]
     assert "a number alone is seconds (5 = 5s)" in interval, interval
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "line"),
+    [
+        (["--config", "/nonexistent/nvwatch.yml"], {}, "--config: cannot read config file"),
+        ([], {"NVWATCH_CONFIG": "/nonexistent/nvwatch.yml"}, "NVWATCH_CONFIG (--config): "),
+        (["--format", "yaml"], {}, "--format: 'yaml' is not one of"),
+    ],
+)
+def test_a_bad_value_names_its_flag_or_variable_without_clicks_prefix(
+    args: list[str], env: dict[str, str], line: str
+) -> None:
+    # click's own: "Invalid value for '--config' (env var: 'NVWATCH_CONFIG'): ..."
+    completed = subprocess.run(
+        [sys.executable, "-m", "nvwatch.agent.cli", "dump", "--settle", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("NVWATCH_")}, **env},
+    )
+    assert completed.returncode == 2, completed.stderr
+    (error,) = completed.stderr.splitlines()
+    assert error.startswith(f"nvwatch: error: {line}"), error
+    assert "Invalid value" not in error
