@@ -80,9 +80,9 @@ _UNITS: dict[str, Callable[[float], str]] = {
     "h": units.hours,
     "bytes": lambda v: _si(v, "B"),
     "hertz": lambda v: _si(v, "Hz"),
-    "s": lambda v: f"{v:.3g} s",
-    "cps": lambda v: f"{v:.3g}/s",
-    "rotrpm": lambda v: f"{v:.4g} rpm",
+    "s": lambda v: f"{_number(v)} s",
+    "cps": lambda v: f"{_number(v)}/s",
+    "rotrpm": lambda v: f"{_number(v)} rpm",
 }
 
 
@@ -94,7 +94,15 @@ def format_value(value: float, unit: str) -> str:
 
 
 def _plain(value: float) -> str:
-    return f"{value:.4g}"
+    return _number(value)
+
+
+def _number(value: float) -> str:
+    """As Grafana prints a unit without prefixes: whole from 1000 up (a fan at 10300 rpm
+    is "10300 rpm"; `.4g` wrote "1.03e+04"), three significant digits below."""
+    if 1000 <= abs(value) < 1e15:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
 
 
 def threshold_steps(panel: dict[str, Any]) -> list[tuple[float | None, str]]:
