@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from pathlib import Path
 
 import click
 
@@ -66,6 +67,14 @@ def _progress(done: int, total: int) -> None:
     help="Split into files of this many nodes (FILE.000.om ...), each backfilled on its "
     "own: a month of a large fleet is tens of GB as one file.",
 )
+@option(
+    "--backfill",
+    "backfill",
+    type=click.Path(file_okay=False),
+    help="Import each part into this TSDB directory with promtool as soon as it is "
+    "written, and delete it: at most one part on disk (one node's, unless "
+    "--nodes-per-file says more), where a month of six nodes is 1 GB as one file.",
+)
 def simulate_history(
     nodes: int,
     days: float,
@@ -76,6 +85,7 @@ def simulate_history(
     seed: int,
     cluster: str,
     nodes_per_file: int | None,
+    backfill: str | None,
 ) -> None:
     """Write D days of a simulated fleet, sampled every STEP, as OpenMetrics.
 
@@ -106,9 +116,19 @@ def simulate_history(
         raise click.UsageError(str(exc)) from exc
     # before simulating for minutes: the file, its parts and the ground truth beside it
     target = output_file(out)
+    on_file = None
+    if backfill is not None:
+        from nvwatch.sim.commands.history_backfill import importer, promtool_or_fail
+
+        on_file = importer(promtool_or_fail(), Path(backfill), days)
+        nodes_per_file = nodes_per_file or 1
     with writing():
-        result = generate(plan, target, nodes_per_file=nodes_per_file, progress=_progress)
+        result = generate(
+            plan, target, nodes_per_file=nodes_per_file, progress=_progress, on_file=on_file
+        )
     written = ", ".join(str(p) for p in result.paths)
+    if backfill is not None:
+        written = f"imported into {backfill} and deleted ({len(result.paths)} parts)"
     click.echo(
         f"{result.samples} samples of {len(plan.nodes)} nodes over {days:g} days in "
         f"{result.seconds:.1f}s: {written} (ground truth: {truth_path_for(target)})",
