@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 import nvwatch.agent.cli as cli_module
+import nvwatch.agent.cli.doctor_command as doctor_module
 import nvwatch.agent.topology as topology_module
 from nvwatch.agent import logs, simulation
 from nvwatch.agent.cli import cli
@@ -84,12 +85,14 @@ def what_it_does(monkeypatch: pytest.MonkeyPatch) -> Any:
             text=b"prometheus\n", openmetrics=lambda gzipped: b"openmetrics\n", snapshot=snapshot
         )
 
-    monkeypatch.setattr(cli_module, "runtime", runtime)
-    monkeypatch.setattr(cli_module, "build_sources", lambda config: [])
-    monkeypatch.setattr(cli_module, "poll_and_render", poll_and_render)
+    for module in (cli_module, doctor_module):  # doctor's command lives in a module of its own
+        monkeypatch.setattr(module, "runtime", runtime)
+        monkeypatch.setattr(module, "build_sources", lambda config: [])
+        monkeypatch.setattr(module, "poll_and_render", poll_and_render)
     monkeypatch.setattr(cli_module, "serve", lambda config, sources, stop, web, probe, listener: 0)
     monkeypatch.setattr(cli_module, "bind", lambda config: None)  # no socket for a default
-    monkeypatch.setattr(cli_module, "_xid_history", lambda config: Finding("xid-history", "up", ""))
+    no_kmsg = Finding("xid-history", "up", "")
+    monkeypatch.setattr(doctor_module, "_xid_history", lambda config: no_kmsg)
     monkeypatch.setattr(logs, "configure", lambda log_format, **quiet: None)
     monkeypatch.setattr(topology_module, "build_topology", lambda root, hcas: None)
     monkeypatch.setattr(topology_module, "format_matrix", lambda topology: "matrix\n")
