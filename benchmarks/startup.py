@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -129,15 +130,28 @@ def measure(code: str, env: dict[str, str], cwd: Path, runs: int) -> list[Startu
     return found
 
 
+# a top-level package of pyproject's [tool.setuptools.package-dir]: "nvwatch.agent" = "agent"
+_PACKAGE_DIR = re.compile(r'^"nvwatch\.(\w+)" = "([\w./-]+)"$', re.MULTILINE)
+
+
 @contextlib.contextmanager
-def _baseline_checkout(ref: str) -> Iterator[Path]:
-    """`ref` in a temporary worktree (its own layout: importable from its root)."""
+def baseline_checkout(ref: str) -> Iterator[tuple[Path, Path]]:
+    """`ref` in a temporary worktree, and a directory to put first on PYTHONPATH that
+    holds `nvwatch/` with a link to each of that revision's top-level packages, as its
+    pyproject maps them. The packages live under `nvwatch.` only through an install, and
+    the installed `nvwatch` (this checkout's) is a namespace package: without the links
+    first on the path, the baseline would import this checkout's code."""
     with tempfile.TemporaryDirectory(prefix="nvwatch-baseline-") as root:
         path = Path(root) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(path), ref],
                        cwd=REPO, check=True)  # fmt: skip
         try:
-            yield path
+            links = Path(root) / "links" / "nvwatch"
+            links.mkdir(parents=True)
+            pyproject = (path / "pyproject.toml").read_text(encoding="utf-8")
+            for name, directory in _PACKAGE_DIR.findall(pyproject):
+                (links / name).symlink_to(path / directory, target_is_directory=True)
+            yield path, links.parent
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO,
                            check=False)  # fmt: skip
@@ -146,9 +160,8 @@ def _baseline_checkout(ref: str) -> Iterator[Path]:
 def run(runs: int, baseline: str | None) -> list[Startup]:
     results = measure("this checkout", dict(os.environ), REPO, runs)
     if baseline:
-        with _baseline_checkout(baseline) as tree:
-            # that revision imports from its own root (its checked-in nvwatch/ links)
-            env = {**os.environ, "PYTHONPATH": str(tree)}
+        with baseline_checkout(baseline) as (tree, importable):
+            env = {**os.environ, "PYTHONPATH": str(importable)}
             results += measure(baseline[:12], env, tree, runs)
     return results
 
