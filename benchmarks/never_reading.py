@@ -21,7 +21,7 @@ import resource
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -45,9 +45,10 @@ def request(keep_alive: bool) -> bytes:
     return f"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: {connection}\r\n\r\n".encode()
 
 
-def server_side(port: int) -> tuple[int, int]:
+def server_side(port: int, peers: Collection[int] | None = None) -> tuple[int, int]:
     """(sockets, bytes queued to send) on local port `port`, listener and TIME_WAIT
-    excluded."""
+    excluded; with `peers`, only the connections to those remote ports (the caller's
+    own clients: another process may hold the same port number on another address)."""
     sockets = queued = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(FileNotFoundError), open(table) as lines:
@@ -56,6 +57,8 @@ def server_side(port: int) -> tuple[int, int]:
                 fields = line.split()
                 local_port = int(fields[1].rsplit(":", 1)[1], 16)
                 if local_port != port or fields[3] in _NOT_COUNTED:
+                    continue
+                if peers is not None and int(fields[2].rsplit(":", 1)[1], 16) not in peers:
                     continue
                 sockets += 1
                 queued += int(fields[4].split(":")[0], 16)  # tx_queue

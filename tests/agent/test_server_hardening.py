@@ -122,15 +122,22 @@ def test_never_reading_clients_are_reset_at_the_write_deadline() -> None:
             sock.connect(("127.0.0.1", server.port))
             sock.sendall(request(keep_alive=index % 2 == 0))
             clients.append(sock)
-        time.sleep(0.3)
-        sockets, queued = server_side(server.port)
-        assert sockets == 40 and queued > 40 * 100_000  # the bytes sit in our kernel
+        # only our clients' connections: another test may hold this port number elsewhere
+        ours = {sock.getsockname()[1] for sock in clients}
+        # until every answer sits in our kernel, unread (bounded: the writes are at once)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            sockets, queued = server_side(server.port, ours)
+            if sockets == 40 and queued > 40 * 100_000:
+                break
+            time.sleep(0.05)
+        assert sockets == 40 and queued > 40 * 100_000, (sockets, queued)
         # the deadline, plus one sweep tick, plus slack for a loaded machine
         deadline = time.monotonic() + limits.write_timeout_s + 2.0
-        while server_side(server.port)[0] and time.monotonic() < deadline:
+        while server_side(server.port, ours)[0] and time.monotonic() < deadline:
             time.sleep(0.1)
         # the kernel's view: no socket left on the agent's side, orphans included
-        assert server_side(server.port) == (0, 0)
+        assert server_side(server.port, ours) == (0, 0)
         assert server.http_state().refused["write_timeout"] == 40
         assert server.http_state().connections_open == 0
     finally:
