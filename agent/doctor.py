@@ -4,9 +4,9 @@ exit code a health check reads.
 Exit codes: 0 when every source is up or absent (absent is hardware the node does not
 have: nothing to fix) and at least one is up; 1 when a source is down (its hardware is
 there and cannot be read: something to fix), a BMC asked for (--bmc-target) cannot be
-read, or nothing at all can be collected; bad
-input is 2, as for every command (agent/cli). systemd's ExecStartPre, a Kubernetes exec
-probe and Slurm's HealthCheckProgram read that code (README, docs/deploy.md).
+read, or nothing at all can be collected; bad input is 2, as for every command
+(agent/cli). systemd's ExecStartPre, a Kubernetes exec probe and Slurm's
+HealthCheckProgram read that code (README, docs/deploy.md).
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nvwatch.common.durations import parse_duration
+from nvwatch.sim.commands.history_backfill import importer, promtool_or_fail
 from nvwatch.sim.history import generate
 from nvwatch.sim.history_plan import plan_history
 
@@ -52,19 +52,15 @@ def run(nodes: int, days: float, step: float, workdir: Path) -> dict[str, float]
     (workdir / END_FILE).write_text(f"{end:.0f}\n")
     history = workdir / "history.om"
     backfill = {"wall": 0.0, "cpu": 0.0, "bytes": 0.0}
+    # what `simulate history --backfill` does with each part: import it, then delete it
+    import_part = importer(promtool_or_fail(), workdir / "tsdb", days)
 
     def backfilled(path: Path) -> None:
         """Each part into the TSDB as soon as it is written, then gone: one part on disk
         at a time (Prometheus merges the parts' side-by-side blocks)."""
         wall, cpu = time.monotonic(), _cpu()
         backfill["bytes"] += path.stat().st_size
-        subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from",
-             f"--max-block-duration={int(days * 24) + 48}h", "openmetrics", "--quiet",
-             str(path), str(workdir / "tsdb")],
-            check=True,
-        )  # fmt: skip
-        path.unlink()
+        import_part(path)
         backfill["wall"] += time.monotonic() - wall
         backfill["cpu"] += _cpu() - cpu
 

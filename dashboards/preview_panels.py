@@ -90,11 +90,7 @@ def format_value(value: float, unit: str) -> str:
     """`value` as Grafana shows it in `unit` (a Grafana unit id); NaN as a dash."""
     if math.isnan(value):
         return units.MISSING
-    return _UNITS.get(unit, _plain)(value)
-
-
-def _plain(value: float) -> str:
-    return _number(value)
+    return _UNITS.get(unit, _number)(value)
 
 
 def _number(value: float) -> str:
