@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nvwatch.common.durations import prometheus_duration
+from nvwatch.dashboards.preview_maxima import Drawn
 from nvwatch.dashboards.preview_panels import DRAWERS, Series, legend
 
 GRID_COLUMNS = 24
@@ -168,6 +169,9 @@ class PanelResult:
     kind: str
     series: list[Series] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
+    unit: str = "none"
+    # the query each series came from, in the order of `series`
+    series_queries: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -178,13 +182,14 @@ def query_panel(
     panel: dict[str, Any], prometheus: Prometheus, window: Window, variables: Mapping[str, str]
 ) -> PanelResult:
     """Run every target of `panel`; their series together, each with its legend."""
-    result = PanelResult(panel.get("title", ""), panel.get("type", ""))
+    result = PanelResult(panel.get("title", ""), panel.get("type", ""), unit=unit_of(panel))
     for target in panel.get("targets", []):
         if target.get("hide") or not target.get("expr"):
             continue
         expr = substitute(target["expr"], variables)
         result.queries.append(expr)
         template = target.get("legendFormat", "")
+        before = len(result.series)
         if target.get("instant") or panel.get("type") in ("stat", "gauge", "bargauge", "table"):
             for item in prometheus.instant(expr, window.end):
                 t, v = item["value"]
@@ -197,7 +202,18 @@ def query_panel(
                 labels = item["metric"]
                 points = [(float(t), float(v)) for t, v in item["values"]]
                 result.series.append(Series(legend(template, labels), labels, points))
+        result.series_queries.extend([expr] * (len(result.series) - before))
     return result
+
+
+def drawn_series(drawn: Mapping[str, list[PanelResult]]) -> list[Drawn]:
+    """Every series of every panel drawn, with its query and unit (preview_maxima.py)."""
+    return [
+        Drawn(name, panel.title, panel.unit, expr, series)
+        for name, panels in drawn.items()
+        for panel in panels
+        for expr, series in zip(panel.series_queries, panel.series, strict=True)
+    ]
 
 
 def panels_of(dashboard: dict[str, Any]) -> list[dict[str, Any]]:

@@ -81,3 +81,18 @@ class SteppedClock:
             if self._since is not None:
                 self._now = self._base + (time.monotonic() - self._since) * self.scale
             return self._now
+
+    def set_scale(self, scale: float) -> None:
+        """From now on run `scale` times as fast as real time; the time already run stays.
+
+        A preview runs a fault's slow minutes at 10x, then real time, so the rates a
+        picture shows are what hardware can do (a counter's rate at 10x is ten times it).
+        """
+        if scale <= 0:
+            raise ValueError("time scale must be positive")
+        with self._lock:
+            if self._since is not None:
+                now = time.monotonic()
+                self._now = self._base + (now - self._since) * self.scale
+                self._base, self._since = self._now, now
+            self.scale = scale

@@ -317,6 +317,10 @@ class Fleet:
         """Let simulated time run (for a fleet built with hold_time=True)."""
         self.clock.run()
 
+    def set_time_scale(self, scale: float) -> None:
+        """Simulated time runs `scale` times as fast as real time from now on."""
+        self.clock.set_scale(scale)
+
     def stop_node(self, index: int) -> None:
         """Kill node `index`'s agent: Prometheus' scrapes of it now fail."""
         self.nodes[index].stop()

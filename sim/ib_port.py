@@ -34,6 +34,9 @@ CONGESTION_STALL = 0.08
 # Credit waits of a healthy port, per unit of link busy time.
 HEALTHY_STALL = 0.002
 CONGESTED_THROUGHPUT = 0.6
+# Payload a fully busy link carries, as a share of its rate: headers and flow control take
+# the rest (ib_write_bw reaches ~96-97 % of an EDR or HDR link); never more than the rate
+PEAK_PAYLOAD_SHARE = (0.95, 0.97)
 # Spans at least this long, with no link flap in them, integrate the workload exactly
 # (a month of history steps minutes at a time; 8 samples a second would cost thousands
 # of samples per port per step).
@@ -247,7 +250,7 @@ class SimulatedPort:
         background = self.background_bytes_per_second * up_time
         c = self.counters
         for direction in ("xmit", "rcv"):
-            payload = throughput * busy * self.rng.uniform(0.98, 1.02)
+            payload = throughput * busy * self.rng.uniform(*PEAK_PAYLOAD_SHARE)
             c[f"port_{direction}_data"] += (payload + background) / 4
             packets = payload / MTU_BYTES + background / MAD_BYTES
             c[f"port_{direction}_packets"] += packets

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.common.outputs import output_directory, writing
 from nvwatch.mixin.commands import _mixin_config, dashboards_group
+
+if TYPE_CHECKING:
+    from nvwatch.dashboards.preview import PanelResult, Prometheus
+    from nvwatch.dashboards.preview_maxima import Beyond
 
 RANGE_BOUNDS = DurationBounds(60.0, 90 * 86400.0)
 SCRAPE_BOUNDS = DurationBounds(1.0, 3600.0)
@@ -58,6 +63,10 @@ def _end(text: str | None) -> float | None:
               help="End of the range drawn: unix seconds or 2026-11-01T00:00:00Z "
               "[default: now].")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Exit 1 when a panel has no data.")
+@click.option("--check-maxima", is_flag=True,
+              help="Exit 1 when a panel shows more than its hardware's published maximum "
+              "(NVLink, InfiniBand or PCIe bytes/s, power, energy, GPU-hours, a ratio above "
+              "100 %).")  # fmt: skip
 def dashboards_preview(
     url: str,
     out: str,
@@ -67,6 +76,7 @@ def dashboards_preview(
     mixin_config: str | None,
     end_text: str | None,
     strict: bool,
+    check_maxima: bool,
 ) -> None:
     """Draw every dashboard's panels (their queries, units, thresholds and layout) from
     PROMETHEUS into one PNG per dashboard in OUT; list the panels with no data."""
@@ -86,14 +96,19 @@ def dashboards_preview(
 
     dashboards = build_all(_mixin_config(mixin_config))
     out_dir = output_directory(out)
+    prometheus = Prometheus(url)
+    at = time.time() if end is None else end
     try:
         with writing():
             drawn = preview(
-                dashboards, Prometheus(url), out_dir, range_s=range_s, scrape_s=scrape_s,
-                chosen=chosen, end=end,
+                dashboards, prometheus, out_dir, range_s=range_s, scrape_s=scrape_s,
+                chosen=chosen, end=at,
             )  # fmt: skip
+        beyond = _beyond_maxima(drawn, prometheus, at, range_s) if check_maxima else []
     except PreviewError as exc:
         raise click.ClickException(str(exc)) from exc
+    for finding in beyond:
+        click.echo(finding.line(), err=True)
     empty = 0
     for name, panels in drawn.items():
         click.echo(str(Path(out) / (Path(name).stem + ".png")))
@@ -101,5 +116,14 @@ def dashboards_preview(
             if panel.empty:
                 empty += 1
                 click.echo(f"{name}: no data in panel {panel.title!r}", err=True)
-    if strict and empty:
+    if (strict and empty) or beyond:
         raise SystemExit(1)
+
+
+def _beyond_maxima(
+    drawn: dict[str, list[PanelResult]], prometheus: Prometheus, at: float, range_s: float
+) -> list[Beyond]:
+    from nvwatch.dashboards.preview import drawn_series
+    from nvwatch.dashboards.preview_maxima import Fleet, beyond_maxima
+
+    return beyond_maxima(drawn_series(drawn), Fleet.read(prometheus, at), range_s)

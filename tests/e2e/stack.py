@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -190,6 +192,24 @@ class Stack:
         """A Prometheus restart keeping its TSDB (and its `for` state series); see
         restart_process."""
         return self.restart_process("prometheus")
+
+    def reload_prometheus(self) -> None:
+        """SIGHUP, as `systemctl reload` sends it: Prometheus reads its configuration and
+        rule files again, keeping its TSDB and the state of the alerts it still has.
+        Returns once the reload is done (its success timestamp moved)."""
+        argv = self._commands["prometheus"]
+        (process,) = [p for p in self.processes if list(p.args) == argv and p.poll() is None]
+        before = self._last_reload()
+        process.send_signal(signal.SIGHUP)
+        wait_for("Prometheus reloaded", lambda: self._last_reload() > before, 30)
+
+    def _last_reload(self) -> float:
+        with urllib.request.urlopen(f"{self.prometheus_url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("prometheus_config_last_reload_success_timestamp_seconds "):
+                return float(line.split()[1])
+        raise AssertionError("Prometheus exports no reload timestamp")
 
     def stop_agents(self, indices: list[int]) -> None:
         """The agents of these fleet nodes exit; their simulated hardware runs on.

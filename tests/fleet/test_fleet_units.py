@@ -111,6 +111,24 @@ def test_stepped_clock_holds_then_runs_scaled() -> None:
     assert clock() == stepped  # reads do not move it
 
 
+def test_stepped_clock_keeps_its_time_when_its_scale_changes() -> None:
+    clock = SteppedClock(100.0)
+    time.sleep(0.01)
+    before = time.monotonic()
+    fast = clock.step()
+    clock.set_scale(1.0)
+    changed = time.monotonic()
+    time.sleep(0.2)
+    slow = clock.step()
+    real = time.monotonic() - changed
+    # the 100x seconds already run stay (no jump back), and from the change on one
+    # simulated second passes per real one: 100x would have added 20 s
+    assert fast <= slow <= fast + (changed - before) * 100 + real
+    assert slow - fast >= 0.2
+    with pytest.raises(ValueError):
+        clock.set_scale(0)
+
+
 INVENTORY = """\
 # node/IB/IPMI plan: in-band management addresses are scraped
 hostname,address,node_class,rack,cluster

@@ -260,3 +260,26 @@ def test_deterministic_per_seed(tmp_path: Path) -> None:
         )
     assert texts[0] == texts[1]
     assert texts[0] != texts[2]
+
+
+def test_a_port_busy_all_the_time_carries_less_than_its_rate() -> None:
+    """Payload is at most the link's rate (EDR: 100 Gb/s, 12.5 GB/s per direction), as
+    on hardware, where headers and flow control take a few per cent of it."""
+    from nvwatch.sim.ib_port import SimulatedPort
+    from nvwatch.sim.profiles import Nic
+    from nvwatch.sim.workload import Workload
+
+    nic = Nic("mlx5_0", "MT4115", "MT_2180110032", "12.28.2006", "InfiniBand",
+              "100 Gb/sec (4X EDR)", 0)  # fmt: skip
+
+    class AllReduceOnly(Workload):
+        def comm_intensity(self, t: float) -> float:
+            return 1.0
+
+    port = SimulatedPort(nic, AllReduceOnly("training", seed=3), seed=3)
+    for second in range(200):
+        before = {d: port.counters[f"port_{d}_data"] for d in ("xmit", "rcv")}
+        port.integrate(float(second), second + 1.0)
+        for direction, words in before.items():
+            sent = (port.counters[f"port_{direction}_data"] - words) * 4
+            assert 0.9 * 12.5e9 < sent <= 12.5e9

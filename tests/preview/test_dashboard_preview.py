@@ -12,8 +12,13 @@ Slurm controller agent reads it with the real scheduler source: the queue & fair
 dashboard's series. Every panel of every dashboard must come back with data, and every
 PNG must decode to a picture of the dashboard's size.
 
-NVWATCH_UPDATE_PREVIEWS=1 also writes the PNGs to docs/dashboards/ (the README shows
-them).
+The faults develop at TIME_SCALE times real time, so every rate drawn then is that many
+times what hardware can do (the preview's maxima check says so). The module's last test
+turns the fleet to real time, with the rules' rate thresholds back at their real values,
+and draws again once the whole range holds real-time samples only: no figure may exceed
+its hardware's published maximum there, and the GPUs' energy stays below their nodes'.
+With NVWATCH_UPDATE_PREVIEWS=1 that drawing covers REAL_TIME_RANGE_S (5 minutes) and its
+PNGs go to docs/dashboards/ (the README shows them); scripts/dashboard-previews runs it.
 """
 
 from __future__ import annotations
@@ -28,14 +33,19 @@ import pytest
 
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.alerts import build as alerts_build
+from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.dashboards.build import build_all
-from nvwatch.dashboards.preview import PanelResult, Prometheus, preview
+from nvwatch.dashboards.preview import PanelResult, Prometheus, Window, drawn_series, preview
+from nvwatch.dashboards.preview_maxima import Fleet as HardwareFleet
+from nvwatch.dashboards.preview_maxima import beyond_maxima
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import FleetJob
 from nvwatch.sim.fleet_queue import QueueSpec
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
-from tests.e2e.conftest import SCRAPE_INTERVAL, TIME_SCALE, mixin_config
+from tests.e2e.conftest import TIME_SCALE, mixin_config
 from tests.e2e.stack import HOST, Receiver, Stack, wait_for
 
 # the fleet's faults take a minute and more to show; six dashboards take a while to draw
@@ -45,6 +55,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 # also the interval the preview's $__rate_interval must know: values change once a poll.
 POLL_INTERVAL = 5.0
 DOCS = Path(__file__).parents[2] / "docs" / "dashboards"
+UPDATE = os.environ.get("NVWATCH_UPDATE_PREVIEWS") == "1"
+# the range drawn at real time: the README's pictures show 5 minutes; the suite checks 30 s
+REAL_TIME_RANGE_S = 300.0 if UPDATE else 60.0  # energy panels integrate whole minutes
 FAULTY = 0
 SCENARIOS = [
     ScenarioSpec("thermal-runaway", "2"),
@@ -95,7 +108,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             rules / alerts_build.PROMETHEUS_ALERTS,
             rules / alerts_build.PROMETHEUS_RECORDING,
         ]
-        result.start_prometheus(prometheus, rule_files, SCRAPE_INTERVAL, bmc=True)
+        # scraped once a poll: a scrape between two polls reads nothing new, and rates
+        # over scrapes faster than the counters move read a poll too many at times (a
+        # GPU throttled 105 % of the time)
+        result.start_prometheus(prometheus, rule_files, f"{POLL_INTERVAL:g}s", bmc=True)
         wait_for(
             "every agent scraped",
             # the nodes' agents and the Slurm controller's
@@ -145,10 +161,11 @@ def test_every_panel_of_every_dashboard_has_data(stack: Stack, tmp_path: Path) -
         assert width >= 1600 and height >= 400
     node = {p.title: p for p in drawn["nvwatch-node.json"]}
     _faulty_node_is_drawn(node["NVLink errors and links down"])
-    if os.environ.get("NVWATCH_UPDATE_PREVIEWS") == "1":
-        DOCS.mkdir(parents=True, exist_ok=True)
-        for png in sorted(tmp_path.glob("*.png")):
-            shutil.copyfile(png, DOCS / png.name)
+    # at 10x the counters' rates are ten times the hardware's: the check sees it
+    beyond = beyond_maxima(
+        drawn_series(drawn), HardwareFleet.read(Prometheus(stack.prometheus_url), time.time()), 300
+    )
+    assert {b.quantity for b in beyond} >= {"NVLink bytes/s"}, [b.line() for b in beyond]
 
 
 def _faulty_node_is_drawn(panel: PanelResult) -> None:
@@ -159,13 +176,20 @@ def _faulty_node_is_drawn(panel: PanelResult) -> None:
 def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nvwatch.agent.cli import main
 
-    main(["dashboards", "preview", "--prometheus", stack.prometheus_url, "--out", str(tmp_path),
-          "--range", "5m", "--scrape-interval", "5s", "--var", "instance=dgx-000",
-          "--strict"])  # fmt: skip
-    out = capsys.readouterr().out.split()
-    assert sorted(Path(p).name for p in out) == sorted(
+    # at 10x the figures are beyond the hardware: --check-maxima draws, then exits 1
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboards", "preview", "--prometheus", stack.prometheus_url,
+              "--out", str(tmp_path), "--range", "5m", "--scrape-interval", "5s",
+              "--var", "instance=dgx-000", "--strict", "--check-maxima"])  # fmt: skip
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    assert sorted(Path(p).name for p in captured.out.split()) == sorted(
         Path(n).stem + ".png" for n in build_all(mixin_config())
     )
+    findings = captured.err.splitlines()
+    assert any("NVLink bytes/s" in line and "above the hardware's maximum" in line
+               for line in findings), findings  # fmt: skip
+    assert not any("no data" in line for line in findings)
 
 
 def test_unreachable_prometheus_is_one_line_and_exit_2(
@@ -179,3 +203,54 @@ def test_unreachable_prometheus_is_one_line_and_exit_2(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("nvwatch: error: cannot reach Prometheus") and "\n" not in err
+
+
+def real_time_config() -> MixinConfig:
+    """The module's rules with their rate thresholds at real time again (the `for:` and
+    windows stay short: the alerts already firing keep firing over the reload)."""
+    base = MixinConfig()
+    return mixin_config().with_overrides(
+        temp_rise_celsius_per_minute=base.temp_rise_celsius_per_minute,
+        nvlink_error_rate_per_second=base.nvlink_error_rate_per_second,
+        ib_error_rate_per_second=base.ib_error_rate_per_second,
+        pcie_replay_rate_per_second=base.pcie_replay_rate_per_second,
+        ib_transmit_wait_tick_seconds=1.0 / XMIT_WAIT_TICKS_PER_SECOND,
+    )
+
+
+@pytest.mark.timeout(300 + REAL_TIME_RANGE_S)
+def test_at_real_time_no_figure_exceeds_the_hardware(stack: Stack, tmp_path: Path) -> None:
+    """Last of the module: it turns the fleet's simulated time to real time."""
+    config = real_time_config()
+    alerts_build.write(stack.workdir / "rules", config)
+    stack.reload_prometheus()
+    stack.fleet.set_time_scale(1.0)
+    # every point drawn is a rate over real-time samples only: the range, the longest
+    # rate window before its first point (the panel's or the recording rules'), and a
+    # poll for the first real-time sample
+    window = Window(0.0, REAL_TIME_RANGE_S, POLL_INTERVAL)
+    rate_s = max(
+        window.step + POLL_INTERVAL,
+        4 * POLL_INTERVAL,
+        parse_duration(config.rate_window, "rate window", DurationBounds(1.0, 3600.0)),
+    )
+    real_from = time.time() + POLL_INTERVAL
+    time.sleep(max(0.0, real_from + rate_s + REAL_TIME_RANGE_S - time.time()))
+    prometheus = Prometheus(stack.prometheus_url)
+    end = time.time()
+    drawn = preview(build_all(config), prometheus, tmp_path, range_s=REAL_TIME_RANGE_S,
+                    scrape_s=POLL_INTERVAL, end=end)  # fmt: skip
+    empty = [f"{name}: {p.title}" for name, panels in drawn.items() for p in panels if p.empty]
+    assert empty == [], "panels with no data"
+    beyond = beyond_maxima(drawn_series(drawn), HardwareFleet.read(prometheus, end),
+                           REAL_TIME_RANGE_S)  # fmt: skip
+    assert not beyond, "\n".join(b.line() for b in beyond)
+    energy = {p.title: p for p in drawn["nvwatch-power-cooling.json"]}[
+        "Energy in the time range: nodes vs GPUs"
+    ]
+    kwh = {s.legend: s.last for s in energy.series}
+    assert 0 < kwh["GPUs"] < kwh["nodes"], kwh
+    if UPDATE:
+        DOCS.mkdir(parents=True, exist_ok=True)
+        for png in sorted(tmp_path.glob("*.png")):
+            shutil.copyfile(png, DOCS / png.name)
