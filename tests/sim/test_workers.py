@@ -54,7 +54,12 @@ def _compute_pids() -> dict[int, list[int]]:
     }
 
 
-def test_one_named_child_per_gpu_reaped_on_close() -> None:
+def test_one_named_child_per_gpu_reaped_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the link's scratch directory in this test's own temp dir: another process's
+    # leftovers in the machine's /tmp are not this test's business
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with WorkerProcesses("dgx-a100", [0, 3]) as workers:
         pids = dict(workers.pids)
         assert set(pids) == {0, 3}
@@ -67,7 +72,7 @@ def test_one_named_child_per_gpu_reaped_on_close() -> None:
             assert child.status() != psutil.STATUS_ZOMBIE
     for pid in pids.values():
         assert not psutil.pid_exists(pid)  # killed and reaped: not even a zombie is left
-    assert not list(Path(tempfile.gettempdir()).glob("nvwatch-sim-job-*"))
+    assert not list(tmp_path.glob("nvwatch-sim-job-*"))
 
 
 def test_workers_die_with_their_owner_even_by_sigkill() -> None:
