@@ -43,8 +43,15 @@ class Endpoint:
         return f"http://{self.address}"
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
-    """Call `probe` until it returns something other than None/False, at most `timeout` s."""
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float,
+    every: float = 0.5,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Call `probe` until it returns something other than None/False, at most `timeout` s.
+    `explain`: on timeout, says where the awaited thing stopped (added to the message)."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -55,7 +62,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
         except (OSError, ValueError) as exc:  # not up yet
             last_error = exc
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} ({last_error})")
+    where = f"; {explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} ({last_error}){where}")
 
 
 def answers_ok(url: str, timeout: float = 2.0) -> bool:

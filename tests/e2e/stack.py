@@ -12,7 +12,9 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -192,6 +194,32 @@ class Stack:
         """A Prometheus restart keeping its TSDB (and its `for` state series); see
         restart_process."""
         return self.restart_process("prometheus")
+
+    def where_alert_stopped(self, alertname: str, labels: Mapping[str, str]) -> str:
+        """How far one expected alert got on its way to the webhook, for a failure
+        message: not active in Prometheus (its expression false), pending (its `for:`
+        running), firing but not at Alertmanager, or at Alertmanager but not delivered."""
+        matchers = {"alertname": alertname, **labels}
+        selector = ",".join(f'{k}="{v}"' for k, v in matchers.items())
+        described = f"{alertname} {dict(labels)}"
+        try:
+            states = {r["metric"].get("alertstate") for r in self.query(f"ALERTS{{{selector}}}")}
+            if "firing" not in states:
+                where = (
+                    "pending in Prometheus" if "pending" in states else "not active in Prometheus"
+                )
+                return f"{described}: {where}"
+            if not self.alertmanager_url or not self._at_alertmanager(matchers):
+                return f"{described}: firing in Prometheus, not at Alertmanager"
+        except (OSError, ValueError, AssertionError) as exc:
+            return f"{described}: cannot tell ({exc})"
+        return f"{described}: at Alertmanager, not at the webhook"
+
+    def _at_alertmanager(self, matchers: Mapping[str, str]) -> bool:
+        params = urllib.parse.urlencode([("filter", f'{k}="{v}"') for k, v in matchers.items()])
+        url = f"{self.alertmanager_url}/api/v2/alerts?{params}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return bool(json.load(response))
 
     def reload_prometheus(self) -> None:
         """SIGHUP, as `systemctl reload` sends it: Prometheus reads its configuration and

@@ -101,6 +101,7 @@ def _wait_delivered(stack: Stack, alertname: str, node: int) -> list[dict[str, A
         lambda: _delivered(stack, alertname, node),
         DEADLINE_S,
         every=1,
+        explain=lambda: stack.where_alert_stopped(alertname, {"instance": _name(node)}),
     )
 
 
@@ -154,3 +155,25 @@ def test_the_healthy_node_raises_nothing(stack: Stack) -> None:
     _wait_delivered(stack, "NvwatchNodeInletTemperatureHigh", HOT)
     assert not stack.query(f'ALERTS{{instance="{_name(HEALTHY)}"}}')
     assert _heat_source(stack, HEALTHY) == HEAT_GPU
+
+
+def test_a_missing_delivery_says_where_the_alert_stopped(stack: Stack) -> None:
+    """What a timed-out delivery wait adds to its failure: how far the alert got."""
+    _wait_delivered(stack, "NvwatchBmcDown", UNREACHABLE)
+    wait_for(
+        "NvwatchBmcDown at Alertmanager",
+        lambda: "at Alertmanager" in stack.where_alert_stopped(
+            "NvwatchBmcDown", {"instance": _name(UNREACHABLE)}
+        ),
+        DEADLINE_S,
+    )  # fmt: skip
+    healthy = {"instance": _name(HEALTHY)}
+    quiet = stack.where_alert_stopped("NvwatchBmcDown", healthy)
+    assert quiet.endswith(": not active in Prometheus"), quiet
+    with pytest.raises(AssertionError, match="not active in Prometheus"):
+        wait_for(
+            "a page the healthy node never sends",
+            lambda: _delivered(stack, "NvwatchBmcDown", HEALTHY),
+            1,
+            explain=lambda: stack.where_alert_stopped("NvwatchBmcDown", healthy),
+        )

@@ -173,13 +173,14 @@ def test_data_links_read_labels_their_series_have(stack: Stack) -> None:
     assert len(checked) > 10, checked
 
 
+def _alert_labels(fault: Fault) -> dict[str, str]:
+    return {"instance": f"dgx-{fault.node:03d}", "cluster": "faults", **fault.labels}
+
+
 def _matches(alert: dict[str, Any], fault: Fault) -> bool:
     labels = alert.get("labels", {})
-    return (
-        labels.get("alertname") == fault.alert
-        and labels.get("instance") == f"dgx-{fault.node:03d}"
-        and labels.get("cluster") == "faults"
-        and all(labels.get(k) == v for k, v in fault.labels.items())
+    return labels.get("alertname") == fault.alert and all(
+        labels.get(k) == v for k, v in _alert_labels(fault).items()
     )
 
 
@@ -197,7 +198,14 @@ def test_each_fault_pages_and_the_healthy_cluster_does_not(stack: Stack) -> None
         return len(arrived) == len(FAULTS)
 
     try:
-        wait_for("every fault's alert at the webhook", all_arrived, ALERT_DEADLINE_S, every=1)
+        wait_for(
+            "every fault's alert at the webhook", all_arrived, ALERT_DEADLINE_S, every=1,
+            explain=lambda: "; ".join(
+                stack.where_alert_stopped(f.alert, _alert_labels(f))
+                for f in FAULTS
+                if f.alert not in arrived
+            ),
+        )  # fmt: skip
     finally:
         # printed with -s: the measured time from stack start to delivery, per scenario
         for fault in FAULTS:
