@@ -1033,6 +1033,18 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
         when="/metrics: a BMC's series come from its probe, /probe?target=&module=",
     ),
     MetricSpec(
+        "nvwatch_bmc_collector_up",
+        _G,
+        "Per collector of the probe's module, as ipmi_exporter's ipmi_up{collector}: 1 if "
+        "it read its part (ipmi: the SDR's sensors; dcmi: the system's power), 0 if not. "
+        "All 0 when the BMC could not be read; dcmi alone 0 from a BMC without DCMI power.",
+        Scope.BMC,
+        _BMC_PROBE + ": the SDR walk (ipmi), DCMI Get Power Reading (dcmi)",
+        _by(("ipmi", "ipmi_up"), ("dcmi", "dcmi_up")),
+        own_labels=("collector",),
+        when="collectors the module does not list",
+    ),
+    MetricSpec(
         "nvwatch_bmc_read_duration_seconds",
         _G,
         "Wall time of the probe's read of the BMC, session set-up included; when it failed, "

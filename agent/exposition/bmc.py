@@ -34,7 +34,7 @@ def probe_exposition(
     the reason as a `# ` comment."""
     if failure is not None or reading is None:
         reason = failure or "no reading"
-        return _comment(reason) + render(failed(duration_s))
+        return _comment(reason) + render(failed(duration_s, module.collectors))
     return render(interpret(reading, module))
 
 

@@ -11,6 +11,7 @@ nvwatch_bmc_sensor_state (tests/agent/test_catalogue.py points here for them).
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
@@ -149,10 +150,13 @@ def test_a_failed_probe_is_up_0_its_duration_and_why(module: Module) -> None:
     text = body.decode()
     assert text.startswith("# nvwatch_bmc_up 0: no answer within 2.0 s\n")
     series = _parse(body)
+    # every collector of the module failed with the read, each named as ipmi_exporter does
     assert series == {
         ("nvwatch_bmc_up", ()): 0.0,
+        **{("nvwatch_bmc_collector_up", (("collector", c),)): 0.0 for c in module.collectors},
         ("nvwatch_bmc_read_duration_seconds", ()): 2.01,
     }
+    assert module.collectors == {"ipmi", "dcmi"}
     _promtool_check(body)
 
 
@@ -160,7 +164,7 @@ def test_a_reason_is_one_comment_line(module: Module) -> None:
     body = probe_exposition(None, "first\nsecond\r\n# TYPE x gauge", module).decode()
     comments = [line for line in body.splitlines() if not line.startswith(("# HELP", "# TYPE"))]
     assert comments[0] == "# nvwatch_bmc_up 0: first second # TYPE x gauge"
-    assert _parse(body.encode()) == {("nvwatch_bmc_up", ()): 0.0}
+    assert _parse(body.encode())[("nvwatch_bmc_up", ())] == 0.0
 
 
 @pytest.mark.parametrize("collectors", [{"dcmi"}, {"ipmi"}, set()])
@@ -173,3 +177,16 @@ def test_only_the_modules_collectors_are_exported(
     sensors = {dict(labels).get("sensor") for _, labels in series} - {None}
     assert ("dcmi" in sensors) == ("dcmi" in collectors)
     assert (len(sensors - {"dcmi"}) > 0) == ("ipmi" in collectors)
+    up = {dict(labels)["collector"]: v for (name, labels), v in series.items()
+          if name == "nvwatch_bmc_collector_up"}  # fmt: skip
+    assert up == dict.fromkeys(collectors, 1.0)
+
+
+def test_a_bmc_without_dcmi_power_fails_that_collector_alone(
+    target: Target, module: Module
+) -> None:
+    reading = dataclasses.replace(IpmiReader().read(target, module), dcmi_watts=None)
+    series = _parse(probe_exposition(reading, None, module))
+    assert series[("nvwatch_bmc_up", ())] == 1.0
+    assert series[("nvwatch_bmc_collector_up", (("collector", "ipmi"),))] == 1.0
+    assert series[("nvwatch_bmc_collector_up", (("collector", "dcmi"),))] == 0.0

@@ -102,6 +102,7 @@ class Values:
     fans: dict[str, float]
     power: dict[str, float]  # sensors in watts, plus "dcmi"
     states: dict[str, float]  # every rated sensor's 0/1/2
+    collectors: dict[str, float]  # collector -> 1 read, 0 failed
 
 
 def _families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -114,7 +115,7 @@ def _families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 def _exporter(peer: Peer) -> Values:
     got = _families(fetch(peer.url, timeout=30).decode())
-    assert {labels["collector"]: v for labels, v in got["ipmi_up"]} == {"ipmi": 1, "dcmi": 1}
+    collectors = {labels["collector"]: v for labels, v in got["ipmi_up"]}
 
     def by_name(name: str) -> dict[str, float]:
         return {labels["name"]: value for labels, value in got.get(name, [])}
@@ -132,7 +133,10 @@ def _exporter(peer: Peer) -> Values:
             if labels["type"] == "Power Supply"
         },
     }
-    return Values(by_name("ipmi_temperature_celsius"), by_name("ipmi_fan_speed_rpm"), power, states)
+    return Values(
+        by_name("ipmi_temperature_celsius"), by_name("ipmi_fan_speed_rpm"), power, states,
+        collectors,
+    )  # fmt: skip
 
 
 def _nvwatch(peer: Peer, sim: IpmiSim) -> Values:
@@ -148,6 +152,7 @@ def _nvwatch(peer: Peer, sim: IpmiSim) -> Values:
         by_sensor("nvwatch_bmc_fan_speed_rpm"),
         by_sensor("nvwatch_bmc_power_watts"),
         by_sensor("nvwatch_bmc_sensor_state"),
+        {labels["collector"]: v for labels, v in got["nvwatch_bmc_collector_up"]},
     )
 
 
@@ -159,6 +164,8 @@ def _compare(peer: Peer, sim: IpmiSim) -> dict[str, tuple[float, float]]:
     assert ours.fans == theirs.fans
     assert ours.power == theirs.power
     assert "dcmi" in ours.power
+    # the collectors both ran, each read, as each exporter says it in its own family
+    assert ours.collectors == theirs.collectors == {"ipmi": 1, "dcmi": 1}
     # every sensor the exporter rates, nvwatch rates too (and the power supplies)
     assert set(theirs.states) <= set(ours.states)
     return {

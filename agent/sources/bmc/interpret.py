@@ -20,6 +20,7 @@ looping over the catalogue:
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from nvwatch.agent.sources.bmc.reading import (
@@ -78,6 +79,10 @@ class BmcProbe:
     up: int
     duration_seconds: float | None
     sensors: tuple[BmcSensor, ...] = ()
+    # per collector of the module, as ipmi_exporter's ipmi_up{collector=}: 1 read, 0 not;
+    # None where the module does not run that collector
+    ipmi_up: int | None = None
+    dcmi_up: int | None = None
 
 
 def interpret(reading: BmcReading, module: Module) -> BmcProbe:
@@ -92,12 +97,26 @@ def interpret(reading: BmcReading, module: Module) -> BmcProbe:
         sensors.append(
             BmcSensor(DCMI_SENSOR, "Power", method="dcmi", watts=float(reading.dcmi_watts))
         )
-    return BmcProbe(up=1, duration_seconds=reading.duration_s, sensors=tuple(sensors))
+    return BmcProbe(
+        up=1,
+        duration_seconds=reading.duration_s,
+        sensors=tuple(sensors),
+        ipmi_up=1 if "ipmi" in module.collectors else None,
+        # a BMC without DCMI power (an error code, or the measurement not active) fails
+        # this collector alone, as ipmi_exporter's dcmi collector does
+        dcmi_up=(int(reading.dcmi_watts is not None) if "dcmi" in module.collectors else None),
+    )
 
 
-def failed(duration_s: float | None) -> BmcProbe:
-    """The probe of a BMC that could not be read: down, and nothing else."""
-    return BmcProbe(up=0, duration_seconds=duration_s)
+def failed(duration_s: float | None, collectors: Collection[str] = ()) -> BmcProbe:
+    """The probe of a BMC that could not be read: down, every collector of its module
+    with it, and nothing else."""
+    return BmcProbe(
+        up=0,
+        duration_seconds=duration_s,
+        ipmi_up=0 if "ipmi" in collectors else None,
+        dcmi_up=0 if "dcmi" in collectors else None,
+    )
 
 
 class _Patterns:
