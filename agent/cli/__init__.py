@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 # or the simulator.
 _LAZY_COMMANDS = {
     "alerts": ("nvwatch.mixin.commands", "alerts_group"),
-    "dashboards": ("nvwatch.agent.cli.mixin_commands", "dashboards_group"),
+    "dashboards": ("nvwatch.dashboards.preview_command", "dashboards_group"),
     "doctor": ("nvwatch.agent.cli.doctor_command", "doctor_command"),
     "inventory": ("nvwatch.agent.cli.inventory_commands", "inventory_command"),
     "report": ("nvwatch.agent.cli.report_commands", "report_command"),

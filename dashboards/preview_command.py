@@ -1,11 +1,9 @@
-"""`nvwatch dashboards build` and `nvwatch alerts build`, defined in mixin/commands.py, and
-`nvwatch dashboards preview` (dashboards/preview.py), which needs Prometheus and
-matplotlib and so lives with the agent's commands.
+"""`nvwatch dashboards preview` (dashboards/preview.py), beside `dashboards build`.
 
-build and the alerts live with the mixin so that `python -m nvwatch.alerts.build` / `python -m
-nvwatch.dashboards.build` run the very same commands without importing the agent; this module
-adds `preview` to the dashboards group, which the agent's command line loads only when
-asked for.
+`build` is defined with the mixin (mixin/commands.py) so that `python -m
+nvwatch.dashboards.build` runs the very same command without importing the agent; this
+module adds `preview` to that group. It needs Prometheus and matplotlib, so the `nvwatch`
+command line loads it only when `dashboards` is asked for.
 """
 
 from __future__ import annotations
