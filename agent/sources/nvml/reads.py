@@ -1,7 +1,7 @@
 """Device reads: one GPU's readings for one poll, one small function per area.
 
-Each area returns its part of the GpuSample as a dict keyed by GpuSample field names
-(`GpuSample(**readings)` rejects a misspelt name on the very first poll), and names the
+Each area returns its part of the GpuSample as a typed dict keyed by GpuSample field
+names (readings.py: mypy checks each name and type against GpuSample), and names the
 NVML call or field id it reads and the `nvidia-smi --query-gpu` field it matches (or
 the nvidia-smi view that shows the value, where --query-gpu has no field for it).
 """
@@ -17,6 +17,16 @@ import pynvml
 from nvwatch.agent.sources.nvml.device import Device, plain_int, plain_number, text
 from nvwatch.agent.sources.nvml.fields import FieldAnswers
 from nvwatch.agent.sources.nvml.plan import GpuPlan
+from nvwatch.agent.sources.nvml.readings import (
+    ClockReadings,
+    EccReadings,
+    MemoryReadings,
+    PcieReadings,
+    PowerReadings,
+    RetirementReadings,
+    ThermalReadings,
+    UtilizationReadings,
+)
 from nvwatch.agent.sources.nvml.samples import (
     CLOCK_EVENT_REASONS,
     THROTTLE_POLICIES,
@@ -24,9 +34,6 @@ from nvwatch.agent.sources.nvml.samples import (
 )
 from nvwatch.agent.sources.nvml.static import Kept
 from nvwatch.agent.sources.nvml.units import NS_PER_S, int_or_none, kib, mhz, milli, percent
-
-#: GpuSample field name -> value, for one area of one GPU.
-Readings = dict[str, Any]
 
 
 def _field_or_call(
@@ -64,7 +71,7 @@ def identity(
     )
 
 
-def utilization(dev: Device) -> Readings:
+def utilization(dev: Device) -> UtilizationReadings:
     """utilization.gpu, utilization.memory: nvmlDeviceGetUtilizationRates (percent)."""
     util = dev.call("utilization", pynvml.nvmlDeviceGetUtilizationRates)
     return {
@@ -73,7 +80,7 @@ def utilization(dev: Device) -> Readings:
     }
 
 
-def memory(dev: Device) -> Readings:
+def memory(dev: Device) -> MemoryReadings:
     """memory.total, memory.used, memory.free: nvmlDeviceGetMemoryInfo (bytes).
 
     Version 2 first, whose `used` leaves out the driver-reserved part (memory.reserved),
@@ -89,7 +96,7 @@ def memory(dev: Device) -> Readings:
     }
 
 
-def power(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readings:
+def power(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> PowerReadings:
     """power.draw (nvmlDeviceGetPowerUsage), enforced.power.limit
     (NVML_FI_DEV_POWER_CURRENT_LIMIT, or ...GetEnforcedPowerLimit when the batch lacks it),
     power.default_limit (...GetPowerManagementDefaultLimit), all mW; and the energy
@@ -119,7 +126,7 @@ def power(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Read
     }
 
 
-def thermal(dev: Device, kept: Kept, answers: FieldAnswers) -> Readings:
+def thermal(dev: Device, kept: Kept, answers: FieldAnswers) -> ThermalReadings:
     """temperature.gpu, temperature.memory (NVML_FI_DEV_MEMORY_TEMP), fan.speed
     (nvmlDeviceGetFanSpeed, percent), and the thresholds of nvidia-smi -q -d TEMPERATURE
     (nvmlDeviceGetTemperatureThreshold: slowdown, shutdown, GPU and memory max)."""
@@ -160,7 +167,7 @@ def _gpu_temperature(dev: Device) -> float | None:
     return plain_number(value)
 
 
-def clocks(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readings:
+def clocks(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> ClockReadings:
     """clocks.sm, clocks.mem, clocks.gr (nvmlDeviceGetClockInfo) and clocks.max.sm,
     clocks.max.memory, clocks.max.graphics (nvmlDeviceGetMaxClockInfo), all MHz; the
     clock-event reasons and the violation (throttle) time."""
@@ -232,7 +239,7 @@ def _throttle(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> MappingProxy
     return MappingProxyType(result)
 
 
-def pcie(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readings:
+def pcie(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> PcieReadings:
     """PCIe throughput (nvmlDeviceGetPcieThroughput, KiB/s; no --query-gpu field,
     nvidia-smi dmon -s t: NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES are cumulative bytes, not the
     same value), replays (NVML_FI_DEV_PCIE_REPLAY_COUNTER or nvmlDeviceGetPcieReplayCounter),
@@ -273,7 +280,7 @@ def pcie(dev: Device, kept: Kept, plan: GpuPlan, answers: FieldAnswers) -> Readi
     }
 
 
-def ecc(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> Readings:
+def ecc(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> EccReadings:
     """ecc.errors.{corrected,uncorrected}.{volatile,aggregate}.total:
     NVML_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL, or nvmlDeviceGetTotalEccErrors(error type,
     counter type)."""
@@ -296,7 +303,7 @@ def ecc(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> Readings:
     }
 
 
-def retirement(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> Readings:
+def retirement(dev: Device, plan: GpuPlan, answers: FieldAnswers) -> RetirementReadings:
     """retired_pages.sbe, retired_pages.dbe (NVML_FI_DEV_RETIRED_SBE/DBE, or the length
     of nvmlDeviceGetRetiredPages' list), retired_pages.pending (NVML_FI_DEV_RETIRED_PENDING
     or ...GetRetiredPagesPendingStatus), and --query-remapped-rows=remapped_rows.correctable,

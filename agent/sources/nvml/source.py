@@ -20,7 +20,6 @@ This module keeps the GPUs between polls: init with back-off, re-attach, close.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -43,8 +42,8 @@ from nvwatch.agent.sources.nvml.device import (
     system_call,
     text,
 )
-from nvwatch.agent.sources.nvml.gpm import GpmSampler
-from nvwatch.agent.sources.nvml.mig import MigReader, with_pids
+from nvwatch.agent.sources.nvml.gpm import GpmReading, GpmSampler
+from nvwatch.agent.sources.nvml.mig import MigReader, MigReading, with_pids
 from nvwatch.agent.sources.nvml.nvlink import GpuLinks
 from nvwatch.agent.sources.nvml.plan import GpuPlan, new_plan
 from nvwatch.agent.sources.nvml.processes import (
@@ -347,24 +346,19 @@ class NvmlSource:
         plan = state.plan
         kept = state.kept
         kept.now = self._clock()
-        readings: reads.Readings = {
-            **reads.utilization(dev),
-            **reads.memory(dev),
-            **reads.power(dev, kept, plan, answers),
-            **reads.thermal(dev, kept, answers),
-            **reads.clocks(dev, kept, plan, answers),
-            **reads.pcie(dev, kept, plan, answers),
-            **reads.ecc(dev, plan, answers),
-            **reads.retirement(dev, plan, answers),
-        }
-        if state.gpm is not None:
-            readings.update(dataclasses.asdict(state.gpm.read()))
+        # area by area in this order, as NVML is called; unpacked into GpuSample below,
+        # where mypy checks every name and type (readings.py)
+        util = reads.utilization(dev)
+        memory = reads.memory(dev)
+        power = reads.power(dev, kept, plan, answers)
+        thermal = reads.thermal(dev, kept, answers)
+        clocks = reads.clocks(dev, kept, plan, answers)
+        pcie = reads.pcie(dev, kept, plan, answers)
+        ecc = reads.ecc(dev, plan, answers)
+        retirement = reads.retirement(dev, plan, answers)
+        gpm = state.gpm.read() if state.gpm is not None else GpmReading()
         running = state.processes.running(dev)
-        if state.mig is not None:
-            mig = state.mig.read()
-            readings["mig_mode_current"] = mig.mig_mode_current
-            readings["mig_mode_pending"] = mig.mig_mode_pending
-            readings["mig_devices"] = with_pids(mig.mig_devices, running)
+        mig = state.mig.read() if state.mig is not None else MigReading()
         # the processes that get series: utilization is read for them alone
         listed = tuple(row.pid for row in running[:MAX_PROCESSES])
         utilization = state.processes.utilization(dev, listed)
@@ -373,7 +367,21 @@ class NvmlSource:
             uuid=state.info.uuid,
             info=state.info,
             up=True,
-            **readings,
+            **util,
+            **memory,
+            **power,
+            **thermal,
+            **clocks,
+            **pcie,
+            **ecc,
+            **retirement,
+            sm_active_ratio=gpm.sm_active_ratio,
+            sm_occupancy_ratio=gpm.sm_occupancy_ratio,
+            tensor_active_ratio=gpm.tensor_active_ratio,
+            dram_active_ratio=gpm.dram_active_ratio,
+            mig_mode_current=mig.mig_mode_current,
+            mig_mode_pending=mig.mig_mode_pending,
+            mig_devices=with_pids(mig.mig_devices, running),
             xid_counts=MappingProxyType(self._xid_counts(state.index)),
             processes=processes(running, self._attribution, utilization, self._owners),
             nvlinks=state.links.read(dev, plan.nvlinks, answers, self._bus_to_index),
