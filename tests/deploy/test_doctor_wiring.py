@@ -19,6 +19,7 @@ import yaml
 from nvwatch.agent.cli import cli
 from nvwatch.agent.cli.options import DEFAULT_KMSG_PATH
 from tests.conftest import require_tool
+from tests.deploy.snippets import blocks, unit_entries
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "deploy.md"
@@ -28,48 +29,16 @@ SLURM = REPO / "deploy" / "slurm"
 INSTALLED = "/opt/nvwatch/bin/nvwatch"  # the unit's binary, made by its install lines
 
 
-def _doctor_section() -> str:
-    text = DOCS.read_text(encoding="utf-8")
-    start = text.index("## Health checks with `nvwatch doctor`")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
-
-
 def _blocks(info: str) -> list[str]:
-    """The section's fenced blocks whose info string is `info` ("" for none)."""
-    blocks: list[tuple[str, list[str]]] = []
-    inside = False
-    for line in _doctor_section().splitlines():
-        if line.startswith("```"):
-            if not inside:
-                blocks.append((line.removeprefix("```").strip(), []))
-            inside = not inside
-        elif inside:
-            blocks[-1][1].append(line)
-    return ["\n".join(lines) + "\n" for kind, lines in blocks if kind == info]
-
-
-def _unit_entries(text: str, section: str | None) -> list[tuple[str, str]]:
-    """(key, value) of every assignment, in `section` only where given ([Service])."""
-    entries, current = [], None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("["):
-            current = line
-            continue
-        key, _, value = line.partition("=")
-        if section is None or current == section:
-            entries.append((key.strip(), value.strip()))
-    return entries
+    """The doctor section's fenced blocks whose info string is `info` ("" for none)."""
+    return blocks(DOCS, "## Health checks with `nvwatch doctor`", info)
 
 
 def test_the_units_doctor_lines_are_the_documented_ones() -> None:
     [snippet] = _blocks("ini")
-    documented = _unit_entries(snippet, None)
+    documented = unit_entries(snippet, None)
     assert ("ExecStartPre", f"-{INSTALLED} doctor") in documented
-    shipped = _unit_entries(UNIT.read_text(encoding="utf-8"), "[Service]")
+    shipped = unit_entries(UNIT.read_text(encoding="utf-8"), "[Service]")
     for entry in documented:
         assert entry in shipped, f"docs/deploy.md shows {entry}, the unit has no such line"
 
