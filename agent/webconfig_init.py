@@ -13,9 +13,14 @@ management copies to every node as it is:
   it scrapes; a site with its own CA replaces the two files and keeps the rest.
 - ``prometheus.password``: the generated password of the one basic-auth user, for
   Prometheus' ``basic_auth.password_file``; the agent keeps only its bcrypt hash.
+- ``prometheus.username``: that user's name, so everything a scraper needs is in a file
+  (a Kubernetes Secret made of the directory gives a ServiceMonitor both keys).
 - ``web-config.yml``: the exporter-toolkit file naming the two above, TLS 1.2 and up.
 
-The files with secrets are written 0600 and nothing is overwritten unless asked.
+The files with secrets are written 0600 and nothing is overwritten unless asked. The
+user and password files hold no newline: prometheus-operator puts a Secret's value into
+the scrape config as it is, and Prometheus sends a user name as it is given (it trims a
+password; nvwatch's own readers strip both).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from cryptography.x509.oid import NameOID
 CERT_FILE = "nvwatch.crt"
 KEY_FILE = "nvwatch.key"
 PASSWORD_FILE = "prometheus.password"
+USER_FILE = "prometheus.username"
 CONFIG_FILE = "web-config.yml"
 # the name Prometheus verifies every node's certificate against (tls_config.server_name)
 FLEET_NAME = "nvwatch"
@@ -86,20 +92,21 @@ def init_web_config(
     cost: int = DEFAULT_COST,
     force: bool = False,
 ) -> Written:
-    """Write the four files into `directory` (created if missing)."""
+    """Write the five files into `directory` (created if missing)."""
     names, addresses = names_and_addresses(hosts)
     if not user or ":" in user or any(c.isspace() for c in user):
         raise WebConfigInitError(f"--user {user!r}: a user name has no spaces or ':'")
-    files = [directory / f for f in (CERT_FILE, KEY_FILE, PASSWORD_FILE, CONFIG_FILE)]
+    files = [directory / f for f in (CERT_FILE, KEY_FILE, PASSWORD_FILE, USER_FILE, CONFIG_FILE)]
     existing = [str(f) for f in files if f.exists() or f.is_symlink()]
     if existing and not force:
-        raise WebConfigInitError(f"{existing[0]} exists; --force replaces the four files")
+        raise WebConfigInitError(f"{existing[0]} exists; --force replaces the five files")
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     _write(directory / KEY_FILE, _key_pem(key), 0o600)
     _write(directory / CERT_FILE, _certificate_pem(key, names, addresses, days), 0o644)
     password = secrets.token_urlsafe(24)
-    _write(directory / PASSWORD_FILE, (password + "\n").encode(), 0o600)
+    _write(directory / PASSWORD_FILE, password.encode(), 0o600)
+    _write(directory / USER_FILE, user.encode(), 0o600)
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=cost)).decode()
     _write(directory / CONFIG_FILE, _config_text(user, hashed).encode(), 0o600)
     return Written(directory, user, tuple(names))

@@ -27,7 +27,7 @@ def web_config_group() -> None:
     "--out",
     required=True,
     type=click.Path(file_okay=False),
-    help="Directory for web-config.yml, the certificate, its key and the password "
+    help="Directory for web-config.yml, the certificate, its key, the user name and password "
     "(created if missing); copy it to every node as it is.",
 )
 @option("--user", default="prometheus", show_default=True, help="The basic-auth user.")
@@ -68,6 +68,6 @@ def init_command(
     except WebConfigInitError as exc:
         raise OutputError(str(exc)) from None
     load_web_config(written.config)  # what serve would refuse, refused here instead
-    click.echo(f"wrote {written.config} (and its certificate, key and password)")
+    click.echo(f"wrote {written.config} (and its certificate, key, user name and password)")
     click.echo("Prometheus, with the certificate and the password file beside its config:")
     click.echo(scrape_config(written), nl=False)

@@ -93,8 +93,12 @@ def test_a_served_web_config_admits_the_verified_password_holder_only(tmp_path: 
 def test_secrets_are_private_and_the_certificate_names_the_fleet(tmp_path: Path) -> None:
     out = tmp_path / "web"
     assert _init(out, "--host", "gpu-node-01", "--host", "10.0.0.7", "--days", "30").returncode == 0
-    for secret in ("nvwatch.key", "prometheus.password", "web-config.yml"):
+    for secret in ("nvwatch.key", "prometheus.password", "prometheus.username", "web-config.yml"):
         assert stat.S_IMODE((out / secret).stat().st_mode) == 0o600, secret
+    # as a Secret's values they reach the scrape config untrimmed: no newline
+    assert (out / "prometheus.username").read_bytes() == b"prometheus"
+    password = (out / "prometheus.password").read_bytes()
+    assert password == password.strip() and len(password) >= 32
     cert = x509.load_pem_x509_certificate((out / "nvwatch.crt").read_bytes())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(names.get_values_for_type(x509.DNSName)) == {"nvwatch", "localhost", "gpu-node-01"}
@@ -112,7 +116,7 @@ def test_existing_files_are_kept_unless_forced(tmp_path: Path) -> None:
     again = _init(out)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
-        f"nvwatch: error: {out / 'nvwatch.crt'} exists; --force replaces the four files"
+        f"nvwatch: error: {out / 'nvwatch.crt'} exists; --force replaces the five files"
     ]
     assert (out / "prometheus.password").read_text() == first
     assert _init(out, "--force").returncode == 0
