@@ -7,28 +7,10 @@ from pathlib import Path
 
 import click
 
+from nvwatch.agent.cli.credentials import read_credential
 from nvwatch.agent.cli.options import option
 from nvwatch.agent.report.errors import ReportError
 from nvwatch.common.outputs import output_directory
-from nvwatch.common.regular_files import read_regular
-
-_SECRET_BYTES = 64 * 1024  # a password or a bearer token, with room for a long JWT
-
-
-def _secret(path: str | None, what: str) -> str | None:
-    """A credential from a file (kept out of argv and shell history), stripped of newlines."""
-    if path is None:
-        return None
-    try:
-        # a FIFO would block the command until something writes it: refused at once
-        secret = read_regular(Path(path), _SECRET_BYTES)
-        if len(secret) > _SECRET_BYTES:
-            raise click.BadParameter(f"{path} is larger than a credential", param_hint=what)
-        return secret.decode("utf-8").strip()
-    except OSError as err:
-        raise click.BadParameter(f"cannot read {path}: {err.strerror}", param_hint=what) from None
-    except UnicodeDecodeError:
-        raise click.BadParameter(f"{path} is not UTF-8 text", param_hint=what) from None
 
 
 @click.command("report")
@@ -91,7 +73,7 @@ def report_command(
     from nvwatch.agent.report.prom import Connection
     from nvwatch.mixin.config import load
 
-    password = _secret(basic_auth_password_file, "--basic-auth-password-file")
+    password = read_credential(basic_auth_password_file, "--basic-auth-password-file")
     if password is not None and basic_auth_user is None:
         raise click.UsageError("--basic-auth-password-file needs --basic-auth-user")
     try:
@@ -99,7 +81,7 @@ def report_command(
             connection=Connection(
                 url=url,
                 basic_auth=(basic_auth_user, password or "") if basic_auth_user else None,
-                bearer_token=_secret(bearer_token_file, "--bearer-token-file"),
+                bearer_token=read_credential(bearer_token_file, "--bearer-token-file"),
                 ca_file=Path(ca_file) if ca_file else None,
                 insecure_tls=insecure_skip_verify,
                 timeout_seconds=timeout,

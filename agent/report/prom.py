@@ -34,11 +34,27 @@ class Connection:
     headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        parsed = urllib.parse.urlsplit(self.url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ReportError(f"--prometheus {self.url!r}: expected http(s)://host:port[/path]")
+        check_url(self.url, "--prometheus")
         if self.basic_auth and self.bearer_token:
             raise ReportError("give basic auth or a bearer token, not both")
+
+
+def check_url(url: str, what: str) -> None:
+    """ReportError naming `what` (the flag) unless `url` is http(s)://host[:port][/path]."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ReportError(f"{what} {url!r}: expected http(s)://host:port[/path]")
+
+
+def auth_headers(connection: Connection) -> dict[str, str]:
+    """The Authorization header the connection's credentials make, if any."""
+    if connection.basic_auth is not None:
+        user, password = connection.basic_auth
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        return {"Authorization": f"Basic {token}"}
+    if connection.bearer_token:
+        return {"Authorization": f"Bearer {connection.bearer_token}"}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -54,14 +70,12 @@ class PrometheusClient:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._base = connection.url.rstrip("/")
-        self._ssl = _ssl_context(connection)
-        self._headers = {"Accept": "application/json", **connection.headers}
-        if connection.basic_auth is not None:
-            user, password = connection.basic_auth
-            token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-            self._headers["Authorization"] = f"Basic {token}"
-        elif connection.bearer_token:
-            self._headers["Authorization"] = f"Bearer {connection.bearer_token}"
+        self._ssl = ssl_context(connection)
+        self._headers = {
+            "Accept": "application/json",
+            **connection.headers,
+            **auth_headers(connection),
+        }
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeResult:
         data = self._post(
@@ -94,7 +108,9 @@ class PrometheusClient:
         return _payload(body, expr)
 
 
-def _ssl_context(connection: Connection) -> ssl.SSLContext | None:
+def ssl_context(connection: Connection) -> ssl.SSLContext | None:
+    """None for http; for https, a context that verifies the server against --ca-file
+    (the system's CAs without one), or nothing at all when insecure_tls is asked for."""
     if not connection.url.startswith("https"):
         return None
     if connection.insecure_tls:

@@ -96,6 +96,7 @@ DASHBOARDS = ("dashboards", "build", "--out", "{out}")
 REPORT = ("report", "--prometheus", NOWHERE, "--out", "{out}")
 PREVIEW = ("dashboards", "preview", "--prometheus", NOWHERE, "--out", "{out}")
 SERVE = ("serve", "--sources", "host", "--listen", "127.0.0.1:0")
+GET = ("web-config", "get", NOWHERE)
 
 
 def _out_cases() -> list[Case]:
@@ -138,6 +139,8 @@ def _config_cases() -> list[Case]:
         (REPORT, "--config"),
         (("inventory", "--out", "{out}"), "--in"),
         ((*REPORT, "--basic-auth-user", "u"), "--basic-auth-password-file"),
+        ((*GET, "--basic-auth-user", "u"), "--basic-auth-password-file"),
+        (GET, "--basic-auth-user-file"),
     ]
     kinds = {"missing": "missing.yaml", "directory": "a-directory", "binary": "not UTF-8"}
     return [
