@@ -29,14 +29,18 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvwatch.common.durations import prometheus_duration
 from nvwatch.dashboards.preview_panels import DRAWERS, Series, legend
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 GRID_COLUMNS = 24
 GRID_UNIT_INCHES = 0.42  # height of one gridPos unit (Grafana's 30 px row plus margin)
 FIGURE_WIDTH_INCHES = 16.0
+TITLE_INCHES = 0.6  # room for the dashboard's title above the panels
 POINTS = 240  # points per range query, about a panel's width in Grafana
 _LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*(\w+)\s*\)\s*$", re.DOTALL)
 
@@ -217,26 +221,45 @@ def unit_of(panel: dict[str, Any]) -> str:
 
 def draw(dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelResult]]) -> bytes:
     """The dashboard as one PNG: each panel at its gridPos, drawn or marked No data."""
-    from nvwatch.agent.report.style import LIMIT_COLOUR, figure_png, require
+    from nvwatch.agent.report.style import figure_png
+
+    return figure_png(build_figure(dashboard, results))
+
+
+def figure_height(results: list[tuple[dict[str, Any], PanelResult]]) -> float:
+    """The figure's height in inches: the panels' rows and the dashboard title above."""
+    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p, _ in results), default=1)
+    return rows * GRID_UNIT_INCHES + TITLE_INCHES
+
+
+def panel_box(grid_pos: Mapping[str, int], height: float) -> tuple[float, float, float, float]:
+    """(left, bottom, width, height) of a panel's cell on the grid, in figure fractions of
+    a figure `height` inches tall: all that the panel may draw on."""
+    left, width = grid_pos["x"] / GRID_COLUMNS, grid_pos["w"] / GRID_COLUMNS
+    bottom = 1 - (TITLE_INCHES + (grid_pos["y"] + grid_pos["h"]) * GRID_UNIT_INCHES) / height
+    return left, bottom, width, grid_pos["h"] * GRID_UNIT_INCHES / height
+
+
+def build_figure(
+    dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelResult]]
+) -> Figure:
+    """The figure `draw` renders: the dashboard's title, then every panel in its cell."""
+    from nvwatch.agent.report.style import LIMIT_COLOUR, require
 
     require()
     from matplotlib.figure import Figure
 
-    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p, _ in results), default=1)
-    height = rows * GRID_UNIT_INCHES + 0.6
+    height = figure_height(results)
     figure = Figure(figsize=(FIGURE_WIDTH_INCHES, height))
     title_y = 1 - 0.12 / height  # in inches from the top, however tall the dashboard
     figure.suptitle(
         dashboard.get("title", ""), x=0.01, y=title_y, ha="left", va="top", fontsize=13,
         weight="bold",
     )  # fmt: skip
-    top = 0.6 / height  # room for the title
     for panel, result in results:
-        pos = panel["gridPos"]
-        left, width = pos["x"] / GRID_COLUMNS, pos["w"] / GRID_COLUMNS
-        bottom = 1 - top - (pos["y"] + pos["h"]) * GRID_UNIT_INCHES / height
+        left, bottom, width, cell = panel_box(panel["gridPos"], height)
         box = (left + 0.07 * width, bottom + 0.3 / height, 0.9 * width,
-               pos["h"] * GRID_UNIT_INCHES / height - 0.62 / height)  # fmt: skip
+               cell - 0.62 / height)  # fmt: skip
         axes = figure.add_axes(box)
         axes.set_title(result.title, fontsize=9, loc="left")
         axes.tick_params(labelsize=6)
@@ -245,7 +268,7 @@ def draw(dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelRes
             axes.text(0.5, 0.5, "No data", ha="center", va="center", color=LIMIT_COLOUR)
             continue
         DRAWERS[result.kind](axes, panel, result.series, unit_of(panel))
-    return figure_png(figure)
+    return figure
 
 
 def preview(
