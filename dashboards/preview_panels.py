@@ -324,19 +324,63 @@ def _state_colour(panel: dict[str, Any], value: float) -> str:
 
 
 def draw_table(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
-    """The instant result as Grafana's table shows it: a column per label, then Value."""
+    """The instant result as Grafana's table shows it: a column per label, then Value.
+
+    Columns as wide as their text where the panel has the room; where it has not, the
+    font shrinks to the floor and then the widest columns are cut to a common width,
+    their long texts ending in an ellipsis as in Grafana. As many rows as the panel holds
+    (MAX_TABLE_ROWS at most), the last one counting those left out."""
     axes.axis("off")
     columns = sorted({k for s in series for k in s.labels if k not in _HIDDEN_COLUMNS})
     if len(series) > 1:  # a label every row shares says nothing about the rows
         columns = [c for c in columns if len({s.labels.get(c) for s in series}) > 1]
     rows = [[s.labels.get(c, "") for c in columns] + [format_value(s.last, unit)] for s in series]
-    shown = rows[:MAX_TABLE_ROWS]
-    if len(rows) > MAX_TABLE_ROWS:
-        shown.append(["…"] * len(columns) + [f"+{len(rows) - MAX_TABLE_ROWS} rows"])
-    table = axes.table(cellText=shown, colLabels=[*columns, "Value"], loc="upper center")
+    header = [*columns, "Value"]
+    width, height = axes_points(axes)
+    size, widths = _column_widths([header, *rows[: MAX_TABLE_ROWS + 1]], width)
+    row_height = 2.0 * size
+    room = max(1, int(height / row_height) - 1)  # rows under the header
+    shown = rows[: min(MAX_TABLE_ROWS, room)]
+    if len(rows) > len(shown):
+        shown = shown[: max(0, min(len(shown), room - 1))]
+        shown.append(["…"] * len(columns) + [f"+{len(rows) - len(shown)} rows"])
+    cut = [[shorten(text, w - 2 * _CELL_PAD, size) for text, w in zip(row, widths, strict=True)]
+           for row in [header, *shown]]  # fmt: skip
+    table = axes.table(cellText=cut[1:], colLabels=cut[0], colWidths=[w / width for w in widths],
+                       loc="upper center", cellLoc="left")  # fmt: skip
     table.auto_set_font_size(False)
-    table.set_fontsize(5)
-    table.scale(1, 0.9)
+    table.set_fontsize(size)
+    for (_row, column), cell in table.get_celld().items():
+        cell.set_height(row_height / height)
+        cell.PAD = _CELL_PAD / widths[column]  # a fraction of the cell's width
+        if column == len(header) - 1:  # numbers line up on the right, as in Grafana
+            cell.get_text().set_horizontalalignment("right")
+
+
+_TABLE_SIZE = 6.0
+_CELL_PAD = 2.0  # points between a cell's text and its borders
+
+
+def _column_widths(rows: list[list[str]], width: float) -> tuple[float, list[float]]:
+    """The font size and each column's width (points) for these rows in `width` points."""
+    size = _TABLE_SIZE
+    while True:
+        natural = [max(text_width(row[c], size) for row in rows) + 2 * _CELL_PAD
+                   for c in range(len(rows[0]))]  # fmt: skip
+        if sum(natural) <= width or size <= FONT_FLOOR:
+            break
+        size -= 0.5
+    if sum(natural) <= width:  # the room left over, shared out
+        extra = (width - sum(natural)) / len(natural)
+        return size, [w + extra for w in natural]
+    # the widest columns cut to the one width at which they all fit
+    left, level = width, width / len(natural)
+    for count, w in enumerate(sorted(natural)):
+        level = left / (len(natural) - count)
+        if w > level:
+            break
+        left -= w
+    return size, [min(w, level) for w in natural]
 
 
 DRAWERS: dict[str, Callable[[Axes, dict[str, Any], list[Series], str], None]] = {
