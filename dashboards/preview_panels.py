@@ -337,7 +337,11 @@ def draw_table(axes: Axes, panel: dict[str, Any], series: list[Series], unit: st
     rows = [[s.labels.get(c, "") for c in columns] + [format_value(s.last, unit)] for s in series]
     header = [*columns, "Value"]
     width, height = axes_points(axes)
-    size, widths = _column_widths([header, *rows[: MAX_TABLE_ROWS + 1]], width)
+    measured = [header, *rows[:MAX_TABLE_ROWS]]
+    if len(rows) > min(MAX_TABLE_ROWS, int(height / (2.0 * _TABLE_SIZE)) - 1):
+        # a row that counts those left out, at its widest: fewer rows go at a smaller size
+        measured.append(["…"] * len(columns) + [f"+{len(rows)} rows"])
+    size, widths = _column_widths(measured, width)
     row_height = 2.0 * size
     room = max(1, int(height / row_height) - 1)  # rows under the header
     shown = rows[: min(MAX_TABLE_ROWS, room)]
