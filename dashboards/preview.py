@@ -29,15 +29,23 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvwatch.common.durations import prometheus_duration
 from nvwatch.dashboards.preview_maxima import Drawn
 from nvwatch.dashboards.preview_panels import DRAWERS, Series, legend
+from nvwatch.dashboards.preview_text import shorten
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
 
 GRID_COLUMNS = 24
 GRID_UNIT_INCHES = 0.42  # height of one gridPos unit (Grafana's 30 px row plus margin)
 FIGURE_WIDTH_INCHES = 16.0
+TITLE_INCHES = 0.6  # room for the dashboard's title above the panels
 POINTS = 240  # points per range query, about a panel's width in Grafana
 _LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*(\w+)\s*\)\s*$", re.DOTALL)
 
@@ -233,35 +241,114 @@ def unit_of(panel: dict[str, Any]) -> str:
 
 def draw(dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelResult]]) -> bytes:
     """The dashboard as one PNG: each panel at its gridPos, drawn or marked No data."""
-    from nvwatch.agent.report.style import LIMIT_COLOUR, figure_png, require
+    from nvwatch.agent.report.style import figure_png
+
+    return figure_png(build_figure(dashboard, results))
+
+
+def figure_height(results: list[tuple[dict[str, Any], PanelResult]]) -> float:
+    """The figure's height in inches: the panels' rows and the dashboard title above."""
+    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p, _ in results), default=1)
+    return rows * GRID_UNIT_INCHES + TITLE_INCHES
+
+
+def panel_box(grid_pos: Mapping[str, int], height: float) -> tuple[float, float, float, float]:
+    """(left, bottom, width, height) of a panel's cell on the grid, in figure fractions of
+    a figure `height` inches tall: all that the panel may draw on."""
+    left, width = grid_pos["x"] / GRID_COLUMNS, grid_pos["w"] / GRID_COLUMNS
+    bottom = 1 - (TITLE_INCHES + (grid_pos["y"] + grid_pos["h"]) * GRID_UNIT_INCHES) / height
+    return left, bottom, width, grid_pos["h"] * GRID_UNIT_INCHES / height
+
+
+def build_figure(
+    dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelResult]]
+) -> Figure:
+    """The figure `draw` renders: the dashboard's title, then every panel in its cell."""
+    from matplotlib import rcParams
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from nvwatch.agent.report.style import LIMIT_COLOUR, require
 
     require()
     from matplotlib.figure import Figure
 
-    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p, _ in results), default=1)
-    height = rows * GRID_UNIT_INCHES + 0.6
-    figure = Figure(figsize=(FIGURE_WIDTH_INCHES, height))
+    height = figure_height(results)
+    # at the PNG's resolution, so that what is measured here is what the PNG shows
+    dpi = rcParams["savefig.dpi"]
+    figure = Figure(
+        figsize=(FIGURE_WIDTH_INCHES, height),
+        dpi=dpi if isinstance(dpi, (int, float)) else rcParams["figure.dpi"],
+    )
+    FigureCanvasAgg(figure)  # its renderer measures the panels' texts
     title_y = 1 - 0.12 / height  # in inches from the top, however tall the dashboard
     figure.suptitle(
         dashboard.get("title", ""), x=0.01, y=title_y, ha="left", va="top", fontsize=13,
         weight="bold",
     )  # fmt: skip
-    top = 0.6 / height  # room for the title
     for panel, result in results:
-        pos = panel["gridPos"]
-        left, width = pos["x"] / GRID_COLUMNS, pos["w"] / GRID_COLUMNS
-        bottom = 1 - top - (pos["y"] + pos["h"]) * GRID_UNIT_INCHES / height
+        cell = panel_box(panel["gridPos"], height)
+        left, bottom, width, high = cell
         box = (left + 0.07 * width, bottom + 0.3 / height, 0.9 * width,
-               pos["h"] * GRID_UNIT_INCHES / height - 0.62 / height)  # fmt: skip
+               high - 0.62 / height)  # fmt: skip
+        first = len(figure.axes)
         axes = figure.add_axes(box)
-        axes.set_title(result.title, fontsize=9, loc="left")
+        title = axes.set_title(result.title, fontsize=9, loc="left")
         axes.tick_params(labelsize=6)
         if result.empty:
             axes.axis("off")
             axes.text(0.5, 0.5, "No data", ha="center", va="center", color=LIMIT_COLOUR)
-            continue
-        DRAWERS[result.kind](axes, panel, result.series, unit_of(panel))
-    return figure_png(figure)
+        else:
+            DRAWERS[result.kind](axes, panel, result.series, unit_of(panel))
+        # the drawer's axes and any it added (a heatmap's colour bar)
+        fit_panel(figure.axes[first:], cell, title)
+    return figure
+
+
+_PAD_PX = 3.0  # between a panel's text and the edge of its cell
+
+
+def fit_panel(group: list[Axes], cell: tuple[float, float, float, float], title: Text) -> None:
+    """Move a panel's axes in until all they draw (tick labels, legends, texts) stays in
+    the panel's cell, below the title; then the title, from where the axes began, cut
+    to the cell's width with an ellipsis, as Grafana cuts a long panel title."""
+    from matplotlib.transforms import Bbox
+
+    figure = group[0].figure
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    wide, high = figure.bbox.width, figure.bbox.height
+    left, bottom, width, _height = cell
+    frame = Bbox.union([a.get_position() for a in group])
+    title_left = frame.x0 * wide
+    room = Bbox.from_extents(
+        left * wide + _PAD_PX, bottom * high + _PAD_PX, (left + width) * wide - _PAD_PX,
+        frame.y1 * high,
+    )  # fmt: skip
+    title.set_visible(False)
+    for _ in range(3):  # tick labels change as the axes do: again until they settle
+        drawn = Bbox.union([b for a in group if (b := a.get_tightbbox(renderer)) is not None])
+        # pixels to take off each side: left, bottom, right, top
+        cut = [max(0.0, room.x0 - drawn.x0), max(0.0, room.y0 - drawn.y0),
+               max(0.0, drawn.x1 - room.x1), max(0.0, drawn.y1 - room.y1)]  # fmt: skip
+        if max(cut) < 0.5:
+            break
+        frame = Bbox.union([a.get_position() for a in group])
+        inside = Bbox.from_extents(frame.x0 + cut[0] / wide, frame.y0 + cut[1] / high,
+                                   frame.x1 - cut[2] / wide, frame.y1 - cut[3] / high)  # fmt: skip
+        for axes in group:
+            axes.set_position(_moved(axes.get_position(), frame, inside))
+    title.set_visible(True)
+    axes = group[0]
+    title.set_x((title_left - axes.bbox.x0) / axes.bbox.width)
+    points = (room.x1 - title_left) * 72 / figure.dpi
+    size, weight = float(title.get_fontsize()), str(title.get_fontweight())
+    title.set_text(shorten(title.get_text(), points, size, weight))
+
+
+def _moved(box: Bbox, frame: Bbox, inside: Bbox) -> Bbox:
+    """`box`, a part of `frame`, as the same part of `inside`."""
+    from matplotlib.transforms import Bbox, BboxTransform
+
+    return Bbox(BboxTransform(frame, inside).transform(box.get_points()))
 
 
 def preview(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from nvwatch.agent.report import units
 from nvwatch.agent.report.style import LIMIT_COLOUR, NEUTRAL, OK_COLOUR, WARN_COLOUR
+from nvwatch.dashboards.preview_text import axes_points, fitting_size, shorten, text_width
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 MAX_LINES = 12  # series drawn per panel; the legend says how many more there were
 MAX_LEGEND = 6
 MAX_TABLE_ROWS = 8
+# the smallest text a preview draws, in points: a size smaller than this gets a shorter
+# text (an ellipsis) or fewer rows instead
+FONT_FLOOR = 5.0
+# the most of a panel's width a bar gauge's, timeline's or heatmap's row names take
+NAME_SHARE = 0.35
 # labels a preview's table leaves out: the metric and job, and the UUID (the gpu index
 # names the GPU, and 40 characters would squeeze every other column)
 _HIDDEN_COLUMNS = ("__name__", "job", "uuid")
@@ -147,56 +153,112 @@ def draw_timeseries(axes: Axes, panel: dict[str, Any], series: list[Series], uni
 
 
 def _legend(axes: Axes, total: int) -> None:
+    """Two columns of entries, each shortened to its column's width."""
     handles, labels = axes.get_legend_handles_labels()
     if not handles:
         return
     shown = min(len(handles), MAX_LEGEND)
     handles, labels = handles[:shown], labels[:shown]
+    more = [""] * shown
     if total > shown:
-        labels[-1] += f" (+{total - shown} more)"
-    axes.legend(handles, labels, loc="upper left", fontsize=6, ncol=2)
+        more[-1] = f" (+{total - shown} more)"
+    # a column's line sample, the gaps around it and the legend's border take 6 ems
+    room = axes_points(axes)[0] / 2 - 6 * _LEGEND_SIZE
+    labels = [
+        shorten(label, room - text_width(tail, _LEGEND_SIZE), _LEGEND_SIZE) + tail
+        for label, tail in zip(labels, more, strict=True)
+    ]
+    axes.legend(handles, labels, loc="upper left", fontsize=_LEGEND_SIZE, ncol=2)
+
+
+_LEGEND_SIZE = 6.0
 
 
 def draw_stat(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
-    """The last value of each series (up to four), large, in its threshold colour."""
+    """The last value of each series (up to four), large, in its threshold colour: sized
+    to fit its share of the panel, as Grafana sizes a stat's value."""
     axes.axis("off")
     steps = threshold_steps(panel)
     shown = series[:4]
-    for i, one in enumerate(shown):
+    width, height = axes_points(axes)
+    slot = 0.9 * width / len(shown)
+    texts = [format_value(one.last, unit) for one in shown]
+    size = min(fitting_size(texts, slot, 16, 8, "bold"), 0.3 * height)
+    for i, (one, text) in enumerate(zip(shown, texts, strict=True)):
         x = (i + 0.5) / len(shown)
         colour = colour_for(one.last, steps)
-        text = format_value(one.last, unit)
-        axes.text(x, 0.5, text, ha="center", va="center", fontsize=16, color=colour, weight="bold")
-        axes.text(x, 0.12, one.legend, ha="center", va="center", fontsize=7, color=NEUTRAL)
+        axes.text(x, 0.5, shorten(text, slot, size, "bold"), ha="center", va="center",
+                  fontsize=size, color=colour, weight="bold")  # fmt: skip
+        axes.text(x, 0.12, shorten(one.legend, slot, 7), ha="center", va="center", fontsize=7,
+                  color=NEUTRAL)  # fmt: skip
 
 
 def draw_gauge(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
-    """A bar from min to max filled to the last value, the value written over it."""
+    """A bar from min to max filled to the last value, the value written above it inside
+    the panel (under the title, not beside it), sized to the panel's width."""
     defaults = panel.get("fieldConfig", {}).get("defaults", {})
     low = float(defaults.get("min", 0.0))
     high = float(defaults.get("max", 1.0 if unit == "percentunit" else max(s.last for s in series)))
     one = series[0]
     colour = colour_for(one.last, threshold_steps(panel))
-    axes.barh([0], [high - low], left=low, color="#EEEEEE", height=0.5)
-    axes.barh([0], [max(0.0, min(one.last, high) - low)], left=low, color=colour, height=0.5)
+    axes.barh([0], [high - low], left=low, color="#EEEEEE", height=1.0)
+    axes.barh([0], [max(0.0, min(one.last, high) - low)], left=low, color=colour, height=1.0)
     axes.set_xlim(low, high if high > low else low + 1)
+    axes.set_ylim(-0.5, 3.0)  # the bar in the lower part, the value above it
     axes.set_yticks([])
+    axes.spines["left"].set_visible(False)
     axes.grid(False)
     _unit_formatter(axes, unit, "x")
-    axes.set_title(format_value(one.last, unit), loc="center", fontsize=14, color=colour)
+    _value_ticks(axes, unit)
+    width, height = axes_points(axes)
+    text = format_value(one.last, unit)
+    size = min(fitting_size([text], 0.9 * width, 14, 8, "bold"), 0.25 * height)
+    axes.text(0.5, 0.68, shorten(text, 0.9 * width, size, "bold"), transform=axes.transAxes,
+              ha="center", va="center", fontsize=size, color=colour, weight="bold")  # fmt: skip
+
+
+def _value_ticks(axes: Axes, unit: str) -> None:
+    """As many ticks on a value axis (x) as its labels have room for, side by side."""
+    from matplotlib.ticker import MaxNLocator
+
+    low, high = axes.get_xlim()
+    widest = max(text_width(format_value(v, unit), 6) for v in (low, high, (low + high) / 2))
+    # a label's width of space between labels, at the least; MaxNLocator may put a tick
+    # beyond either end
+    fits = int(axes_points(axes)[0] / (2 * widest + 12)) - 1
+    axes.xaxis.set_major_locator(MaxNLocator(nbins=max(1, fits)))
+
+
+def _names(axes: Axes, names: Sequence[str], largest: float) -> float:
+    """Row names on y, row i at y=i: sized to the rows within the floor, every k-th where
+    even the floor is too tall, and each shortened to NAME_SHARE of the width, as
+    Grafana shortens a bar gauge's names. Returns their size."""
+    width, height = axes_points(axes)
+    pitch = height / max(1, len(names))
+    size = max(FONT_FLOOR, min(largest, pitch / 1.4))
+    rows = range(0, len(names), math.ceil(size * 1.4 / pitch))
+    axes.set_yticks(list(rows), [shorten(names[i], NAME_SHARE * width, size) for i in rows],
+                    fontsize=size)  # fmt: skip
+    return size
 
 
 def draw_bargauge(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
+    """A bar per series, top down: its name left of it, its value in a column right of
+    the bars (where no bar reaches), in the names' size."""
     shown = series[:MAX_LINES]
     steps = threshold_steps(panel)
     values = [s.last for s in shown]
-    positions = list(range(len(shown)))[::-1]
-    axes.barh(positions, values, color=[colour_for(v, steps) for v in values], height=0.7)
-    axes.set_yticks(positions, [s.legend for s in shown], fontsize=6)
-    for y, v in zip(positions, values, strict=True):
-        axes.text(v, y, " " + format_value(v, unit), va="center", fontsize=6)
+    rows = range(len(shown))
+    axes.barh(rows, values, color=[colour_for(v, steps) for v in values], height=0.7)
+    axes.set_ylim(len(shown) - 0.5, -0.5)
+    size = _names(axes, [s.legend for s in shown], 6)
+    right = axes.get_yaxis_transform()  # x across the axes, y in rows
+    for y, v in zip(rows, values, strict=True):
+        axes.text(1.0, y, " " + format_value(v, unit), transform=right, va="center",
+                  fontsize=size)  # fmt: skip
     axes.grid(False)
     _unit_formatter(axes, unit, "x")
+    _value_ticks(axes, unit)
 
 
 def draw_heatmap(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
@@ -211,7 +273,7 @@ def draw_heatmap(axes: Axes, panel: dict[str, Any], series: list[Series], unit: 
     dates = _dates([(t, 0.0) for t in times])
     extent = (dates[0], dates[-1], len(shown) - 0.5, -0.5)
     image = axes.imshow(grid, aspect="auto", cmap="Oranges", extent=extent, interpolation="nearest")
-    axes.set_yticks(range(len(shown)), [s.legend for s in shown], fontsize=5)
+    _names(axes, [s.legend for s in shown], 5)
     axes.xaxis_date()
     axes.grid(False)
     bar = axes.figure.colorbar(image, ax=axes, fraction=0.04)
@@ -234,10 +296,11 @@ def draw_state_timeline(axes: Axes, panel: dict[str, Any], series: list[Series],
         for start, end, value in _runs(one.points):
             axes.barh(row, (end - start) / 86400.0, left=start / 86400.0, height=0.8,
                       color=_state_colour(panel, value))  # fmt: skip
-    axes.set_yticks(range(len(shown)), [s.legend for s in shown], fontsize=5)
-    axes.invert_yaxis()
+    axes.set_ylim(len(shown) - 0.5, -0.5)
+    _names(axes, [s.legend for s in shown], 5)
     axes.grid(False)
     time_axis(axes)
+    axes.xaxis.get_offset_text().set_fontsize(5)
 
 
 def _runs(points: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
@@ -261,19 +324,67 @@ def _state_colour(panel: dict[str, Any], value: float) -> str:
 
 
 def draw_table(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
-    """The instant result as Grafana's table shows it: a column per label, then Value."""
+    """The instant result as Grafana's table shows it: a column per label, then Value.
+
+    Columns as wide as their text where the panel has the room; where it has not, the
+    font shrinks to the floor and then the widest columns are cut to a common width,
+    their long texts ending in an ellipsis as in Grafana. As many rows as the panel holds
+    (MAX_TABLE_ROWS at most), the last one counting those left out."""
     axes.axis("off")
     columns = sorted({k for s in series for k in s.labels if k not in _HIDDEN_COLUMNS})
     if len(series) > 1:  # a label every row shares says nothing about the rows
         columns = [c for c in columns if len({s.labels.get(c) for s in series}) > 1]
     rows = [[s.labels.get(c, "") for c in columns] + [format_value(s.last, unit)] for s in series]
-    shown = rows[:MAX_TABLE_ROWS]
-    if len(rows) > MAX_TABLE_ROWS:
-        shown.append(["…"] * len(columns) + [f"+{len(rows) - MAX_TABLE_ROWS} rows"])
-    table = axes.table(cellText=shown, colLabels=[*columns, "Value"], loc="upper center")
+    header = [*columns, "Value"]
+    width, height = axes_points(axes)
+    measured = [header, *rows[:MAX_TABLE_ROWS]]
+    if len(rows) > min(MAX_TABLE_ROWS, int(height / (2.0 * _TABLE_SIZE)) - 1):
+        # a row that counts those left out, at its widest: fewer rows go at a smaller size
+        measured.append(["…"] * len(columns) + [f"+{len(rows)} rows"])
+    size, widths = _column_widths(measured, width)
+    row_height = 2.0 * size
+    room = max(1, int(height / row_height) - 1)  # rows under the header
+    shown = rows[: min(MAX_TABLE_ROWS, room)]
+    if len(rows) > len(shown):
+        shown = shown[: max(0, min(len(shown), room - 1))]
+        shown.append(["…"] * len(columns) + [f"+{len(rows) - len(shown)} rows"])
+    cut = [[shorten(text, w - 2 * _CELL_PAD, size) for text, w in zip(row, widths, strict=True)]
+           for row in [header, *shown]]  # fmt: skip
+    table = axes.table(cellText=cut[1:], colLabels=cut[0], colWidths=[w / width for w in widths],
+                       loc="upper center", cellLoc="left")  # fmt: skip
     table.auto_set_font_size(False)
-    table.set_fontsize(5)
-    table.scale(1, 0.9)
+    table.set_fontsize(size)
+    for (_row, column), cell in table.get_celld().items():
+        cell.set_height(row_height / height)
+        cell.PAD = _CELL_PAD / widths[column]  # a fraction of the cell's width
+        if column == len(header) - 1:  # numbers line up on the right, as in Grafana
+            cell.get_text().set_horizontalalignment("right")
+
+
+_TABLE_SIZE = 6.0
+_CELL_PAD = 2.0  # points between a cell's text and its borders
+
+
+def _column_widths(rows: list[list[str]], width: float) -> tuple[float, list[float]]:
+    """The font size and each column's width (points) for these rows in `width` points."""
+    size = _TABLE_SIZE
+    while True:
+        natural = [max(text_width(row[c], size) for row in rows) + 2 * _CELL_PAD
+                   for c in range(len(rows[0]))]  # fmt: skip
+        if sum(natural) <= width or size <= FONT_FLOOR:
+            break
+        size -= 0.5
+    if sum(natural) <= width:  # the room left over, shared out
+        extra = (width - sum(natural)) / len(natural)
+        return size, [w + extra for w in natural]
+    # the widest columns cut to the one width at which they all fit
+    left, level = width, width / len(natural)
+    for count, w in enumerate(sorted(natural)):
+        level = left / (len(natural) - count)
+        if w > level:
+            break
+        left -= w
+    return size, [min(w, level) for w in natural]
 
 
 DRAWERS: dict[str, Callable[[Axes, dict[str, Any], list[Series], str], None]] = {

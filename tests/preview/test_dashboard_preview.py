@@ -9,8 +9,10 @@ node's BMC through the fleet's management host (the `nvwatch-bmc` job), which th
 & cooling dashboard and the node dashboard's BMC row read. A simulated Slurm queue runs
 over the fleet (more GPU work offered than it has GPUs, so jobs wait), and the fleet's
 Slurm controller agent reads it with the real scheduler source: the queue & fairness
-dashboard's series. Every panel of every dashboard must come back with data, and every
-PNG must decode to a picture of the dashboard's size.
+dashboard's series. Every panel of every dashboard must come back with data, every
+PNG must decode to a picture of the dashboard's size, and no text of a panel may run
+into another or out of the panel (tests/preview/text_layout.py) with the fleet's own
+series.
 
 The faults develop at TIME_SCALE times real time, so every rate drawn then is that many
 times what hardware can do (the preview's maxima check says so). The module's last test
@@ -35,7 +37,15 @@ from nvwatch.agent.config import ScenarioSpec
 from nvwatch.alerts import build as alerts_build
 from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.dashboards.build import build_all
-from nvwatch.dashboards.preview import PanelResult, Prometheus, Window, drawn_series, preview
+from nvwatch.dashboards.preview import (
+    PanelResult,
+    Prometheus,
+    Window,
+    build_figure,
+    drawn_series,
+    panels_of,
+    preview,
+)
 from nvwatch.dashboards.preview_maxima import Fleet as HardwareFleet
 from nvwatch.dashboards.preview_maxima import beyond_maxima
 from nvwatch.mixin.config import MixinConfig
@@ -47,6 +57,7 @@ from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.conftest import TIME_SCALE, mixin_config
 from tests.e2e.stack import HOST, Receiver, Stack, wait_for
+from tests.preview.text_layout import text_problems
 
 # the fleet's faults take a minute and more to show; six dashboards take a while to draw
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -159,6 +170,9 @@ def test_every_panel_of_every_dashboard_has_data(stack: Stack, tmp_path: Path) -
         png = tmp_path / (Path(name).stem + ".png")
         width, height = _decoded_size(png)
         assert width >= 1600 and height >= 400
+    for name, panels in drawn.items():
+        results = list(zip(panels_of(dashboards[name]), panels, strict=True))
+        assert text_problems(build_figure(dashboards[name], results), results) == [], name
     node = {p.title: p for p in drawn["nvwatch-node.json"]}
     _faulty_node_is_drawn(node["NVLink errors and links down"])
     # at 10x the counters' rates are ten times the hardware's: the check sees it
