@@ -30,7 +30,6 @@ from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     BMC_CACHE_BOUNDS,
     INTERVAL_BOUNDS,
-    KNOWN_SOURCES,
     LOG_FORMATS,
     SCENARIO_SYNTAX,
     SCHEDULER_INTERVAL_BOUNDS,
@@ -49,6 +48,7 @@ from nvwatch.agent.config import (
     split_ipv6_only,
     split_scenarios,
 )
+from nvwatch.agent.sources.declaration import declarations, default_sources
 from nvwatch.agent.sources.infiniband_parse import HW_COUNTER_CHOICES
 from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH as DEFAULT_KMSG_PATH
 from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
@@ -102,6 +102,37 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
+def sources_help() -> str:
+    """--sources' help: the sources it selects, as declared, with each one's note."""
+    chosen = [d for d in declarations() if d.selectable]
+    notes = "".join(f" ({d.name}: {d.note})" for d in chosen if d.note)
+    return f"Comma-separated sources to poll, of {', '.join(d.name for d in chosen)}{notes}."
+
+
+class _DeclaredDefault:
+    """--sources' default, read from the declarations whenever click asks (to parse, or
+    to show it: click prints a default that is no plain function as its text)."""
+
+    def __call__(self) -> str:
+        return _flag_text(default_sources())
+
+    def __str__(self) -> str:
+        return self()
+
+
+class SourcesOption(click.Option):
+    """--sources, as the sources are declared when it is shown or read: a source
+    registered after this module was imported is in its help, and in its default when it
+    is declared on by default (agent/sources/declaration.py)."""
+
+    def __init__(self, *decls: Any, **attrs: Any) -> None:
+        super().__init__(*decls, **{**attrs, "default": _DeclaredDefault(), "help": sources_help()})
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = sources_help()
+        return super().get_help_record(ctx)
+
+
 def scenario_option(func: F) -> F:
     """--scenario in the one syntax of every command (nvwatch.agent.config.SCENARIO_SYNTAX)."""
     return option(
@@ -129,13 +160,7 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         metavar="DURATION",
         help=f"Poll interval, {INTERVAL_BOUNDS}; {DURATION_FORMAT}.",
     ),
-    "sources": option(
-        "--sources",
-        default=_flag_text(_DEFAULTS.sources),
-        show_default=True,
-        help="Comma-separated sources to poll, of " + ", ".join(KNOWN_SOURCES) + " (scheduler: "
-        "the cluster's Slurm, on one agent per cluster).",
-    ),
+    "sources": option("--sources", cls=SourcesOption, show_default=True),
     "sysfs-root": option(
         "--sysfs-root",
         default=_flag_text(_DEFAULTS.sysfs_root),
