@@ -26,6 +26,7 @@ from nvwatch.agent.cli.scenario_options import (
     parse_onset,
     with_onset,
 )
+from nvwatch.agent.cli.sources_option import SourcesOption
 from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     BMC_CACHE_BOUNDS,
@@ -48,7 +49,6 @@ from nvwatch.agent.config import (
     split_ipv6_only,
     split_scenarios,
 )
-from nvwatch.agent.sources.declaration import declarations, default_sources
 from nvwatch.agent.sources.infiniband_parse import HW_COUNTER_CHOICES
 from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH as DEFAULT_KMSG_PATH
 from nvwatch.agent.sources.nvml.samples import NVLINK_DETAIL_CHOICES
@@ -100,37 +100,6 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     attrs.setdefault("envvar", _env(long_name))
     attrs.setdefault("show_envvar", True)
     return click.option(*decls, **attrs)
-
-
-def sources_help() -> str:
-    """--sources' help: the sources it selects, as declared, with each one's note."""
-    chosen = [d for d in declarations() if d.selectable]
-    notes = "".join(f" ({d.name}: {d.note})" for d in chosen if d.note)
-    return f"Comma-separated sources to poll, of {', '.join(d.name for d in chosen)}{notes}."
-
-
-class _DeclaredDefault:
-    """--sources' default, read from the declarations whenever click asks (to parse, or
-    to show it: click prints a default that is no plain function as its text)."""
-
-    def __call__(self) -> str:
-        return _flag_text(default_sources())
-
-    def __str__(self) -> str:
-        return self()
-
-
-class SourcesOption(click.Option):
-    """--sources, as the sources are declared when it is shown or read: a source
-    registered after this module was imported is in its help, and in its default when it
-    is declared on by default (agent/sources/declaration.py)."""
-
-    def __init__(self, *decls: Any, **attrs: Any) -> None:
-        super().__init__(*decls, **{**attrs, "default": _DeclaredDefault(), "help": sources_help()})
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        self.help = sources_help()
-        return super().get_help_record(ctx)
 
 
 def scenario_option(func: F) -> F:
