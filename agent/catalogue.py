@@ -9,11 +9,17 @@ under which condition a family is absent. The exposition renders by looping over
 (agent/exposition/), `python -m nvwatch.agent.nvsmi_compare` takes its pairs from it, and
 docs/metrics.md is generated from it.
 
-This module is data: it imports nothing of the agent, so a reader sees the contract alone.
+This module is data: importing it imports nothing of the agent, so a reader sees the
+contract alone. Which source fills each scope is said by the sources' declarations
+(agent/sources/declaration.py), read when asked (SOURCE_OF). A source registered beside
+the built-in ones brings scopes and families of its own: the lookups below (spec,
+of_scope, every_spec) include them, the constants (CATALOGUE, BY_NAME, SAMPLE_NAMES: the
+contract) do not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -49,7 +55,7 @@ class Scope(str, Enum):
 
 
 #: Labels every series of a scope carries, filled by the exposition from the object itself.
-IDENTITY: dict[Scope, tuple[str, ...]] = {
+IDENTITY: dict[str, tuple[str, ...]] = {
     Scope.GPU: ("gpu", "uuid"),
     Scope.PROCESS: ("gpu", "uuid"),
     Scope.ALLOCATION: ("gpu", "uuid"),
@@ -69,27 +75,42 @@ IDENTITY: dict[Scope, tuple[str, ...]] = {
     Scope.AGENT: (),
 }
 
+# the poller's own scopes: no source's sample holds them
+_POLLER_SCOPES: dict[str, str] = {Scope.SOURCE: "agent", Scope.AGENT: "agent"}
+
+
+class _SourceOf(Mapping[str, str]):
+    """Scope -> the source whose sample holds it, as the sources' declarations say at the
+    moment of asking (imported then: the declarations import this module's Scope)."""
+
+    def _table(self) -> dict[str, str]:
+        from nvwatch.agent.sources.declaration import scope_sources
+
+        return {**scope_sources(), **_POLLER_SCOPES}
+
+    def __getitem__(self, scope: str) -> str:
+        return self._table()[scope]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
 #: The poller source whose sample holds each scope ("agent": the poller itself).
-SOURCE_OF: dict[Scope, str] = {
-    Scope.GPU: "nvml",
-    Scope.PROCESS: "nvml",
-    Scope.ALLOCATION: "attribution",
-    Scope.NVLINK: "nvml",
-    Scope.MIG: "nvml",
-    Scope.IB_DEVICE: "infiniband",
-    Scope.IB_PORT: "infiniband",
-    Scope.HOST: "host",
-    # read at scrape time by /probe, not by the poller
-    Scope.BMC: "bmc",
-    Scope.BMC_SENSOR: "bmc",
-    Scope.SCHEDULER_PARTITION: "scheduler",
-    Scope.SCHEDULER_DEMAND: "scheduler",
-    Scope.SCHEDULER_USER: "scheduler",
-    Scope.SCHEDULER_ACCOUNT: "scheduler",
-    Scope.SCHEDULER_ACCOUNT_WAIT: "scheduler",
-    Scope.SOURCE: "agent",
-    Scope.AGENT: "agent",
-}
+SOURCE_OF: Mapping[str, str] = _SourceOf()
+
+
+def identity_of(scope: str) -> tuple[str, ...]:
+    """The identity labels of `scope`: IDENTITY's, or a registered source's own scope's."""
+    found = IDENTITY.get(scope)
+    if found is not None:
+        return found
+    from nvwatch.agent.sources.declaration import declared_identity
+
+    return declared_identity(scope)
+
 
 # Base units recognised from a name's suffix (before `_total` on counters).
 _UNIT_SUFFIXES = (
@@ -158,7 +179,8 @@ class MetricSpec:
     name: str
     type: MetricType
     help: str
-    scope: Scope
+    # a Scope, or the own scope of a registered source (agent/sources/declaration.py)
+    scope: Scope | str
     # where the value comes from on the node: NVML call or field id, sysfs file, psutil
     origin: str
     series: tuple[Series, ...]
@@ -173,7 +195,7 @@ class MetricSpec:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return (*IDENTITY[self.scope], *self.own_labels)
+        return (*identity_of(self.scope), *self.own_labels)
 
     @property
     def source(self) -> str:
@@ -1404,10 +1426,30 @@ SAMPLE_NAMES: frozenset[str] = frozenset(
 
 
 def spec(name: str) -> MetricSpec:
-    """The catalogue entry for `name`; KeyError for a family the contract does not know."""
-    return BY_NAME[name]
+    """The catalogue entry for `name`, a registered source's too; KeyError for a family
+    the contract does not know."""
+    found = BY_NAME.get(name)
+    if found is not None:
+        return found
+    for declared in declared_specs():
+        if declared.name == name:
+            return declared
+    raise KeyError(name)
 
 
-def of_scope(*scopes: Scope) -> tuple[MetricSpec, ...]:
+def of_scope(*scopes: str) -> tuple[MetricSpec, ...]:
     """Catalogue entries of these scopes, in catalogue order (the exposition's order)."""
-    return tuple(s for s in CATALOGUE if s.scope in scopes)
+    return tuple(s for s in every_spec() if s.scope in scopes)
+
+
+def declared_specs() -> tuple[MetricSpec, ...]:
+    """The families of registered sources, which the built-in CATALOGUE does not hold."""
+    from nvwatch.agent.sources.declaration import declared_metrics
+
+    return declared_metrics()
+
+
+def every_spec() -> tuple[MetricSpec, ...]:
+    """The whole catalogue as a reader of it (docs, lookups) sees it: CATALOGUE, then the
+    families of registered sources."""
+    return (*CATALOGUE, *declared_specs())

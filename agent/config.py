@@ -8,10 +8,11 @@ operator can act on.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nvwatch.agent.sources.declaration import default_sources, selectable_sources
 from nvwatch.common.durations import (
     DurationBounds,
     DurationError,
@@ -24,10 +25,6 @@ from nvwatch.common.yaml_safe import key_text, load_yaml_text, read_config_text,
 if TYPE_CHECKING:
     from nvwatch.agent.server.probe_allow import AllowEntries
 
-KNOWN_SOURCES = ("nvml", "infiniband", "host", "scheduler")
-# what a node's agent polls unless told: `scheduler` reads the whole cluster's Slurm, so
-# one agent per cluster runs it (on the controller or a login node), by choice
-DEFAULT_SOURCES = ("nvml", "infiniband", "host")
 # --attribution modes (agent/sources/attribution); none by default: an SRE enables what
 # the node runs, and a mode's reads (/proc of every GPU process, the kubelet socket) are
 # something to choose, not to discover
@@ -107,7 +104,8 @@ class AgentConfig:
     listen_ipv6_only: bool = False
     interval: float = 5.0
     source_timeout: float | None = None  # None: derived from the interval
-    sources: tuple[str, ...] = DEFAULT_SOURCES
+    # the sources declared on by default (agent/sources/declaration.py)
+    sources: tuple[str, ...] = field(default_factory=default_sources)
     sysfs_root: Path = Path("/sys")
     simulate: str | None = None
     scenarios: tuple[ScenarioSpec, ...] = ()
@@ -203,15 +201,16 @@ def format_listen(host: str, port: int, ipv6_only: bool = False) -> str:
 
 
 def parse_sources(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """'nvml,host' -> ('nvml', 'host'): the sources --sources selects, as declared."""
+    known = selectable_sources()
     items = value.split(",") if isinstance(value, str) else list(value)
     names = tuple(dict.fromkeys(s.strip() for s in items if str(s).strip()))
     if not names:
-        raise ConfigError("no sources given: choose from " + ", ".join(KNOWN_SOURCES))
-    unknown = [n for n in names if n not in KNOWN_SOURCES]
+        raise ConfigError("no sources given: choose from " + ", ".join(known))
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(
-            f"unknown source {', '.join(map(key_text, unknown))}: choose from "
-            + ", ".join(KNOWN_SOURCES)
+            f"unknown source {', '.join(map(key_text, unknown))}: choose from " + ", ".join(known)
         )
     return names
 

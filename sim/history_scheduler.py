@@ -151,7 +151,7 @@ def render(sample: SchedulerSample) -> _Sink:
     """The sample through the catalogue's readers, family by family in catalogue order."""
     sink = _Sink()
     out = cast(FamilySet, sink)  # the readers call add_sample, add_series and declare
-    objects: dict[Scope, list[tuple[tuple[str, ...], object]]] = {
+    objects: dict[str, list[tuple[tuple[str, ...], object]]] = {
         Scope.SCHEDULER_PARTITION: [((p.partition,), p) for p in sample.partitions],
         Scope.SCHEDULER_DEMAND: [((d.partition, d.account), d) for d in sample.demand],
         Scope.SCHEDULER_ACCOUNT: [((s.account,), s) for s in sample.fairshare or ()],

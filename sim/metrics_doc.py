@@ -32,7 +32,7 @@ _SECTIONS = (
 )
 
 # The class whose attribute a Series names, per scope (as a reader looks it up).
-_SAMPLE_CLASS = {
+_SAMPLE_CLASS: dict[str, str] = {
     Scope.GPU: "GpuSample",
     Scope.PROCESS: "ProcessSample",
     Scope.ALLOCATION: "Allocation",

@@ -130,8 +130,8 @@ def _bmc_findings(
 
 def _xid_history(config: AgentConfig) -> Finding:
     """Where XID counts come from: the kernel log (the whole boot) or NVML events only."""
+    from nvwatch.agent.sources.nvml.declaration import kmsg_path
     from nvwatch.agent.sources.nvml.kmsg import probe
-    from nvwatch.agent.sources.registry import kmsg_path
 
     path = kmsg_path(config)
     reason = probe(path) if path is not None else "no kernel log for a simulated node"

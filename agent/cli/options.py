@@ -26,11 +26,11 @@ from nvwatch.agent.cli.scenario_options import (
     parse_onset,
     with_onset,
 )
+from nvwatch.agent.cli.sources_option import SourcesOption
 from nvwatch.agent.config import (
     ATTRIBUTION_INTERVAL_BOUNDS,
     BMC_CACHE_BOUNDS,
     INTERVAL_BOUNDS,
-    KNOWN_SOURCES,
     LOG_FORMATS,
     SCENARIO_SYNTAX,
     SCHEDULER_INTERVAL_BOUNDS,
@@ -129,13 +129,7 @@ _OPTIONS: dict[str, Callable[[F], F]] = {
         metavar="DURATION",
         help=f"Poll interval, {INTERVAL_BOUNDS}; {DURATION_FORMAT}.",
     ),
-    "sources": option(
-        "--sources",
-        default=_flag_text(_DEFAULTS.sources),
-        show_default=True,
-        help="Comma-separated sources to poll, of " + ", ".join(KNOWN_SOURCES) + " (scheduler: "
-        "the cluster's Slurm, on one agent per cluster).",
-    ),
+    "sources": option("--sources", cls=SourcesOption, show_default=True),
     "sysfs-root": option(
         "--sysfs-root",
         default=_flag_text(_DEFAULTS.sysfs_root),

@@ -41,9 +41,15 @@ def probe_exposition(
 def render(probe: BmcProbe) -> bytes:
     """The families of one probe, in catalogue order, as prometheus_client writes them."""
     out = FamilySet()
+    families(probe, out)
+    return generate_latest(registry_of(out))
+
+
+def families(probe: BmcProbe, out: FamilySet) -> None:
+    """One probe's families: the renderer the bmc declaration names, shaped like a polled
+    source's (agent/sources/bmc/declaration.py)."""
     emit_all(_PROBE_PLANS, [((), probe)], out)
     emit_all(_SENSOR_PLANS, [((sensor.name,), sensor) for sensor in probe.sensors], out)
-    return generate_latest(registry_of(out))
 
 
 def _comment(reason: str) -> bytes:

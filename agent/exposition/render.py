@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.series import emit_all, plans
 from nvwatch.agent.exposition.text import render_openmetrics, render_text
 from nvwatch.agent.poller import Snapshot
+from nvwatch.agent.sources.declaration import declared, load
 
 if TYPE_CHECKING:
     from nvwatch.agent.server.limits import HttpState
@@ -40,28 +40,6 @@ OPENMETRICS_TYPE = OPENMETRICS_CONTENT_TYPE
 
 Renderer = Callable[[object, FamilySet], None]
 
-# source -> (module of its sample type, sample type, module of its renderer). Imported on
-# use, so a broken import in one source's code only fails that source; import_module is a
-# sys.modules lookup after the first time, so no cache of our own is needed.
-_RENDERER_TABLE: dict[str, tuple[str, str, str]] = {
-    "host": ("nvwatch.agent.sources.host", "HostSample", "nvwatch.agent.exposition.host"),
-    "nvml": ("nvwatch.agent.sources.nvml.samples", "NvmlSample", "nvwatch.agent.exposition.gpu"),
-    "infiniband": (
-        "nvwatch.agent.sources.infiniband",
-        "InfinibandSample",
-        "nvwatch.agent.exposition.infiniband",
-    ),
-    "attribution": (
-        "nvwatch.agent.sources.attribution.model",
-        "AttributionSample",
-        "nvwatch.agent.exposition.allocation",
-    ),
-    "scheduler": (
-        "nvwatch.agent.sources.scheduler.model",
-        "SchedulerSample",
-        "nvwatch.agent.exposition.scheduler",
-    ),
-}
 _AGENT_PLANS = plans(of_scope(Scope.AGENT, Scope.SOURCE))
 
 # Paid once per poll, for every scrape of it. Measured on a dgx-h100 body (250 KB of
@@ -71,9 +49,13 @@ GZIP_LEVEL = 1
 
 
 def _renderer(source: str) -> tuple[type, Renderer]:
-    sample_module, sample_name, render_module = _RENDERER_TABLE[source]
-    sample_type = getattr(importlib.import_module(sample_module), sample_name)
-    render: Renderer = importlib.import_module(render_module).render
+    """The sample type and renderer `source` declares (agent/sources/declaration.py),
+    imported on use, so a broken import in one source's code only fails that source."""
+    declaration = declared(source)
+    if declaration.sample is None or declaration.renderer is None:
+        raise TypeError(f"source {source} declares no sample type and renderer")
+    sample_type: type = load(declaration.sample)
+    render: Renderer = load(declaration.renderer)
     return sample_type, render
 
 

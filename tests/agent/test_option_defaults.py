@@ -30,7 +30,7 @@ from nvwatch.agent import logs, simulation
 from nvwatch.agent.cli import cli
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.doctor import Finding
-from nvwatch.agent.sources.registry import kmsg_path
+from nvwatch.agent.sources.nvml.declaration import kmsg_path
 from nvwatch.common.durations import parse_duration
 
 COMMANDS = ("serve", "dump", "doctor", "topology")

@@ -16,8 +16,9 @@ from nvwatch.agent.cli import cli
 from nvwatch.agent.cli.options import build_config
 from nvwatch.agent.config import AgentConfig, ScenarioSpec
 from nvwatch.agent.runtime import runtime
+from nvwatch.agent.sources.nvml.declaration import kmsg_path
 from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH
-from nvwatch.agent.sources.registry import build_sources, kmsg_path
+from nvwatch.agent.sources.registry import build_sources
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.kmsg import kernel_pci
