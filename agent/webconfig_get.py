@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from nvwatch.agent.report.prom import Connection, auth_headers, ssl_context
+from nvwatch.report.prom import Connection, auth_headers, ssl_context
 
 _BODY_BYTES = 512  # the first line of /livez's answer ("stale: last poll ...") fits
 _LINE_CHARS = 200

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("agent", "alerts", "common", "dashboards", "mixin")
 COMMAND_MODULES = ("agent/cli/", "mixin/commands.py")
 
-# package -> package it imports -> where ("agent/report/build.py:27")
+# package -> package it imports -> where ("alerts/build.py:24")
 Edges = dict[str, dict[str, list[str]]]
 
 

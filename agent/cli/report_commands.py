@@ -9,8 +9,8 @@ import click
 
 from nvwatch.agent.cli.credentials import read_credential
 from nvwatch.agent.cli.options import option
-from nvwatch.agent.report.errors import ReportError
 from nvwatch.common.outputs import output_directory
+from nvwatch.report.errors import ReportError
 
 
 @click.command("report")
@@ -61,7 +61,7 @@ def report_command(
 ) -> None:
     """Write report.html, report.json and CSVs: utilization, users, power, thermal,
     fabric and health over a range, from the nvwatch series in Prometheus."""
-    from nvwatch.agent.report import style
+    from nvwatch.report import style
 
     try:
         # first: the report's modules import numpy, and without the extra that is a
@@ -69,9 +69,9 @@ def report_command(
         style.require()
     except style.PlottingUnavailable as err:
         raise click.ClickException(str(err)) from None
-    from nvwatch.agent.report.build import ReportOptions, run_report
-    from nvwatch.agent.report.prom import Connection
     from nvwatch.mixin.config import load
+    from nvwatch.report.build import ReportOptions, run_report
+    from nvwatch.report.prom import Connection
 
     password = read_credential(basic_auth_password_file, "--basic-auth-password-file")
     if password is not None and basic_auth_user is None:

@@ -116,9 +116,9 @@ def get_command(
     """GET URL as Prometheus scrapes the agent (TLS verified against --ca-file, basic
     auth from files) and exit 0 on 200, else 1 with one line: a liveness probe that can
     verify and authenticate, e.g. `nvwatch web-config get https://127.0.0.1:9477/livez`."""
-    from nvwatch.agent.report.errors import ReportError
-    from nvwatch.agent.report.prom import Connection, check_url
     from nvwatch.agent.webconfig_get import Unreachable, get
+    from nvwatch.report.errors import ReportError
+    from nvwatch.report.prom import Connection, check_url
 
     if basic_auth_user is not None and basic_auth_user_file is not None:
         raise click.UsageError("give --basic-auth-user or --basic-auth-user-file, not both")

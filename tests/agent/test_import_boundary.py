@@ -56,7 +56,7 @@ def test_the_walk_finds_each_way_of_crossing(tmp_path: Path) -> None:
 
 
 # the agent's own modules a real-mode serve must not load, and third-party packages
-NOT_LOADED = ("nvwatch.sim", "nvwatch.agent.report", "nvwatch.dashboards", "nvwatch.alerts",
+NOT_LOADED = ("nvwatch.sim", "nvwatch.report", "nvwatch.dashboards", "nvwatch.alerts",
               "nvwatch.mixin", "matplotlib", "numpy", "grafanalib", "grpc", "pyipmi")  # fmt: skip
 
 _SERVE_AND_LIST = """
