@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from nvwatch.common.http_connection import Connection
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.report import style
 from nvwatch.report.allocation import allocations
@@ -15,7 +16,7 @@ from nvwatch.report.errors import ReportError
 from nvwatch.report.fetch import fetch_all
 from nvwatch.report.model import Report
 from nvwatch.report.output import write_report
-from nvwatch.report.prom import Connection, PrometheusClient
+from nvwatch.report.prom import PrometheusClient
 from nvwatch.report.queries import build_queries
 from nvwatch.report.queries_bmc import bmc_queries
 from nvwatch.report.queries_scheduler import scheduler_queries

@@ -2,59 +2,26 @@
 
 Anything that speaks the API answers: Prometheus, VictoriaMetrics, Thanos, Mimir. Every
 failure becomes one `ReportError` line that says what to check: the address, the
-credentials, or the query the server rejected.
+credentials, or the query the server rejected. Where the server is and how to reach it
+(URL, credentials, TLS) is common/http_connection.py's `Connection`.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from nvwatch.common.regular_files import regular_size
+from nvwatch.common.http_connection import (
+    Connection,
+    ConnectionSetupError,
+    auth_headers,
+    ssl_context,
+)
 from nvwatch.report.errors import ReportError
-
-
-@dataclass(frozen=True)
-class Connection:
-    """Where Prometheus is and how to authenticate to it."""
-
-    url: str
-    basic_auth: tuple[str, str] | None = None  # (user, password)
-    bearer_token: str | None = None
-    ca_file: Path | None = None
-    insecure_tls: bool = False
-    timeout_seconds: float = 120.0
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        check_url(self.url, "--prometheus")
-        if self.basic_auth and self.bearer_token:
-            raise ReportError("give basic auth or a bearer token, not both")
-
-
-def check_url(url: str, what: str) -> None:
-    """ReportError naming `what` (the flag) unless `url` is http(s)://host[:port][/path]."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ReportError(f"{what} {url!r}: expected http(s)://host:port[/path]")
-
-
-def auth_headers(connection: Connection) -> dict[str, str]:
-    """The Authorization header the connection's credentials make, if any."""
-    if connection.basic_auth is not None:
-        user, password = connection.basic_auth
-        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-        return {"Authorization": f"Basic {token}"}
-    if connection.bearer_token:
-        return {"Authorization": f"Bearer {connection.bearer_token}"}
-    return {}
 
 
 @dataclass(frozen=True)
@@ -70,7 +37,10 @@ class PrometheusClient:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._base = connection.url.rstrip("/")
-        self._ssl = ssl_context(connection)
+        try:
+            self._ssl = ssl_context(connection)
+        except ConnectionSetupError as err:  # a CA file that cannot be loaded
+            raise ReportError(str(err)) from None
         self._headers = {
             "Accept": "application/json",
             **connection.headers,
@@ -106,27 +76,6 @@ class PrometheusClient:
             reason = getattr(err, "reason", err)
             raise ReportError(f"cannot reach Prometheus at {self._base}: {reason}") from None
         return _payload(body, expr)
-
-
-def ssl_context(connection: Connection) -> ssl.SSLContext | None:
-    """None for http; for https, a context that verifies the server against --ca-file
-    (the system's CAs without one), or nothing at all when insecure_tls is asked for."""
-    if not connection.url.startswith("https"):
-        return None
-    if connection.insecure_tls:
-        # the operator asked for it (a lab server with a self-signed certificate)
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    cafile = str(connection.ca_file) if connection.ca_file else None
-    try:
-        if connection.ca_file is not None:
-            regular_size(connection.ca_file)  # OpenSSL would wait on a FIFO for good
-        return ssl.create_default_context(cafile=cafile)
-    except (OSError, ssl.SSLError) as err:
-        why = err.strerror if isinstance(err, OSError) and err.strerror else err
-        raise ReportError(f"--ca-file {connection.ca_file}: {why}") from None
 
 
 def _payload(body: bytes, expr: str) -> dict[str, Any]:
