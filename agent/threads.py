@@ -44,7 +44,7 @@ Threads the agent runs (name, who starts it, why it exists):
 - ``nvwatch-fleet-tick``: `Fleet.start` (sim/fleet.py), only in a simulated
   fleet. Steps the fleet's shared simulated clock and ticks every node once per interval.
 - ``nvwatch-report``, `PARALLEL_QUERIES` of them: `thread_pool` in `fetch_all`
-  (agent/report/fetch.py), only under `nvwatch report`. Range queries to Prometheus run a
+  (report/fetch.py), only under `nvwatch report`. Range queries to Prometheus run a
   few at a time, so a 30-day report of a large fleet is not one slow query after another.
 - ``nvwatch-shutdown``: `shutdown_deadline` (agent/shutdown.py), when `nvwatch serve`
   receives its first SIGTERM or SIGINT. Ends the process if the orderly stop has not

@@ -4,8 +4,9 @@ With `basic_auth_users` every path of the agent needs credentials, `/livez` incl
 and a Kubernetes `httpGet` probe can neither verify a private CA nor send a password
 held in a Secret. `nvwatch web-config get` is the exec probe's client instead: the CA,
 user and password files of the mounted Secret, the answer as an exit code. The request
-goes through the connection the report's Prometheus client builds (its TLS context and
-Authorization header), so there is one way nvwatch makes an HTTPS request.
+goes through the connection the report's Prometheus client builds as well (its TLS
+context and Authorization header, common/http_connection.py), so there is one way nvwatch
+makes an HTTPS request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from nvwatch.agent.report.prom import Connection, auth_headers, ssl_context
+from nvwatch.common.http_connection import Connection, auth_headers, ssl_context
 
 _BODY_BYTES = 512  # the first line of /livez's answer ("stale: last poll ...") fits
 _LINE_CHARS = 200
@@ -39,8 +40,8 @@ class Answer:
 
 
 def get(connection: Connection) -> Answer:
-    """GET connection.url; Unreachable (one line) when no HTTP answer came, ReportError
-    for a CA file that cannot be loaded."""
+    """GET connection.url; Unreachable (one line) when no HTTP answer came,
+    ConnectionSetupError for a CA file that cannot be loaded."""
     context = ssl_context(connection)
     # the agent is named by its own address: never through a proxy the environment names
     handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]

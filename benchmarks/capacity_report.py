@@ -39,10 +39,10 @@ if __package__ in (None, ""):
 
 from benchmarks import history_cost
 from benchmarks.common import cpu_model, tool_version
-from nvwatch.agent.report.build import ReportOptions, run_report
-from nvwatch.agent.report.prom import Connection
 from nvwatch.common.durations import parse_duration
+from nvwatch.common.http_connection import Connection
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.report.build import ReportOptions, run_report
 from nvwatch.sim.ports import free_port
 
 TARGET_SECONDS = 120.0

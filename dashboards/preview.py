@@ -241,7 +241,7 @@ def unit_of(panel: dict[str, Any]) -> str:
 
 def draw(dashboard: dict[str, Any], results: list[tuple[dict[str, Any], PanelResult]]) -> bytes:
     """The dashboard as one PNG: each panel at its gridPos, drawn or marked No data."""
-    from nvwatch.agent.report.style import figure_png
+    from nvwatch.report.style import figure_png
 
     return figure_png(build_figure(dashboard, results))
 
@@ -267,7 +267,7 @@ def build_figure(
     from matplotlib import rcParams
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from nvwatch.agent.report.style import LIMIT_COLOUR, require
+    from nvwatch.report.style import LIMIT_COLOUR, require
 
     require()
     from matplotlib.figure import Figure

@@ -40,8 +40,8 @@ def _end(text: str | None) -> float | None:
     """--end as unix seconds (the report's grammar); None: now."""
     if text is None:
         return None
-    from nvwatch.agent.report.errors import ReportError
-    from nvwatch.agent.report.window import parse_time
+    from nvwatch.report.errors import ReportError
+    from nvwatch.report.window import parse_time
 
     try:
         return parse_time(text, now=time.time())
@@ -78,7 +78,7 @@ def dashboards_preview(
 ) -> None:
     """Draw every dashboard's panels (their queries, units, thresholds and layout) from
     PROMETHEUS into one PNG per dashboard in OUT; list the panels with no data."""
-    from nvwatch.agent.report import style
+    from nvwatch.report import style
 
     range_s = parse_duration(range_, "range", RANGE_BOUNDS)
     scrape_s = parse_duration(scrape_interval, "scrape interval", SCRAPE_BOUNDS)

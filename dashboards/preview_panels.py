@@ -5,7 +5,7 @@ threshold lines when the panel shows them), stat and gauge (the last value, colo
 the panel's thresholds; a gauge also as a bar against its max), bargauge (one bar per
 series), heatmap (series x time), table (the instant result's labels and value) and
 state-timeline (one band per series, coloured by value). Units are Grafana's unit ids
-(percentunit, watt, Bps ...) formatted with nvwatch.agent.report.units.
+(percentunit, watt, Bps ...) formatted with nvwatch.report.units.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nvwatch.agent.report import units
-from nvwatch.agent.report.style import LIMIT_COLOUR, NEUTRAL, OK_COLOUR, WARN_COLOUR
 from nvwatch.dashboards.preview_text import axes_points, fitting_size, shorten, text_width
+from nvwatch.report import units
+from nvwatch.report.style import LIMIT_COLOUR, NEUTRAL, OK_COLOUR, WARN_COLOUR
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -137,7 +137,7 @@ def _dates(points: Sequence[tuple[float, float]]) -> list[float]:
 
 
 def draw_timeseries(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
-    from nvwatch.agent.report.style import time_axis
+    from nvwatch.report.style import time_axis
 
     for one in series[:MAX_LINES]:
         axes.plot(_dates(one.points), [v for _, v in one.points], linewidth=1.2, label=one.legend)
@@ -289,7 +289,7 @@ def _tick(unit: str) -> Any:
 
 def draw_state_timeline(axes: Axes, panel: dict[str, Any], series: list[Series], unit: str) -> None:
     """One band per series, coloured by its value over time (0 quiet, more louder)."""
-    from nvwatch.agent.report.style import time_axis
+    from nvwatch.report.style import time_axis
 
     shown = series[:MAX_LINES]
     for row, one in enumerate(shown):

@@ -1,7 +1,12 @@
-"""No import cycle between the top-level packages: common/ imports none of the others,
-mixin/ only common/, and the agent's report, alerts/ and dashboards/ sit on top of them:
+"""No import cycle between the top-level packages, and each imports only those before it:
 
-    common  <-  mixin  <-  agent  <-  alerts  <-  dashboards
+    common  <-  mixin  <-  agent  <-  alerts  <-  report  <-  dashboards
+
+common/ imports none of the others, mixin/ only common/. The capacity report (report/) is
+a Prometheus client, not part of the agent: it reads the mixin config and uses the agent's
+thread helper, but nothing in agent/ imports it (the HTTP connection both make is in
+common/), and it never imports the agent's server or sources
+(tests/agent/test_import_boundary.py). The dashboard previews draw with its style.
 
 Every import counts, at the top of a module or inside a function (a lazy import is still
 a dependency). The command modules are the exception: they gather every package behind
@@ -19,10 +24,11 @@ from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("agent", "alerts", "common", "dashboards", "mixin")
+PACKAGES = ("agent", "alerts", "common", "dashboards", "mixin", "report")
+LAYERS = ("common", "mixin", "agent", "alerts", "report", "dashboards")  # each above the last
 COMMAND_MODULES = ("agent/cli/", "mixin/commands.py")
 
-# package -> package it imports -> where ("agent/report/build.py:27")
+# package -> package it imports -> where ("alerts/build.py:24")
 Edges = dict[str, dict[str, list[str]]]
 
 
@@ -79,6 +85,32 @@ def test_no_import_cycle_between_the_packages() -> None:
     edges = package_imports(REPO)
     assert [_explained(c, edges) for c in cycles(edges)] == []
     assert edges["mixin"].keys() == {"common"}  # the walk sees the mixin config's imports
+
+
+def upward(edges: Edges) -> list[str]:
+    """Each import of a package from one below it in LAYERS, with where."""
+    return [
+        f"{package} -> {other} ({', '.join(where[:3])})"
+        for package, imported in sorted(edges.items())
+        for other, where in sorted(imported.items())
+        if LAYERS.index(other) > LAYERS.index(package)
+    ]
+
+
+def test_each_package_imports_only_the_layers_below_it() -> None:
+    assert sorted(LAYERS) == sorted(PACKAGES)
+    edges = package_imports(REPO)
+    assert upward(edges) == []
+    # the walk sees the report's imports, and agent/cli/ (which runs it) is left out
+    assert {"agent", "mixin"} <= edges["report"].keys()
+    assert "report" in edges["dashboards"]
+
+
+def test_the_walk_finds_the_agent_importing_the_report(tmp_path: Path) -> None:
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "agent" / "probe.py").write_text("from nvwatch.report.prom import x\n")
+    assert upward(package_imports(tmp_path)) == ["agent -> report (agent/probe.py:1)"]
 
 
 def test_the_walk_finds_a_cycle_however_it_is_imported(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """The installed layout: one `nvwatch` namespace, nothing else at the top of site-packages.
 
-The repository keeps agent/, alerts/, common/, dashboards/, mixin/ and sim/ at its top;
-pyproject.toml maps them to nvwatch.agent, nvwatch.alerts, ...; a checkout imports them
-through the editable install (scripts/test), so every module has one path.
+The repository keeps agent/, alerts/, common/, dashboards/, mixin/, report/ and sim/ at its
+top; pyproject.toml maps them to nvwatch.agent, nvwatch.alerts, ...; a checkout imports
+them through the editable install (scripts/test), so every module has one path.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-TOPS = ("agent", "alerts", "common", "dashboards", "mixin", "sim")
+TOPS = ("agent", "alerts", "common", "dashboards", "mixin", "report", "sim")
 
 
 def _pyproject() -> dict[str, object]:
@@ -74,7 +74,7 @@ def test_no_module_imports_the_old_top_level_names() -> None:
                 if n.split(".")[0] in TOPS
             ]
     # and code written as text for another interpreter (python -c, -m)
-    old = "(agent|alerts|common|dashboards|mixin|sim)"
+    old = "(agent|alerts|common|dashboards|mixin|report|sim)"
     in_text = re.compile(rf"(from|import) {old}(\.\w| import)|-m {old}\.")
     for path in _python_files():
         for lineno, line in enumerate(path.read_text().splitlines(), 1):

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FOLDERS = ("agent", "alerts", "benchmarks", "common", "dashboards", "mixin", "scripts", "sim")
-FOLDERS += ("tests",)
+FOLDERS = ("agent", "alerts", "benchmarks", "common", "dashboards", "mixin", "report", "scripts")
+FOLDERS += ("sim", "tests")
 # paths in other projects' repositories, each with the project that must be named beside it
 EXTERNAL = {
     "etc/default-counters.csv": "dcgm-exporter",

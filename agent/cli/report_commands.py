@@ -9,8 +9,9 @@ import click
 
 from nvwatch.agent.cli.credentials import read_credential
 from nvwatch.agent.cli.options import option
-from nvwatch.agent.report.errors import ReportError
+from nvwatch.common.http_connection import Connection, ConnectionSetupError
 from nvwatch.common.outputs import output_directory
+from nvwatch.report.errors import ReportError
 
 
 @click.command("report")
@@ -61,7 +62,7 @@ def report_command(
 ) -> None:
     """Write report.html, report.json and CSVs: utilization, users, power, thermal,
     fabric and health over a range, from the nvwatch series in Prometheus."""
-    from nvwatch.agent.report import style
+    from nvwatch.report import style
 
     try:
         # first: the report's modules import numpy, and without the extra that is a
@@ -69,9 +70,8 @@ def report_command(
         style.require()
     except style.PlottingUnavailable as err:
         raise click.ClickException(str(err)) from None
-    from nvwatch.agent.report.build import ReportOptions, run_report
-    from nvwatch.agent.report.prom import Connection
     from nvwatch.mixin.config import load
+    from nvwatch.report.build import ReportOptions, run_report
 
     password = read_credential(basic_auth_password_file, "--basic-auth-password-file")
     if password is not None and basic_auth_user is None:
@@ -80,6 +80,7 @@ def report_command(
         options = ReportOptions(
             connection=Connection(
                 url=url,
+                url_flag="--prometheus",
                 basic_auth=(basic_auth_user, password or "") if basic_auth_user else None,
                 bearer_token=read_credential(bearer_token_file, "--bearer-token-file"),
                 ca_file=Path(ca_file) if ca_file else None,
@@ -95,6 +96,6 @@ def report_command(
             out=output_directory(out),
         )
         written = run_report(options, progress=sys.stderr)
-    except ReportError as err:
+    except (ReportError, ConnectionSetupError) as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"wrote {written[0]} and {len(written) - 1} more file(s) in {out}", err=True)

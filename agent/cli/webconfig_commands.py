@@ -116,9 +116,8 @@ def get_command(
     """GET URL as Prometheus scrapes the agent (TLS verified against --ca-file, basic
     auth from files) and exit 0 on 200, else 1 with one line: a liveness probe that can
     verify and authenticate, e.g. `nvwatch web-config get https://127.0.0.1:9477/livez`."""
-    from nvwatch.agent.report.errors import ReportError
-    from nvwatch.agent.report.prom import Connection, check_url
     from nvwatch.agent.webconfig_get import Unreachable, get
+    from nvwatch.common.http_connection import Connection, ConnectionSetupError
 
     if basic_auth_user is not None and basic_auth_user_file is not None:
         raise click.UsageError("give --basic-auth-user or --basic-auth-user-file, not both")
@@ -127,7 +126,6 @@ def get_command(
     if password is not None and not user:
         raise click.UsageError("--basic-auth-password-file needs a --basic-auth-user(-file)")
     try:
-        check_url(url, "URL")
         connection = Connection(
             url=url,
             basic_auth=(user, password or "") if user else None,
@@ -135,7 +133,7 @@ def get_command(
             timeout_seconds=timeout,
         )
         answer = get(connection)
-    except ReportError as exc:  # the URL or the CA file: bad input
+    except ConnectionSetupError as exc:  # the URL or the CA file: bad input
         raise click.ClickException(str(exc)) from None
     except Unreachable as exc:
         _failed(str(exc))

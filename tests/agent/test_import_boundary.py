@@ -1,6 +1,7 @@
 """The product loads only what it runs: the simulator is a separate package, reached
 through one door (agent/simulation.py), and `serve` on a real node loads no simulator,
-report, dashboard or alert builder, matplotlib or numpy.
+report, dashboard or alert builder, matplotlib or numpy. The capacity report is a
+Prometheus client: it never imports the node agent's server or sources.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import pytest
 from nvwatch.sim.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("agent", "alerts", "common", "dashboards", "mixin")
+PRODUCT = ("agent", "alerts", "common", "dashboards", "mixin", "report")
 DOOR = REPO / "agent" / "simulation.py"
 
 
-def _simulator_imports(path: Path) -> list[str]:
-    """Where `path` names the simulator's package: imports, and module names in strings
+def _imports_of(path: Path, *packages: str) -> list[str]:
+    """Where `path` names one of `packages`: imports, and module names in strings
     (importlib.import_module, lazy command tables)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -33,10 +34,36 @@ def _simulator_imports(path: Path) -> list[str]:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             names = [node.value]
-        if any(name == "nvwatch.sim" or name.startswith("nvwatch.sim.") for name in names):
+        if any(name == p or name.startswith(p + ".") for name in names for p in packages):
             where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
             found.append(f"{where}:{node.lineno}")  # type: ignore[attr-defined]
     return found
+
+
+def _simulator_imports(path: Path) -> list[str]:
+    return _imports_of(path, "nvwatch.sim")
+
+
+# the node agent's own machinery, which a Prometheus client has no use for
+AGENT_ONLY = ("nvwatch.agent.server", "nvwatch.agent.sources")
+
+
+def test_the_report_never_imports_the_agents_server_or_sources() -> None:
+    modules = sorted((REPO / "report").rglob("*.py"))
+    assert len(modules) > 30
+    assert [hit for path in modules for hit in _imports_of(path, *AGENT_ONLY)] == []
+
+
+def test_the_walk_finds_the_report_reaching_into_the_agent(tmp_path: Path) -> None:
+    lines = ("from nvwatch.agent.server.loop import x", "import nvwatch.agent.sources.nvml",
+             "from nvwatch.agent import sources", "x = 'nvwatch.agent.server.probe'")  # fmt: skip
+    for line in lines:
+        module = tmp_path / "probe.py"
+        module.write_text(line + "\n")
+        assert _imports_of(module, *AGENT_ONLY) == [f"{module}:1"], line
+    # the agent's other modules (its thread helper) are not the node agent's machinery
+    module.write_text("from nvwatch.agent.threads import thread_pool\n")
+    assert _imports_of(module, *AGENT_ONLY) == []
 
 
 def test_only_the_door_imports_the_simulator() -> None:
@@ -56,7 +83,7 @@ def test_the_walk_finds_each_way_of_crossing(tmp_path: Path) -> None:
 
 
 # the agent's own modules a real-mode serve must not load, and third-party packages
-NOT_LOADED = ("nvwatch.sim", "nvwatch.agent.report", "nvwatch.dashboards", "nvwatch.alerts",
+NOT_LOADED = ("nvwatch.sim", "nvwatch.report", "nvwatch.dashboards", "nvwatch.alerts",
               "nvwatch.mixin", "matplotlib", "numpy", "grafanalib", "grpc", "pyipmi")  # fmt: skip
 
 _SERVE_AND_LIST = """

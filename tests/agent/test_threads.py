@@ -1,4 +1,5 @@
-"""The one thread helper: it carries the context, and nothing else in the agent starts one."""
+"""The one thread helper: it carries the context, and nothing else in the agent starts one,
+nor in the capacity report, which runs its queries on the helper's pool."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import ast
 import contextvars
 from pathlib import Path
 
-from nvwatch import agent
+from nvwatch import agent, report
 from nvwatch.agent import threads
 from nvwatch.agent.threads import start_thread
 
 AGENT = Path(agent.__file__).parent
+REPORT = Path(report.__file__).parent
 _node: contextvars.ContextVar[str] = contextvars.ContextVar("node", default="none")
 
 
@@ -43,7 +45,7 @@ def _called_name(call: ast.Call) -> str:
 
 def test_only_the_helper_starts_threads_and_its_docstring_lists_every_one() -> None:
     names: set[str] = set()
-    for path in AGENT.rglob("*.py"):
+    for path in [*AGENT.rglob("*.py"), *REPORT.rglob("*.py")]:
         tree = ast.parse(path.read_text(), str(path))
         for call in _calls(tree):
             called = _called_name(call)
@@ -58,6 +60,6 @@ def test_only_the_helper_starts_threads_and_its_docstring_lists_every_one() -> N
                     names.add(str(first.value))
                 elif isinstance(first, ast.JoinedStr) and isinstance(first.values[0], ast.Constant):
                     names.add(str(first.values[0].value) + "<name>")
-    assert {"nvwatch-poller", "nvwatch-http", "nvwatch-xid"} <= names
+    assert {"nvwatch-poller", "nvwatch-http", "nvwatch-xid", "nvwatch-report"} <= names
     doc = threads.__doc__ or ""
     assert [name for name in sorted(names) if f"``{name}``" not in doc] == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from nvwatch.agent.report.html import _table
-from nvwatch.agent.report.sections.demand_accounts import AccountUse, account_table
+from nvwatch.report.html import _table
+from nvwatch.report.sections.demand_accounts import AccountUse, account_table
 from tests.report.conftest import SyntheticReport
 
 # a number written with more digits after the point than any formatter writes

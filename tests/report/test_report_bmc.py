@@ -25,8 +25,8 @@ import yaml
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.agent.report import units
-from nvwatch.agent.report.air import GPU, NODE, ROOM
+from nvwatch.report import units
+from nvwatch.report.air import GPU, NODE, ROOM
 from tests.report import synthetic
 from tests.report.conftest import EXAMPLE_CONFIG, Backfill, SyntheticReport, report_args
 

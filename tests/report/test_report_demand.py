@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nvwatch.agent.report.context import Context
-from nvwatch.agent.report.sections.demand import demand
-from nvwatch.agent.report.summary import executive_summary
-from nvwatch.agent.report.window import make_window
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin import config as mixin_config
+from nvwatch.report.context import Context
+from nvwatch.report.sections.demand import demand
+from nvwatch.report.summary import executive_summary
+from nvwatch.report.window import make_window
 from tests.report import synthetic, synthetic_queue
 from tests.report.conftest import EXAMPLE_CONFIG, Backfill, SyntheticReport
 from tests.report.synthetic_queue import IN_WINDOW, Partition

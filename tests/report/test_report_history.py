@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.agent.report.air import GPU, NODE
-from nvwatch.agent.report.style import RACK_COLOURS
-from nvwatch.agent.report.window import WEEK_SECONDS
 from nvwatch.mixin import config as mixin_config
+from nvwatch.report.air import GPU, NODE
+from nvwatch.report.style import RACK_COLOURS
+from nvwatch.report.window import WEEK_SECONDS
 from tests.history.backfill import HistoryPrometheus
 from tests.report.conftest import EXAMPLE_CONFIG
 

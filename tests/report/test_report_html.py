@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from nvwatch.agent.report import style, units
+from nvwatch.report import style, units
 from tests.conftest import require_tool
 from tests.report.chromium import measure, render
 from tests.report.conftest import SyntheticReport

@@ -11,7 +11,7 @@ import sys
 import pytest
 from PIL import Image
 
-from nvwatch.agent.report import style, units
+from nvwatch.report import style, units
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_each_known_node_class_has_its_own_colour() -> None:
 
 
 def test_an_unknown_class_keeps_its_colour_across_processes() -> None:
-    code = "from nvwatch.agent.report.style import class_colour; print(class_colour('lab-rtx6000'))"
+    code = "from nvwatch.report.style import class_colour; print(class_colour('lab-rtx6000'))"
     seen = {
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -95,7 +95,7 @@ def test_without_the_extra_the_agent_imports_and_plotting_says_how_to_install(
     # None in sys.modules makes `import <hidden>` raise ImportError
     code = (
         f"import sys; sys.modules[{hidden!r}] = None\n"
-        "import nvwatch.agent.cli, nvwatch.agent.report.style as s\n"
+        "import nvwatch.agent.cli, nvwatch.report.style as s\n"
         "try:\n    s.require()\nexcept s.PlottingUnavailable as e:\n    print(e)\n"
     )
     out = subprocess.run(
@@ -106,7 +106,7 @@ def test_without_the_extra_the_agent_imports_and_plotting_says_how_to_install(
 
 
 def test_a_rack_chart_can_give_each_rack_its_own_colour() -> None:
-    from nvwatch.agent.report.sections.power import SHOWN_RACKS
+    from nvwatch.report.sections.power import SHOWN_RACKS
 
     assert len(set(style.RACK_COLOURS)) == len(style.RACK_COLOURS) >= SHOWN_RACKS
     assert style.NEUTRAL not in style.RACK_COLOURS

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from nvwatch.agent.report.errors import ReportError
-from nvwatch.agent.report.frame import counter_events
-from nvwatch.agent.report.window import choose_step, make_window, parse_time
+from nvwatch.report.errors import ReportError
+from nvwatch.report.frame import counter_events
+from nvwatch.report.window import choose_step, make_window, parse_time
 
 NOW = 1_793_491_234.0  # 2026-11-01 00:00:34 UTC
 
