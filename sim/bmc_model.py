@@ -13,7 +13,7 @@ estimates chosen to behave like a DGX, not measured):
   one does not turn.
 - exhaust = inlet + DESIGN_RISE_C x (power / maximum) / airflow, where airflow is the
   mean fan speed as a share of full speed; it relaxes towards that with EXHAUST_TAU_S.
-- the GPUs breathe the inlet air (`conditions`, sim/gpu_model.AirSupply); a GPU behind a
+- the GPUs breathe the inlet air (`conditions`, sim/gpu/model.AirSupply); a GPU behind a
   stopped fan gets DEAD_FAN_AIRFLOW of its air, and its heat sink conducts worse.
 Every fault is a window of time (sim/bmc_scenarios.py), so the air the GPUs breathe at
 any sub-step is exact; power, fans and exhaust are integrated when `advance` is called.
@@ -36,8 +36,8 @@ from nvwatch.sim.bmc_scenarios import (
     PsuFailure,
     make_fault,
 )
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.gpu_thermal import AMBIENT_C
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.gpu.thermal import AMBIENT_C
 from nvwatch.sim.profiles import Profile
 
 CPU_IDLE_SHARE = 0.30  # ~ of TDP, an idle server processor

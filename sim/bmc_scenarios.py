@@ -19,8 +19,8 @@ from typing import ClassVar
 
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.sim.bmc_classes import BmcClass
+from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
 from nvwatch.sim.profiles import Profile
-from nvwatch.sim.scenarios import FAULT_ONSET_S
 
 BMC_SCENARIOS: tuple[str, ...] = ("hot-aisle", "fan-failure", "psu-failure", "bmc-unreachable")
 HOT_AISLE_RISE_C = 35.0

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nvwatch.sim.fabric_tree import TreeWriter, write_structure
+from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
 from nvwatch.sim.ib_port import (
     CONGESTION_STALL,
     FLAP_DOWN_S,
@@ -34,7 +35,6 @@ from nvwatch.sim.ib_port import (
     degraded_rate,
 )
 from nvwatch.sim.profiles import Profile, get_profile, gpu_pci_bus_id
-from nvwatch.sim.scenarios import FAULT_ONSET_S
 from nvwatch.sim.workload import Workload
 
 __all__ = [

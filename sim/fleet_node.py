@@ -25,7 +25,7 @@ from nvwatch.sim.fleet_plan import FleetError, NodeSpec, cannot_listen
 from nvwatch.sim.node import SimulatedNode
 
 # Sub-steps of each GPU's physics per fleet tick (one poll interval of simulated time).
-# A lone node integrates in 0.5 s sub-steps (gpu_model.MAX_SUBSTEP_S), 30 per 15 s tick:
+# A lone node integrates in 0.5 s sub-steps (gpu.model.MAX_SUBSTEP_S), 30 per 15 s tick:
 # 124 dgx1-v100 at 15 s took 15.4 % of a core with them, 14.1 % with 8 (measured with
 # benchmarks.sim_cost.measure_fleet_cpu). Workload demand is averaged over
 # each sub-step and the temperature relaxes exactly at any step, so 8 keep the thermal

@@ -15,7 +15,7 @@ from typing import Any
 from nvwatch.agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
 from nvwatch.agent.inventory_bmc import bmc_target_group
 from nvwatch.sim import node_scenarios
-from nvwatch.sim.mig_layout import MigLayoutError, checked_layout
+from nvwatch.sim.gpu.mig_layout import MigLayoutError, checked_layout
 from nvwatch.sim.node_scenarios import UnknownScenario, known_scenarios
 from nvwatch.sim.profiles import UnknownProfile, get_profile
 
@@ -48,7 +48,7 @@ class NodeSpec:
     cluster: str
     rack: str
     scenarios: tuple[ScenarioSpec, ...] = ()
-    mig: str | None = None  # the node's --mig layout (sim/mig_layout.py)
+    mig: str | None = None  # the node's --mig layout (sim/gpu/mig_layout.py)
     bmc: str = ""  # its BMC's address on the (loopback) management network: bmc_address()
 
 

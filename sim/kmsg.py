@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from nvwatch.sim.gpu_state import EVENT_XID, GpuEvent
+from nvwatch.sim.gpu.state import EVENT_XID, GpuEvent
 from nvwatch.sim.profiles import Profile, gpu_pci_bus_id
 
 #: How long the simulated node had been up when the simulation started.

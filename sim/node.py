@@ -25,9 +25,9 @@ from nvwatch.agent.threads import start_thread
 from nvwatch.sim import node_scenarios
 from nvwatch.sim.bmc_model import BmcState, SimulatedBmc
 from nvwatch.sim.fabric import SimulatedFabric
-from nvwatch.sim.gpu_thermal import AMBIENT_C
+from nvwatch.sim.gpu.mig_layout import checked_layout
+from nvwatch.sim.gpu.thermal import AMBIENT_C
 from nvwatch.sim.kmsg import SimulatedKernelLog
-from nvwatch.sim.mig_layout import checked_layout
 from nvwatch.sim.node_scenarios import UnknownScenario as UnknownScenario
 from nvwatch.sim.node_scenarios import known_scenarios as known_scenarios
 from nvwatch.sim.nvml import SimulatedNvml
@@ -120,7 +120,7 @@ class SimulatedNode:
         """`worker_processes`: start a real process per busy GPU (and per busy MIG
         instance) for the simulated job's worker (sim/workers.py); a fleet's nodes
         leave it off. `mig`: a --mig
-        layout (sim/mig_layout.py); None: MIG off on every GPU. `room_c`: the air the
+        layout (sim/gpu/mig_layout.py); None: MIG off on every GPU. `room_c`: the air the
         node's inlet draws (the GPUs breathe it too) while no hot aisle adds to it."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
-from nvwatch.sim import bmc_scenarios, scenarios
+from nvwatch.sim import bmc_scenarios
 from nvwatch.sim.bmc_classes import bmc_class
 from nvwatch.sim.bmc_model import SimulatedBmc
 from nvwatch.sim.bmc_scenarios import BMC_SCENARIOS, is_bmc_scenario
@@ -25,6 +25,7 @@ from nvwatch.sim.fabric import (
     default_onset,
     is_ib_scenario,
 )
+from nvwatch.sim.gpu import scenarios
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.profiles import Profile
 from nvwatch.sim.workload import Workload

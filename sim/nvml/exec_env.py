@@ -23,7 +23,7 @@ from nvwatch.sim import process_file, workers
 from nvwatch.sim.bmc_scenarios import is_bmc_scenario
 from nvwatch.sim.clock import Clock, ScaledClock
 from nvwatch.sim.fabric import is_ib_scenario
-from nvwatch.sim.mig_layout import checked_layout
+from nvwatch.sim.gpu.mig_layout import checked_layout
 from nvwatch.sim.nvml.installation import install
 from nvwatch.sim.nvml.library import SimulatedNvml
 from nvwatch.sim.profiles import get_profile

@@ -1,7 +1,7 @@
 """Multi-Instance GPU, per device: MIG mode, MIG device handles, and what a MIG device
 answers and a GPU in MIG mode stops answering.
 
-The state is `nvwatch.sim.mig_state.GpuMig` per GPU (from the --mig layout); how a
+The state is `nvwatch.sim.gpu.mig_state.GpuMig` per GPU (from the --mig layout); how a
 handle finds it is `mig_handles`. What NVML answers, per its reference:
 - on a MIG device handle: UUID (MIG-...), name, memory (the GPU instance's), processes,
   the instance ids, the parent's handle; anything GPU-wide (power, clocks, utilization,
@@ -22,9 +22,9 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.mig_profiles import MAX_MIG_DEVICES
-from nvwatch.sim.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.mig_profiles import MAX_MIG_DEVICES
+from nvwatch.sim.gpu.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,

@@ -45,9 +45,9 @@ from nvwatch.sim.bmc_classes import bmc_class
 from nvwatch.sim.bmc_scenarios import BMC_SCENARIOS
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
+from nvwatch.sim.gpu.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
 from nvwatch.sim.node import SimulatedNode, known_scenarios
 from nvwatch.sim.profiles import PROFILES, Profile
-from nvwatch.sim.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
 
 # simulated seconds of each poll: a baseline, the faults active (they begin at 30 s; a
 # lost GPU stops answering 2 s later, an HCA vanishes at 30 s), and after REPAIR_S, when

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from nvwatch.sim.gpu_model import ScenarioHook, SimulatedGpu
-from nvwatch.sim.gpu_state import EVENT_DOUBLE_BIT_ECC
+from nvwatch.sim.gpu.model import ScenarioHook, SimulatedGpu
+from nvwatch.sim.gpu.state import EVENT_DOUBLE_BIT_ECC
 from nvwatch.sim.workload import Workload
 
 # they set what the GPUs run (cold-start: training on GPUs that sat idle, which warm up;

@@ -1,6 +1,6 @@
 """The records a simulated GPU keeps and hands out: link and ECC state, events, activity.
 
-Plain data, split from `nvwatch.sim.gpu_model` (which integrates them) so that the
+Plain data, split from `nvwatch.sim.gpu.model` (which integrates them) so that the
 simulated NVML can read a GPU's state without reading its dynamics. The bit values are
 NVML's own, because the simulated library passes them through unchanged.
 """

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nvwatch.sim.mig_profiles import (
+from nvwatch.sim.gpu.mig_profiles import (
     COMPUTE_SLICES,
     MEMORY_SLICES,
     GpuInstanceProfile,

@@ -2,7 +2,7 @@
 temperature it settles at, and the throttle reasons that follow.
 
 Pure functions of the board (`GpuModel`), its power limit and its thermal resistance, so
-`nvwatch.sim.gpu_model.SimulatedGpu` (which integrates them over time) and tests
+`nvwatch.sim.gpu.model.SimulatedGpu` (which integrates them over time) and tests
 can ask them anything:
 - the power limit caps the dynamic power (SW power cap reason);
 - above the slowdown temperature a proportional controller pulls the clocks, and with
@@ -15,7 +15,7 @@ can ask them anything:
 
 from __future__ import annotations
 
-from nvwatch.sim.gpu_state import (
+from nvwatch.sim.gpu.state import (
     REASON_GPU_IDLE,
     REASON_HW_THERMAL,
     REASON_SW_POWER_CAP,

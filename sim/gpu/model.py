@@ -2,15 +2,15 @@
 
 The simulated NVML library (`nvwatch.sim.nvml`) reads everything it reports from a
 `SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. The records
-it integrates (links, ECC, events, activity) are in `nvwatch.sim.gpu_state`. State moves
+it integrates (links, ECC, events, activity) are in `nvwatch.sim.gpu.state`. State moves
 only in `step()`, which integrates up to a given time in bounded sub-steps, so a clock
 jump of an hour costs a few hundred cheap iterations and stays stable.
 
 Model, per sub-step:
 - demanded power = idle + compute_intensity x (TDP - idle), mean intensity over the step;
 - the power limit and the thermal controller turn demand into power, clocks and throttle
-  reasons (`nvwatch.sim.gpu_thermal`); time under each counts as violation time;
-- temperature relaxes towards the closed-loop steady state (gpu_thermal) with time
+  reasons (`nvwatch.sim.gpu.thermal`); time under each counts as violation time;
+- temperature relaxes towards the closed-loop steady state (thermal.py) with time
   constant tau: exact for any step length, no explicit-Euler instability; the air the
   board breathes (its ambient, and how well its fans move it) comes from the node's
   `AirSupply` (the BMC model, sim/bmc_model.py) at every sub-step;
@@ -26,7 +26,7 @@ import math
 import uuid as uuid_module
 from typing import Protocol
 
-from nvwatch.sim.gpu_state import (
+from nvwatch.sim.gpu.state import (
     EVENT_XID,
     REASON_GPU_IDLE,
     REASON_SW_THERMAL,
@@ -35,7 +35,7 @@ from nvwatch.sim.gpu_state import (
     GpuEvent,
     LinkState,
 )
-from nvwatch.sim.gpu_thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
+from nvwatch.sim.gpu.thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
 from nvwatch.sim.profiles import MIB, GpuModel, LinkEnd
 from nvwatch.sim.workload import Workload, workload_means
 
@@ -53,7 +53,7 @@ def _stable_digest(*parts: object) -> bytes:
 
 
 class ScenarioHook(Protocol):
-    """A fault on one GPU (`nvwatch.sim.scenarios`): called at every sub-step with the
+    """A fault on one GPU (`nvwatch.sim.gpu.scenarios`): called at every sub-step with the
     seconds since the simulation started; `end()` stops it and repairs what it broke."""
 
     @property
@@ -108,7 +108,7 @@ class SimulatedGpu:
         # sub-steps one step() may take at most: fewer make a long step cheaper (a month
         # of history at minutes per step), the thermal relaxation being exact at any length
         self.max_substeps = MAX_SUBSTEPS
-        # Under MIG (sim/mig_state.py) the share of the GPU's SMs its instances keep
+        # Under MIG (sim/gpu/mig_state.py) the share of the GPU's SMs its instances keep
         # busy: it scales the workload's load, and NVLink idles (MIG has no NVLink P2P).
         # None: MIG off, the workload drives the whole GPU.
         self.mig_load: float | None = None

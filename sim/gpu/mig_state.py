@@ -18,15 +18,15 @@ import uuid as uuid_module
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.gpu_state import Activity
-from nvwatch.sim.mig_layout import GpuMigPlan, PlacedInstance, place
-from nvwatch.sim.mig_profiles import COMPUTE_SLICES
+from nvwatch.sim.gpu.mig_layout import GpuMigPlan, PlacedInstance, place
+from nvwatch.sim.gpu.mig_profiles import COMPUTE_SLICES
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.gpu.state import Activity
 
 MIB = 1024 * 1024
 CONTEXT_BYTES = 256 * MIB  # ~ a CUDA context on a MIG instance, outside the job's tensors
 IDLE_SHARE = 0.2  # ~ fraction of instances with no job on them
-# what a job's framework holds of its instance's memory, by workload kind (as gpu_model)
+# what a job's framework holds of its instance's memory, by workload kind (as model.py)
 _MEMORY_SHARE = {"training": 0.85, "inference": 0.40, "idle": 0.0}
 _PID_BASE = 40000
 
