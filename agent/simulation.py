@@ -61,7 +61,7 @@ def simulated_bmc() -> tuple[BmcReader, Module, str] | None:
     """Inside a `simulated_node` block: the simulated node's BMC for /probe (its reader,
     the built-in module `default` that reads every sensor and DCMI, and the BMC's address
     to give as `target=`); None outside one."""
-    from nvwatch.sim.bmc_reader import SIMULATED_MODULE
+    from nvwatch.sim.bmc.reader import SIMULATED_MODULE
     from nvwatch.sim.runtime import BMC_ADDRESS, bmc_reader
 
     reader = bmc_reader()

@@ -46,7 +46,7 @@ from nvwatch.agent.inventory import write_json_atomic
 from nvwatch.agent.inventory_bmc import probe_job
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
-from nvwatch.sim.bmc_reader import SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
 from nvwatch.sim.fleet_controller import SlurmController
 from nvwatch.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs

@@ -16,7 +16,7 @@ from nvwatch.agent.config import AgentConfig, format_listen
 from nvwatch.agent.exposition.bmc import probe_exposition
 from nvwatch.agent.server import MetricsServer
 from nvwatch.agent.server.probe import ProbeService
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 
 
 class ManagementHost:

@@ -5,7 +5,7 @@ carry that job's labels: the node's `cluster`, `rack`, `node_class` and `instanc
 join with its GPU series) and `bmc`, its address. The BMC answers whether or not the
 node's agent does, so an agent-down episode leaves these series whole.
 
-The values are the probe's: the node's SDR readings (sim/bmc_sdr.py) go through the
+The values are the probe's: the node's SDR readings (sim/bmc/sdr.py) go through the
 `bmc` source's own interpreter and the exposition's readers of the catalogue's BMC
 families, as /probe fills them, into plain rows instead of the exposition's slots (no
 text rendered and parsed for every step of a month). The read's duration is left out: no

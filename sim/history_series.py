@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from nvwatch.agent.catalogue import BY_NAME, MetricType
 from nvwatch.agent.sources.bmc.reading import BmcError, Target
 from nvwatch.agent.sources.infiniband_parse import parse_rate
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.fleet_plan import NodeSpec
 from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.gpu.state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nvwatch.sim.bmc_classes import bmc_class
+from nvwatch.sim.bmc.classes import bmc_class
 from nvwatch.sim.history_plan import Episode, HistoryPlan
 from nvwatch.sim.history_series import Row
 from nvwatch.sim.profiles import get_profile

@@ -1,5 +1,5 @@
 """One simulated DGX node: simulated NVML + a live simulated sysfs fabric, one workload,
-the chassis its BMC watches (sim/bmc_model.py: node power, inlet and exhaust air, fans,
+the chassis its BMC watches (sim/bmc/model.py: node power, inlet and exhaust air, fans,
 power supplies), and a kernel log file its XIDs are written to (sim/kmsg.py).
 
 `nvwatch serve --simulate PROFILE` and the simulated fleet build one of these per node.
@@ -23,7 +23,7 @@ from pathlib import Path
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import node_scenarios
-from nvwatch.sim.bmc_model import BmcState, SimulatedBmc
+from nvwatch.sim.bmc.model import BmcState, SimulatedBmc
 from nvwatch.sim.fabric import SimulatedFabric
 from nvwatch.sim.gpu.mig_layout import checked_layout
 from nvwatch.sim.gpu.thermal import AMBIENT_C

@@ -5,7 +5,7 @@ by `nvwatch.agent.config.parse_scenario`). Workload scenarios (`idle`, `healthy-
 what the GPUs run, the whole node's without a target or one GPU's with one. Fault
 scenarios go to the simulated NVML (GPU faults, `nvml-driver-broken`), to the simulated
 fabric (InfiniBand ports, `ib-hca-vanish`) or to the chassis its BMC watches (`hot-aisle`,
-`fan-failure`, `psu-failure`, `bmc-unreachable`: sim/bmc_scenarios.py), each with its own
+`fan-failure`, `psu-failure`, `bmc-unreachable`: sim/bmc/scenarios.py), each with its own
 repair. Everything is checked here before a node builds anything, so a fleet refuses bad
 input up front.
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
-from nvwatch.sim import bmc_scenarios
-from nvwatch.sim.bmc_classes import bmc_class
-from nvwatch.sim.bmc_model import SimulatedBmc
-from nvwatch.sim.bmc_scenarios import BMC_SCENARIOS, is_bmc_scenario
+from nvwatch.sim.bmc import scenarios as bmc_scenarios
+from nvwatch.sim.bmc.classes import bmc_class
+from nvwatch.sim.bmc.model import SimulatedBmc
+from nvwatch.sim.bmc.scenarios import BMC_SCENARIOS, is_bmc_scenario
 from nvwatch.sim.fabric import (
     FABRIC_SCENARIOS,
     SimulatedFabric,

@@ -13,7 +13,7 @@ Model, per sub-step:
 - temperature relaxes towards the closed-loop steady state (thermal.py) with time
   constant tau: exact for any step length, no explicit-Euler instability; the air the
   board breathes (its ambient, and how well its fans move it) comes from the node's
-  `AirSupply` (the BMC model, sim/bmc_model.py) at every sub-step;
+  `AirSupply` (the BMC model, sim/bmc/model.py) at every sub-step;
 - energy integrates power; NVLink/PCIe byte counters integrate the workload's traffic;
 - error counters accumulate expected counts (rate x dt) and report the integer part, so
   they depend only on time, not on how often anyone polls.

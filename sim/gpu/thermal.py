@@ -9,7 +9,7 @@ can ask them anything:
   them the dynamic power, down (thermal reasons);
 - temperature relaxes towards ambient + R x power. The controller makes power depend on
   temperature, so `steady_temperature` solves for the closed-loop steady state. Ambient
-  is the air the board breathes: the node's inlet (sim/bmc_model.py) where the node has a
+  is the air the board breathes: the node's inlet (sim/bmc/model.py) where the node has a
   BMC model, AMBIENT_C otherwise.
 """
 

@@ -23,7 +23,7 @@ from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.exposition.bmc import probe_exposition
 from nvwatch.agent.server import Health, MetricsServer
 from nvwatch.agent.server.probe import ProbeService
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet_plan import plan_fleet
 from nvwatch.sim.history import for_history

@@ -17,7 +17,7 @@ import pytest
 
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.bmc.reading import BmcError
-from nvwatch.sim.bmc_scenarios import HOT_AISLE_RAMP_S
+from nvwatch.sim.bmc.scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.gpu import scenarios

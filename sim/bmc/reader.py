@@ -1,7 +1,7 @@
 """`SimulatedBmcReader`: the BmcReader of the `bmc` source over simulated nodes' BMCs.
 
 It answers for the BMC addresses it was given, each its node's chassis model read now
-(sim/bmc_model.py) and described by its SDR (sim/bmc_sdr.py), so the probe and the
+(sim/bmc/model.py) and described by its SDR (sim/bmc/sdr.py), so the probe and the
 interpreter run exactly as they do against a real BMC. It never opens a socket: an
 address is only a key. A target it does not know, or a node whose BMC is unreachable
 (the `bmc-unreachable` scenario), answers nothing: BmcError after the module's timeout,
@@ -24,7 +24,7 @@ from nvwatch.agent.sources.bmc.reading import (
     SensorReading,
     Target,
 )
-from nvwatch.sim.bmc_sdr import SensorRecord, dcmi_watts, sensor_records
+from nvwatch.sim.bmc.sdr import SensorRecord, dcmi_watts, sensor_records
 from nvwatch.sim.node import SimulatedNode
 
 NO_ANSWER_WAIT_CAP_S = 1.0

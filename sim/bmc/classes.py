@@ -1,6 +1,6 @@
 """The node around the GPUs, per hardware profile: what its BMC measures, and the figures.
 
-Data only; sim/bmc_model.py runs the physics on it. Figures marked ~ are estimates (as
+Data only; sim/bmc/model.py runs the physics on it. Figures marked ~ are estimates (as
 in the profiles): check them against the user guide of the exact model. Sources:
 - system maximum: the profile's `system_power_watts`, NVIDIA's published system power
   (DGX-1 3.2 kW with P100 and 3.5 kW with V100, the DGX-1 white paper's 3.2 kW TDP; DGX-2
@@ -11,7 +11,7 @@ in the profiles): check them against the user guide of the exact model. Sources:
 - fans: ~ estimates throughout (the GPU tray's fan modules, their top speed and draw).
 
 What the node draws besides its GPUs, CPUs and fans (memory, NICs, NVSwitches, drives,
-board losses) is not published; sim/bmc_model.py takes it as what the system maximum
+board losses) is not published; sim/bmc/model.py takes it as what the system maximum
 leaves once GPUs, CPUs and fans are at theirs (`rest_max_watts`), so a node at every
 limit draws exactly the published figure.
 """

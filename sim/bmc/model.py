@@ -1,6 +1,6 @@
 """The chassis of one simulated node as its BMC measures it: power, air, fans, supplies.
 
-The model, on the node's clock (figures in sim/bmc_classes.py; ~ constants here are
+The model, on the node's clock (figures in sim/bmc/classes.py; ~ constants here are
 estimates chosen to behave like a DGX, not measured):
 - node input power = (GPU boards + CPUs + fans + the rest) / the supplies' efficiency.
   GPUs: the node's simulated GPUs. CPUs: 30 % of TDP idle, rising with the load a GPU
@@ -15,7 +15,7 @@ estimates chosen to behave like a DGX, not measured):
   mean fan speed as a share of full speed; it relaxes towards that with EXHAUST_TAU_S.
 - the GPUs breathe the inlet air (`conditions`, sim/gpu/model.AirSupply); a GPU behind a
   stopped fan gets DEAD_FAN_AIRFLOW of its air, and its heat sink conducts worse.
-Every fault is a window of time (sim/bmc_scenarios.py), so the air the GPUs breathe at
+Every fault is a window of time (sim/bmc/scenarios.py), so the air the GPUs breathe at
 any sub-step is exact; power, fans and exhaust are integrated when `advance` is called.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nvwatch.agent.config import ScenarioSpec
-from nvwatch.sim.bmc_classes import PSU_EFFICIENCY, bmc_class, rest_max_watts
-from nvwatch.sim.bmc_scenarios import (
+from nvwatch.sim.bmc.classes import PSU_EFFICIENCY, bmc_class, rest_max_watts
+from nvwatch.sim.bmc.scenarios import (
     BmcFault,
     BmcUnreachable,
     FanFailure,

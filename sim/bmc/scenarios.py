@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from nvwatch.agent.config import ScenarioSpec
-from nvwatch.sim.bmc_classes import BmcClass
+from nvwatch.sim.bmc.classes import BmcClass
 from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
 from nvwatch.sim.profiles import Profile
 

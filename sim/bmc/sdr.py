@@ -1,6 +1,6 @@
 """A simulated node's Sensor Data Records, and its readings as a BMC reports them.
 
-The records describe the chassis of sim/bmc_model.py the way an IPMI BMC does (IPMI 2.0
+The records describe the chassis of sim/bmc/model.py the way an IPMI BMC does (IPMI 2.0
 tables 42-3, 43-13, 43-15): an SDR name, a sensor type, an entity, a unit, thresholds.
 A reading is what a client gets from Get Sensor Reading, already converted: a whole
 number of the record's step (its linearisation's M: 1 °C, 10-100 RPM, 4-40 W), and the
@@ -9,7 +9,7 @@ the `bmc` source turns them into metrics exactly as it does a real BMC's.
 
 Names follow common BMC usage ("Inlet Temp", "FAN1", "PSU1 Status"); they are not
 copied from a DGX's SDR. Thresholds are ~ estimates except the inlet's: its upper
-non-critical threshold is the class's operating envelope (sim/bmc_classes.py).
+non-critical threshold is the class's operating envelope (sim/bmc/classes.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from nvwatch.agent.sources.bmc.reading import (
     UNIT_WATTS,
     SensorReading,
 )
-from nvwatch.sim.bmc_classes import (
+from nvwatch.sim.bmc.classes import (
     ENTITY_FAN,
     ENTITY_POWER_SUPPLY,
     ENTITY_POWER_UNIT,
@@ -37,7 +37,7 @@ from nvwatch.sim.bmc_classes import (
     ENTITY_SYSTEM_BOARD,
     BmcClass,
 )
-from nvwatch.sim.bmc_model import BmcState, SimulatedBmc
+from nvwatch.sim.bmc.model import BmcState, SimulatedBmc
 
 SENSOR_TYPE_POWER_UNIT = 0x09  # IPMI 2.0 table 42-3
 READING_TYPE_SENSOR_SPECIFIC = 0x6F  # the power supply's own offsets
