@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvwatch.sim.fabric.ib_port import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_queue import plan_queue
 from nvwatch.sim.history_scheduler import CONTROLLER
 from nvwatch.sim.history_series import UP, Row
 from nvwatch.sim.history_truth_bmc import BMC_EPISODES, BmcTruth
 from nvwatch.sim.history_truth_queue import QueueTruth
-from nvwatch.sim.ib_port import XMIT_WAIT_TICKS_PER_SECOND
 
 _KWH = 3.6e6
 

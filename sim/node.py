@@ -24,7 +24,7 @@ from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.threads import start_thread
 from nvwatch.sim import node_scenarios
 from nvwatch.sim.bmc.model import BmcState, SimulatedBmc
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.gpu.mig_layout import checked_layout
 from nvwatch.sim.gpu.thermal import AMBIENT_C
 from nvwatch.sim.kmsg import SimulatedKernelLog

@@ -19,7 +19,7 @@ from nvwatch.sim.bmc import scenarios as bmc_scenarios
 from nvwatch.sim.bmc.classes import bmc_class
 from nvwatch.sim.bmc.model import SimulatedBmc
 from nvwatch.sim.bmc.scenarios import BMC_SCENARIOS, is_bmc_scenario
-from nvwatch.sim.fabric import (
+from nvwatch.sim.fabric.fabric import (
     FABRIC_SCENARIOS,
     SimulatedFabric,
     default_onset,

@@ -22,7 +22,7 @@ from nvwatch.agent.config import ScenarioSpec, parse_scenario, split_scenarios
 from nvwatch.sim import process_file, workers
 from nvwatch.sim.bmc.scenarios import is_bmc_scenario
 from nvwatch.sim.clock import Clock, ScaledClock
-from nvwatch.sim.fabric import is_ib_scenario
+from nvwatch.sim.fabric.fabric import is_ib_scenario
 from nvwatch.sim.gpu.mig_layout import checked_layout
 from nvwatch.sim.nvml.installation import install
 from nvwatch.sim.nvml.library import SimulatedNvml

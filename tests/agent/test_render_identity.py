@@ -44,7 +44,7 @@ from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc.classes import bmc_class
 from nvwatch.sim.bmc.scenarios import BMC_SCENARIOS
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import HCA_SCENARIOS, IB_SCENARIOS
+from nvwatch.sim.fabric.fabric import HCA_SCENARIOS, IB_SCENARIOS
 from nvwatch.sim.gpu.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
 from nvwatch.sim.node import SimulatedNode, known_scenarios
 from nvwatch.sim.profiles import PROFILES, Profile

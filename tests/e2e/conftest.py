@@ -24,7 +24,7 @@ import pytest
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.alerts import build as alerts_build
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import FleetJob
 from tests.conftest import require_tool

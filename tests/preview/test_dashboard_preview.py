@@ -39,7 +39,7 @@ from nvwatch.dashboards.preview import PanelResult, Prometheus, Window, drawn_se
 from nvwatch.dashboards.preview_maxima import Fleet as HardwareFleet
 from nvwatch.dashboards.preview_maxima import beyond_maxima
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.fleet import Fleet
 from nvwatch.sim.fleet_jobs import FleetJob
 from nvwatch.sim.fleet_queue import QueueSpec

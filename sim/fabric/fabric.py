@@ -6,11 +6,11 @@ down>/<endpoint>`, `bus/pci/devices/<bus id>` links) for every GPU and NIC from
 `profiles.pci_path`, so the InfiniBand source and the GPU <-> HCA affinity run the same
 code path as on a real DGX. Counters integrate the shared `Workload` (the same all-reduce
 bursts the simulated NVML shows as NVLink traffic) over an injectable clock; one port's
-counters and scenarios are in `nvwatch.sim.ib_port`.
+counters and scenarios are in `nvwatch.sim.fabric.ib_port`.
 
 Files are replaced atomically (write a dot-file, then os.replace), and only when their
 text changes, so a reader polling concurrently never sees half a number; the static
-structure and the file writing live in `nvwatch.sim.fabric_tree`. An HCA whose driver is
+structure and the file writing live in `nvwatch.sim.fabric.tree`. An HCA whose driver is
 unloaded (ib-hca-vanish) leaves `class/infiniband` whole, with one rename, and comes back
 the same way; its PCI function stays, as on a real node.
 """
@@ -23,9 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from nvwatch.sim.fabric_tree import TreeWriter, write_structure
-from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
-from nvwatch.sim.ib_port import (
+from nvwatch.sim.fabric.ib_port import (
     CONGESTION_STALL,
     FLAP_DOWN_S,
     FLAP_PERIOD_S,
@@ -34,6 +32,8 @@ from nvwatch.sim.ib_port import (
     SimulatedPort,
     degraded_rate,
 )
+from nvwatch.sim.fabric.tree import TreeWriter, write_structure
+from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
 from nvwatch.sim.profiles import Profile, get_profile, gpu_pci_bus_id
 from nvwatch.sim.workload import Workload
 

@@ -1,6 +1,6 @@
 """One simulated HCA port: its counters, its state, and the scenarios running on it.
 
-`SimulatedFabric` (sim/fabric.py) owns the ports and writes their files. A port's
+`SimulatedFabric` (sim/fabric/fabric.py) owns the ports and writes their files. A port's
 counters integrate the shared `Workload` between two clock readings; each scenario on it
 is a `PortFault` active over [since, until) on the fabric's clock, so a scenario that
 ends (on schedule, or repaired while running) leaves the port healthy from then on: the

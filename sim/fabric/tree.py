@@ -1,6 +1,6 @@
 """Writing the simulated sysfs tree: the static PCI and HCA structure, and atomic files.
 
-`SimulatedFabric` (sim/fabric.py) decides what the counter files say; this module
+`SimulatedFabric` (sim/fabric/fabric.py) decides what the counter files say; this module
 only knows how a sysfs tree is laid out and how to replace a file so that a reader
 polling concurrently never sees half a number.
 """
