@@ -1,6 +1,6 @@
 """A simulated fleet's Slurm queue: jobs arrive, wait, start on the nodes' GPUs and end.
 
-`simulate fleet --queue LOAD` runs one queue model (queue_model.py) for the whole fleet
+`simulate fleet --queue LOAD` runs one queue model (sim/queue/model.py) for the whole fleet
 on its simulated clock: a partition per node class (`v100`, `a100`, ...), the accounts
 of ACCOUNTS submitting GPU jobs at LOAD times each partition's GPUs (seeded by --seed),
 the fleet's `--job`s pinned where they were placed and running for good. The queue runs
@@ -22,9 +22,9 @@ from nvwatch.sim.fleet_jobs import FIRST_JOB_ID, FleetJob
 from nvwatch.sim.fleet_plan import FleetError, NodeSpec
 from nvwatch.sim.history_queue import ACCOUNTS, WEIGHTS, partition_of
 from nvwatch.sim.profiles import get_profile
-from nvwatch.sim.queue_jobs import Account, JobRequest, Partition, SlurmNode
-from nvwatch.sim.queue_model import QueueModel
-from nvwatch.sim.queue_workload import Arrivals, Demand, PartitionShape
+from nvwatch.sim.queue.arrivals import Arrivals, Demand, PartitionShape
+from nvwatch.sim.queue.jobs import Account, JobRequest, Partition, SlurmNode
+from nvwatch.sim.queue.model import QueueModel
 
 WARMUP_S = 6 * 3600.0
 NO_ACCOUNT = "none"  # the account of a --job given none (the scheduler source's name)

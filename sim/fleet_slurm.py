@@ -2,7 +2,7 @@
 
 The fleet's queue (fleet_queue.py) is the controller; these are its client commands. A
 directory holds three small executables named like Slurm's, each printing what the queue
-looked like at the fleet's last tick (slurm_out.py renders it; the fleet rewrites the
+looked like at the fleet's last tick (sim/queue/slurm_out.py renders it; the fleet rewrites the
 files after every step of the queue, each whole or not at all). An agent whose PATH
 starts with that directory runs, times and parses them exactly as it does Slurm's own,
 through the same subprocess; asked anything but what the scheduler source asks, they
@@ -18,8 +18,8 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from nvwatch.sim.queue_model import QueueModel
-from nvwatch.sim.slurm_out import sinfo_json, squeue_json, sshare_text
+from nvwatch.sim.queue.model import QueueModel
+from nvwatch.sim.queue.slurm_out import sinfo_json, squeue_json, sshare_text
 
 # command -> (the arguments it answers, the file it prints)
 COMMANDS = {

@@ -3,7 +3,7 @@
 The history's nodes are one Slurm cluster: a partition per node class (`v100`, `a100`,
 `h100` ...) over that class's nodes, and the idle node (the plan's episode) alone in a
 `-dev` partition nobody submits to, so its GPUs stay idle and no job waits for them.
-Four accounts submit GPU jobs (queue_workload.py) at a base load of the partitions'
+Four accounts submit GPU jobs (sim/queue/arrivals.py) at a base load of the partitions'
 GPUs; the queue runs a few days before the range, so it opens in its steady state.
 The demand episodes, in known windows of the range as the hardware's are:
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 from nvwatch.sim.history_plan import DAY_S, WEEK_S, HistoryPlan
 from nvwatch.sim.profiles import get_profile
-from nvwatch.sim.queue_jobs import DRAINED, Account, Partition, SlurmNode
-from nvwatch.sim.queue_model import QueueModel
-from nvwatch.sim.queue_workload import Arrivals, Demand, PartitionShape, Surge
+from nvwatch.sim.queue.arrivals import Arrivals, Demand, PartitionShape, Surge
+from nvwatch.sim.queue.jobs import DRAINED, Account, Partition, SlurmNode
+from nvwatch.sim.queue.model import QueueModel
 
 WARMUP_S = 3 * DAY_S
 ACCOUNTS = (

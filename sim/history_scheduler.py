@@ -2,7 +2,7 @@
 agent that runs `--sources scheduler` (job `nvwatch`, instance CONTROLLER, the cluster's
 label; no rack or node class: it is no GPU node).
 
-The queue's state at each step (queue_model.QueueState) becomes the scheduler source's
+The queue's state at each step (queue.state.QueueState) becomes the scheduler source's
 own sample (agent/sources/scheduler/model.py) and goes through the exposition's readers
 of the catalogue's scheduler families, as a poll's would, into plain rows (no text
 rendered and parsed for every step of a month): every family, label and zero is the
@@ -33,7 +33,7 @@ from nvwatch.agent.sources.scheduler.model import (
     SchedulerSample,
     WaitCounts,
 )
-from nvwatch.sim.queue_state import QueueState, WaitHistogram
+from nvwatch.sim.queue.state import QueueState, WaitHistogram
 
 CONTROLLER = "slurmctl"  # the controller host, whose agent runs the scheduler source
 JOB = "nvwatch"

@@ -37,8 +37,8 @@ from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_truth_bmc import quantile
-from nvwatch.sim.queue_jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
-from nvwatch.sim.queue_state import QueueState, WaitHistogram
+from nvwatch.sim.queue.jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
+from nvwatch.sim.queue.state import QueueState, WaitHistogram
 
 UNMET = (RESOURCES, PRIORITY)
 # a job waiting this long beside idle GPUs is "idle while waiting": the mixin's own

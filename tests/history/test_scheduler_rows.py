@@ -30,8 +30,8 @@ from nvwatch.sim.fleet_slurm import SlurmCommands
 from nvwatch.sim.history_plan import plan_history
 from nvwatch.sim.history_queue import build_queue, plan_queue
 from nvwatch.sim.history_scheduler import SchedulerSeries
-from nvwatch.sim.queue_model import MIN_JOB_AGE_S, QueueModel
-from nvwatch.sim.queue_state import QueueState
+from nvwatch.sim.queue.model import MIN_JOB_AGE_S, QueueModel
+from nvwatch.sim.queue.state import QueueState
 
 END = 1772409600.0  # 2026-03-02T00:00Z
 STEPS = 12  # an hour of refreshes

@@ -1,4 +1,4 @@
-"""Seeded GPU job arrivals for a simulated Slurm queue (queue_model.py).
+"""Seeded GPU job arrivals for a simulated Slurm queue (model.py).
 
 Each partition gets a Poisson stream of jobs whose offered load (GPUs x run time per
 second) is `load` times the partition's GPUs; each job belongs to an account drawn by the
@@ -22,7 +22,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from nvwatch.sim.queue_jobs import JobRequest
+from nvwatch.sim.queue.jobs import JobRequest
 
 HOUR_S = 3600.0
 # (share of jobs, whole GPUs per node as a share of the node's GPUs, nodes)

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from nvwatch.sim.queue_jobs import LIMITS, PRIORITY, RESOURCES, Job, Partition, SlurmNode
+from nvwatch.sim.queue.jobs import LIMITS, PRIORITY, RESOURCES, Job, Partition, SlurmNode
 
 # (planned end, node, GPUs) of a running job's share of one node
 Release = tuple[float, str, int]

@@ -1,7 +1,7 @@
 """What a simulated Slurm queue is made of: job requests, jobs, nodes and partitions.
 
-Plain data, shared by the queue model (queue_model.py), its scheduler pass
-(queue_sched.py) and what reads them (the history's scheduler series, the fleet's
+Plain data, shared by the queue model (model.py), its scheduler pass
+(sched.py) and what reads them (the history's scheduler series, the fleet's
 simulated Slurm). A job asks for whole GPUs per node times nodes, as every way Slurm takes
 a GPU request (`--gres=gpu:N`, `--gpus-per-node`, `--gpus` spread over nodes) comes to.
 

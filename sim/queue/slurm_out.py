@@ -1,5 +1,5 @@
 """What a simulated Slurm's client commands print: `squeue --json`, `sinfo --json` and
-`sshare --all --parsable2`, from a queue model (queue_model.py).
+`sshare --all --parsable2`, from a queue model (model.py).
 
 As the simulated NVML sits below the real pynvml, these sit below the real scheduler
 source: the fleet (fleet_slurm.py) puts executables named squeue, sinfo and sshare on the
@@ -21,8 +21,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nvwatch.sim.queue_jobs import DOWN, DRAINED, RESERVED, SLURM_REASONS, Job, SlurmNode
-from nvwatch.sim.queue_model import QueueModel
+from nvwatch.sim.queue.jobs import DOWN, DRAINED, RESERVED, SLURM_REASONS, Job, SlurmNode
+from nvwatch.sim.queue.model import QueueModel
 
 META = {
     "plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},

@@ -1,6 +1,6 @@
 """What a simulated Slurm queue shows at one instant: the scheduler source's series.
 
-`QueueState` holds, for one moment of the queue model (queue_model.py), every figure the
+`QueueState` holds, for one moment of the queue model (model.py), every figure the
 `scheduler` source exports: GPUs allocated / idle / unavailable per partition, nodes
 unavailable per reason class, GPUs of pending jobs per partition, account and reason
 class, the oldest waiting job's age, the cumulative histograms of the queue waits of the

@@ -3,14 +3,14 @@
 `QueueModel` is event-driven: submissions, job ends, hold releases, `--begin` times, node
 state changes (drain, down, reserve, resume) and account limit changes are events at
 simulated times; `advance(t)` applies every event up to `t` in order and runs a
-scheduler pass (queue_sched.py) after each instant that had one, so a job starts the
+scheduler pass (sched.py) after each instant that had one, so a job starts the
 moment its GPUs are free. Between events nothing changes, which makes the integrals
 exact: GPU-seconds per partition and account, and each account's decayed fair-share
 usage. Nothing here draws a random number: the same requests give the same queue
-(queue_workload.py makes seeded requests).
+(arrivals.py makes seeded requests).
 
 `state()` is what the scheduler source would export at the model's time
-(queue_state.QueueState). A job that is neither held, waiting for its `--begin` time
+(state.QueueState). A job that is neither held, waiting for its `--begin` time
 nor for the job it depends on is eligible from that moment: its queue wait runs from
 there to its start.
 """
@@ -23,7 +23,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from nvwatch.sim.queue_jobs import (
+from nvwatch.sim.queue.jobs import (
     DEPENDENCY,
     DONE,
     DOWN,
@@ -39,8 +39,8 @@ from nvwatch.sim.queue_jobs import (
     Partition,
     SlurmNode,
 )
-from nvwatch.sim.queue_sched import Start, schedule
-from nvwatch.sim.queue_state import FairShare, QueueState, WaitHistogram, decayed, fair_shares
+from nvwatch.sim.queue.sched import Start, schedule
+from nvwatch.sim.queue.state import FairShare, QueueState, WaitHistogram, decayed, fair_shares
 
 DEFAULT_HALF_LIFE_S = 7 * 86_400.0  # Slurm's PriorityDecayHalfLife default: 7-0
 # PriorityMaxAge: a job's age factor grows to 1 over this long (Slurm's default is 7
