@@ -38,7 +38,7 @@ Threads the agent runs (name, who starts it, why it exists):
   (agent/server/probe.py), only with --bmc-config or a simulated node's BMC. One BMC read
   each, so a BMC that does not answer holds one worker until its module's timeout, never
   the HTTP loop or another target's read.
-- ``nvwatch-sim``: `SimulatedNode.start` (sim/node.py), only with `--simulate`
+- ``nvwatch-sim``: `SimulatedNode.start` (sim/node/node.py), only with `--simulate`
   and the infiniband source. Rewrites the simulated sysfs tree once per poll interval,
   half an interval out of phase with the polls, as the kernel's counters would move.
 - ``nvwatch-fleet-tick``: `Fleet.start` (sim/fleet.py), only in a simulated

@@ -66,7 +66,7 @@ from nvwatch.sim.fleet_plan import (
 from nvwatch.sim.fleet_probe import ManagementHost
 from nvwatch.sim.fleet_queue import FleetQueue, QueueSpec
 from nvwatch.sim.fleet_slurm import SlurmCommands
-from nvwatch.sim.node import scratch_dir
+from nvwatch.sim.node.node import scratch_dir
 from nvwatch.sim.profiles import get_profile
 
 log = logging.getLogger(__name__)

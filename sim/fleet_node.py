@@ -22,7 +22,7 @@ from nvwatch.agent.sources.registry import build_sources
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import SteppedClock
 from nvwatch.sim.fleet_plan import FleetError, NodeSpec, cannot_listen
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 
 # Sub-steps of each GPU's physics per fleet tick (one poll interval of simulated time).
 # A lone node integrates in 0.5 s sub-steps (gpu.model.MAX_SUBSTEP_S), 30 per 15 s tick:

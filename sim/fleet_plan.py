@@ -14,9 +14,9 @@ from typing import Any
 
 from nvwatch.agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, parse_scenario
 from nvwatch.agent.inventory_bmc import bmc_target_group
-from nvwatch.sim import node_scenarios
 from nvwatch.sim.gpu.mig_layout import MigLayoutError, checked_layout
-from nvwatch.sim.node_scenarios import UnknownScenario, known_scenarios
+from nvwatch.sim.node import scenarios as node_scenarios
+from nvwatch.sim.node.scenarios import UnknownScenario, known_scenarios
 from nvwatch.sim.profiles import UnknownProfile, get_profile
 
 DEFAULT_CLUSTER = "sim"

@@ -44,7 +44,7 @@ from nvwatch.sim.history_scheduler import (
 )
 from nvwatch.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history_truth import GroundTruth
-from nvwatch.sim.node import SimulatedNode, scratch_dir
+from nvwatch.sim.node.node import SimulatedNode, scratch_dir
 from nvwatch.sim.openmetrics_out import OpenMetricsWriter, stamp
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.gpu.state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
 from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
 from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 
 JOB = "nvwatch"
 UP = "up"  # what Prometheus records for every scrape; not an nvwatch family

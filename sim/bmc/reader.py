@@ -25,7 +25,7 @@ from nvwatch.agent.sources.bmc.reading import (
     Target,
 )
 from nvwatch.sim.bmc.sdr import SensorRecord, dcmi_watts, sensor_records
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 
 NO_ANSWER_WAIT_CAP_S = 1.0
 # the module a simulated node's or fleet's /probe uses when no --bmc-config names one:

@@ -35,7 +35,7 @@ from nvwatch.sim.fleet_plan import (
 )
 from nvwatch.sim.fleet_queue import LIMIT_SYNTAX, QueueSpec, parse_limit
 from nvwatch.sim.history_queue import ACCOUNTS
-from nvwatch.sim.node_scenarios import known_scenarios
+from nvwatch.sim.node.scenarios import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
 

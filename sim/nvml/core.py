@@ -100,7 +100,7 @@ class NvmlCore:
         self._event_sets: dict[int, EventSet] = {}
         # each event as the library delivers it, before any waiter can see it: the node's
         # simulated kernel log writes its XID records here, as the driver logs an XID
-        # when it raises it (sim/kmsg.py)
+        # when it raises it (sim/node/kmsg.py)
         self.event_sinks: list[Callable[[GpuEvent], None]] = []
         # sample address -> (GPU index, or (GPU index, GPU instance id) for a MIG sample,
         # and the activity it recorded); None until a sample was taken into it

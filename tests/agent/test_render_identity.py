@@ -46,7 +46,7 @@ from nvwatch.sim.bmc.scenarios import BMC_SCENARIOS
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric.fabric import HCA_SCENARIOS, IB_SCENARIOS
 from nvwatch.sim.gpu.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
-from nvwatch.sim.node import SimulatedNode, known_scenarios
+from nvwatch.sim.node.node import SimulatedNode, known_scenarios
 from nvwatch.sim.profiles import PROFILES, Profile
 
 # simulated seconds of each poll: a baseline, the faults active (they begin at 30 s; a

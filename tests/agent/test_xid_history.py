@@ -21,8 +21,8 @@ from nvwatch.agent.sources.registry import build_sources, kmsg_path
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S, XID_STORM_BURST
-from nvwatch.sim.kmsg import kernel_pci
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.kmsg import kernel_pci
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.profiles import get_profile, gpu_pci_bus_id
 
 PROFILE = "dgx-h100"

@@ -29,7 +29,7 @@ from nvwatch.sim.fleet_plan import plan_fleet
 from nvwatch.sim.history import for_history
 from nvwatch.sim.history_bmc import DURATION, UP
 from nvwatch.sim.history_series import NodeSeries
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 
 STEP_S = 600.0
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -34,7 +34,7 @@ from nvwatch.sim.history import for_history
 from nvwatch.sim.history_bmc import BMC_FAMILIES
 from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.history_series import FAMILIES, UP, NodeSeries
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 
 STEP_S = 600.0
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

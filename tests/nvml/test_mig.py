@@ -23,7 +23,7 @@ from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.gpu.mig_layout import parse_layout
 from nvwatch.sim.gpu.mig_state import GpuMig
 from nvwatch.sim.gpu.state import Activity
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 from tests.nvml.test_exported_equals_simulated import BYTE, Comparison
 

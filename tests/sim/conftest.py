@@ -15,7 +15,7 @@ from nvwatch.agent.sources.bmc.reading import BmcReading, Module, SensorReading,
 from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
 from nvwatch.sim.bmc.reader import SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 
 THERMAL = (

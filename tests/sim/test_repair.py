@@ -21,7 +21,7 @@ from nvwatch.sim.bmc.scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.gpu import scenarios
-from nvwatch.sim.node import SimulatedNode, UnknownScenario, known_scenarios
+from nvwatch.sim.node.node import SimulatedNode, UnknownScenario, known_scenarios
 from nvwatch.sim.nvml import install
 from nvwatch.sim.profiles import PROFILES
 from tests.sim.conftest import (

@@ -1,6 +1,6 @@
 """One simulated DGX node: simulated NVML + a live simulated sysfs fabric, one workload,
 the chassis its BMC watches (sim/bmc/model.py: node power, inlet and exhaust air, fans,
-power supplies), and a kernel log file its XIDs are written to (sim/kmsg.py).
+power supplies), and a kernel log file its XIDs are written to (sim/node/kmsg.py).
 
 `nvwatch serve --simulate PROFILE` and the simulated fleet build one of these per node.
 The node's NVML is installed under the real pynvml (or bound per context in a fleet);
@@ -22,17 +22,17 @@ from pathlib import Path
 
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.threads import start_thread
-from nvwatch.sim import node_scenarios
 from nvwatch.sim.bmc.model import BmcState, SimulatedBmc
 from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.gpu.mig_layout import checked_layout
 from nvwatch.sim.gpu.thermal import AMBIENT_C
-from nvwatch.sim.kmsg import SimulatedKernelLog
-from nvwatch.sim.node_scenarios import UnknownScenario as UnknownScenario
-from nvwatch.sim.node_scenarios import known_scenarios as known_scenarios
+from nvwatch.sim.node import scenarios as node_scenarios
+from nvwatch.sim.node.kmsg import SimulatedKernelLog
+from nvwatch.sim.node.scenarios import UnknownScenario as UnknownScenario
+from nvwatch.sim.node.scenarios import known_scenarios as known_scenarios
+from nvwatch.sim.node.workers import WorkerProcesses, busy_gpus, busy_instances
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.profiles import Profile, get_profile
-from nvwatch.sim.workers import WorkerProcesses, busy_gpus, busy_instances
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class SimulatedNode:
         room_c: float = AMBIENT_C,
     ) -> None:
         """`worker_processes`: start a real process per busy GPU (and per busy MIG
-        instance) for the simulated job's worker (sim/workers.py); a fleet's nodes
+        instance) for the simulated job's worker (sim/node/workers.py); a fleet's nodes
         leave it off. `mig`: a --mig
         layout (sim/gpu/mig_layout.py); None: MIG off on every GPU. `room_c`: the air the
         node's inlet draws (the GPUs breathe it too) while no hot aisle adds to it."""
