@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fleet_plan import NodeSpec
+from nvwatch.sim.fleet.plan import NodeSpec
 from nvwatch.sim.history_plan import HistoryPlan
 from nvwatch.sim.history_queue import build_queue
 from nvwatch.sim.history_scheduler import (

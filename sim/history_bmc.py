@@ -23,7 +23,7 @@ from nvwatch.agent.exposition.series import emit_all, plans
 from nvwatch.agent.inventory_bmc import BMC_JOB
 from nvwatch.agent.sources.bmc.interpret import failed, interpret
 from nvwatch.agent.sources.bmc.reading import BmcReading, Module
-from nvwatch.sim.fleet_plan import NodeSpec, node_labels
+from nvwatch.sim.fleet.plan import NodeSpec, node_labels
 
 UP = "up"
 DURATION = "nvwatch_bmc_read_duration_seconds"

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nvwatch.agent.config import ScenarioSpec
-from nvwatch.sim.fleet_plan import FleetError, NodeSpec, expand_profiles, plan_fleet, rack_name
+from nvwatch.sim.fleet.plan import FleetError, NodeSpec, expand_profiles, plan_fleet, rack_name
 from nvwatch.sim.profiles import get_profile
 
 DAY_S = 86_400.0

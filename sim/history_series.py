@@ -27,7 +27,7 @@ from nvwatch.agent.sources.bmc.reading import BmcError, Target
 from nvwatch.agent.sources.infiniband_parse import parse_rate
 from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.fabric.ib_port import SimulatedPort
-from nvwatch.sim.fleet_plan import NodeSpec
+from nvwatch.sim.fleet.plan import NodeSpec
 from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.gpu.state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
 from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries

@@ -12,7 +12,7 @@ from nvwatch.agent.cli.options import option
 from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.common.outputs import output_file, writing
 from nvwatch.sim.commands.group import simulate_group
-from nvwatch.sim.fleet_plan import DEFAULT_CLUSTER, FleetError
+from nvwatch.sim.fleet.plan import DEFAULT_CLUSTER, FleetError
 from nvwatch.sim.history_plan import MIN_NODES
 
 STEP_BOUNDS = DurationBounds(1.0, 3600.0)

@@ -2,7 +2,7 @@
 `sshare --all --parsable2`, from a queue model (model.py).
 
 As the simulated NVML sits below the real pynvml, these sit below the real scheduler
-source: the fleet (fleet_slurm.py) puts executables named squeue, sinfo and sshare on the
+source: the fleet (sim/fleet/slurm.py) puts executables named squeue, sinfo and sshare on the
 controller agent's PATH that print these texts, and the source runs, times and parses
 them as it does Slurm's own. The JSON is Debian's 22.05 (OpenAPI v0.0.38): the same keys
 and value types as a real slurmctld's answer (tests/slurm check them against one), with

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError, run_slurm
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_jobs import FleetJob
-from nvwatch.sim.fleet_node import FleetNode
-from nvwatch.sim.fleet_queue import QueueSpec
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.jobs import FleetJob
+from nvwatch.sim.fleet.node import FleetNode
+from nvwatch.sim.fleet.queue import QueueSpec
 from nvwatch.sim.history_scheduler import CONTROLLER, SchedulerSeries
 
 HOUR = 3600.0

@@ -25,7 +25,7 @@ from nvwatch.agent.server import Health, MetricsServer
 from nvwatch.agent.server.probe import ProbeService
 from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fleet_plan import plan_fleet
+from nvwatch.sim.fleet.plan import plan_fleet
 from nvwatch.sim.history import for_history
 from nvwatch.sim.history_bmc import DURATION, UP
 from nvwatch.sim.history_series import NodeSeries

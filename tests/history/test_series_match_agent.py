@@ -29,7 +29,7 @@ from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fleet_plan import plan_fleet
+from nvwatch.sim.fleet.plan import plan_fleet
 from nvwatch.sim.history import for_history
 from nvwatch.sim.history_bmc import BMC_FAMILIES
 from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES

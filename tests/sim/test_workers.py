@@ -16,7 +16,7 @@ import pytest
 
 from nvwatch.agent.config import AgentConfig, parse_scenario
 from nvwatch.agent.runtime import runtime
-from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet.fleet import Fleet
 from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.node.workers import (
     PROCESS_NAME,

@@ -2,11 +2,11 @@
 `--sources scheduler`, reading the fleet's queue through its simulated client commands.
 
 As on a real cluster, where one agent on the controller (or a login node) reads Slurm
-for everyone, the fleet's queue (fleet_queue.py) is read by an agent of its own on
+for everyone, the fleet's queue (queue.py) is read by an agent of its own on
 BASE + N + 1 (right after the management host), its target `instance` CONTROLLER. It is
 the real scheduler source, built as `serve --sources scheduler` builds it (the registry's
 options), with two differences a simulation needs: its PATH starts with the queue's
-squeue, sinfo and sshare (fleet_slurm.py), and its clock is the queue's, in Unix
+squeue, sinfo and sshare (slurm.py), and its clock is the queue's, in Unix
 seconds (the fleet's simulated time may run faster than real time). Its exposition says
 it is simulated (`nvwatch_agent_simulated{profile="slurm"}`).
 """
@@ -18,7 +18,7 @@ from nvwatch.agent.config import AgentConfig, format_listen
 from nvwatch.agent.server import MetricsServer
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
-from nvwatch.sim.fleet_slurm import SlurmCommands
+from nvwatch.sim.fleet.slurm import SlurmCommands
 from nvwatch.sim.history_scheduler import CONTROLLER
 
 SIMULATED = "slurm"  # the controller's `nvwatch_agent_simulated` profile

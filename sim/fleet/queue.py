@@ -7,7 +7,7 @@ the fleet's `--job`s pinned where they were placed and running for good. The que
 WARMUP_S of simulated time before the fleet starts, so the first scrape finds it busy.
 
 At every tick the queue is brought up to the fleet's clock and each node's simulated
-Slurm (fleet_jobs.NodeJobs: the prolog's job-mapping files and the job workers' /proc
+Slurm (jobs.NodeJobs: the prolog's job-mapping files and the job workers' /proc
 entries) is rewritten to the jobs running there, so every node's agent attributes its
 GPUs to the jobs the queue placed on them: allocation info and the queue agree.
 """
@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nvwatch.sim.fleet_jobs import FIRST_JOB_ID, FleetJob
-from nvwatch.sim.fleet_plan import FleetError, NodeSpec
+from nvwatch.sim.fleet.jobs import FIRST_JOB_ID, FleetJob
+from nvwatch.sim.fleet.plan import FleetError, NodeSpec
 from nvwatch.sim.history_queue import ACCOUNTS, WEIGHTS, partition_of
 from nvwatch.sim.profiles import get_profile
 from nvwatch.sim.queue.arrivals import Arrivals, Demand, PartitionShape

@@ -1,6 +1,6 @@
 """A simulated fleet's Slurm client commands: squeue, sinfo and sshare on a PATH of their own.
 
-The fleet's queue (fleet_queue.py) is the controller; these are its client commands. A
+The fleet's queue (queue.py) is the controller; these are its client commands. A
 directory holds three small executables named like Slurm's, each printing what the queue
 looked like at the fleet's last tick (sim/queue/slurm_out.py renders it; the fleet rewrites the
 files after every step of the queue, each whole or not at all). An agent whose PATH

@@ -1,7 +1,7 @@
 """Planning a simulated fleet before anything runs: profiles, scenarios, names, ports, racks.
 
 Everything here is pure and checked up front, so a bad `--profile`, `--scenario` or port
-range fails with one line before a single node starts; `nvwatch.sim.fleet` runs the plan.
+range fails with one line before a single node starts; `nvwatch.sim.fleet.fleet` runs the plan.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from nvwatch.agent.server import Health, MetricsServer
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import SteppedClock
-from nvwatch.sim.fleet_plan import FleetError, NodeSpec, cannot_listen
+from nvwatch.sim.fleet.plan import FleetError, NodeSpec, cannot_listen
 from nvwatch.sim.node.node import SimulatedNode
 
 # Sub-steps of each GPU's physics per fleet tick (one poll interval of simulated time).

@@ -19,13 +19,13 @@ cluster. What makes 128 nodes fit on two cores:
   removes) at its next step, so an operator can repair a fault without a restart.
 - Every node has a BMC on a loopback management network (`NodeSpec.bmc`, 127.1.0.1 up);
   `bmc_reader` reads any of them as the `bmc` source reads a real one; the management
-  host (fleet_probe.py, on BASE + N) answers /probe for all of them, and
+  host (probe.py, on BASE + N) answers /probe for all of them, and
   `bmc_file_sd()` / `bmc_scrape_config()` are the `nvwatch-bmc` job that probes them.
 
 The host source reads the real machine: every simulated node reports the same host.
-Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.sim.fleet_plan`,
-one node (simulator, agent, server) in `fleet_node`, `SteppedClock` in `clock`; this
-module starts the nodes, ticks them and stops them.
+Planning (profiles, scenarios, names, ports, racks) is in `nvwatch.sim.fleet.plan`,
+one node (simulator, agent, server) in `nvwatch.sim.fleet.node`, `SteppedClock` in
+`nvwatch.sim.clock`; this module starts the nodes, ticks them and stops them.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from nvwatch.agent.threads import start_thread
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc.reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
-from nvwatch.sim.fleet_controller import SlurmController
-from nvwatch.sim.fleet_jobs import FleetJob, NodeJobs, check_jobs
-from nvwatch.sim.fleet_node import FleetNode, build_agent, node_agent_config, simulate_node
-from nvwatch.sim.fleet_plan import (
+from nvwatch.sim.fleet.controller import SlurmController
+from nvwatch.sim.fleet.jobs import FleetJob, NodeJobs, check_jobs
+from nvwatch.sim.fleet.node import FleetNode, build_agent, node_agent_config, simulate_node
+from nvwatch.sim.fleet.plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
     FleetError,
@@ -63,9 +63,9 @@ from nvwatch.sim.fleet_plan import (
     parse_repair_request,
     plan_fleet,
 )
-from nvwatch.sim.fleet_probe import ManagementHost
-from nvwatch.sim.fleet_queue import FleetQueue, QueueSpec
-from nvwatch.sim.fleet_slurm import SlurmCommands
+from nvwatch.sim.fleet.probe import ManagementHost
+from nvwatch.sim.fleet.queue import FleetQueue, QueueSpec
+from nvwatch.sim.fleet.slurm import SlurmCommands
 from nvwatch.sim.node.node import scratch_dir
 from nvwatch.sim.profiles import get_profile
 
@@ -99,8 +99,8 @@ class Fleet:
     ) -> None:
         """`hold_time`: simulated time stands still until `run_time()` (see SteppedClock).
         `repair_file`: repair requests, one per line, taken at every tick (`repair()`).
-        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (fleet_jobs.py).
-        `queue`: a Slurm queue over the fleet (fleet_queue.py), `jobs` pinned in it."""
+        `jobs`: simulated Slurm jobs; their nodes' agents attribute GPUs (jobs.py).
+        `queue`: a Slurm queue over the fleet (queue.py), `jobs` pinned in it."""
         if interval <= 0:
             raise FleetError("interval must be positive")
         if time_scale <= 0:

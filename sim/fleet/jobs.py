@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.agent.config import AgentConfig
-from nvwatch.sim.fleet_plan import FleetError
+from nvwatch.sim.fleet.plan import FleetError
 
 JOB_SYNTAX = "NODE:GPUS[,user=NAME][,account=NAME][,id=JOBID]"
 FIRST_JOB_ID = 1001
