@@ -34,7 +34,7 @@ from nvwatch.sim.fleet.plan import (
     parse_node_scenario,
 )
 from nvwatch.sim.fleet.queue import LIMIT_SYNTAX, QueueSpec, parse_limit
-from nvwatch.sim.history_queue import ACCOUNTS
+from nvwatch.sim.history.queue import ACCOUNTS
 from nvwatch.sim.node.scenarios import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())

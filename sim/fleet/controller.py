@@ -19,7 +19,7 @@ from nvwatch.agent.server import MetricsServer
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
 from nvwatch.sim.fleet.slurm import SlurmCommands
-from nvwatch.sim.history_scheduler import CONTROLLER
+from nvwatch.sim.history.scheduler import CONTROLLER
 
 SIMULATED = "slurm"  # the controller's `nvwatch_agent_simulated` profile
 

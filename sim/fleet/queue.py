@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from nvwatch.sim.fleet.jobs import FIRST_JOB_ID, FleetJob
 from nvwatch.sim.fleet.plan import FleetError, NodeSpec
-from nvwatch.sim.history_queue import ACCOUNTS, WEIGHTS, partition_of
+from nvwatch.sim.history.queue import ACCOUNTS, WEIGHTS, partition_of
 from nvwatch.sim.profiles import get_profile
 from nvwatch.sim.queue.arrivals import Arrivals, Demand, PartitionShape
 from nvwatch.sim.queue.jobs import Account, JobRequest, Partition, SlurmNode

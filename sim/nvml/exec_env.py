@@ -52,7 +52,7 @@ def exec_scenarios(profile: str, scenarios: Scenarios) -> tuple[ScenarioSpec, ..
     """The scenarios of an exec child, checked against `profile`: ValueError (one line)
     for an unknown name, a GPU the profile lacks, or an InfiniBand scenario, which has
     nothing to act on where only NVML is simulated."""
-    # here, not at the top: node_scenarios imports this package (sim.nvml)
+    # here, not at the top: sim/node/scenarios.py imports this package (sim.nvml)
     from nvwatch.sim.node import scenarios as node_scenarios
 
     if scenarios is None:

@@ -26,9 +26,9 @@ from nvwatch.agent.server.probe import ProbeService
 from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet.plan import plan_fleet
-from nvwatch.sim.history import for_history
-from nvwatch.sim.history_bmc import DURATION, UP
-from nvwatch.sim.history_series import NodeSeries
+from nvwatch.sim.history.bmc import DURATION, UP
+from nvwatch.sim.history.history import for_history
+from nvwatch.sim.history.series import NodeSeries
 from nvwatch.sim.node.node import SimulatedNode
 
 STEP_S = 600.0

@@ -27,9 +27,9 @@ from nvwatch.agent.poller import Poller
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
 from nvwatch.sim.fleet.slurm import SlurmCommands
-from nvwatch.sim.history_plan import plan_history
-from nvwatch.sim.history_queue import build_queue, plan_queue
-from nvwatch.sim.history_scheduler import SchedulerSeries
+from nvwatch.sim.history.plan import plan_history
+from nvwatch.sim.history.queue import build_queue, plan_queue
+from nvwatch.sim.history.scheduler import SchedulerSeries
 from nvwatch.sim.queue.model import MIN_JOB_AGE_S, QueueModel
 from nvwatch.sim.queue.state import QueueState
 

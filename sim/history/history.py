@@ -1,12 +1,12 @@
 """A simulated fleet's history: days of simulated time as one OpenMetrics file to backfill.
 
 `nvwatch simulate history --nodes N --days D --step S --out FILE` builds the nodes of a
-fleet plan (nvwatch.sim.history_plan: mixed profiles, episodes in known weeks), steps each
+fleet plan (nvwatch.sim.history.plan: mixed profiles, episodes in known weeks), steps each
 one's simulator (the same `SimulatedNode`, NVML model and InfiniBand ports the agent
 reads) through the range on one manual clock, and at every step writes what a scrape
-would have recorded (nvwatch.sim.history_series), with its timestamp. Beside FILE goes
+would have recorded (nvwatch.sim.history.series), with its timestamp. Beside FILE goes
 FILE's stem + `.truth.json`: the plan's episodes and the integrals a test checks
-(nvwatch.sim.history_truth).
+(nvwatch.sim.history.truth).
 
 Backfill it with `promtool tsdb create-blocks-from --max-block-duration=...
 openmetrics FILE DIR` and start Prometheus on DIR (tests/history does both).
@@ -34,18 +34,18 @@ from pathlib import Path
 
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet.plan import NodeSpec
-from nvwatch.sim.history_plan import HistoryPlan
-from nvwatch.sim.history_queue import build_queue
-from nvwatch.sim.history_scheduler import (
+from nvwatch.sim.history.openmetrics_out import OpenMetricsWriter, stamp
+from nvwatch.sim.history.plan import HistoryPlan
+from nvwatch.sim.history.queue import build_queue
+from nvwatch.sim.history.scheduler import (
     CONTROLLER,
     WAIT_FAMILIES,
     HistogramPoint,
     SchedulerSeries,
 )
-from nvwatch.sim.history_series import FAMILIES, NodeSeries, Row, family_help, family_type
-from nvwatch.sim.history_truth import GroundTruth
+from nvwatch.sim.history.series import FAMILIES, NodeSeries, Row, family_help, family_type
+from nvwatch.sim.history.truth import GroundTruth
 from nvwatch.sim.node.node import SimulatedNode, scratch_dir
-from nvwatch.sim.openmetrics_out import OpenMetricsWriter, stamp
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def generate(
 
 
 def _controller(plan: HistoryPlan, times: list[float], truth: GroundTruth) -> _Buffer:
-    """The controller's agent over the range: the cluster's Slurm queue (history_queue)
+    """The controller's agent over the range: the cluster's Slurm queue (queue.py)
     brought up to each sample's time, as its scheduler source exports it."""
     model = build_queue(truth.queue_plan, plan.end)
     model.on_start.append(truth.queue.started)

@@ -8,7 +8,7 @@ bindings costs tens of milliseconds, and a month of a fleet is millions of polls
 tests/history checks the two agree. NVLink is written per GPU (`link="all"`), as the
 agent exports it with `--nvlink-detail gpu`; each series carries the labels a scrape of
 the fleet's file_sd targets adds (job, instance, cluster, rack, node_class). The node's BMC,
-probed by the `nvwatch-bmc` job, is written beside it (nvwatch.sim.history_bmc).
+probed by the `nvwatch-bmc` job, is written beside it (nvwatch.sim.history.bmc).
 
 The set is what a capacity review reads, and no more (a month of a fleet is millions of
 samples): utilization, memory, power against limit and TDP, energy, temperatures and
@@ -30,8 +30,8 @@ from nvwatch.sim.fabric.ib_port import SimulatedPort
 from nvwatch.sim.fleet.plan import NodeSpec
 from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.gpu.state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
-from nvwatch.sim.history_bmc import BMC_FAMILIES, BmcSeries
-from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
+from nvwatch.sim.history.bmc import BMC_FAMILIES, BmcSeries
+from nvwatch.sim.history.scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.node.node import SimulatedNode
 
 JOB = "nvwatch"

@@ -10,7 +10,7 @@ Per episode, what it did in its window on its target, from the same samples: sec
 thermal slowdown and the hottest reading, seconds at the power cap, the transmit-wait
 share of the congested port, the XIDs raised, the scrapes missed. What the BMCs' series
 hold (node energy, the non-GPU share per class, inlet air per rack against the envelope,
-the fan and supply failures) is in nvwatch.sim.history_truth_bmc.
+the fan and supply failures) is in nvwatch.sim.history.truth_bmc.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from nvwatch.sim.fabric.ib_port import XMIT_WAIT_TICKS_PER_SECOND
-from nvwatch.sim.history_plan import HistoryPlan
-from nvwatch.sim.history_queue import plan_queue
-from nvwatch.sim.history_scheduler import CONTROLLER
-from nvwatch.sim.history_series import UP, Row
-from nvwatch.sim.history_truth_bmc import BMC_EPISODES, BmcTruth
-from nvwatch.sim.history_truth_queue import QueueTruth
+from nvwatch.sim.history.plan import HistoryPlan
+from nvwatch.sim.history.queue import plan_queue
+from nvwatch.sim.history.scheduler import CONTROLLER
+from nvwatch.sim.history.series import UP, Row
+from nvwatch.sim.history.truth_bmc import BMC_EPISODES, BmcTruth
+from nvwatch.sim.history.truth_queue import QueueTruth
 
 _KWH = 3.6e6
 

@@ -1,4 +1,4 @@
-"""The ground truth of a history's BMC series, from the samples written (as history_truth).
+"""The ground truth of a history's BMC series, from the samples written (as truth.py).
 
 Per node, its energy from node power (DCMI's reading, each sample standing for the step
 before it) and its time with the inlet above its class's operating envelope; per node
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvwatch.sim.bmc.classes import bmc_class
-from nvwatch.sim.history_plan import Episode, HistoryPlan
-from nvwatch.sim.history_series import Row
+from nvwatch.sim.history.plan import Episode, HistoryPlan
+from nvwatch.sim.history.series import Row
 from nvwatch.sim.profiles import get_profile
 
 _KWH = 3.6e6

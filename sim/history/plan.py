@@ -1,7 +1,7 @@
 """Planning a simulated history: which nodes, which range, and where its episodes fall.
 
 `nvwatch simulate history` steps a simulated fleet through days of simulated time and
-writes what Prometheus would have scraped (nvwatch.sim.history). Its episodes, the faults
+writes what Prometheus would have scraped (nvwatch.sim.history.history). Its episodes, the faults
 a capacity review must find, are placed here in known weeks of the range and on known
 nodes, so a test can ask for each one where it happened:
 

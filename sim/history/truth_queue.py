@@ -2,7 +2,7 @@
 
 Taken from the queue's state at each sample written (the same figures the series hold),
 each sample standing for the step before it, over the window (start, end], as the rest
-of the truth (history_truth.py). Per partition:
+of the truth (truth.py). Per partition:
 
 - `waiting_gpus`: GPUs of pending jobs waiting for GPUs (reasons resources and priority;
   no series is 0), and `unmet_gpus`: those beyond the partition's idle GPUs (how many
@@ -35,8 +35,8 @@ from typing import Any
 
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.history_plan import HistoryPlan
-from nvwatch.sim.history_truth_bmc import quantile
+from nvwatch.sim.history.plan import HistoryPlan
+from nvwatch.sim.history.truth_bmc import quantile
 from nvwatch.sim.queue.jobs import DRAINED, LIMITS, PRIORITY, RESOURCES, WAITING, Job
 from nvwatch.sim.queue.state import QueueState, WaitHistogram
 

@@ -18,14 +18,14 @@ The demand episodes, in known windows of the range as the hardware's are:
   other GPUs stay idle.
 
 Its series are those of the one agent that runs `--sources scheduler`, on the cluster's
-controller (history_scheduler.py).
+controller (scheduler.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nvwatch.sim.history_plan import DAY_S, WEEK_S, HistoryPlan
+from nvwatch.sim.history.plan import DAY_S, WEEK_S, HistoryPlan
 from nvwatch.sim.profiles import get_profile
 from nvwatch.sim.queue.arrivals import Arrivals, Demand, PartitionShape, Surge
 from nvwatch.sim.queue.jobs import DRAINED, Account, Partition, SlurmNode
