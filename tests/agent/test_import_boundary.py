@@ -48,7 +48,7 @@ def test_only_the_door_imports_the_simulator() -> None:
 
 
 def test_the_walk_finds_each_way_of_crossing(tmp_path: Path) -> None:
-    for line in ("import nvwatch.sim.node.node", "from nvwatch.sim import nvml",
+    for line in ("import nvwatch.sim.node", "from nvwatch.sim import nvml",
                  "from nvwatch import sim", "x = 'nvwatch.sim.commands'"):  # fmt: skip
         module = tmp_path / "probe.py"
         module.write_text(line + "\n")
