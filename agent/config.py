@@ -123,9 +123,9 @@ class AgentConfig:
     hpc_job_mapping_dir: Path | None = None
     kubelet_socket: Path = DEFAULT_KUBELET_SOCKET
     proc_root: Path = Path("/proc")
-    # a simulated node's MIG layout (--mig, sim/mig_layout.py); None: MIG off
+    # a simulated node's MIG layout (--mig, sim/gpu/mig_layout.py); None: MIG off
     mig: str | None = None
-    # with --simulate: a file of real processes the simulated GPUs report (sim/process_file.py)
+    # with --simulate: a file of real processes the simulated GPUs report (sim/node/process_file.py)
     sim_process_file: Path | None = None
     # ipmi_exporter's module file: /probe?target=&module= reads one BMC (agent/bmc_probe.py)
     bmc_config: Path | None = None

@@ -38,21 +38,21 @@ def command(name: str) -> click.Command:
 
 def scenario_names() -> str:
     """The registered scenario names, for --help (from the registry, so never stale)."""
-    from nvwatch.sim.node_scenarios import known_scenarios
+    from nvwatch.sim.node.scenarios import known_scenarios
 
     return ", ".join(known_scenarios())
 
 
 def workloads() -> frozenset[str]:
     """Scenarios that set what the GPUs run from the start (they take no from=)."""
-    from nvwatch.sim.node_scenarios import WORKLOADS
+    from nvwatch.sim.node.scenarios import WORKLOADS
 
     return frozenset(WORKLOADS)
 
 
 def default_onsets() -> dict[str, float]:
     """Each fault scenario's onset when no from= or --onset sets one, in seconds."""
-    from nvwatch.sim.node_scenarios import WORKLOADS, known_scenarios, onset
+    from nvwatch.sim.node.scenarios import WORKLOADS, known_scenarios, onset
 
     return {name: onset(name) for name in known_scenarios() if name not in WORKLOADS}
 
@@ -61,7 +61,7 @@ def simulated_bmc() -> tuple[BmcReader, Module, str] | None:
     """Inside a `simulated_node` block: the simulated node's BMC for /probe (its reader,
     the built-in module `default` that reads every sensor and DCMI, and the BMC's address
     to give as `target=`); None outside one."""
-    from nvwatch.sim.bmc_reader import SIMULATED_MODULE
+    from nvwatch.sim.bmc.reader import SIMULATED_MODULE
     from nvwatch.sim.runtime import BMC_ADDRESS, bmc_reader
 
     reader = bmc_reader()

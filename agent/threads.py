@@ -38,10 +38,10 @@ Threads the agent runs (name, who starts it, why it exists):
   (agent/server/probe.py), only with --bmc-config or a simulated node's BMC. One BMC read
   each, so a BMC that does not answer holds one worker until its module's timeout, never
   the HTTP loop or another target's read.
-- ``nvwatch-sim``: `SimulatedNode.start` (sim/node.py), only with `--simulate`
+- ``nvwatch-sim``: `SimulatedNode.start` (sim/node/node.py), only with `--simulate`
   and the infiniband source. Rewrites the simulated sysfs tree once per poll interval,
   half an interval out of phase with the polls, as the kernel's counters would move.
-- ``nvwatch-fleet-tick``: `Fleet.start` (sim/fleet.py), only in a simulated
+- ``nvwatch-fleet-tick``: `Fleet.start` (sim/fleet/fleet.py), only in a simulated
   fleet. Steps the fleet's shared simulated clock and ticks every node once per interval.
 - ``nvwatch-report``, `PARALLEL_QUERIES` of them: `thread_pool` in `fetch_all`
   (report/fetch.py), only under `nvwatch report`. Range queries to Prometheus run a

@@ -4,7 +4,7 @@
                                          [--out docs/report-cost.md]
     python -m benchmarks.capacity_report --tsdb DIR/tsdb   # reuse history_cost.py --keep DIR
 
-Generates the history with `nvwatch simulate history`'s code (nvwatch.sim.history),
+Generates the history with `nvwatch simulate history`'s code (nvwatch.sim.history.history),
 backfills it with promtool into a fresh TSDB, starts Prometheus on it on 127.0.0.1, then
 times the report itself (queries, analysis, plots, files) end to end. Target: under 2
 minutes. Generation and backfill are set-up, timed but not judged.

@@ -72,8 +72,8 @@ class Harness:
         process_file: Path | None = None,
     ) -> None:
         from nvwatch.sim import nvml as sim_nvml
-        from nvwatch.sim.node import SimulatedNode
-        from nvwatch.sim.process_file import ProcessFile
+        from nvwatch.sim.node.node import SimulatedNode
+        from nvwatch.sim.node.process_file import ProcessFile
 
         self.profile = profile
         self.clock = ManualClock(1000.0)
@@ -170,7 +170,7 @@ def simulated_agent(
     process_file: Path | None = None,
 ) -> Iterator[Harness]:
     """`config_changes`: AgentConfig fields to set (--attribution ...); `process_file`: the
-    simulator's file of real pids on its GPUs (sim/process_file.py)."""
+    simulator's file of real pids on its GPUs (sim/node/process_file.py)."""
     harness = Harness(profile, nvlink_detail, sources, config_changes, process_file)
     try:
         yield harness

@@ -24,8 +24,8 @@ if __package__ in (None, ""):
 
 from nvwatch.common.durations import parse_duration
 from nvwatch.sim.commands.history_backfill import importer, promtool_or_fail
-from nvwatch.sim.history import generate
-from nvwatch.sim.history_plan import plan_history
+from nvwatch.sim.history.history import generate
+from nvwatch.sim.history.plan import plan_history
 
 NODES_PER_FILE = 8  # a part of ~1-2 GB at a time on disk, not the whole month
 

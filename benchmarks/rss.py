@@ -83,7 +83,7 @@ class SiteGrowth:
     @property
     def simulator(self) -> bool:
         """Allocated by the simulated node's own code: state a real node does not carry
-        (e.g. sim/gpu_model.py's lru_cache of workload means, which fills up to its
+        (e.g. sim/gpu/model.py's lru_cache of workload means, which fills up to its
         maxsize of 4,096 entries over the first few thousand polls)."""
         return self.site.startswith(SIMULATOR_PREFIX)
 

@@ -20,7 +20,7 @@ from benchmarks.common import fetch, nvwatch_command, running, scratch_dir
 from benchmarks.harness import count_samples
 from benchmarks.wrk import WrkResult, run_wrk
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.ports import free_port
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"

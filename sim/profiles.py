@@ -2,7 +2,7 @@
 
 Figures come from public datasheets and typical `nvidia-smi -q` readings. Values marked
 "~" are approximate and vary by board and driver. This module is data only: the
-simulated NVML (`nvwatch.sim.nvml`) and the simulated sysfs fabric (`nvwatch.sim.fabric`)
+simulated NVML (`nvwatch.sim.nvml`) and the simulated sysfs fabric (`nvwatch.sim.fabric.fabric`)
 both read it, so a GPU's PCI bus id and the HCA beside it on the same PCIe switch always
 agree.
 """

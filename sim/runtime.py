@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 from nvwatch.agent.config import AgentConfig, ConfigError
 from nvwatch.sim import nvml as sim_nvml
-from nvwatch.sim.bmc_reader import SimulatedBmcReader
-from nvwatch.sim.fleet_plan import bmc_address
-from nvwatch.sim.node import PollGridClock, SimulatedNode, grid_step
-from nvwatch.sim.process_file import ProcessFile
+from nvwatch.sim.bmc.reader import SimulatedBmcReader
+from nvwatch.sim.fleet.plan import bmc_address
+from nvwatch.sim.node.node import PollGridClock, SimulatedNode, grid_step
+from nvwatch.sim.node.process_file import ProcessFile
 from nvwatch.sim.profiles import UnknownProfile
 
 log = logging.getLogger(__name__)

@@ -42,10 +42,10 @@ from nvwatch.agent.sources.infiniband_parse import SATURATION_FLAGGED
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.node import SimulatedNode
-from nvwatch.sim.process_file import ProcessFile
+from nvwatch.sim.node.node import SimulatedNode
+from nvwatch.sim.node.process_file import ProcessFile
 
 PROCESS_FAMILY = "nvwatch_gpu_process_memory_bytes"
 #: every family with a series per process (the pid-carrying ones), memory first

@@ -113,7 +113,7 @@ def _simulator_note(trace: TraceResult) -> str:
     sites = ", ".join(f"`{site.site}`" for site in trace.simulator_growing)
     return (
         f"The simulator's growing sites ({sites}) grew {grown:,.0f} KiB in all: the "
-        "simulated node's own state (e.g. sim/gpu_model.py's lru_cache of workload "
+        "simulated node's own state (e.g. sim/gpu/model.py's lru_cache of workload "
         "means, bounded at 4,096 entries, fills over the first few thousand polls); a real "
         "node has no simulator in the agent's process."
     )

@@ -23,9 +23,9 @@ from nvwatch.agent.config import (
 from nvwatch.common.durations import DURATION_FORMAT, parse_duration
 from nvwatch.common.outputs import output_file, writing
 from nvwatch.sim.commands.group import simulate_group
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_jobs import JOB_SYNTAX, NodeJobs, parse_job
-from nvwatch.sim.fleet_plan import (
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.jobs import JOB_SYNTAX, NodeJobs, parse_job
+from nvwatch.sim.fleet.plan import (
     DEFAULT_CLUSTER,
     DEFAULT_NODES_PER_RACK,
     FleetError,
@@ -33,9 +33,9 @@ from nvwatch.sim.fleet_plan import (
     parse_node_mig,
     parse_node_scenario,
 )
-from nvwatch.sim.fleet_queue import LIMIT_SYNTAX, QueueSpec, parse_limit
-from nvwatch.sim.history_queue import ACCOUNTS
-from nvwatch.sim.node_scenarios import known_scenarios
+from nvwatch.sim.fleet.queue import LIMIT_SYNTAX, QueueSpec, parse_limit
+from nvwatch.sim.history.queue import ACCOUNTS
+from nvwatch.sim.node.scenarios import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
 

@@ -57,7 +57,7 @@ def simulate_exec(
     Any pynvml-based tool or script in COMMAND sees the simulated GPUs, e.g.
     `nvwatch simulate exec --profile dgx-h100 -- python my_script.py`.
     """
-    from nvwatch.sim import workers
+    from nvwatch.sim.node import workers
     from nvwatch.sim.nvml import exec_environment
     from nvwatch.sim.nvml.exec_env import simulated_job
 

@@ -12,8 +12,8 @@ from nvwatch.agent.cli.options import option
 from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.common.outputs import output_file, writing
 from nvwatch.sim.commands.group import simulate_group
-from nvwatch.sim.fleet_plan import DEFAULT_CLUSTER, FleetError
-from nvwatch.sim.history_plan import MIN_NODES
+from nvwatch.sim.fleet.plan import DEFAULT_CLUSTER, FleetError
+from nvwatch.sim.history.plan import MIN_NODES
 
 STEP_BOUNDS = DurationBounds(1.0, 3600.0)
 
@@ -98,8 +98,8 @@ def simulate_history(
     lists them with the integrals of what was written. Backfill with
     `promtool tsdb create-blocks-from --max-block-duration=800h openmetrics FILE DIR`.
     """
-    from nvwatch.sim.history import generate, truth_path_for
-    from nvwatch.sim.history_plan import plan_history
+    from nvwatch.sim.history.history import generate, truth_path_for
+    from nvwatch.sim.history.plan import plan_history
 
     step_s = parse_duration(step, "step", STEP_BOUNDS)
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,
@@ -24,7 +24,7 @@ from nvwatch.sim.nvml.abi import (
 from nvwatch.sim.nvml.core import NvmlCore, device_call
 
 FAN_MAX_RPM = 3000  # ~ a GeForce axial fan at 100 %
-FAN_MIN_PERCENT = 30  # the fan curve's floor (gpu_model.fan_percent)
+FAN_MIN_PERCENT = 30  # the fan curve's floor (gpu.model.fan_percent)
 _SENSOR_MIN_C = -40  # the on-die sensor's rated range (~)
 
 

@@ -20,12 +20,12 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from nvwatch.sim import scenarios
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.gpu_state import Activity, GpuEvent
-from nvwatch.sim.mig_layout import GpuMigPlan
-from nvwatch.sim.mig_state import GpuMig
-from nvwatch.sim.mig_state import build as build_mig
+from nvwatch.sim.gpu import scenarios
+from nvwatch.sim.gpu.mig_layout import GpuMigPlan
+from nvwatch.sim.gpu.mig_state import GpuMig
+from nvwatch.sim.gpu.mig_state import build as build_mig
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.gpu.state import Activity, GpuEvent
 from nvwatch.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
@@ -100,7 +100,7 @@ class NvmlCore:
         self._event_sets: dict[int, EventSet] = {}
         # each event as the library delivers it, before any waiter can see it: the node's
         # simulated kernel log writes its XID records here, as the driver logs an XID
-        # when it raises it (sim/kmsg.py)
+        # when it raises it (sim/node/kmsg.py)
         self.event_sinks: list[Callable[[GpuEvent], None]] = []
         # sample address -> (GPU index, or (GPU index, GPU instance id) for a MIG sample,
         # and the activity it recorded); None until a sample was taken into it

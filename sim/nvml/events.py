@@ -12,8 +12,8 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.gpu.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
 from nvwatch.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_INVALID_ARGUMENT,

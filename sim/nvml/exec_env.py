@@ -19,11 +19,11 @@ from pathlib import Path
 import pynvml
 
 from nvwatch.agent.config import ScenarioSpec, parse_scenario, split_scenarios
-from nvwatch.sim import process_file, workers
-from nvwatch.sim.bmc_scenarios import is_bmc_scenario
+from nvwatch.sim.bmc.scenarios import is_bmc_scenario
 from nvwatch.sim.clock import Clock, ScaledClock
-from nvwatch.sim.fabric import is_ib_scenario
-from nvwatch.sim.mig_layout import checked_layout
+from nvwatch.sim.fabric.fabric import is_ib_scenario
+from nvwatch.sim.gpu.mig_layout import checked_layout
+from nvwatch.sim.node import process_file, workers
 from nvwatch.sim.nvml.installation import install
 from nvwatch.sim.nvml.library import SimulatedNvml
 from nvwatch.sim.profiles import get_profile
@@ -52,8 +52,8 @@ def exec_scenarios(profile: str, scenarios: Scenarios) -> tuple[ScenarioSpec, ..
     """The scenarios of an exec child, checked against `profile`: ValueError (one line)
     for an unknown name, a GPU the profile lacks, or an InfiniBand scenario, which has
     nothing to act on where only NVML is simulated."""
-    # here, not at the top: node_scenarios imports this package (sim.nvml)
-    from nvwatch.sim import node_scenarios
+    # here, not at the top: sim/node/scenarios.py imports this package (sim.nvml)
+    from nvwatch.sim.node import scenarios as node_scenarios
 
     if scenarios is None:
         return ()
@@ -119,7 +119,7 @@ def _library(
 ) -> SimulatedNvml:
     """The simulated library with the scenarios' workloads and faults (faults from their
     from=, or the default onset, in simulated time since now)."""
-    from nvwatch.sim import node_scenarios
+    from nvwatch.sim.node import scenarios as node_scenarios
 
     model = get_profile(profile)
     lib = SimulatedNvml(

@@ -15,8 +15,8 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.gpu_state import LinkState
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.gpu.state import LinkState
 from nvwatch.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,

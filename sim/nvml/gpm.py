@@ -11,8 +11,8 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.gpu_state import Activity
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.gpu.state import Activity
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,

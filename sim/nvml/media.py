@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,

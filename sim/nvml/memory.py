@@ -8,7 +8,8 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.node.process_file import ProcessFile
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
@@ -19,7 +20,6 @@ from nvwatch.sim.nvml.abi import (
     set_out,
 )
 from nvwatch.sim.nvml.core import NvmlCore, device_call
-from nvwatch.sim.process_file import ProcessFile
 from nvwatch.sim.profiles import GIB, MIB, GpuModel
 
 _TRAINING_PID_BASE = 20000
@@ -47,7 +47,7 @@ class MemoryQueries(NvmlCore):
     # Real processes that also use the GPUs (`--sim-process-file`, NVWATCH_SIM_PROCESS_FILE),
     # set by whoever builds the library: `agent.runtime`, `simulate exec`'s child.
     process_file: ProcessFile | None = None
-    # Real pids standing for the simulated job's worker, by GPU index (sim/workers.py,
+    # Real pids standing for the simulated job's worker, by GPU index (sim/node/workers.py,
     # started by `serve --simulate` and `simulate exec`); other GPUs get placeholder pids.
     worker_pids: Mapping[int, int] = MappingProxyType({})
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.mig_profiles import GpuInstanceProfile, by_nvml_profile, profiles_for
-from nvwatch.sim.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.mig_profiles import GpuInstanceProfile, by_nvml_profile, profiles_for
+from nvwatch.sim.gpu.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,

@@ -1,7 +1,7 @@
 """Multi-Instance GPU, per device: MIG mode, MIG device handles, and what a MIG device
 answers and a GPU in MIG mode stops answering.
 
-The state is `nvwatch.sim.mig_state.GpuMig` per GPU (from the --mig layout); how a
+The state is `nvwatch.sim.gpu.mig_state.GpuMig` per GPU (from the --mig layout); how a
 handle finds it is `mig_handles`. What NVML answers, per its reference:
 - on a MIG device handle: UUID (MIG-...), name, memory (the GPU instance's), processes,
   the instance ids, the parent's handle; anything GPU-wide (power, clocks, utilization,
@@ -22,9 +22,10 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.mig_profiles import MAX_MIG_DEVICES
-from nvwatch.sim.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.mig_profiles import MAX_MIG_DEVICES
+from nvwatch.sim.gpu.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.node.process_file import ProcessFile
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INSUFFICIENT_SIZE,
@@ -41,7 +42,6 @@ from nvwatch.sim.nvml.abi import (
 )
 from nvwatch.sim.nvml.mig_handles import MigHandles, mig_call
 from nvwatch.sim.nvml.unsupported import answers_not_supported, because
-from nvwatch.sim.process_file import ProcessFile
 
 _NOT_AVAILABLE: int = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value  # memory not known
 
@@ -66,7 +66,7 @@ class MigDeviceQueries(MigHandles):
     # the real processes a file puts on the GPUs (memory.py sets out the same attribute)
     process_file: ProcessFile | None = None
     # real pids standing for each busy instance's job, by (GPU index, GPU instance id)
-    # (sim/workers.py, started by `serve --simulate`); others get placeholder pids
+    # (sim/node/workers.py, started by `serve --simulate`); others get placeholder pids
     mig_worker_pids: Mapping[tuple[int, int], int] = MappingProxyType({})
 
     # --- mode and MIG device handles ---------------------------------------------------

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,

@@ -1,7 +1,7 @@
 """Multi-Instance GPU, per instance: GPU instances (profiles, handles, info), their
 compute instances, and GPM per GPU instance (Hopper, nvmlGpmMigSampleGet).
 
-Each GPU instance has one compute instance spanning it (mig_layout). The handles are
+Each GPU instance has one compute instance spanning it (gpu.mig_layout). The handles are
 `mig_handles`'; a GPU not in MIG mode answers NotSupported, as NVML's reference says.
 """
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import pynvml
 
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.mig_profiles import (
+from nvwatch.sim.gpu.mig_profiles import (
     COMPUTE_PROFILE_OF_SLICES,
     GpuInstanceProfile,
     by_nvml_profile,
     profiles_for,
 )
-from nvwatch.sim.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.mig_state import GpuMig, MigDevice
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,

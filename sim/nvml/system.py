@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml.abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.sim.node_scenarios import known_scenarios
+from nvwatch.sim.node.scenarios import known_scenarios
 from nvwatch.sim.ports import free_port
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]

@@ -21,7 +21,7 @@ from nvwatch.agent.catalogue import CATALOGUE
 from nvwatch.agent.inventory import file_sd_by_class, load_inventory
 from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
-from nvwatch.sim.process_file import ProcessFile
+from nvwatch.sim.node.process_file import ProcessFile
 from nvwatch.sim.profiles import PROFILES
 from nvwatch.sim.series_budget import (
     PROCESS_FAMILIES,

@@ -57,7 +57,7 @@ def _shown_default(command: click.Command, option: click.Option) -> str | None:
 def _normalized(config: AgentConfig) -> AgentConfig:
     """`config` as the command acts on it: the kernel log the sources read (None: one
     that depends on --simulate) and the simulated time each scenario begins at."""
-    from nvwatch.sim.node_scenarios import onset
+    from nvwatch.sim.node.scenarios import onset
 
     scenarios = tuple(
         dataclasses.replace(s, from_s=onset(s.name) if s.from_s is None else s.from_s)

@@ -47,7 +47,7 @@ DEATHS = [
      "nvwatch-xid"),
     ("nvwatch.agent.sources.attribution.refresher", "AttributionRefresher", "_loop", 1,
      [*SIMULATED, "--sources", "nvml", "--attribution", "slurm"], "nvwatch-attribution"),
-    ("nvwatch.sim.node", "SimulatedNode", "_run", 1,
+    ("nvwatch.sim.node.node", "SimulatedNode", "_run", 1,
      [*SIMULATED, "--sources", "infiniband"], "nvwatch-sim"),
     # fails before its first read of Slurm: no Slurm client runs
     ("nvwatch.agent.sources.scheduler.source", "SchedulerSource", "_loop", 1,

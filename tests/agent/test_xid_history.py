@@ -21,10 +21,10 @@ from nvwatch.agent.sources.nvml.kmsg import DEFAULT_PATH
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.kmsg import kernel_pci
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S, XID_STORM_BURST
+from nvwatch.sim.node.kmsg import kernel_pci
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.profiles import get_profile, gpu_pci_bus_id
-from nvwatch.sim.scenarios import FAULT_ONSET_S, XID_STORM_BURST
 
 PROFILE = "dgx-h100"
 STORM = {xid: XID_STORM_BURST.count(xid) for xid in set(XID_STORM_BURST)}  # one burst

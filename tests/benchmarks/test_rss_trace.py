@@ -32,7 +32,7 @@ def _section(trace: TraceResult) -> str:
 
 
 def test_simulator_sites_are_listed_but_not_judged() -> None:
-    trace = _trace(_site("sim/gpu_model.py:322", 100.0, 800.0))
+    trace = _trace(_site("sim/gpu/model.py:322", 100.0, 800.0))
     assert trace.flat
     text = _section(trace)
     assert "**no site growing**" in text and "yes (simulator)" in text

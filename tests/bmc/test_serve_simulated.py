@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvwatch.sim.fleet_plan import bmc_address
+from nvwatch.sim.fleet.plan import bmc_address
 from nvwatch.sim.ports import LOOPBACK, free_port
 from tests.processes import stop
 

@@ -24,9 +24,9 @@ import pytest
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.alerts import build as alerts_build
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_jobs import FleetJob
+from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.jobs import FleetJob
 from tests.conftest import require_tool
 from tests.e2e.loopback import wait_for
 from tests.e2e.stack import Receiver, Stack
@@ -64,7 +64,7 @@ FAULTS = (
     Fault(17, "dgx1-v100", "idle", "3", "NvwatchGpuAllocatedIdle", {"gpu": "3", "job_id": "1004", "user": "carol"}),  # noqa: E501
 )  # fmt: skip
 KILLED = 16
-# Simulated Slurm jobs (sim/fleet_jobs.py): alice runs two jobs and bob one in the
+# Simulated Slurm jobs (sim/fleet/jobs.py): alice runs two jobs and bob one in the
 # healthy cluster, all training, for the jobs dashboard and the GPU-hours rules; carol's
 # job in the faults cluster holds the idle GPU of node 17.
 JOBS = (

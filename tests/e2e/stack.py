@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_node import FleetNode, build_agent
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.node import FleetNode, build_agent
 from tests.e2e.loopback import (
     HOST,
     Endpoint,

@@ -25,7 +25,7 @@ from nvwatch.alerts.recording_bmc import (
     HEAT_ROOM,
     HEAT_SOURCE,
 )
-from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet.fleet import Fleet
 from tests.conftest import require_tool
 from tests.e2e.conftest import POLL_INTERVAL, SCRAPE_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.loopback import wait_for

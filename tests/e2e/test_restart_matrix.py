@@ -47,10 +47,10 @@ from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.rules import Severity, all_alerts
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.node import known_scenarios
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.gpu.scenarios import XID_STORM_BURST
+from nvwatch.sim.node.node import known_scenarios
 from nvwatch.sim.profiles import get_profile
-from nvwatch.sim.scenarios import XID_STORM_BURST
 from tests.conftest import require_tool
 from tests.e2e.conftest import POLL_INTERVAL, SCRAPE_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.loopback import wait_for

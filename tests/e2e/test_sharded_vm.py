@@ -25,7 +25,7 @@ import pytest
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.rules import all_alerts
-from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet.fleet import Fleet
 from tests.conftest import require_tool
 from tests.e2e.conftest import (
     BASELINE_S,

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from nvwatch.agent.cli import cli
 from nvwatch.agent.inventory_bmc import probe_job
 from nvwatch.agent.sources.bmc.reading import BmcError, SensorReading, Target
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_plan import (
+from nvwatch.sim.bmc.reader import SIMULATED_MODULE
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.plan import (
     bmc_file_sd_groups,
     file_sd_groups,
     parse_node_scenario,

@@ -12,8 +12,8 @@ from nvwatch.agent.sources.attribution.mapping_dir import read_mapping_dir
 from nvwatch.agent.sources.attribution.model import GpuRef, Owner
 from nvwatch.agent.sources.attribution.procfs import ProcFS
 from nvwatch.agent.sources.attribution.slurm import SlurmResolver
-from nvwatch.sim.fleet_jobs import FIRST_JOB_ID, FleetJob, NodeJobs, check_jobs, parse_job
-from nvwatch.sim.fleet_plan import FleetError
+from nvwatch.sim.fleet.jobs import FIRST_JOB_ID, FleetJob, NodeJobs, check_jobs, parse_job
+from nvwatch.sim.fleet.plan import FleetError
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.slurm_commands import SchedulerError, run_slurm
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_jobs import FleetJob
-from nvwatch.sim.fleet_node import FleetNode
-from nvwatch.sim.fleet_queue import QueueSpec
-from nvwatch.sim.history_scheduler import CONTROLLER, SchedulerSeries
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.jobs import FleetJob
+from nvwatch.sim.fleet.node import FleetNode
+from nvwatch.sim.fleet.queue import QueueSpec
+from nvwatch.sim.history.scheduler import CONTROLLER, SchedulerSeries
 
 HOUR = 3600.0
 LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -96,7 +96,7 @@ def test_each_agent_attributes_its_gpus_to_the_jobs_the_queue_placed_there() -> 
 
 def _the_controller_exports_it(fleet: Fleet) -> None:
     """The fleet's Slurm controller, scraped over HTTP after a refresh, exports what the
-    history would write for the same queue (its gauges; sim/history_scheduler.py)."""
+    history would write for the same queue (its gauges; sim/history/scheduler.py)."""
     assert fleet.queue is not None and fleet.controller is not None
     controller = fleet.controller
     assert controller.source.refresh() is not None

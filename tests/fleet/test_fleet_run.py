@@ -7,7 +7,7 @@ import threading
 import time
 import urllib.request
 
-from nvwatch.sim.fleet import Fleet
+from nvwatch.sim.fleet.fleet import Fleet
 
 
 def _new_threads(before: set[threading.Thread]) -> set[threading.Thread]:

@@ -13,7 +13,7 @@ from nvwatch.agent.cli import cli
 from nvwatch.agent.config import ConfigError, ScenarioSpec
 from nvwatch.agent.inventory import load_inventory, write_file_sd
 from nvwatch.sim.clock import SteppedClock
-from nvwatch.sim.fleet_plan import (
+from nvwatch.sim.fleet.plan import (
     FleetError,
     assign_ports,
     expand_profiles,

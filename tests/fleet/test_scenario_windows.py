@@ -15,8 +15,8 @@ import pytest
 from nvwatch.agent.cli import main
 from nvwatch.agent.cli.options import build_config
 from nvwatch.agent.config import ConfigError, ScenarioSpec, parse_scenario, split_scenarios
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_plan import FleetError, parse_node_scenario, parse_repair_request
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.plan import FleetError, parse_node_scenario, parse_repair_request
 
 # --- the syntax ---------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """A month of simulated fleet history in a real Prometheus, for any test that needs one.
 
 `backfilled_prometheus()` generates a history with `nvwatch simulate history`'s code
-(nvwatch.sim.history), backfills it with `promtool tsdb create-blocks-from openmetrics`,
+(nvwatch.sim.history.history), backfills it with `promtool tsdb create-blocks-from openmetrics`,
 and starts Prometheus on that TSDB on 127.0.0.1; it stops Prometheus on exit. The
 session fixture `history_prometheus` (tests/conftest.py) wraps it, so every test module
 (tests/history, the report's) shares one.
@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from nvwatch.common.durations import prometheus_duration
-from nvwatch.sim.history import generate, truth_path_for
-from nvwatch.sim.history_plan import DAY_S, plan_history
+from nvwatch.sim.history.history import generate, truth_path_for
+from nvwatch.sim.history.plan import DAY_S, plan_history
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.loopback import wait_for

@@ -23,13 +23,13 @@ from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.exposition.bmc import probe_exposition
 from nvwatch.agent.server import Health, MetricsServer
 from nvwatch.agent.server.probe import ProbeService
-from nvwatch.sim.bmc_reader import SIMULATED_MODULE, SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fleet_plan import plan_fleet
-from nvwatch.sim.history import for_history
-from nvwatch.sim.history_bmc import DURATION, UP
-from nvwatch.sim.history_series import NodeSeries
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.fleet.plan import plan_fleet
+from nvwatch.sim.history.bmc import DURATION, UP
+from nvwatch.sim.history.history import for_history
+from nvwatch.sim.history.series import NodeSeries
+from nvwatch.sim.node.node import SimulatedNode
 
 STEP_S = 600.0
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from nvwatch.sim.history import generate
-from nvwatch.sim.history_plan import plan_history
+from nvwatch.sim.history.history import generate
+from nvwatch.sim.history.plan import plan_history
 
 END = 1772409600.0  # 2026-03-02T00:00Z
 STEP_S = 300.0

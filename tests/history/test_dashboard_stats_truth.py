@@ -2,7 +2,7 @@
 figure worked out here from the raw samples, over ranges the data covers in full and in
 part.
 
-Six hours of a simulated six-node fleet (nvwatch.sim.history, one sample every 5
+Six hours of a simulated six-node fleet (nvwatch.sim.history.history, one sample every 5
 minutes) are backfilled into a real Prometheus, with the mixin's recording rules over
 them as the README's backfill flow makes them. Each panel's queries run as Grafana
 sends them, `$__range` and the other built-ins substituted by the preview's own code
@@ -44,8 +44,8 @@ from nvwatch.dashboards.preview import (
     unit_of,
 )
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.history import generate
-from nvwatch.sim.history_plan import DAY_S, plan_history
+from nvwatch.sim.history.history import generate
+from nvwatch.sim.history.plan import DAY_S, plan_history
 from tests.history.backfill import backfill, backfill_recording_rules, serve_tsdb
 
 pytestmark = pytest.mark.timeout(300)
@@ -94,7 +94,7 @@ WINDOWS = {
 
 # the recorded rates' window over this history (`alerts backfill-rules --step 5m`)
 RATE_WINDOW_S = parse_duration(backfill_config(CFG, STEP_S).rate_window)
-AGENT_DOWN_NODE = "dgx-000"  # its agent is not scraped for a while (nvwatch.sim.history_plan)
+AGENT_DOWN_NODE = "dgx-000"  # its agent is not scraped for a while (nvwatch.sim.history.plan)
 
 Sample = tuple[float, dict[str, str], float]  # time, labels, value
 Points = list[tuple[float, float]]

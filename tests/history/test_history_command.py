@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from nvwatch.agent.cli import main
-from nvwatch.sim.history_scheduler import WAIT_FAMILIES
+from nvwatch.sim.history.scheduler import WAIT_FAMILIES
 from tests.conftest import require_tool
 from tests.history.backfill import backfill
 

@@ -3,7 +3,7 @@ exports for the same queue.
 
 The history reads the queue model's state directly (a refresh through subprocesses and
 JSON costs milliseconds, and a month is thousands of steps). Here the history's queue is
-brought up step by step, its simulated squeue, sinfo and sshare (sim/fleet_slurm.py,
+brought up step by step, its simulated squeue, sinfo and sshare (sim/fleet/slurm.py,
 executables on a PATH of their own) rewritten at each step, and the real source (its
 runner, parser, tally and fair-share reader, the agent's poller and exposition) refreshed
 after each: every gauge the history writes must be in the source's exposition with the
@@ -26,12 +26,12 @@ from nvwatch.agent.exposition.render import build_exposition, prepare
 from nvwatch.agent.poller import Poller
 from nvwatch.agent.sources.scheduler.fairshare import read_fairshare
 from nvwatch.agent.sources.scheduler.source import SchedulerSource
-from nvwatch.sim.fleet_slurm import SlurmCommands
-from nvwatch.sim.history_plan import plan_history
-from nvwatch.sim.history_queue import build_queue, plan_queue
-from nvwatch.sim.history_scheduler import SchedulerSeries
-from nvwatch.sim.queue_model import MIN_JOB_AGE_S, QueueModel
-from nvwatch.sim.queue_state import QueueState
+from nvwatch.sim.fleet.slurm import SlurmCommands
+from nvwatch.sim.history.plan import plan_history
+from nvwatch.sim.history.queue import build_queue, plan_queue
+from nvwatch.sim.history.scheduler import SchedulerSeries
+from nvwatch.sim.queue.model import MIN_JOB_AGE_S, QueueModel
+from nvwatch.sim.queue.state import QueueState
 
 END = 1772409600.0  # 2026-03-02T00:00Z
 STEPS = 12  # an hour of refreshes

@@ -29,12 +29,12 @@ from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fleet_plan import plan_fleet
-from nvwatch.sim.history import for_history
-from nvwatch.sim.history_bmc import BMC_FAMILIES
-from nvwatch.sim.history_scheduler import CONTROLLER_FAMILIES
-from nvwatch.sim.history_series import FAMILIES, UP, NodeSeries
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.fleet.plan import plan_fleet
+from nvwatch.sim.history.bmc import BMC_FAMILIES
+from nvwatch.sim.history.history import for_history
+from nvwatch.sim.history.scheduler import CONTROLLER_FAMILIES
+from nvwatch.sim.history.series import FAMILIES, UP, NodeSeries
+from nvwatch.sim.node.node import SimulatedNode
 
 STEP_S = 600.0
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -15,7 +15,7 @@ import pytest
 from nvwatch.agent.sources import SourceAbsent, SourceUnavailable
 from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 from tests.agent.test_presence import INTEL_ETH, MLX_ETH, MLX_IB, NVIDIA_3D, add_function
 from tests.infiniband.sysfs_tree import add_device, healthy_port
 

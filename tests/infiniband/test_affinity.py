@@ -10,7 +10,7 @@ from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.pci_address import sysfs_bus_id
 from nvwatch.agent.sources.pci_affinity import PciPath, Resolver, nearest_gpus, pcie_relation
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.profiles import PROFILES, get_profile, gpu_pci_bus_id, pci_path
 
 from .sysfs_tree import add_device, add_pci_device, healthy_port, link_hca

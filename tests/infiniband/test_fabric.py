@@ -13,7 +13,7 @@ from nvwatch.agent.sources import SourceAbsent
 from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
 from nvwatch.agent.sources.infiniband_parse import parse_counter
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import (
+from nvwatch.sim.fabric.fabric import (
     CONGESTION_STALL,
     IB_SCENARIOS,
     XMIT_WAIT_TICKS_PER_SECOND,
@@ -265,7 +265,7 @@ def test_deterministic_per_seed(tmp_path: Path) -> None:
 def test_a_port_busy_all_the_time_carries_less_than_its_rate() -> None:
     """Payload is at most the link's rate (EDR: 100 Gb/s, 12.5 GB/s per direction), as
     on hardware, where headers and flow control take a few per cent of it."""
-    from nvwatch.sim.ib_port import SimulatedPort
+    from nvwatch.sim.fabric.ib_port import SimulatedPort
     from nvwatch.sim.profiles import Nic
     from nvwatch.sim.workload import Workload
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from nvwatch.agent.catalogue import CATALOGUE
 from nvwatch.agent.sources.infiniband import InfinibandSample, InfinibandSource
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 
 from .exposition import scrape, value
 from .sysfs_tree import add_device, add_pci_device, healthy_port, link_hca

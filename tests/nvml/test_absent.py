@@ -17,7 +17,7 @@ from nvwatch.agent.sources.nvml import NvmlSource
 from nvwatch.agent.sources.presence import scan_pci
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.nvml.abi import SUCCESS, set_out
 from nvwatch.sim.profiles import PROFILES
 from tests.agent.test_presence import INTEL_ETH, NVIDIA_3D, NVIDIA_AUDIO, add_function

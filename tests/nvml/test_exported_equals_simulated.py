@@ -31,8 +31,8 @@ from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.infiniband import InfinibandSource
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.gpu_model import SimulatedGpu
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import install, uninstall
 from nvwatch.sim.profiles import PROFILES
 

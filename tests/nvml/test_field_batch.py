@@ -12,7 +12,7 @@ from collections import Counter
 import pynvml
 import pytest
 
-from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml import fields as sim_fields
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import poll

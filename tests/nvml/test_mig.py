@@ -20,10 +20,10 @@ from nvwatch.agent.sources.attribution.refresher import gpu_ref
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.agent.topology import build_topology, format_matrix
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.gpu_state import Activity
-from nvwatch.sim.mig_layout import parse_layout
-from nvwatch.sim.mig_state import GpuMig
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.gpu.mig_layout import parse_layout
+from nvwatch.sim.gpu.mig_state import GpuMig
+from nvwatch.sim.gpu.state import Activity
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 from tests.nvml.test_exported_equals_simulated import BYTE, Comparison
 

@@ -18,7 +18,7 @@ import pytest
 
 from nvwatch.agent.sources.nvml.samples import NvLinkSample
 from nvwatch.sim import nvml as sim_nvml
-from nvwatch.sim.gpu_model import SimulatedGpu
+from nvwatch.sim.gpu.model import SimulatedGpu
 from nvwatch.sim.nvml import fields as sim_fields
 from nvwatch.sim.nvml.abi import ERROR_NOT_SUPPORTED
 from tests.nvml.conftest import Node, NodeFactory

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from nvwatch.agent.sources.nvml.samples import GpuSample
+from nvwatch.sim.node.process_file import ProcessFile
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.nvml.abi import ERROR_NOT_SUPPORTED, SUCCESS, address_of, as_int, deref
-from nvwatch.sim.process_file import ProcessFile
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import exposition, poll, select, value
 

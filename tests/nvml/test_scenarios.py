@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvwatch.sim import scenarios
+from nvwatch.sim.gpu import scenarios
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import exposition, names_for_gpu, poll, select, value, wait_for
 

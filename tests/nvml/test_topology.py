@@ -9,7 +9,7 @@ import pytest
 from nvwatch.agent.sources import SourceUnavailable
 from nvwatch.agent.topology import Topology, build_topology, format_matrix
 from nvwatch.sim import nvml as sim_nvml
-from nvwatch.sim.fabric import SimulatedFabric
+from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.profiles import get_profile, pci_path
 from tests.nvml.conftest import NodeFactory
 

@@ -49,10 +49,10 @@ from nvwatch.dashboards.preview import (
 from nvwatch.dashboards.preview_maxima import Fleet as HardwareFleet
 from nvwatch.dashboards.preview_maxima import beyond_maxima
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.fleet_jobs import FleetJob
-from nvwatch.sim.fleet_queue import QueueSpec
+from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.fleet.jobs import FleetJob
+from nvwatch.sim.fleet.queue import QueueSpec
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 from tests.e2e.conftest import TIME_SCALE, mixin_config

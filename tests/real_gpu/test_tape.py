@@ -24,7 +24,9 @@ from benchmarks.real_gpu.tape import (
 @pytest.fixture
 def simulated(tmp_path: Path) -> Iterator[Any]:
     clock = sim_module("clock").ManualClock(0.0)
-    node = sim_module("node").SimulatedNode("dgx-a100", seed=3, clock=clock, sysfs_root=tmp_path)
+    node = sim_module("node.node").SimulatedNode(
+        "dgx-a100", seed=3, clock=clock, sysfs_root=tmp_path
+    )
     nvml = sim_module("nvml")
     nvml.install(node.nvml)
     try:

@@ -3,7 +3,7 @@
 A fake `squeue` on PATH prints 400 MB: the command is killed at the cap and the source is
 down with one line naming the command, the cap and the flag, while the process's peak RSS
 stays under its baseline plus the cap plus a margin. A queue of 100,000 jobs in the
-simulator's JSON (sim/slurm_out.py's keys and values) is read whole, at a peak well under
+simulator's JSON (sim/queue/slurm_out.py's keys and values) is read whole, at a peak well under
 what the document and its dictionaries would cost, and leaves little behind. The memory
 figures come from a child process of its own (tests/scheduler/rss_probe.py): its
 baseline RSS, its kernel-measured peak (ru_maxrss) and its RSS after the refresh.

@@ -13,9 +13,9 @@ import pytest
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.bmc.reading import BmcReading, Module, SensorReading, Target
 from nvwatch.agent.sources.infiniband import InfinibandPort, InfinibandSource
-from nvwatch.sim.bmc_reader import SimulatedBmcReader
+from nvwatch.sim.bmc.reader import SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 
 THERMAL = (

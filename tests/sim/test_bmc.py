@@ -22,10 +22,10 @@ from nvwatch.agent.sources.bmc.reading import (
     SensorReading,
     Target,
 )
-from nvwatch.sim.bmc_classes import BMC_CLASSES, ENTITY_AIR_INLET, bmc_class, rest_max_watts
-from nvwatch.sim.bmc_reader import NO_ANSWER_WAIT_CAP_S, SimulatedBmcReader
+from nvwatch.sim.bmc.classes import BMC_CLASSES, ENTITY_AIR_INLET, bmc_class, rest_max_watts
+from nvwatch.sim.bmc.reader import NO_ANSWER_WAIT_CAP_S, SimulatedBmcReader
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.profiles import PROFILES
 from tests.sim.conftest import BMC_ADDRESS, BMC_MODULE
 

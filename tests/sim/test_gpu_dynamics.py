@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.gpu_thermal import AMBIENT_C
+from nvwatch.sim.gpu.thermal import AMBIENT_C
 from nvwatch.sim.nvml import SimulatedNvml, install, uninstall
 from nvwatch.sim.profiles import H100_SXM5_80
 from nvwatch.sim.workload import Workload

@@ -18,7 +18,7 @@ MIB = 1024 * 1024
 def handles(tmp_path: Path) -> Iterator[list[object]]:
     clock = sim_module("clock").ManualClock()
     nvml = sim_module("nvml")
-    node = sim_module("node").SimulatedNode(
+    node = sim_module("node.node").SimulatedNode(
         "hgx-h200", clock=clock, sysfs_root=tmp_path, mig="7:1g.18gb*7"
     )
     nvml.install(node.nvml)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nvwatch.sim.mig_layout import MigLayoutError, parse_layout, place
-from nvwatch.sim.mig_profiles import MEMORY_SLICES
+from nvwatch.sim.gpu.mig_layout import MigLayoutError, parse_layout, place
+from nvwatch.sim.gpu.mig_profiles import MEMORY_SLICES
+from nvwatch.sim.node.process_file import ProcessFile
 from nvwatch.sim.nvml import SimulatedNvml
-from nvwatch.sim.process_file import ProcessFile
 from nvwatch.sim.profiles import get_profile
 from tests.sim.conftest import start
 

@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import install, uninstall
 
 # GPU 0: two instances; GPU 1: MIG on, no instances; GPU 2: MIG off

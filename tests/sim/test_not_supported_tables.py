@@ -6,7 +6,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from nvwatch.sim.mig_layout import parse_layout
+from nvwatch.sim.gpu.mig_layout import parse_layout
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.nvml.abi import ERROR_NOT_SUPPORTED, SUCCESS
 from nvwatch.sim.nvml.board import BOARD_NOT_SUPPORTED

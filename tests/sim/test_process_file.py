@@ -1,4 +1,4 @@
-"""The simulator can be told that a real pid uses a GPU (sim/process_file.py)."""
+"""The simulator can be told that a real pid uses a GPU (sim/node/process_file.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from nvwatch.agent.app import poll_and_render
 from nvwatch.agent.config import AgentConfig, ConfigError
 from nvwatch.agent.runtime import runtime
 from nvwatch.agent.sources.registry import build_sources
+from nvwatch.sim.node.process_file import MIB, ClaimedProcess, ProcessFile, parse, parse_line
 from nvwatch.sim.nvml import SimulatedNvml, exec_environment
-from nvwatch.sim.process_file import MIB, ClaimedProcess, ProcessFile, parse, parse_line
 from tests.sim.conftest import handle, start
 
 Spawn = Callable[[], subprocess.Popen[bytes]]
@@ -77,7 +77,7 @@ def test_bad_and_repeated_lines_warn_once_each_and_are_skipped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     text = "0 100\nbogus line\n0 100 5\n1 100 7\n9 1\n"
-    with caplog.at_level(logging.WARNING, logger="nvwatch.sim.process_file"):
+    with caplog.at_level(logging.WARNING, logger="nvwatch.sim.node.process_file"):
         claims = parse(text, 2, "procs.txt")
     assert claims == [ClaimedProcess(0, 100, None), ClaimedProcess(1, 100, 7 * MIB)]
     messages = [record.getMessage() for record in caplog.records]
@@ -153,7 +153,7 @@ def test_a_missing_file_lists_nothing_until_it_appears(
     path = tmp_path / "later"
     lib, clock = start("dgx-a100")
     lib.process_file = ProcessFile(path, lib.profile.gpu_count)
-    with caplog.at_level(logging.WARNING, logger="nvwatch.sim.process_file"):
+    with caplog.at_level(logging.WARNING, logger="nvwatch.sim.node.process_file"):
         for _ in range(3):
             assert child.pid not in pids_on(0)
             clock.advance(1)

@@ -18,8 +18,8 @@ import sys
 import psutil
 import pytest
 
+from nvwatch.sim.node.workers import worker_name
 from nvwatch.sim.profiles import PROFILES
-from nvwatch.sim.workers import worker_name
 
 VIEWER_PROFILES = ("dgx-h100", "dgx1-v100", "geforce-workstation")
 # a process row of nvitop's one-shot table: │ GPU PID TYPE USER GPU-MEM ... COMMAND │

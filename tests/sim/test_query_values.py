@@ -16,7 +16,7 @@ import pytest
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.pci_affinity import Resolver
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.node import SimulatedNode
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.nvml import install, uninstall
 from nvwatch.sim.profiles import PROFILES
 

@@ -16,7 +16,8 @@ from typing import TypeVar
 
 import pytest
 
-from nvwatch.sim.queue_jobs import (
+from nvwatch.sim.queue.arrivals import Arrivals, Demand, PartitionShape, Surge
+from nvwatch.sim.queue.jobs import (
     DEPENDENCY,
     DOWN,
     DRAINED,
@@ -33,9 +34,8 @@ from nvwatch.sim.queue_jobs import (
     Partition,
     SlurmNode,
 )
-from nvwatch.sim.queue_model import QueueModel
-from nvwatch.sim.queue_state import WAIT_BUCKETS, QueueState
-from nvwatch.sim.queue_workload import Arrivals, Demand, PartitionShape, Surge
+from nvwatch.sim.queue.model import QueueModel
+from nvwatch.sim.queue.state import WAIT_BUCKETS, QueueState
 
 K = TypeVar("K")
 HOUR = 3600.0

@@ -17,11 +17,11 @@ import pytest
 
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.bmc.reading import BmcError
-from nvwatch.sim import scenarios
-from nvwatch.sim.bmc_scenarios import HOT_AISLE_RAMP_S
+from nvwatch.sim.bmc.scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric import XMIT_WAIT_TICKS_PER_SECOND
-from nvwatch.sim.node import SimulatedNode, UnknownScenario, known_scenarios
+from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
+from nvwatch.sim.gpu import scenarios
+from nvwatch.sim.node.node import SimulatedNode, UnknownScenario, known_scenarios
 from nvwatch.sim.nvml import install
 from nvwatch.sim.profiles import PROFILES
 from tests.sim.conftest import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from nvwatch.agent.sources.nvml.kmsg import XidRecord, parse_record, pci_key
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.gpu_state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
-from nvwatch.sim.kmsg import UPTIME_AT_START_S, SimulatedKernelLog, kernel_pci
+from nvwatch.sim.gpu.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, GpuEvent
+from nvwatch.sim.node.kmsg import UPTIME_AT_START_S, SimulatedKernelLog, kernel_pci
 from nvwatch.sim.profiles import get_profile, gpu_pci_bus_id
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.runtime import runtime
-from nvwatch.sim.node import PollGridClock, SimulatedNode, grid_step
+from nvwatch.sim.node.node import PollGridClock, SimulatedNode, grid_step
 
 INTERVAL = 0.1  # the smallest interval the agent takes
 

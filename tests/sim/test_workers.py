@@ -16,9 +16,9 @@ import pytest
 
 from nvwatch.agent.config import AgentConfig, parse_scenario
 from nvwatch.agent.runtime import runtime
-from nvwatch.sim.fleet import Fleet
-from nvwatch.sim.node import SimulatedNode
-from nvwatch.sim.workers import (
+from nvwatch.sim.fleet.fleet import Fleet
+from nvwatch.sim.node.node import SimulatedNode
+from nvwatch.sim.node.workers import (
     PROCESS_NAME,
     WorkerProcesses,
     from_environment,
@@ -78,7 +78,7 @@ def test_one_named_child_per_gpu_reaped_on_close(
 def test_workers_die_with_their_owner_even_by_sigkill() -> None:
     owner_code = (
         "import sys, time\n"
-        "from nvwatch.sim.workers import WorkerProcesses\n"
+        "from nvwatch.sim.node.workers import WorkerProcesses\n"
         "w = WorkerProcesses('dgx-h100', range(4))\n"
         "print(*w.pids.values(), flush=True)\n"
         "time.sleep(120)\n"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from nvwatch.sim.queue_jobs import DRAINED, Account, JobRequest, Partition, SlurmNode
-from nvwatch.sim.queue_model import QueueModel
-from nvwatch.sim.slurm_out import sinfo_json, squeue_json, sshare_text
+from nvwatch.sim.queue.jobs import DRAINED, Account, JobRequest, Partition, SlurmNode
+from nvwatch.sim.queue.model import QueueModel
+from nvwatch.sim.queue.slurm_out import sinfo_json, squeue_json, sshare_text
 from tests.conftest import require_tool
 from tests.slurm.cluster import slurm_cluster
 

@@ -1,0 +1,403 @@
+"""Physical state and dynamics of one simulated GPU.
+
+The simulated NVML library (`nvwatch.sim.nvml`) reads everything it reports from a
+`SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. The records
+it integrates (links, ECC, events, activity) are in `nvwatch.sim.gpu.state`. State moves
+only in `step()`, which integrates up to a given time in bounded sub-steps, so a clock
+jump of an hour costs a few hundred cheap iterations and stays stable.
+
+Model, per sub-step:
+- demanded power = idle + compute_intensity x (TDP - idle), mean intensity over the step;
+- the power limit and the thermal controller turn demand into power, clocks and throttle
+  reasons (`nvwatch.sim.gpu.thermal`); time under each counts as violation time;
+- temperature relaxes towards the closed-loop steady state (thermal.py) with time
+  constant tau: exact for any step length, no explicit-Euler instability; the air the
+  board breathes (its ambient, and how well its fans move it) comes from the node's
+  `AirSupply` (the BMC model, sim/bmc/model.py) at every sub-step;
+- energy integrates power; NVLink/PCIe byte counters integrate the workload's traffic;
+- error counters accumulate expected counts (rate x dt) and report the integer part, so
+  they depend only on time, not on how often anyone polls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid as uuid_module
+from typing import Protocol
+
+from nvwatch.sim.gpu.state import (
+    EVENT_XID,
+    REASON_GPU_IDLE,
+    REASON_SW_THERMAL,
+    Activity,
+    EccState,
+    GpuEvent,
+    LinkState,
+)
+from nvwatch.sim.gpu.thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
+from nvwatch.sim.profiles import MIB, GpuModel, LinkEnd
+from nvwatch.sim.workload import Workload, workload_means
+
+MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
+MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
+HBM_OFFSET_C = 4.0  # ~ HBM stacks read a few degrees above the GPU die under load
+
+# PCIe per-lane payload rate in bytes/s after line coding (PCI-SIG: 8 GT/s 128b/130b for
+# Gen3, doubling each generation).
+PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6}
+
+
+def _stable_digest(*parts: object) -> bytes:
+    return hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+
+
+class ScenarioHook(Protocol):
+    """A fault on one GPU (`nvwatch.sim.gpu.scenarios`): called at every sub-step with the
+    seconds since the simulation started; `end()` stops it and repairs what it broke."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None: ...
+
+    def end(self, gpu: SimulatedGpu) -> None: ...
+
+
+class AirSupply(Protocol):
+    """The chassis around a GPU: at `elapsed` seconds since the start, (the temperature of
+    the air reaching GPU `index`, the factor its fans' airflow puts on its thermal
+    resistance: 1 with its fans turning as designed)."""
+
+    def conditions(self, index: int, elapsed: float) -> tuple[float, float]: ...
+
+
+class SimulatedGpu:
+    """One GPU: identity, fault knobs and physical state, integrated by `step()`."""
+
+    def __init__(
+        self,
+        index: int,
+        model: GpuModel,
+        links: tuple[LinkEnd, ...],
+        workload: Workload,
+        *,
+        seed: int = 0,
+        start_time: float = 0.0,
+        node_name: str = "",
+    ) -> None:
+        self.index = index
+        self.model = model
+        self.workload = workload
+        self.seed = seed
+        digest = _stable_digest(node_name, seed, index, model.name)
+        self.uuid = "GPU-" + str(uuid_module.UUID(bytes=digest[:16]))
+        # ~ serials are 13 decimal digits on data-centre boards
+        self.serial = "1" + str(int.from_bytes(digest[16:24], "big") % 10**12).zfill(12)
+        self.links = [LinkState(end) for end in links]
+
+        # fault knobs (scenarios set these)
+        self.thermal_resistance_c_per_w = model.thermal_resistance_c_per_w
+        self.power_limit_w = model.tdp_watts
+        self.lost = False
+        self.pcie_replay_rate_per_s = 0.0
+        self.scenario_hooks: list[ScenarioHook] = []
+        # sub-steps one step() may take at most: fewer make a long step cheaper (a month
+        # of history at minutes per step), the thermal relaxation being exact at any length
+        self.max_substeps = MAX_SUBSTEPS
+        # Under MIG (sim/gpu/mig_state.py) the share of the GPU's SMs its instances keep
+        # busy: it scales the workload's load, and NVLink idles (MIG has no NVLink P2P).
+        # None: MIG off, the workload drives the whole GPU.
+        self.mig_load: float | None = None
+        # the air around the board (attach_air); without a chassis model, AMBIENT_C
+        self.air: AirSupply | None = None
+        self.ambient_c = AMBIENT_C
+        self.cooling_factor = 1.0
+
+        # physical state
+        self.time = start_time
+        self.start_time = start_time
+        self.temperature_c = self.ambient_c + self.thermal_resistance_c_per_w * model.idle_watts
+        self.power_w = model.idle_watts
+        self.energy_mj = 0.0
+        self.clock_factor = 1.0
+        self.reasons = REASON_GPU_IDLE
+        self.power_violation_ns = 0.0
+        self.thermal_violation_ns = 0.0
+        self.low_util_violation_ns = 0.0
+        self.pcie_tx_bytes = 0.0
+        self.pcie_rx_bytes = 0.0
+        self.pcie_tx_rate = 0.0  # bytes/s over the last sub-step
+        self.pcie_rx_rate = 0.0
+        self.pcie_replays = 0.0
+        self.ecc = EccState()
+        self._activity = [0.0] * 5  # sm, occupancy, tensor, dram, graphics integrals
+        self.events: list[GpuEvent] = []  # drained by the library after each step
+        self._update_reasons(self._workload_util(start_time), capped=False)
+        if not workload.cold_start:
+            self._settle(start_time)
+
+    # --- derived, instantaneous -----------------------------------------------------
+
+    def _workload_util(self, t: float) -> float:
+        if self.lost:
+            return 0.0
+        util = self.workload.gpu_utilization(t, self.index)
+        return util if self.mig_load is None else util * self.mig_load
+
+    @property
+    def utilization(self) -> float:
+        """GPU busy fraction now (nvidia-smi utilization.gpu), 0..1."""
+        return self._workload_util(self.time)
+
+    @property
+    def memory_utilization(self) -> float:
+        """Memory-controller busy fraction (utilization.memory): ~ 60% of compute load."""
+        return 0.6 * self.workload.compute_intensity(self.time, self.index) * self.clock_factor
+
+    @property
+    def memory_reserved_bytes(self) -> int:
+        # ~ nvidia-smi "Reserved": about half a percent of the board on recent drivers
+        return (self.model.memory_bytes // 200) // MIB * MIB
+
+    @property
+    def memory_used_bytes(self) -> int:
+        """Used by processes (NVML v2 `used`, which excludes the reserved part)."""
+        if self.workload.kind == "training":
+            share = 0.85  # frameworks' caching allocators grab most of the board
+        elif self.workload.kind == "inference":
+            share = 0.40
+        else:
+            share = 0.0
+        driver_overhead = 0 if share == 0.0 else 512 * MIB  # CUDA context + cuBLAS workspace
+        return int(self.model.memory_bytes * share) // MIB * MIB + driver_overhead
+
+    @property
+    def process_memory_bytes(self) -> int:
+        """What the one job process on this GPU holds: all but the context overhead."""
+        used = self.memory_used_bytes
+        return max(0, used - 512 * MIB) if used else 0
+
+    @property
+    def sm_clock_mhz(self) -> int:
+        if self.utilization < 0.01:
+            return self.model.idle_sm_clock_mhz
+        mhz = self.model.max_sm_clock_mhz * self.clock_factor
+        return int(max(self.model.idle_sm_clock_mhz, mhz))
+
+    @property
+    def memory_clock_mhz(self) -> int:
+        # HBM runs at one clock; GDDR boards park the memory clock when idle (~ 405 MHz)
+        if self.utilization < 0.01 and not self.model.memory_temperature:
+            return 405
+        return self.model.max_memory_clock_mhz
+
+    @property
+    def video_clock_mhz(self) -> int:
+        return int(self.sm_clock_mhz * 0.9)  # ~ video clock tracks ~90% of graphics
+
+    @property
+    def max_video_clock_mhz(self) -> int:
+        return int(self.model.max_sm_clock_mhz * 0.9)
+
+    @property
+    def memory_temperature_c(self) -> float:
+        return self.temperature_c + HBM_OFFSET_C * (self.power_w / self.model.tdp_watts)
+
+    @property
+    def fan_percent(self) -> int:
+        # ~ a GeForce fan curve: 30% floor, ramps from 40 C, full speed by ~87 C
+        return int(min(100.0, max(30.0, 30.0 + (self.temperature_c - 40.0) * 1.5)))
+
+    @property
+    def pstate(self) -> int:
+        return 0 if self.utilization >= 0.01 else 8
+
+    @property
+    def pcie_generation_current(self) -> int:
+        # the link trains down to Gen1 when idle to save power, back up under load
+        return self.model.pcie_generation if self.utilization >= 0.01 else 1
+
+    def activity(self) -> Activity:
+        return Activity(
+            self.time,
+            sm_active=self._activity[0],
+            sm_occupancy=self._activity[1],
+            tensor_active=self._activity[2],
+            dram_active=self._activity[3],
+            graphics_active=self._activity[4],
+            pcie_tx_bytes=self.pcie_tx_bytes,
+            pcie_rx_bytes=self.pcie_rx_bytes,
+            nvlink_tx_bytes=sum(link.tx_bytes for link in self.links),
+            nvlink_rx_bytes=sum(link.rx_bytes for link in self.links),
+        )
+
+    # --- events and faults ----------------------------------------------------------
+
+    def emit_xid(self, xid: int) -> None:
+        self.emit_event(EVENT_XID, xid)
+
+    def emit_event(self, event_type: int, data: int = 0) -> None:
+        self.events.append(GpuEvent(self.index, event_type, data, self.time))
+
+    def drain_events(self) -> list[GpuEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def nvlink_error_count(self, link: int, kind: str) -> int:
+        return int(self.links[link].errors[kind])
+
+    def reset(self) -> None:
+        """A GPU reset (`nvidia-smi -r` after a drain): what it clears, and what it keeps.
+
+        Volatile ECC counts restart at 0; aggregate ones live in the InfoROM and stay. A
+        pending page retirement or row remap takes effect: the pages stay retired, nothing
+        is pending. A lost GPU answers again. The power limit returns to its default (a
+        limit set with `nvidia-smi -pl` does not survive a reset), and with it the clocks
+        and throttle reasons; the temperature does not jump, it relaxes from here.
+        """
+        self.ecc.corrected_volatile = 0
+        self.ecc.uncorrected_volatile = 0
+        self.ecc.retired_pending = False
+        self.ecc.remap_pending = False
+        self.lost = False
+        self.power_limit_w = self.model.tdp_watts
+        self.clock_factor = 1.0
+        self._update_reasons(self.utilization, capped=False)
+
+    # --- dynamics -------------------------------------------------------------------
+
+    def attach_air(self, air: AirSupply) -> None:
+        """Breathe `air` from now on; a board not cold-started settles in it at once."""
+        self.air = air
+        self._breathe(self.time)
+        if not self.workload.cold_start:
+            self._settle(self.time)
+
+    def _breathe(self, t: float) -> None:
+        if self.air is not None:
+            elapsed = t - self.start_time
+            self.ambient_c, self.cooling_factor = self.air.conditions(self.index, elapsed)
+
+    def _steady_temperature(self, dynamic_demand_w: float) -> float:
+        """Where this demand holds the die, with this board's power limit and cooling."""
+        r = self.thermal_resistance_c_per_w * self.cooling_factor
+        limit, ambient = self.power_limit_w, self.ambient_c
+        return steady_temperature(self.model, limit, r, dynamic_demand_w, ambient)
+
+    def _settle(self, t: float) -> None:
+        """Begin in the workload's thermal steady state: the temperature the mean demand of
+        the last thermal time constant holds the die at, and power, clocks and reasons as
+        they are at `t` at that temperature (not a cold die drawing full power)."""
+        model = self.model
+        tau = model.thermal_time_constant_s
+        mean = self.workload.mean_compute_intensity(t - tau, t, self.index)
+        self.temperature_c = self._steady_temperature(mean * (model.tdp_watts - model.idle_watts))
+        demand = self.workload.compute_intensity(t, self.index)
+        dynamic = demand * (model.tdp_watts - model.idle_watts)
+        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, dynamic)
+        self.power_w = power
+        self.clock_factor = factor if demand > 0 else 1.0
+        self._update_reasons(self._workload_util(t), capped=capped)
+
+    def _update_reasons(self, util: float, *, capped: bool) -> None:
+        self.reasons = throttle_reasons(self.model, self.temperature_c, util, capped=capped)
+
+    def step(self, until: float) -> None:
+        """Integrate the state from self.time up to `until`."""
+        span = until - self.time
+        if span <= 0:
+            return
+        n = min(self.max_substeps, max(1, math.ceil(span / MAX_SUBSTEP_S)))
+        dt = span / n
+        for _ in range(n):
+            self._substep(self.time, self.time + dt)
+
+    def _substep(self, t0: float, t1: float) -> None:
+        dt = t1 - t0
+        # faults due within this sub-step take effect for it (at most MAX_SUBSTEP_S early),
+        # so everything scheduled up to the clock has happened when a call returns
+        for hook in self.scenario_hooks:
+            hook(self, t1 - self.start_time)
+        self._breathe(t1)
+        if self.lost:
+            intensity = util = comm = 0.0
+        else:
+            # only inference load differs per GPU; training GPUs share one computation
+            key = self.index if self.workload.kind == "inference" else -1
+            intensity, util, comm = workload_means(self.workload, key, t0, t1)
+            if self.mig_load is not None:
+                intensity, util, comm = intensity * self.mig_load, util * self.mig_load, 0.0
+        self._integrate_power(dt, intensity, util)
+        self.time = t1
+        # activity integrals for GPM (~ shares of busy time, typical of LLM training)
+        busy = intensity * self.clock_factor
+        for i, share in enumerate((0.92, 0.45, 0.70, 0.55, 1.0)):
+            self._activity[i] += (util if i == 4 else busy * share) * dt
+        self._integrate_traffic(dt, util, comm)
+        self.ecc.trickle(dt)
+
+    def _integrate_power(self, dt: float, intensity: float, util: float) -> None:
+        """Temperature, power, clocks, energy, reasons and violation times over `dt`."""
+        model = self.model
+        demand = intensity * (model.tdp_watts - model.idle_watts)
+        # temperature: exact relaxation towards the closed-loop steady state
+        target = self._steady_temperature(demand)
+        alpha = 1.0 - math.exp(-dt / model.thermal_time_constant_s)
+        self.temperature_c += (target - self.temperature_c) * alpha
+        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, demand)
+        self.power_w = power
+        self.clock_factor = factor if demand > 0 else 1.0
+        self.energy_mj += power * dt * 1000.0
+        self._update_reasons(util, capped=capped)
+        ns = dt * 1e9
+        if capped:
+            self.power_violation_ns += ns
+        if self.reasons & REASON_SW_THERMAL:
+            self.thermal_violation_ns += ns
+        if util < 0.01:
+            self.low_util_violation_ns += ns
+
+    def _integrate_traffic(self, dt: float, util: float, comm: float) -> None:
+        """PCIe and NVLink byte counters, PCIe replays and NVLink errors over `dt`."""
+        model = self.model
+        # PCIe: input pipeline traffic ~ 5% of the link in, 1% out while computing
+        lanes = PCIE_LANE_BYTES_PER_S[model.pcie_generation] * model.pcie_width
+        self.pcie_rx_rate = 0.05 * util * lanes
+        self.pcie_tx_rate = 0.01 * util * lanes
+        self.pcie_rx_bytes += self.pcie_rx_rate * dt
+        self.pcie_tx_bytes += self.pcie_tx_rate * dt
+        self.pcie_replays += self.pcie_replay_rate_per_s * dt
+        # NVLink: all-reduce traffic is symmetric, each live link carries its share
+        for link in self.links:
+            if link.up:
+                moved = comm * model.nvlink_bytes_per_second * dt
+                link.tx_bytes += moved
+                link.rx_bytes += moved
+            for kind, rate in link.error_rates.items():
+                if rate:
+                    link.errors[kind] += rate * dt
+
+    # --- ECC helpers used by scenarios ---------------------------------------------
+
+    def add_ecc_errors(self, *, corrected: int = 0, uncorrected: int = 0) -> None:
+        self.ecc.add_errors(corrected=corrected, uncorrected=uncorrected)
+
+    def retire_page(self, *, double_bit: bool) -> None:
+        """Record a bad DRAM location: page retirement before Ampere, row remap after."""
+        if self.model.row_remapping:
+            if double_bit:
+                self.ecc.remapped_uncorrectable += 1
+            else:
+                self.ecc.remapped_correctable += 1
+            self.ecc.remap_pending = True  # the remap takes effect at the next GPU reset
+            return
+        pages = self.ecc.retired_dbe if double_bit else self.ecc.retired_sbe
+        # a page-aligned address inside the board's memory, stable per seed
+        slot = int.from_bytes(_stable_digest(self.uuid, len(pages), double_bit)[:4], "big")
+        address = (slot % (self.model.memory_bytes // (4096 * 16))) * 16
+        pages.append((address, self.time))
+        self.ecc.retired_pending = True
