@@ -38,23 +38,23 @@ def command(name: str) -> click.Command:
 
 def scenario_names() -> str:
     """The registered scenario names, for --help (from the registry, so never stale)."""
-    from nvwatch.sim.node.scenarios import known_scenarios
+    from nvwatch.sim.scenario_names import known_scenarios
 
     return ", ".join(known_scenarios())
 
 
 def workloads() -> frozenset[str]:
     """Scenarios that set what the GPUs run from the start (they take no from=)."""
-    from nvwatch.sim.node.scenarios import WORKLOADS
+    from nvwatch.sim.scenario_names import WORKLOAD_SCENARIOS
 
-    return frozenset(WORKLOADS)
+    return frozenset(WORKLOAD_SCENARIOS)
 
 
 def default_onsets() -> dict[str, float]:
     """Each fault scenario's onset when no from= or --onset sets one, in seconds."""
-    from nvwatch.sim.node.scenarios import WORKLOADS, known_scenarios, onset
+    from nvwatch.sim.scenario_names import WORKLOAD_SCENARIOS, known_scenarios, onset
 
-    return {name: onset(name) for name in known_scenarios() if name not in WORKLOADS}
+    return {name: onset(name) for name in known_scenarios() if name not in WORKLOAD_SCENARIOS}
 
 
 def simulated_bmc() -> tuple[BmcReader, Module, str] | None:

@@ -19,10 +19,9 @@ from typing import ClassVar
 
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.sim.bmc.classes import BmcClass
-from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
 from nvwatch.sim.profiles import Profile
+from nvwatch.sim.scenario_names import BMC_SCENARIOS, FAULT_ONSET_S
 
-BMC_SCENARIOS: tuple[str, ...] = ("hot-aisle", "fan-failure", "psu-failure", "bmc-unreachable")
 HOT_AISLE_RISE_C = 35.0
 HOT_AISLE_MAX_RISE_C = 60.0
 HOT_AISLE_RAMP_S = 300.0  # room air changes over minutes, in both directions

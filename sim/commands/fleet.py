@@ -35,7 +35,7 @@ from nvwatch.sim.fleet.plan import (
 )
 from nvwatch.sim.fleet.queue import LIMIT_SYNTAX, QueueSpec, parse_limit
 from nvwatch.sim.history.queue import ACCOUNTS
-from nvwatch.sim.node.scenarios import known_scenarios
+from nvwatch.sim.scenario_names import known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
 

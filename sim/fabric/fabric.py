@@ -33,8 +33,8 @@ from nvwatch.sim.fabric.ib_port import (
     degraded_rate,
 )
 from nvwatch.sim.fabric.tree import TreeWriter, write_structure
-from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S
 from nvwatch.sim.profiles import Profile, get_profile, gpu_pci_bus_id
+from nvwatch.sim.scenario_names import FABRIC_SCENARIOS, HCA_SCENARIOS, IB_SCENARIOS, onset
 from nvwatch.sim.workload import Workload
 
 __all__ = [
@@ -51,16 +51,6 @@ __all__ = [
     "is_ib_scenario",
 ]
 
-# scenarios of one port; they begin as the fabric starts unless told otherwise
-IB_SCENARIOS: tuple[str, ...] = (
-    "ib-congestion",
-    "ib-link-flap",
-    "ib-degraded",
-    "ib-symbol-errors",
-)
-# an HCA's presence: node-wide it takes every HCA (an mlx5_ib unload), @mlx5_N one
-HCA_SCENARIOS: tuple[str, ...] = ("ib-hca-vanish",)
-FABRIC_SCENARIOS = IB_SCENARIOS + HCA_SCENARIOS
 # where a vanished HCA's class directory waits: outside class/infiniband, on the same
 # filesystem (so moving it is one rename), and a dot-name nothing lists
 VANISHED_DIR = ".nvwatch-vanished"
@@ -74,7 +64,7 @@ def is_ib_scenario(name: str) -> bool:
 def default_onset(name: str) -> float:
     """Seconds after the start a fabric scenario begins: a vanishing HCA after a healthy
     baseline (the agent must have seen it), the port scenarios at once."""
-    return FAULT_ONSET_S if name in HCA_SCENARIOS else 0.0
+    return onset(name)
 
 
 def _check_ib_scenario(name: str) -> None:

@@ -16,8 +16,9 @@ from nvwatch.agent.config import SCENARIO_SYNTAX, ConfigError, ScenarioSpec, par
 from nvwatch.agent.inventory_bmc import bmc_target_group
 from nvwatch.sim.gpu.mig_layout import MigLayoutError, checked_layout
 from nvwatch.sim.node import scenarios as node_scenarios
-from nvwatch.sim.node.scenarios import UnknownScenario, known_scenarios
+from nvwatch.sim.node.scenarios import UnknownScenario
 from nvwatch.sim.profiles import UnknownProfile, get_profile
+from nvwatch.sim.scenario_names import known_scenarios
 
 DEFAULT_CLUSTER = "sim"
 DEFAULT_NODES_PER_RACK = 4  # four DGX-1 (3.2 kW each) per ~13 kW rack

@@ -22,25 +22,14 @@ from typing import ClassVar
 
 from nvwatch.sim.gpu.model import ScenarioHook, SimulatedGpu
 from nvwatch.sim.gpu.state import EVENT_DOUBLE_BIT_ECC
+from nvwatch.sim.scenario_names import (
+    DRIVER_SCENARIOS,
+    FAULT_ONSET_S,
+    NVML_SCENARIOS,
+    WORKLOAD_SCENARIOS,
+)
 from nvwatch.sim.workload import Workload
 
-# they set what the GPUs run (cold-start: training on GPUs that sat idle, which warm up;
-# the others begin in the workload's thermal steady state); nothing to repair
-WORKLOAD_SCENARIOS: tuple[str, ...] = ("healthy-training", "idle", "cold-start")
-FAULT_SCENARIOS: tuple[str, ...] = (
-    "thermal-runaway",
-    "power-capped",
-    "nvlink-degraded",
-    "ecc-dbe",
-    "gpu-lost",
-    "xid-storm",
-)
-GPU_SCENARIOS = WORKLOAD_SCENARIOS + FAULT_SCENARIOS
-# node-wide: the kernel module is missing, the GPUs' PCI functions are still there
-DRIVER_SCENARIOS: tuple[str, ...] = ("nvml-driver-broken",)
-NVML_SCENARIOS = GPU_SCENARIOS + DRIVER_SCENARIOS
-
-FAULT_ONSET_S = 30.0  # a few 5 s polls of healthy baseline before the fault
 THERMAL_RAMP_S = 120.0  # cooling degrades over minutes (a failing fan / clogged filter)
 THERMAL_OVERSHOOT_C = 20.0  # uncontrolled steady state this far above slowdown
 POWER_CAP_FRACTION = 0.6  # e.g. a facility power-brake policy, `nvidia-smi -pl`

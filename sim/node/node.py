@@ -29,10 +29,10 @@ from nvwatch.sim.gpu.thermal import AMBIENT_C
 from nvwatch.sim.node import scenarios as node_scenarios
 from nvwatch.sim.node.kmsg import SimulatedKernelLog
 from nvwatch.sim.node.scenarios import UnknownScenario as UnknownScenario
-from nvwatch.sim.node.scenarios import known_scenarios as known_scenarios
 from nvwatch.sim.node.workers import WorkerProcesses, busy_gpus, busy_instances
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.profiles import Profile, get_profile
+from nvwatch.sim.scenario_names import known_scenarios as known_scenarios
 
 log = logging.getLogger(__name__)
 

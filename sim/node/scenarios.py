@@ -15,43 +15,32 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
+from nvwatch.sim import scenario_names
 from nvwatch.sim.bmc import scenarios as bmc_scenarios
 from nvwatch.sim.bmc.classes import bmc_class
 from nvwatch.sim.bmc.model import SimulatedBmc
-from nvwatch.sim.bmc.scenarios import BMC_SCENARIOS, is_bmc_scenario
+from nvwatch.sim.bmc.scenarios import is_bmc_scenario
 from nvwatch.sim.fabric.fabric import (
-    FABRIC_SCENARIOS,
     SimulatedFabric,
-    default_onset,
     is_ib_scenario,
 )
 from nvwatch.sim.gpu import scenarios
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.profiles import Profile
+from nvwatch.sim.scenario_names import known_scenarios, onset
 from nvwatch.sim.workload import Workload
 
 # scenarios that change what GPUs are doing rather than breaking a part of the node
-WORKLOADS = frozenset(scenarios.WORKLOAD_SCENARIOS)
+WORKLOADS = frozenset(scenario_names.WORKLOAD_SCENARIOS)
 
 
 class UnknownScenario(ValueError):
     pass
 
 
-def known_scenarios() -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*scenarios.NVML_SCENARIOS, *FABRIC_SCENARIOS, *BMC_SCENARIOS)))
-
-
 def check_name(name: str) -> None:
     if name not in known_scenarios():
         raise UnknownScenario(f"unknown scenario {name!r} (known: {', '.join(known_scenarios())})")
-
-
-def onset(name: str) -> float:
-    """Seconds after the node starts a scenario begins when no from= says otherwise."""
-    if name in WORKLOADS:
-        return 0.0
-    return default_onset(name) if is_ib_scenario(name) else scenarios.FAULT_ONSET_S
 
 
 def check_window(spec: ScenarioSpec) -> None:
@@ -78,7 +67,7 @@ def check_target(profile: Profile, spec: ScenarioSpec) -> None:
             raise ValueError(
                 f"no device {target!r} in {profile.name} for {name} (devices: {', '.join(devices)})"
             )
-    elif name in scenarios.DRIVER_SCENARIOS:
+    elif name in scenario_names.DRIVER_SCENARIOS:
         if target is not None:
             raise ValueError(f"{spec}: {name} is node-wide; it takes no @TARGET")
     elif target is not None and (spec.gpu is None or spec.gpu >= profile.gpu_count):
@@ -155,7 +144,7 @@ def repair(
     name, target = _selection(bmc.profile, what)
     if name is not None and is_bmc_scenario(name):
         return bmc.end_scenarios(name, target)
-    gpu_side = name is None or name in scenarios.NVML_SCENARIOS
+    gpu_side = name is None or name in scenario_names.NVML_SCENARIOS
     fabric_side = name is None or is_ib_scenario(name)
     repaired: list[str] = bmc.end_scenarios() if name is None and target is None else []
     if gpu_side and (target is None or is_index(target)):

@@ -20,6 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from nvwatch.sim import scenario_names
 from nvwatch.sim.gpu import scenarios
 from nvwatch.sim.gpu.mig_layout import GpuMigPlan
 from nvwatch.sim.gpu.mig_state import GpuMig
@@ -107,7 +108,7 @@ class NvmlCore:
         self._gpm_samples: dict[int, tuple[int | tuple[int, int], Activity] | None] = {}
         self._start_time = self._time
         self.driver_faults: list[scenarios.DriverBroken] = []
-        if self.scenario in scenarios.DRIVER_SCENARIOS:
+        if self.scenario in scenario_names.DRIVER_SCENARIOS:
             self.driver_faults.append(scenarios.DriverBroken())
         self.gpus: list[SimulatedGpu] = self._make_gpus(per_gpu)
         for index in mig or {}:
@@ -136,7 +137,7 @@ class NvmlCore:
         for index, model in enumerate(self.profile.gpus):
             gpu_workload = self.workload
             own = per_gpu.get(index)
-            if own is not None and own in scenarios.WORKLOAD_SCENARIOS:
+            if own is not None and own in scenario_names.WORKLOAD_SCENARIOS:
                 gpu_workload = scenarios.workload_of(own, self.workload)
             gpus.append(
                 SimulatedGpu(
@@ -149,7 +150,7 @@ class NvmlCore:
                     node_name=self.profile.name,
                 )
             )
-        if self.scenario in scenarios.FAULT_SCENARIOS:
+        if self.scenario in scenario_names.FAULT_SCENARIOS:
             victim = scenarios.default_victim(
                 self.scenario, [len(links) for links in self.profile.nvlinks]
             )
@@ -172,13 +173,13 @@ class NvmlCore:
         (nvml-driver-broken); times are seconds since this library started. Returns
         'name@gpu' or the node-wide name."""
         with self._lock:
-            if scenarios.validate(name) in scenarios.DRIVER_SCENARIOS:
+            if scenarios.validate(name) in scenario_names.DRIVER_SCENARIOS:
                 if gpu is not None:
                     raise ValueError(f"{name} is node-wide: it takes no GPU")
-                onset = scenarios.FAULT_ONSET_S if onset_s is None else onset_s
+                onset = scenario_names.FAULT_ONSET_S if onset_s is None else onset_s
                 self.driver_faults.append(scenarios.DriverBroken(onset, until_s))
                 return name
-            if name in scenarios.WORKLOAD_SCENARIOS:
+            if name in scenario_names.WORKLOAD_SCENARIOS:
                 raise ValueError(f"{name} sets the workload: give it when the library is built")
             links = [len(links) for links in self.profile.nvlinks]
             index = scenarios.default_victim(name, links) if gpu is None else gpu

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.sim.node.scenarios import known_scenarios
 from nvwatch.sim.ports import free_port
+from nvwatch.sim.scenario_names import known_scenarios
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 # the machine's real state: no NVWATCH_* left over from a shell that simulates

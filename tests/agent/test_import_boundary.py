@@ -155,3 +155,21 @@ def test_a_bmc_config_loads_the_ipmi_client(tmp_path: Path) -> None:
     modules = _modules_of_serve(tmp_path, "--sources=host", f"--bmc-config={config}")
     assert _loaded(modules, "pyipmi")
     assert not _loaded(modules, "nvwatch.sim")
+
+
+def test_serve_help_reads_the_scenario_names_alone() -> None:
+    """--help lists every scenario and its onset from sim/scenario_names.py: printing it
+    loaded 50 simulator modules (the simulated NVML among them) when the names were read
+    from the modules that run the scenarios."""
+    code = (
+        "import json, sys\n"
+        "from nvwatch.agent.cli import main\n"
+        "try:\n    main(['serve', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nvwatch.sim'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert set(loaded) <= {"nvwatch.sim", "nvwatch.sim.pynvml_check", "nvwatch.sim.scenario_names"}
+    assert "thermal-runaway" in done.stdout and "bmc-unreachable" in done.stdout

@@ -42,12 +42,18 @@ from nvwatch.agent.sources.nvml.samples import NvmlSample, ProcessSample
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc.classes import bmc_class
-from nvwatch.sim.bmc.scenarios import BMC_SCENARIOS
 from nvwatch.sim.clock import ManualClock
-from nvwatch.sim.fabric.fabric import HCA_SCENARIOS, IB_SCENARIOS
-from nvwatch.sim.gpu.scenarios import DRIVER_SCENARIOS, FAULT_SCENARIOS, WORKLOAD_SCENARIOS
-from nvwatch.sim.node.node import SimulatedNode, known_scenarios
+from nvwatch.sim.node.node import SimulatedNode
 from nvwatch.sim.profiles import PROFILES, Profile
+from nvwatch.sim.scenario_names import (
+    BMC_SCENARIOS,
+    DRIVER_SCENARIOS,
+    FAULT_SCENARIOS,
+    HCA_SCENARIOS,
+    IB_SCENARIOS,
+    WORKLOAD_SCENARIOS,
+    known_scenarios,
+)
 
 # simulated seconds of each poll: a baseline, the faults active (they begin at 30 s; a
 # lost GPU stops answering 2 s later, an HCA vanishes at 30 s), and after REPAIR_S, when

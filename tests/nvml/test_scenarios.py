@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from nvwatch.sim import scenario_names
 from nvwatch.sim.gpu import scenarios
 from tests.nvml.conftest import NodeFactory
 from tests.nvml.helpers import exposition, names_for_gpu, poll, select, value, wait_for
 
-ONSET = scenarios.FAULT_ONSET_S
+ONSET = scenario_names.FAULT_ONSET_S
 
 
 def test_thermal_runaway_crosses_slowdown(node: NodeFactory) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nvwatch.sim.gpu.scenarios import FAULT_ONSET_S, GPU_LOST_AFTER_XID_S
+from nvwatch.sim.gpu.scenarios import GPU_LOST_AFTER_XID_S
 from nvwatch.sim.node.kmsg import SimulatedKernelLog, kernel_pci
 from nvwatch.sim.profiles import get_profile, gpu_pci_bus_id
+from nvwatch.sim.scenario_names import FAULT_ONSET_S
 from tests.nvml.conftest import Node, NodeFactory
 from tests.nvml.helpers import exposition, poll, value, wait_for
 
