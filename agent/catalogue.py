@@ -211,12 +211,6 @@ class MetricSpec:
         return ""
 
 
-_G = MetricType.GAUGE
-_C = MetricType.COUNTER
-_H = MetricType.HISTOGRAM
-_F = Field
-
-
 def _one(path: str, smi: NvidiaSmi | None = None) -> tuple[Series, ...]:
     """The common case: one series per object, its value in attribute `path`."""
     return (Series(Field(path), nvidia_smi=smi),)
@@ -236,7 +230,14 @@ def _each(path: str, *, sort: bool = False) -> tuple[Series, ...]:
 _MIG_NO_UTIL = "GPUs in MIG mode (NVML does not report utilization rates under MIG)"
 _HOPPER = "GPUs before Hopper (GPM needs nvmlGpmQueryDeviceSupport), or on the first poll"
 # the process families' labels: the pid, psutil's name and user, attribution's owner
-_PROCESS_LABELS = (_F("pid"), _F("name"), _F("user"), _F("job"), _F("pod"), _F("namespace"))
+_PROCESS_LABELS = (
+    Field("pid"),
+    Field("name"),
+    Field("user"),
+    Field("job"),
+    Field("pod"),
+    Field("namespace"),
+)
 _PROCESS_OWN_LABELS = ("pid", "process", "user", "job", "pod", "namespace")
 # NVML: "On MIG-enabled GPUs, querying process utilization is not currently supported"
 _PROCESS_UTIL_ABSENT = (
@@ -247,7 +248,7 @@ _PROCESS_UTIL_ABSENT = (
 GPU_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_gpu_info",
-        _G,
+        MetricType.GAUGE,
         "Descriptive fields of a GPU; value is always 1.",
         Scope.GPU,
         "nvmlDeviceGetName, GetPciInfo_v3, GetSerial, GetVbiosVersion, "
@@ -256,12 +257,12 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
             Series(
                 1.0,
                 (
-                    _F("info.name"),
-                    _F("info.pci_bus_id"),
-                    _F("info.serial"),
-                    _F("info.driver_version"),
-                    _F("info.cuda_version"),
-                    _F("info.vbios"),
+                    Field("info.name"),
+                    Field("info.pci_bus_id"),
+                    Field("info.serial"),
+                    Field("info.driver_version"),
+                    Field("info.cuda_version"),
+                    Field("info.vbios"),
                 ),
             ),
         ),
@@ -270,7 +271,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_up",
-        _G,
+        MetricType.GAUGE,
         "1 if the GPU answered NVML this poll, 0 if it is lost or failing.",
         Scope.GPU,
         "every NVML call of the poll: GpuIsLost, Unknown, ... make it 0",
@@ -279,7 +280,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_utilization_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fraction of the last sample period a kernel was running (nvidia-smi utilization.gpu).",
         Scope.GPU,
         "nvmlDeviceGetUtilizationRates .gpu (percent / 100)",
@@ -288,7 +289,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_memory_utilization_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fraction of the last sample period device memory was read or written "
         "(nvidia-smi utilization.memory).",
         Scope.GPU,
@@ -298,7 +299,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_memory_total_bytes",
-        _G,
+        MetricType.GAUGE,
         "Total device (HBM) memory.",
         Scope.GPU,
         "nvmlDeviceGetMemoryInfo (v2 where the driver has it, else v1)",
@@ -306,7 +307,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_memory_used_bytes",
-        _G,
+        MetricType.GAUGE,
         "Device memory in use.",
         Scope.GPU,
         "nvmlDeviceGetMemoryInfo .used",
@@ -314,7 +315,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_memory_free_bytes",
-        _G,
+        MetricType.GAUGE,
         "Device memory free.",
         Scope.GPU,
         "nvmlDeviceGetMemoryInfo .free",
@@ -322,7 +323,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_power_watts",
-        _G,
+        MetricType.GAUGE,
         "Current board power draw.",
         Scope.GPU,
         "nvmlDeviceGetPowerUsage (mW / 1000)",
@@ -330,7 +331,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_power_limit_watts",
-        _G,
+        MetricType.GAUGE,
         "Power limit the driver enforces now (nvidia-smi enforced.power.limit).",
         Scope.GPU,
         "field NVML_FI_DEV_POWER_CURRENT_LIMIT (190), else "
@@ -339,7 +340,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_power_tdp_watts",
-        _G,
+        MetricType.GAUGE,
         "Default power limit of the board, its TDP (nvidia-smi power.default_limit).",
         Scope.GPU,
         "nvmlDeviceGetPowerManagementDefaultLimit (mW / 1000), read once",
@@ -347,7 +348,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_energy_joules_total",
-        _C,
+        MetricType.COUNTER,
         "Energy consumed by the GPU since the driver was loaded.",
         Scope.GPU,
         "field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION (83), else "
@@ -357,7 +358,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_temperature_celsius",
-        _G,
+        MetricType.GAUGE,
         "Temperature by sensor: gpu (die) or memory (HBM).",
         Scope.GPU,
         "gpu: nvmlDeviceGetTemperatureV (nvmlDeviceGetTemperature on old drivers); "
@@ -375,7 +376,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_temperature_threshold_celsius",
-        _G,
+        MetricType.GAUGE,
         "Temperature thresholds: slowdown, shutdown, gpu_max, memory_max.",
         Scope.GPU,
         "nvmlDeviceGetTemperatureThreshold (SLOWDOWN, SHUTDOWN, GPU_MAX, MEM_MAX), read once",
@@ -390,7 +391,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_clock_hertz",
-        _G,
+        MetricType.GAUGE,
         "Current clock frequency by domain: sm, memory, graphics.",
         Scope.GPU,
         "nvmlDeviceGetClockInfo (SM, MEM, GRAPHICS; MHz x 1e6)",
@@ -407,7 +408,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_clock_max_hertz",
-        _G,
+        MetricType.GAUGE,
         "Maximum clock frequency by domain: sm, memory, graphics.",
         Scope.GPU,
         "nvmlDeviceGetMaxClockInfo (SM, MEM, GRAPHICS; MHz x 1e6), read once",
@@ -421,7 +422,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_clock_event_active",
-        _G,
+        MetricType.GAUGE,
         "1 while a clock-event (throttle) reason is active: idle, applications_clocks, "
         "sw_power_cap, hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, "
         "hw_power_brake, display_clocks.",
@@ -434,7 +435,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_throttle_seconds_total",
-        _C,
+        MetricType.COUNTER,
         "Time clocks were held below target, by NVML violation policy: power, thermal, "
         "sync_boost, board_limit, low_utilization, reliability.",
         Scope.GPU,
@@ -445,7 +446,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_fan_speed_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fan speed as a fraction of maximum.",
         Scope.GPU,
         "nvmlDeviceGetFanSpeed (percent / 100)",
@@ -454,7 +455,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_pcie_throughput_bytes_per_second",
-        _G,
+        MetricType.GAUGE,
         "PCIe throughput over NVML's last 20 ms window, by direction tx/rx.",
         Scope.GPU,
         "nvmlDeviceGetPcieThroughput (TX_BYTES, RX_BYTES), in KiB/s x 1024 (see "
@@ -465,7 +466,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_pcie_replays_total",
-        _C,
+        MetricType.COUNTER,
         "PCIe replay counter (link-level retransmissions).",
         Scope.GPU,
         "nvmlDeviceGetPcieReplayCounter",
@@ -473,7 +474,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_pcie_link_generation",
-        _G,
+        MetricType.GAUGE,
         "PCIe link generation, kind current or max.",
         Scope.GPU,
         "nvmlDeviceGetCurrPcieLinkGeneration, nvmlDeviceGetMaxPcieLinkGeneration (read once)",
@@ -486,7 +487,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_pcie_link_width",
-        _G,
+        MetricType.GAUGE,
         "PCIe link width in lanes, kind current or max.",
         Scope.GPU,
         "nvmlDeviceGetCurrPcieLinkWidth, nvmlDeviceGetMaxPcieLinkWidth (read once)",
@@ -499,27 +500,27 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_ecc_errors_total",
-        _C,
+        MetricType.COUNTER,
         "ECC errors by type (corrected/uncorrected) and scope (volatile since driver load, "
         "aggregate over the board's life).",
         Scope.GPU,
         "nvmlDeviceGetTotalEccErrors (CORRECTED/UNCORRECTED x VOLATILE/AGGREGATE)",
         (
-            Series(_F("ecc_corrected_volatile"), ("corrected", "volatile")),
-            Series(_F("ecc_corrected_aggregate"), ("corrected", "aggregate")),
+            Series(Field("ecc_corrected_volatile"), ("corrected", "volatile")),
+            Series(Field("ecc_corrected_aggregate"), ("corrected", "aggregate")),
             Series(
-                _F("ecc_uncorrected_volatile"),
+                Field("ecc_uncorrected_volatile"),
                 ("uncorrected", "volatile"),
                 nvidia_smi=NvidiaSmi("ecc.errors.uncorrected.volatile.total"),
             ),
-            Series(_F("ecc_uncorrected_aggregate"), ("uncorrected", "aggregate")),
+            Series(Field("ecc_uncorrected_aggregate"), ("uncorrected", "aggregate")),
         ),
         own_labels=("type", "scope"),
         when="boards without ECC (GeForce) or with ECC disabled",
     ),
     MetricSpec(
         "nvwatch_gpu_retired_pages",
-        _G,
+        MetricType.GAUGE,
         "Memory pages retired, by cause: sbe (multiple single-bit) or dbe (double-bit).",
         Scope.GPU,
         "nvmlDeviceGetRetiredPages (MULTIPLE_SINGLE_BIT_ECC_ERRORS, DOUBLE_BIT_ECC_ERROR), "
@@ -530,7 +531,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_retired_pages_pending",
-        _G,
+        MetricType.GAUGE,
         "1 if a page retirement is pending until the next driver reload.",
         Scope.GPU,
         "nvmlDeviceGetRetiredPagesPendingStatus",
@@ -539,7 +540,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_remapped_rows",
-        _G,
+        MetricType.GAUGE,
         "HBM row remapping (Ampere+): correctable, uncorrectable, pending (1/0), failure (1/0).",
         Scope.GPU,
         "nvmlDeviceGetRemappedRows (corrRows, uncRows, isPending, failureOccurred)",
@@ -554,7 +555,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_xid_errors_total",
-        _C,
+        MetricType.COUNTER,
         "XID critical error events of the GPU since boot (from the kernel log; since the agent "
         "started where the log is unreadable), by XID code.",
         Scope.GPU,
@@ -571,7 +572,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_sm_active_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: fraction of time SMs had at least one warp resident (Hopper+).",
         Scope.GPU,
         "nvmlGpmMetricsGet NVML_GPM_METRIC_SM_UTIL (percent / 100)",
@@ -580,7 +581,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_sm_occupancy_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: resident warps as a fraction of the maximum (Hopper+).",
         Scope.GPU,
         "nvmlGpmMetricsGet NVML_GPM_METRIC_SM_OCCUPANCY (percent / 100)",
@@ -589,7 +590,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_tensor_active_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: fraction of time any tensor pipe was active (Hopper+).",
         Scope.GPU,
         "nvmlGpmMetricsGet NVML_GPM_METRIC_ANY_TENSOR_UTIL (percent / 100)",
@@ -598,7 +599,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_dram_active_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: fraction of peak DRAM bandwidth used (Hopper+).",
         Scope.GPU,
         "nvmlGpmMetricsGet NVML_GPM_METRIC_DRAM_BW_UTIL (percent / 100)",
@@ -607,7 +608,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_mig_mode",
-        _G,
+        MetricType.GAUGE,
         "MIG mode of the GPU: 1 enabled, 0 disabled; kind=current now, kind=pending after "
         "the next GPU reset (nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending).",
         Scope.GPU,
@@ -618,19 +619,19 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_gpu_process_memory_bytes",
-        _G,
+        MetricType.GAUGE,
         "Device memory held by a compute process (the largest processes, capped per GPU).",
         Scope.PROCESS,
         "nvmlDeviceGetComputeRunningProcesses_v3 .usedGpuMemory; process and user from "
         "psutil on the pid; job (Slurm job id), pod and namespace (Kubernetes) from "
         "attribution's cache (--attribution), empty when it is off or does not know the pid",
-        (Series(_F("memory_bytes"), _PROCESS_LABELS),),
+        (Series(Field("memory_bytes"), _PROCESS_LABELS),),
         own_labels=_PROCESS_OWN_LABELS,
         when="no compute process on the GPU",
     ),
     MetricSpec(
         "nvwatch_gpu_process_sm_utilization_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fraction of the sample period in which the process had a kernel running on the "
         "GPU's SMs, its most recent sample since the previous poll (0 when NVML took none: "
         "the process was idle); the same processes as nvwatch_gpu_process_memory_bytes.",
@@ -638,19 +639,19 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetProcessUtilization(lastSeenTimeStamp = the newest sample of the "
         "previous poll) .smUtil (percent / 100; nvidia-smi pmon -s u, sm); labels as "
         "nvwatch_gpu_process_memory_bytes",
-        (Series(_F("sm_utilization_ratio"), _PROCESS_LABELS),),
+        (Series(Field("sm_utilization_ratio"), _PROCESS_LABELS),),
         own_labels=_PROCESS_OWN_LABELS,
         when=_PROCESS_UTIL_ABSENT,
     ),
     MetricSpec(
         "nvwatch_gpu_process_memory_utilization_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fraction of the sample period in which the process read or wrote device memory, its "
         "most recent sample since the previous poll (0 when NVML took none).",
         Scope.PROCESS,
         "nvmlDeviceGetProcessUtilization .memUtil (percent / 100; nvidia-smi pmon -s u, "
         "mem); labels as nvwatch_gpu_process_memory_bytes",
-        (Series(_F("memory_utilization_ratio"), _PROCESS_LABELS),),
+        (Series(Field("memory_utilization_ratio"), _PROCESS_LABELS),),
         own_labels=_PROCESS_OWN_LABELS,
         when=_PROCESS_UTIL_ABSENT,
     ),
@@ -662,7 +663,7 @@ _MIG_GPM = "MIG instances before Hopper (no GPM), or on the first poll"
 MIG_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_mig_info",
-        _G,
+        MetricType.GAUGE,
         "A MIG device (GPU instance + compute instance) of the GPU; value is always 1. "
         "mig_uuid is the id CUDA_VISIBLE_DEVICES, Kubernetes and Slurm give the instance; "
         "profile its GPU-instance profile (1g.10gb ... 7g.80gb).",
@@ -670,13 +671,13 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
         "nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetUUID, GetGpuInstanceId, "
         "GetComputeInstanceId on the MIG device; nvmlGpuInstanceGetInfo .profileId named by "
         "nvmlDeviceGetGpuInstanceProfileInfo (nvidia-smi -L)",
-        (Series(1.0, (_F("mig_uuid"), _F("profile"))),),
+        (Series(1.0, (Field("mig_uuid"), Field("profile"))),),
         own_labels=("mig_uuid", "profile"),
         when=_MIG_OFF,
     ),
     MetricSpec(
         "nvwatch_mig_memory_total_bytes",
-        _G,
+        MetricType.GAUGE,
         "Device memory of the MIG device's GPU instance (shared by its compute instances).",
         Scope.MIG,
         "nvmlDeviceGetMemoryInfo(MIG device, nvmlMemory_v2) .total",
@@ -685,7 +686,7 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_mig_memory_used_bytes",
-        _G,
+        MetricType.GAUGE,
         "Device memory in use in the MIG device's GPU instance.",
         Scope.MIG,
         "nvmlDeviceGetMemoryInfo(MIG device, nvmlMemory_v2) .used",
@@ -694,7 +695,7 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_mig_sm_active_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: fraction of time the GPU instance's SMs had a warp resident (Hopper+).",
         Scope.MIG,
         "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_SM_UTIL",
@@ -703,7 +704,7 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_mig_sm_occupancy_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: warps resident on the GPU instance's SMs over the maximum (Hopper+).",
         Scope.MIG,
         "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_SM_OCCUPANCY",
@@ -712,7 +713,7 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_mig_tensor_active_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: fraction of time the GPU instance's tensor pipes were busy (Hopper+).",
         Scope.MIG,
         "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_ANY_TENSOR_UTIL",
@@ -721,7 +722,7 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_mig_dram_active_ratio",
-        _G,
+        MetricType.GAUGE,
         "GPM: fraction of the GPU instance's peak DRAM bandwidth used (Hopper+).",
         Scope.MIG,
         "nvmlGpmMigSampleGet per GPU instance, nvmlGpmMetricsGet NVML_GPM_METRIC_DRAM_BW_UTIL",
@@ -733,7 +734,7 @@ MIG_METRICS: tuple[MetricSpec, ...] = (
 ALLOCATION_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_gpu_allocation_info",
-        _G,
+        MetricType.GAUGE,
         "Who a GPU (or MIG instance, by its own uuid) is allocated to: one series per "
         "owner, value always 1; labels a scheduler has no notion of are empty. Join it at "
         "query time: GPU series never carry job labels.",
@@ -745,13 +746,13 @@ ALLOCATION_METRICS: tuple[MetricSpec, ...] = (
             Series(
                 1.0,
                 (
-                    _F("owner.scheduler"),
-                    _F("owner.job_id"),
-                    _F("owner.user"),
-                    _F("owner.account"),
-                    _F("owner.pod"),
-                    _F("owner.namespace"),
-                    _F("owner.container"),
+                    Field("owner.scheduler"),
+                    Field("owner.job_id"),
+                    Field("owner.user"),
+                    Field("owner.account"),
+                    Field("owner.pod"),
+                    Field("owner.namespace"),
+                    Field("owner.container"),
                 ),
             ),
         ),
@@ -763,7 +764,7 @@ ALLOCATION_METRICS: tuple[MetricSpec, ...] = (
 NVLINK_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_nvlink_up",
-        _G,
+        MetricType.GAUGE,
         "1 if the NVLink link is active, else 0.",
         Scope.NVLINK,
         "field NVML_FI_DEV_NVLINK_GET_STATE per link, else nvmlDeviceGetNvLinkState; with "
@@ -773,7 +774,7 @@ NVLINK_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_nvlink_transmit_bytes_total",
-        _C,
+        MetricType.COUNTER,
         "Data bytes transmitted on the NVLink link.",
         Scope.NVLINK,
         "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (138), cumulative KiB x 1024",
@@ -782,7 +783,7 @@ NVLINK_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_nvlink_receive_bytes_total",
-        _C,
+        MetricType.COUNTER,
         "Data bytes received on the NVLink link.",
         Scope.NVLINK,
         "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (139), cumulative KiB x 1024",
@@ -791,7 +792,7 @@ NVLINK_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_nvlink_errors_total",
-        _C,
+        MetricType.COUNTER,
         "NVLink data-link error counters by type: crc_flit, crc_data, replay, recovery, ecc.",
         Scope.NVLINK,
         "fields NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY,ECC}_ERROR_COUNT_L<n> "
@@ -802,7 +803,7 @@ NVLINK_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_nvlink_speed_bytes_per_second",
-        _G,
+        MetricType.GAUGE,
         "NVLink line rate per direction.",
         Scope.NVLINK,
         "field NVML_FI_DEV_NVLINK_GET_SPEED (MB/s x 1e6), else the nominal rate of "
@@ -812,15 +813,15 @@ NVLINK_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_nvlink_remote_info",
-        _G,
+        MetricType.GAUGE,
         "What the far end of the link is (gpu, switch or cpu); value is always 1.",
         Scope.NVLINK,
         "nvmlDeviceGetNvLinkRemoteDeviceType, nvmlDeviceGetNvLinkRemotePciInfo_v2",
         (
             Series(
                 1.0,
-                (_F("remote_type"), _F("remote_gpu"), _F("remote_pci_bus_id")),
-                present_if=_F("remote_type"),
+                (Field("remote_type"), Field("remote_gpu"), Field("remote_pci_bus_id")),
+                present_if=Field("remote_type"),
             ),
         ),
         own_labels=("remote_type", "remote_gpu", "remote_pci_bus_id"),
@@ -834,7 +835,7 @@ _NO_PMA = "ports whose counters read N/A (no PMA), e.g. some RoCE functions"
 INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_ib_info",
-        _G,
+        MetricType.GAUGE,
         "Descriptive fields of an InfiniBand/RoCE HCA; value is always 1.",
         Scope.IB_DEVICE,
         "/sys/class/infiniband/<device>/{board_id,fw_ver,hca_type,node_guid}",
@@ -842,11 +843,11 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
             Series(
                 1.0,
                 (
-                    _F("name"),
-                    _F("board_id"),
-                    _F("firmware_version"),
-                    _F("hca_type"),
-                    _F("node_guid"),
+                    Field("name"),
+                    Field("board_id"),
+                    Field("firmware_version"),
+                    Field("hca_type"),
+                    Field("node_guid"),
                 ),
             ),
         ),
@@ -855,17 +856,17 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_info",
-        _G,
+        MetricType.GAUGE,
         "Port link layer and the GPUs closest to it on PCIe; value is always 1.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/link_layer; nearest_gpus from the PCIe tree of "
         "/sys/class/infiniband/<device>/device and the GPUs' NVML bus ids",
-        (Series(1.0, (_F("link_layer"), _F("nearest_gpus"))),),
+        (Series(1.0, (Field("link_layer"), Field("nearest_gpus"))),),
         own_labels=("link_layer", "nearest_gpus"),
     ),
     MetricSpec(
         "nvwatch_ib_port_state",
-        _G,
+        MetricType.GAUGE,
         "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/state (the number before ':')",
@@ -873,7 +874,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_physical_state",
-        _G,
+        MetricType.GAUGE,
         "Physical port state: 1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, "
         "5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test.",
         Scope.IB_PORT,
@@ -882,7 +883,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_rate_bytes_per_second",
-        _G,
+        MetricType.GAUGE,
         "Nominal link rate of the port (sysfs rate, Gb/s x 125,000,000).",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/rate",
@@ -890,7 +891,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_transmit_bytes_total",
-        _C,
+        MetricType.COUNTER,
         "Data bytes transmitted (port_xmit_data x 4).",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/port_xmit_data (counters_ext/port_xmit_data_64 where "
@@ -900,7 +901,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_receive_bytes_total",
-        _C,
+        MetricType.COUNTER,
         "Data bytes received (port_rcv_data x 4).",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/port_rcv_data (or counters_ext/port_rcv_data_64), x 4",
@@ -909,7 +910,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_transmit_packets_total",
-        _C,
+        MetricType.COUNTER,
         "Packets transmitted.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/port_xmit_packets (or counters_ext/port_xmit_packets_64)",
@@ -918,7 +919,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_receive_packets_total",
-        _C,
+        MetricType.COUNTER,
         "Packets received.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/port_rcv_packets (or counters_ext/port_rcv_packets_64)",
@@ -927,7 +928,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_transmit_wait_total",
-        _C,
+        MetricType.COUNTER,
         "Ticks the port had data to send but no credits (congestion), port_xmit_wait.",
         Scope.IB_PORT,
         f"{_SYSFS_PORT}/counters/port_xmit_wait",
@@ -936,7 +937,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_errors_total",
-        _C,
+        MetricType.COUNTER,
         "Port error counters by type: symbol, link_error_recovery, link_downed, receive, "
         "receive_remote_physical, receive_switch_relay, transmit_discards, "
         "transmit_constraint, receive_constraint, local_link_integrity, "
@@ -951,7 +952,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_hw_events_total",
-        _C,
+        MetricType.COUNTER,
         "mlx5 hw_counters of the port, by file name. By default only those that say the "
         "fabric loses or congests traffic (out_of_sequence, local_ack_timeout_err; on RoCE "
         "np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled); the others count "
@@ -966,7 +967,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_ib_port_reading_saturated",
-        _G,
+        MetricType.GAUGE,
         "1 while a narrow IB counter sits exactly at the maximum of its PortCounters "
         "width and has stopped counting (a reading above it comes from a wider field "
         "that still counts); no series for a counter that is not (a 0 per counter per "
@@ -987,7 +988,7 @@ INFINIBAND_METRICS: tuple[MetricSpec, ...] = (
 HOST_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_host_cpu_utilization_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fraction of CPU time not idle since the previous poll, all cores.",
         Scope.HOST,
         "psutil.cpu_times(), difference of two polls",
@@ -996,7 +997,7 @@ HOST_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_host_cpu_iowait_ratio",
-        _G,
+        MetricType.GAUGE,
         "Fraction of CPU time waiting on I/O since the previous poll, all cores.",
         Scope.HOST,
         "psutil.cpu_times().iowait, difference of two polls",
@@ -1005,7 +1006,7 @@ HOST_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_host_memory_used_bytes",
-        _G,
+        MetricType.GAUGE,
         "Host memory in use (total - available).",
         Scope.HOST,
         "psutil.virtual_memory() total - available",
@@ -1013,7 +1014,7 @@ HOST_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_host_memory_total_bytes",
-        _G,
+        MetricType.GAUGE,
         "Host memory installed.",
         Scope.HOST,
         "psutil.virtual_memory().total",
@@ -1021,7 +1022,7 @@ HOST_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_host_load1",
-        _G,
+        MetricType.GAUGE,
         "One-minute load average.",
         Scope.HOST,
         "psutil.getloadavg()[0]",
@@ -1045,7 +1046,7 @@ _NO_SENSOR = (
 BMC_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_bmc_up",
-        _G,
+        MetricType.GAUGE,
         "1 if the probe read the BMC (an IPMI 2.0 session opened and its sensors read), 0 if "
         "it could not: no answer within the module's timeout, a refused port, wrong "
         "credentials, a malformed reply. The reason is a comment in the probe's body.",
@@ -1056,7 +1057,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_bmc_collector_up",
-        _G,
+        MetricType.GAUGE,
         "Per collector of the probe's module, as ipmi_exporter's ipmi_up{collector}: 1 if "
         "it read its part (ipmi: the SDR's sensors; dcmi: the system's power), 0 if not. "
         "All 0 when the BMC could not be read; dcmi alone 0 from a BMC without DCMI power.",
@@ -1068,7 +1069,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_bmc_read_duration_seconds",
-        _G,
+        MetricType.GAUGE,
         "Wall time of the probe's read of the BMC, session set-up included; when it failed, "
         "the time until it gave up (at most the module's timeout).",
         Scope.BMC,
@@ -1078,7 +1079,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_bmc_power_watts",
-        _G,
+        MetricType.GAUGE,
         'Power the BMC measures. method="dcmi" (sensor="dcmi"): the node\'s input power from '
         'DCMI Get Power Reading; method="sensor": every SDR sensor in watts, as the vendor '
         "defines it (node input, a supply's input or output).",
@@ -1086,14 +1087,14 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
         "DCMI Get Power Reading (NetFn 0x2C, cmd 0x02, mode 1: current power); "
         + _IPMI_READING
         + " whose SDR base unit is watts (6), converted by the record's M, B and exponents",
-        (Series(_F("watts"), (_F("method"),)),),
+        (Series(Field("watts"), (Field("method"),)),),
         own_labels=("method",),
         when="BMCs without DCMI power (dcmi: the dcmi collector) or without a watts sensor; "
         + _NO_SENSOR,
     ),
     MetricSpec(
         "nvwatch_bmc_temperature_celsius",
-        _G,
+        MetricType.GAUGE,
         "Temperature a BMC sensor reads. entity: inlet (IPMI entity 0x37, DCMI 0x40, or a "
         "name matching the module's inlet_pattern), exhaust (a name matching "
         "exhaust_pattern), cpu (0x03, 0x41), board (0x07, 0x42), memory, power_supply, "
@@ -1101,13 +1102,13 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
         Scope.BMC_SENSOR,
         _IPMI_READING + " whose SDR base unit is degrees C (F and K converted); entity from "
         "the record's entity id (agent/sources/bmc/sensor_names.py)",
-        (Series(_F("celsius"), (_F("entity"),)),),
+        (Series(Field("celsius"), (Field("entity"),)),),
         own_labels=("entity",),
         when="BMCs without temperature sensors; " + _NO_SENSOR,
     ),
     MetricSpec(
         "nvwatch_bmc_fan_speed_rpm",
-        _G,
+        MetricType.GAUGE,
         "Speed of a fan as its BMC sensor reads it, in revolutions per minute.",
         Scope.BMC_SENSOR,
         _IPMI_READING + " whose SDR base unit is RPM (18)",
@@ -1116,7 +1117,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_bmc_power_supply_present",
-        _G,
+        MetricType.GAUGE,
         "1 if the power supply is in its bay (presence detected), 0 if it is not.",
         Scope.BMC_SENSOR,
         _IPMI_READING + " of type power supply (0x08), sensor-specific offset 0 "
@@ -1126,7 +1127,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_bmc_power_supply_failed",
-        _G,
+        MetricType.GAUGE,
         "1 if the power supply reports a failure or lost input (failure detected, AC lost, "
         "input lost or out of range), else 0.",
         Scope.BMC_SENSOR,
@@ -1136,7 +1137,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_bmc_sensor_state",
-        _G,
+        MetricType.GAUGE,
         "State of a threshold sensor or power supply: 0 nominal, 1 warning (a non-critical "
         "threshold crossed; a supply's predictive failure, or a supply not present), 2 "
         "critical (a critical or non-recoverable threshold crossed; a supply failed, "
@@ -1144,7 +1145,7 @@ BMC_METRICS: tuple[MetricSpec, ...] = (
         Scope.BMC_SENSOR,
         _IPMI_READING + ": threshold comparison bits (byte 4, bits 0-5) of threshold "
         "sensors, sensor-specific offsets of power supplies",
-        (Series(_F("state"), (_F("type_name"),)),),
+        (Series(Field("state"), (Field("type_name"),)),),
         own_labels=("type",),
         when="discrete sensors other than power supplies; " + _NO_SENSOR,
     ),
@@ -1164,7 +1165,7 @@ _GPU_JOB = (
 SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_scheduler_gpus",
-        _G,
+        MetricType.GAUGE,
         "GPUs of the partition's nodes by state: allocated to jobs, idle, or unavailable "
         "(the node is drained, down, not responding, failing, rebooting or reserved). A "
         "node in several partitions counts in each.",
@@ -1177,7 +1178,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_nodes_unavailable",
-        _G,
+        MetricType.GAUGE,
         "Nodes with GPUs whose GPUs cannot take jobs, by reason class: not_responding, "
         "kill_task_failed, prolog_epilog, config_mismatch (less memory, cores or GPUs "
         "than configured), reboot, failing, reserved (a reservation or maintenance), "
@@ -1191,7 +1192,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_pending_gpus",
-        _G,
+        MetricType.GAUGE,
         "GPUs requested by pending jobs (per node times nodes, per task times tasks, "
         "times the tasks of a pending array), by Slurm's pending reason in classes: "
         "resources, priority, limits (account, QOS, partition or array limits), "
@@ -1206,7 +1207,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_oldest_pending_seconds",
-        _G,
+        MetricType.GAUGE,
         "Seconds the longest-waiting pending GPU job of the partition has been eligible "
         "to start (held jobs and jobs waiting on another job do not count); 0 when none "
         "waits.",
@@ -1218,7 +1219,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_wait_seconds",
-        _H,
+        MetricType.HISTOGRAM,
         "Queue wait of the GPU jobs that started since the source started, from eligible "
         "to start (submitted, released, dependency met) to started, by the partition "
         "they started in. The first refresh counts no job: it cannot tell when they started.",
@@ -1230,7 +1231,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_account_wait_seconds",
-        _H,
+        MetricType.HISTOGRAM,
         "Queue wait of the GPU jobs that started since the source started, as "
         "nvwatch_scheduler_wait_seconds counts them (the same jobs, buckets and sums), by "
         'account: accounts beyond --scheduler-max-accounts are account="other", a job '
@@ -1244,7 +1245,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_allocated_gpu_seconds_total",
-        _C,
+        MetricType.COUNTER,
         "GPUs times seconds held by the account's jobs in the partition since the source "
         "started: GPU-hours per account without accounting (rate() is GPUs in use).",
         Scope.SCHEDULER_DEMAND,
@@ -1255,7 +1256,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_user_pending_gpus",
-        _G,
+        MetricType.GAUGE,
         "GPUs requested by the user's pending jobs in the partition (all reasons); users "
         'beyond --scheduler-max-users are user="other".',
         Scope.SCHEDULER_USER,
@@ -1265,7 +1266,7 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_scheduler_fairshare",
-        _G,
+        MetricType.GAUGE,
         "The account's fair share as Slurm's multifactor priority sees it: shares_norm "
         "(its normalized share of the cluster), usage_effective (its normalized, decayed "
         "usage) and factor (the fair-share factor, 0..1).",
@@ -1287,29 +1288,29 @@ SCHEDULER_METRICS: tuple[MetricSpec, ...] = (
 AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nvwatch_agent_build_info",
-        _G,
+        MetricType.GAUGE,
         "nvwatch build; value is always 1.",
         Scope.AGENT,
         "agent.__version__",
-        (Series(1.0, (_F("version"),)),),
+        (Series(1.0, (Field("version"),)),),
         own_labels=("version",),
     ),
     MetricSpec(
         "nvwatch_agent_simulated",
-        _G,
+        MetricType.GAUGE,
         "1 when this agent reads a simulated node (--simulate PROFILE, NVWATCH_SIMULATE) "
         "instead of real hardware, with the simulated profile; absent on real hardware. "
         "Its GPUs, serials and UUIDs are made up: a Prometheus that must see real data "
         "alerts on it (mixin config production: true).",
         Scope.AGENT,
         "the agent's configuration: --simulate PROFILE (agent/config.py AgentConfig.simulate)",
-        (Series(1.0, (_F("simulated_profile"),), present_if=_F("simulated_profile")),),
+        (Series(1.0, (Field("simulated_profile"),), present_if=Field("simulated_profile")),),
         own_labels=("profile",),
         when="real hardware (no --simulate), the only place it matters",
     ),
     MetricSpec(
         "nvwatch_agent_source_up",
-        _G,
+        MetricType.GAUGE,
         "1 if the source's last poll succeeded, also when it found its hardware absent "
         "(see nvwatch_agent_source_absent); 0 if it failed or timed out.",
         Scope.SOURCE,
@@ -1318,7 +1319,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_source_absent",
-        _G,
+        MetricType.GAUGE,
         "1 if the source's hardware does not exist on this node (no NVIDIA GPU, no HCA "
         "on PCI), else 0. An absent source is up and counts no errors.",
         Scope.SOURCE,
@@ -1328,7 +1329,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_poll_duration_seconds",
-        _G,
+        MetricType.GAUGE,
         "Wall time of the source's last poll.",
         Scope.SOURCE,
         "the poller's clock around the source's collect()",
@@ -1336,7 +1337,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_source_errors_total",
-        _C,
+        MetricType.COUNTER,
         "Failed polls of the source since the agent started.",
         Scope.SOURCE,
         "the poller's count of failed or timed-out polls",
@@ -1344,7 +1345,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_parse_errors_total",
-        _C,
+        MetricType.COUNTER,
         "Values the source read and dropped as invalid since the agent started: garbage, "
         "or a counter wider than 64 bits. Counted once per poll that "
         "drops it; a counter the kernel reports as N/A (no PMA) is not an error.",
@@ -1356,7 +1357,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_last_poll_timestamp_seconds",
-        _G,
+        MetricType.GAUGE,
         "Unix time the last poll cycle completed; the age of the data served.",
         Scope.AGENT,
         "time.time() when the poll cycle completed",
@@ -1364,7 +1365,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_http_requests_refused_total",
-        _C,
+        MetricType.COUNTER,
         "Connections and requests the HTTP server refused or cut off since the agent "
         "started, by reason: connection_limit (503 at the limit), evicted (closed to make "
         "room), header_timeout, write_timeout, malformed (400/505), too_large (414/431), "
@@ -1378,7 +1379,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_http_connections_open",
-        _G,
+        MetricType.GAUGE,
         "HTTP connections open when the last poll completed.",
         Scope.AGENT,
         "the HTTP server's count of open connections (agent/server/loop.py)",
@@ -1387,7 +1388,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "nvwatch_agent_http_connections_limit",
-        _G,
+        MetricType.GAUGE,
         "Connections the HTTP server holds open at most; beyond it, it evicts the one "
         "waiting longest for a request, else refuses with 503.",
         Scope.AGENT,
