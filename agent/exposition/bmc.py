@@ -13,12 +13,12 @@ from prometheus_client.exposition import generate_latest
 from nvwatch.agent.catalogue import Scope, of_scope
 from nvwatch.agent.exposition.client import registry_of
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.series import compiled_families, emit_all
 from nvwatch.agent.sources.bmc.interpret import BmcProbe, failed, interpret
 from nvwatch.agent.sources.bmc.reading import BmcReading, Module
 
-_PROBE_PLANS = plans(of_scope(Scope.BMC))
-_SENSOR_PLANS = plans(of_scope(Scope.BMC_SENSOR))
+_PROBE_PLANS = compiled_families(of_scope(Scope.BMC))
+_SENSOR_PLANS = compiled_families(of_scope(Scope.BMC_SENSOR))
 MAX_REASON_CHARS = 300  # a reason is one line: the probe body is no place for a dump
 
 

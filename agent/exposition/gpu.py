@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from nvwatch.agent.catalogue import Scope, of_scope
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import plans
+from nvwatch.agent.exposition.series import compiled_families
 from nvwatch.agent.sources.nvml.samples import (
     NVLINK_ERROR_TYPES,
     GpuSample,
@@ -29,7 +29,8 @@ _SCOPES = (Scope.GPU, Scope.PROCESS, Scope.NVLINK, Scope.MIG)
 # each family with the position of its scope in _objects(): a tuple index per family and
 # GPU is cheaper than hashing the scope
 _PLANS = tuple(
-    (spec, reader, _SCOPES.index(spec.scope)) for spec, reader in plans(of_scope(*_SCOPES))
+    (spec, reader, _SCOPES.index(spec.scope))
+    for spec, reader in compiled_families(of_scope(*_SCOPES))
 )
 Objects = list[tuple[tuple[str, ...], object]]
 

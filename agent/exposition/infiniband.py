@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from nvwatch.agent.catalogue import Scope, of_scope
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.series import compiled_families, emit_all
 from nvwatch.agent.sources.infiniband import InfinibandSample
 
-_DEVICE_PLANS = plans(of_scope(Scope.IB_DEVICE))
-_PORT_PLANS = plans(of_scope(Scope.IB_PORT))
+_DEVICE_PLANS = compiled_families(of_scope(Scope.IB_DEVICE))
+_PORT_PLANS = compiled_families(of_scope(Scope.IB_PORT))
 
 
 def render(sample: InfinibandSample, out: FamilySet) -> None:

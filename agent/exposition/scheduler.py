@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from nvwatch.agent.catalogue import Scope, of_scope
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.series import compiled_families, emit_all
 from nvwatch.agent.sources.scheduler.model import SchedulerSample
 
-_PARTITION_PLANS = plans(of_scope(Scope.SCHEDULER_PARTITION))
-_DEMAND_PLANS = plans(of_scope(Scope.SCHEDULER_DEMAND))
-_USER_PLANS = plans(of_scope(Scope.SCHEDULER_USER))
-_ACCOUNT_PLANS = plans(of_scope(Scope.SCHEDULER_ACCOUNT))
-_ACCOUNT_WAIT_PLANS = plans(of_scope(Scope.SCHEDULER_ACCOUNT_WAIT))
+_PARTITION_PLANS = compiled_families(of_scope(Scope.SCHEDULER_PARTITION))
+_DEMAND_PLANS = compiled_families(of_scope(Scope.SCHEDULER_DEMAND))
+_USER_PLANS = compiled_families(of_scope(Scope.SCHEDULER_USER))
+_ACCOUNT_PLANS = compiled_families(of_scope(Scope.SCHEDULER_ACCOUNT))
+_ACCOUNT_WAIT_PLANS = compiled_families(of_scope(Scope.SCHEDULER_ACCOUNT_WAIT))
 
 
 def render(sample: SchedulerSample, out: FamilySet) -> None:

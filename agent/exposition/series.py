@@ -25,7 +25,7 @@ Reader = Callable[[Objects, FamilySet], None]
 # one Series entry of one object into (label values, value) columns
 Fill = Callable[[object, tuple[str, ...], list[tuple[str, ...]], list[object]], None]
 Getter = Callable[[object], object]
-Plan = tuple[MetricSpec, Reader]
+CompiledFamily = tuple[MetricSpec, Reader]
 
 
 def getter(field: Field) -> Getter:
@@ -54,14 +54,16 @@ def label_text(value: object) -> str:
     return str(value)
 
 
-def plans(specs: Iterable[MetricSpec]) -> tuple[Plan, ...]:
+def compiled_families(specs: Iterable[MetricSpec]) -> tuple[CompiledFamily, ...]:
     """Each spec with its reader. Renderers compile their families once, at import, and
     keep the result as a module constant: no cache to look things up in per poll."""
     return tuple((spec, _reader(spec)) for spec in specs)
 
 
 def emit_all(
-    compiled: Iterable[Plan], objects: Sequence[tuple[Sequence[str], object]], out: FamilySet
+    compiled: Iterable[CompiledFamily],
+    objects: Sequence[tuple[Sequence[str], object]],
+    out: FamilySet,
 ) -> None:
     """Catalogue order first, then object order: the family order a reader expects."""
     run = [(tuple(identity), obj) for identity, obj in objects]

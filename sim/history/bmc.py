@@ -19,7 +19,7 @@ from typing import cast
 
 from nvwatch.agent.catalogue import MetricSpec, Scope, of_scope
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.series import compiled_families, emit_all
 from nvwatch.agent.inventory_bmc import BMC_JOB
 from nvwatch.agent.sources.bmc.interpret import failed, interpret
 from nvwatch.agent.sources.bmc.reading import BmcReading, Module
@@ -27,8 +27,8 @@ from nvwatch.sim.fleet.plan import NodeSpec, node_labels
 
 UP = "up"
 DURATION = "nvwatch_bmc_read_duration_seconds"
-_PROBE_PLANS = plans(s for s in of_scope(Scope.BMC) if s.name != DURATION)
-_SENSOR_PLANS = plans(of_scope(Scope.BMC_SENSOR))
+_PROBE_PLANS = compiled_families(s for s in of_scope(Scope.BMC) if s.name != DURATION)
+_SENSOR_PLANS = compiled_families(of_scope(Scope.BMC_SENSOR))
 BMC_FAMILIES: tuple[str, ...] = tuple(spec.name for spec, _ in (*_PROBE_PLANS, *_SENSOR_PLANS))
 
 Row = tuple[str, str, float]

@@ -22,7 +22,7 @@ from typing import cast
 from nvwatch.agent.catalogue import MetricSpec, MetricType, Scope, of_scope
 from nvwatch.agent.exposition.client import HISTOGRAM_COUNT, HISTOGRAM_SUM
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.series import compiled_families, emit_all
 from nvwatch.agent.sources.scheduler.classes import NODE_CLASSES, PENDING_CLASSES
 from nvwatch.agent.sources.scheduler.model import (
     GPU_STATES,
@@ -40,7 +40,7 @@ JOB = "nvwatch"
 UP = "up"
 SOURCE_UP = "nvwatch_agent_source_up"
 # the source's families a history holds (per-user series are off by default)
-_PLANS = plans(
+_PLANS = compiled_families(
     spec
     for scope in (
         Scope.SCHEDULER_PARTITION,

@@ -31,7 +31,7 @@ from nvwatch.agent.cli import cli
 from nvwatch.agent.cli.options import build_config
 from nvwatch.agent.config import AgentConfig, ConfigError, parse_sources
 from nvwatch.agent.exposition.families import FamilySet
-from nvwatch.agent.exposition.series import emit_all, plans
+from nvwatch.agent.exposition.series import compiled_families, emit_all
 from nvwatch.agent.sources.declaration import (
     BuildContext,
     SourceDeclaration,
@@ -72,7 +72,7 @@ class ToySource:
 
 
 def render(sample: ToySample, out: FamilySet) -> None:
-    emit_all(plans(of_scope(WIDGET)), [((w.name,), w) for w in sample.widgets], out)
+    emit_all(compiled_families(of_scope(WIDGET)), [((w.name,), w) for w in sample.widgets], out)
 
 
 def build(config: AgentConfig, context: BuildContext) -> ToySource:
