@@ -157,6 +157,7 @@ NOT_IN_A_HEALTHY_RENDER = {
         name: "a probe of a BMC (tests/bmc/test_exposition.py)"
         for name in (
             "nvwatch_bmc_up",
+            "nvwatch_bmc_collector_up",
             "nvwatch_bmc_read_duration_seconds",
             "nvwatch_bmc_power_watts",
             "nvwatch_bmc_temperature_celsius",
