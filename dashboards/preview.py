@@ -68,9 +68,14 @@ class Window:
     def step(self) -> float:
         return max(self.scrape_s, math.ceil(self.range_s / POINTS))
 
+    @property
+    def rate_interval_s(self) -> float:
+        """Grafana's $__rate_interval: a step plus a scrape, at least four scrapes."""
+        return max(self.step + self.scrape_s, 4 * self.scrape_s)
+
     def builtins(self) -> dict[str, str]:
         """Grafana's built-in variables for this range."""
-        rate = max(self.step + self.scrape_s, 4 * self.scrape_s)
+        rate = self.rate_interval_s
         return {
             "__range_s": str(int(self.range_s)),
             "__range": prometheus_duration(self.range_s),

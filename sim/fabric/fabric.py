@@ -46,7 +46,6 @@ __all__ = [
     "IB_SCENARIOS",
     "XMIT_WAIT_TICKS_PER_SECOND",
     "SimulatedFabric",
-    "default_onset",
     "degraded_rate",
     "is_ib_scenario",
 ]
@@ -59,12 +58,6 @@ VANISHED_DIR = ".nvwatch-vanished"
 def is_ib_scenario(name: str) -> bool:
     """True for the fabric's scenarios; GPU scenarios belong to the simulated NVML."""
     return name in FABRIC_SCENARIOS
-
-
-def default_onset(name: str) -> float:
-    """Seconds after the start a fabric scenario begins: a vanishing HCA after a healthy
-    baseline (the agent must have seen it), the port scenarios at once."""
-    return onset(name)
 
 
 def _check_ib_scenario(name: str) -> None:
@@ -142,7 +135,7 @@ class SimulatedFabric:
     ) -> list[str]:
         """Run scenario `name` on `device` (None: the first HCA, or every HCA for
         ib-hca-vanish) from `since_s` to `until_s` seconds after the fabric started
-        (None: `default_onset(name)`; never ends). Returns ['name@device', ...]."""
+        (None: its onset in sim/scenario_names.py; never ends). Returns ['name@device', ...]."""
         _check_ib_scenario(name)
         devices = list(self._ports)
         if not devices:
@@ -159,7 +152,7 @@ class SimulatedFabric:
             devices = devices if name in HCA_SCENARIOS else devices[:1]
         else:
             devices = [device]
-        since = self._start + (default_onset(name) if since_s is None else since_s)
+        since = self._start + (onset(name) if since_s is None else since_s)
         until = math.inf if until_s is None else self._start + until_s
         for target in devices:
             self._ports[target].faults.append(PortFault(name, since, until))

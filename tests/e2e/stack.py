@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import fetch
 from nvwatch.sim.fleet.fleet import Fleet
 from nvwatch.sim.fleet.node import FleetNode, build_agent
 from tests.e2e.loopback import (
@@ -232,8 +233,7 @@ class Stack:
         wait_for("Prometheus reloaded", lambda: self._last_reload() > before, 30)
 
     def _last_reload(self) -> float:
-        with urllib.request.urlopen(f"{self.prometheus_url}/metrics", timeout=10) as response:
-            text = response.read().decode()
+        text = fetch(f"{self.prometheus_url}/metrics", timeout=10).decode()
         for line in text.splitlines():
             if line.startswith("prometheus_config_last_reload_success_timestamp_seconds "):
                 return float(line.split()[1])

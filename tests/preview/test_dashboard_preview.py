@@ -242,10 +242,8 @@ def test_at_real_time_no_figure_exceeds_the_hardware(stack: Stack, tmp_path: Pat
     # every point drawn is a rate over real-time samples only: the range, the longest
     # rate window before its first point (the panel's or the recording rules'), and a
     # poll for the first real-time sample
-    window = Window(0.0, REAL_TIME_RANGE_S, POLL_INTERVAL)
     rate_s = max(
-        window.step + POLL_INTERVAL,
-        4 * POLL_INTERVAL,
+        Window(0.0, REAL_TIME_RANGE_S, POLL_INTERVAL).rate_interval_s,
         parse_duration(config.rate_window, "rate window", DurationBounds(1.0, 3600.0)),
     )
     real_from = time.time() + POLL_INTERVAL
