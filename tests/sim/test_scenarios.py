@@ -16,6 +16,7 @@ import pytest
 
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.bmc.reading import BmcError
+from nvwatch.sim import scenario_names
 from nvwatch.sim.bmc.scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.fabric.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
 from nvwatch.sim.gpu import scenarios
@@ -336,7 +337,7 @@ def test_scenario_has_its_documented_effect(name: str, simulate: Simulate) -> No
 def test_unknown_scenarios_are_refused_with_the_known_names() -> None:
     with pytest.raises(ValueError, match="unknown scenario 'meltdown'") as excinfo:
         SimulatedNvml("dgx-h100", scenario="meltdown")
-    assert all(name in str(excinfo.value) for name in scenarios.GPU_SCENARIOS)
+    assert all(name in str(excinfo.value) for name in scenario_names.GPU_SCENARIOS)
     with pytest.raises(UnknownScenario) as node_error:
         SimulatedNode("dgx-h100", [parse_scenario("meltdown")])
     assert all(name in str(node_error.value) for name in known_scenarios())
