@@ -313,6 +313,11 @@ class Fleet:
             raise FleetError(f"no node {index}: the fleet has nodes 0..{len(self.nodes) - 1}")
         node = self.nodes[index]
         repaired = node.sim.repair(what)
+        # every node of a synchronous job follows the repaired node's ranks
+        request = what if what is None or isinstance(what, str) else str(what)
+        for other in self.nodes:
+            for job in other.sim.sync_jobs:
+                job.repair(index, request)
         log.info("%s: repaired %s", node.name, ", ".join(repaired) or "nothing (none running)")
         return repaired
 

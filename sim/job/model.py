@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nvwatch.sim.job.plan import SyncJobPlan
@@ -96,11 +97,11 @@ def job_state(speeds: tuple[RankSpeeds, ...]) -> JobState:
 class SyncJob:
     """One synchronous job as one node follows it, from its plan, on time from `start`."""
 
-    def __init__(self, plan: SyncJobPlan, start: float) -> None:
+    def __init__(self, plan: SyncJobPlan, clock: Callable[[], float]) -> None:
         self.plan = plan
-        self.start = start
+        self.start = start = clock()
         self.shadows: dict[int, RankShadow] = {
-            i: RankShadow(plan, rank, start)
+            i: RankShadow(plan, rank, start, clock)
             for i, rank in enumerate(plan.ranks)
             if RankShadow.needed(plan, rank)
         }
@@ -113,6 +114,13 @@ class SyncJob:
             if (rank.node, rank.gpu) == (node, gpu):
                 return i
         return None
+
+    def repair(self, node: int, what: str | None) -> None:
+        """Node `node` was repaired (SimulatedNode.repair): its ranks speed up from the
+        next cell not computed yet."""
+        for rank, shadow in self.shadows.items():
+            if self.plan.ranks[rank].node == node:
+                shadow.repair(what)
 
     def cell(self, t: float) -> int:
         return max(0, math.floor((t - self.start) / CELL_S))

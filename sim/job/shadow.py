@@ -11,10 +11,11 @@ computes the same speeds without asking the rank's node.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvwatch.agent.config import ScenarioSpec
+from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
 from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.gpu import scenarios as gpu_scenarios
 from nvwatch.sim.gpu.model import SimulatedGpu
@@ -66,7 +67,10 @@ class SteadyTraining(Workload):
 class RankShadow:
     """The parts of one rank's node that can slow it, on the job's time since `start`."""
 
-    def __init__(self, plan: SyncJobPlan, rank: Rank, start: float) -> None:
+    def __init__(
+        self, plan: SyncJobPlan, rank: Rank, start: float, clock: Callable[[], float]
+    ) -> None:
+        """`clock`: the node's (at `start` now), for repairs that end a fault early."""
         node = plan.nodes[rank.node]
         profile = plan.profile_of(rank.node)
         local = plan.ranks_on(rank.node)
@@ -84,8 +88,8 @@ class RankShadow:
             node_name=profile.name,
         )
         self.device = rail(profile, rank.gpu)
-        self.fabric = SimulatedFabric(profile, _NO_TREE, seed=node.seed, clock=lambda: start)
-        self.host = SimulatedHost(lambda: start)
+        self.fabric = SimulatedFabric(profile, _NO_TREE, seed=node.seed, clock=clock)
+        self.host = SimulatedHost(clock)
         links = [len(links) for links in profile.nvlinks]
         for spec in node.scenarios:
             self._start(spec, rank.gpu, links)
@@ -114,6 +118,22 @@ class RankShadow:
         elif spec.name in RANK_HOST_FAULTS:
             self.host.start_scenario(spec)
 
+    def repair(self, what: str | None) -> None:
+        """End what a repair of the rank's node ends (SimulatedNode.repair's `what`, as
+        the fleet's repair requests give it): all, a scenario name, a target (a GPU
+        index, an HCA) or NAME@TARGET."""
+        name, target = _selection(what)
+        gpu_side = name is None or name in RANK_GPU_FAULTS
+        if gpu_side and target in (None, str(self.gpu.index)):
+            for hook in self.gpu.scenario_hooks:
+                if name in (None, hook.name):
+                    hook.end(self.gpu)
+        port_side = name is None or name in RANK_PORT_FAULTS
+        if port_side and (target is None or not is_index(target)):
+            self.fabric.end_scenarios(name, target)
+        if (name is None and target is None) or name in RANK_HOST_FAULTS:
+            self.host.end_scenarios(name)
+
     @staticmethod
     def needed(plan: SyncJobPlan, rank: Rank) -> bool:
         """Whether anything on the rank's node can slow it (else it runs at HEALTHY)."""
@@ -135,3 +155,16 @@ class RankShadow:
             comm=min(paths),
             input=self.host.input_share(t),
         )
+
+
+def _selection(what: str | None) -> tuple[str | None, str | None]:
+    """(scenario name or None, target or None) of a repair request's `what`."""
+    if what is None:
+        return None, None
+    if "@" in what:
+        spec = parse_scenario(what)
+        return spec.name, spec.target
+    known = RANK_GPU_FAULTS | RANK_PORT_FAULTS | RANK_HOST_FAULTS
+    if what in known or "-" in what:  # a scenario's name (no target has a dash)
+        return what, None
+    return None, what

@@ -147,7 +147,7 @@ class SimulatedNode:
         )
         self.bmc = SimulatedBmc(self.profile, self.nvml.gpus, clock, seed=seed, room_c=room_c)
         self.host = SimulatedHost(clock)
-        self.sync_jobs = [SyncJob(plan, clock()) for plan in sync_jobs]
+        self.sync_jobs = [SyncJob(plan, clock) for plan in sync_jobs]
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
             Path(tempfile.mkdtemp(prefix=f"nvwatch-sim-{self.profile.name}-", dir=scratch_dir()))

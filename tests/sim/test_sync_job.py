@@ -10,7 +10,7 @@ speed takes 1/x as long for that part, and the job takes as long as its slowest 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +66,9 @@ class Window:
         return [r for (node, _), r in self.gpus.items() if node != STRAGGLER[0]]
 
 
+PortCounts = dict[tuple[int, str], tuple[float, float]]  # (data words, xmit_wait ticks)
+
+
 class Fleet:
     """The simulated nodes of a fleet plan, on one manual clock."""
 
@@ -118,11 +121,9 @@ class Fleet:
         step = jobs[0].state(self.clock()).step_s if jobs else STEP_S
         return Window(gpus, sent, stall, step)
 
-    def _counters(
-        self,
-    ) -> tuple[dict[tuple[int, int], tuple[float, float, float]], dict[tuple[int, str], tuple]]:
+    def _counters(self) -> tuple[dict[tuple[int, int], tuple[float, float, float]], PortCounts]:
         gpus = {}
-        ports = {}
+        ports: PortCounts = {}
         for n, node in enumerate(self.nodes):
             for gpu in node.nvml.gpus:
                 nvlink = sum(link.tx_bytes for link in gpu.links)
@@ -132,13 +133,25 @@ class Fleet:
                 ports[(n, device)] = (counters["port_xmit_data"], counters["port_xmit_wait"])
         return gpus, ports
 
+    def repair(self, index: int, what: str) -> list[str]:
+        """What the fleet does with a repair request: the node repairs itself, and every
+        node's view of the job learns of it."""
+        repaired = self.nodes[index].repair(what)
+        for node in self.nodes:
+            for job in node.sync_jobs:
+                job.repair(index, what)
+        return repaired
+
     def close(self) -> None:
         for node in self.nodes:
             node.close()
 
 
+MakeFleet = Callable[..., Fleet]
+
+
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[type[Fleet]]:
+def fleet(tmp_path: Path) -> Iterator[MakeFleet]:
     made: list[Fleet] = []
 
     def make(scenarios: Sequence[str] = (), jobs: Sequence[str] = ("0-3:all,id=77",)) -> Fleet:
@@ -146,19 +159,19 @@ def fleet(tmp_path: Path) -> Iterator[type[Fleet]]:
         made.append(built)
         return built
 
-    yield make  # type: ignore[misc]
+    yield make
     for built in made:
         built.close()
 
 
-def settled(fleet: type[Fleet], *scenarios: str) -> Window:
-    run = fleet(scenarios)  # type: ignore[call-arg]
+def settled(fleet: MakeFleet, *scenarios: str) -> Window:
+    run = fleet(scenarios)
     run.advance(SETTLED_S)
     return run.window()
 
 
 @pytest.fixture
-def healthy(fleet: type[Fleet]) -> Window:
+def healthy(fleet: MakeFleet) -> Window:
     return settled(fleet)
 
 
@@ -179,7 +192,7 @@ def test_a_healthy_job_runs_its_ranks_alike(healthy: Window) -> None:
 
 
 def test_a_job_capped_everywhere_slows_with_no_rank_standing_out(
-    fleet: type[Fleet], healthy: Window
+    fleet: MakeFleet, healthy: Window
 ) -> None:
     capped = settled(fleet, *(f"power-capped@{g},slowdown=0.2" for g in range(GPUS)))
     assert capped.step_s == pytest.approx(COMPUTE_S / 0.8 + COMM_S)
@@ -218,7 +231,7 @@ def assert_the_others_wait(slowed: Window, healthy: Window) -> None:
     ids=["10%", "50%"],
 )
 def test_a_slow_gpu_slows_the_job_by_its_compute_share(
-    fleet: type[Fleet], healthy: Window, slowdown: float, job_slower: float
+    fleet: MakeFleet, healthy: Window, slowdown: float, job_slower: float
 ) -> None:
     slowed = settled(fleet, f"2:gpu-slow@3,slowdown={slowdown!r}")
     expected = COMPUTE_S / (1 - slowdown) + COMM_S
@@ -230,7 +243,19 @@ def test_a_slow_gpu_slows_the_job_by_its_compute_share(
     assert straggler.reasons & (THERMAL | REASON_SW_POWER_CAP) == 0  # no reason shown
 
 
-def test_a_power_capped_rank_slows_the_job(fleet: type[Fleet], healthy: Window) -> None:
+def test_a_repaired_rank_lets_the_job_run_at_full_speed_again(fleet: MakeFleet) -> None:
+    run = fleet(["2:gpu-slow@3,slowdown=0.5"])
+    run.advance(SETTLED_S)
+    assert run.window().step_s == pytest.approx(COMPUTE_S / 0.5 + COMM_S)
+    assert run.repair(2, "gpu-slow") == ["gpu-slow@3"]
+    run.advance(10.0)  # the next cell of the job's time
+    after = run.window()
+    assert after.step_s == pytest.approx(STEP_S)
+    assert all(job.state(run.clock()).step_s == STEP_S for n in run.nodes for job in n.sync_jobs)
+    assert spread([r.power_w for r in after.gpus.values()]) < 0.01
+
+
+def test_a_power_capped_rank_slows_the_job(fleet: MakeFleet, healthy: Window) -> None:
     slowed = settled(fleet, "2:power-capped@3,slowdown=0.2")
     assert slowed.step_s == pytest.approx(COMPUTE_S / 0.8 + COMM_S)
     assert_the_others_wait(slowed, healthy)
@@ -240,9 +265,9 @@ def test_a_power_capped_rank_slows_the_job(fleet: type[Fleet], healthy: Window) 
 
 
 def test_a_rank_in_thermal_slowdown_slows_the_job_by_its_clocks(
-    fleet: type[Fleet], healthy: Window
+    fleet: MakeFleet, healthy: Window
 ) -> None:
-    run = fleet(["2:thermal-runaway@3,slowdown=0.2"])  # type: ignore[call-arg]
+    run = fleet(["2:thermal-runaway@3,slowdown=0.2"])
     run.advance(900.0)  # the ramp, then ten thermal time constants
     slowed = run.window()
     straggler = slowed.gpus[STRAGGLER]
@@ -254,7 +279,7 @@ def test_a_rank_in_thermal_slowdown_slows_the_job_by_its_clocks(
 
 
 def test_a_degraded_nvlink_slows_the_job_by_its_comm_share(
-    fleet: type[Fleet], healthy: Window
+    fleet: MakeFleet, healthy: Window
 ) -> None:
     slowed = settled(fleet, "2:nvlink-degraded@3,slowdown=0.5")
     assert slowed.step_s == pytest.approx(COMPUTE_S + COMM_S / 0.5)
@@ -266,10 +291,10 @@ def test_a_degraded_nvlink_slows_the_job_by_its_comm_share(
 
 
 def test_a_congested_rail_slows_the_job_and_shows_its_waits(
-    fleet: type[Fleet], healthy: Window
+    fleet: MakeFleet, healthy: Window
 ) -> None:
     assert RAIL is not None
-    run = fleet([f"2:ib-congestion@{RAIL},slowdown=0.3"])  # type: ignore[call-arg]
+    run = fleet([f"2:ib-congestion@{RAIL},slowdown=0.3"])
     # from its onset (30 s), before the 32-bit port_xmit_wait saturates (minutes)
     run.advance(35.0)
     slowed = run.window()
@@ -285,10 +310,10 @@ def test_a_congested_rail_slows_the_job_and_shows_its_waits(
 
 
 def test_a_rail_trained_down_slows_the_job_by_its_rate(
-    fleet: type[Fleet], healthy: Window, tmp_path: Path
+    fleet: MakeFleet, healthy: Window, tmp_path: Path
 ) -> None:
     assert RAIL is not None
-    run = fleet([f"2:ib-degraded@{RAIL}"])  # type: ignore[call-arg]
+    run = fleet([f"2:ib-degraded@{RAIL}"])
     run.advance(SETTLED_S)
     slowed = run.window()
     node = run.nodes[2]
@@ -301,8 +326,8 @@ def test_a_rail_trained_down_slows_the_job_by_its_rate(
     assert slowed.port_bytes_per_s[(2, RAIL)] < slowed.port_bytes_per_s[(1, RAIL)]
 
 
-def test_a_pcie_link_trained_down_slows_the_job(fleet: type[Fleet], healthy: Window) -> None:
-    run = fleet(["2:pcie-downtrained@3,slowdown=0.5"])  # type: ignore[call-arg]
+def test_a_pcie_link_trained_down_slows_the_job(fleet: MakeFleet, healthy: Window) -> None:
+    run = fleet(["2:pcie-downtrained@3,slowdown=0.5"])
     run.advance(SETTLED_S)
     slowed = run.window()
     assert slowed.step_s == pytest.approx(COMPUTE_S + COMM_S / 0.5)
@@ -312,9 +337,9 @@ def test_a_pcie_link_trained_down_slows_the_job(fleet: type[Fleet], healthy: Win
 
 
 def test_a_starved_host_slows_its_ranks_and_shows_its_cpu(
-    fleet: type[Fleet], healthy: Window
+    fleet: MakeFleet, healthy: Window
 ) -> None:
-    run = fleet(["2:cpu-starved,slowdown=0.25"])  # type: ignore[call-arg]
+    run = fleet(["2:cpu-starved,slowdown=0.25"])
     hosts = [HostSource(cpu_times=node.host.cpu_times) for node in run.nodes]
     run.advance(SETTLED_S)
     for host in hosts:
@@ -332,8 +357,8 @@ def test_a_starved_host_slows_its_ranks_and_shows_its_cpu(
         assert reading.power_w < healthy.gpus[(0, 0)].power_w
 
 
-def test_a_single_gpu_job_waits_for_no_one(fleet: type[Fleet], healthy: Window) -> None:
-    run = fleet(["0:gpu-slow@3,slowdown=0.5"], jobs=["0:3,sync=yes"])  # type: ignore[call-arg]
+def test_a_single_gpu_job_waits_for_no_one(fleet: MakeFleet, healthy: Window) -> None:
+    run = fleet(["0:gpu-slow@3,slowdown=0.5"], jobs=["0:3,sync=yes"])
     run.advance(SETTLED_S)
     alone = run.window()
     step = alone.step_s
