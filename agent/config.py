@@ -7,6 +7,7 @@ operator can act on.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,9 @@ class ScenarioSpec:
     target: str | None = None
     from_s: float | None = None
     until_s: float | None = None
+    # how much the scenario slows what it hits, 0 < slowdown < 1 (None: its default);
+    # the simulator says which scenarios take one (sim/scenario_names.py)
+    slowdown: float | None = None
 
     @property
     def gpu(self) -> int | None:
@@ -93,6 +97,8 @@ class ScenarioSpec:
         for key, seconds in (("from", self.from_s), ("until", self.until_s)):
             if seconds is not None:
                 text += f",{key}={prometheus_duration(seconds) if seconds else '0s'}"
+        if self.slowdown is not None:
+            text += f",slowdown={self.slowdown:g}"
         return text
 
 
@@ -238,9 +244,12 @@ def parse_attribution(value: str | list[str] | tuple[str, ...]) -> tuple[str, ..
 #   NAME@TARGET      on one GPU (an index) or one HCA (mlx5_N)
 #   ,from=DURATION   begins this long after the simulated node starts (0: from the start)
 #   ,until=DURATION  is repaired this long after the node starts
+#   ,slowdown=S      a fault that slows what it hits runs it at 1 - S of its healthy
+#                    speed (0 < S < 1): gpu-slow@3,slowdown=0.2
 # e.g. gpu-lost@3, ib-congestion@mlx5_1, ecc-dbe@2,from=1m,until=5m. Several are
 # separated by spaces (or given as repeated --scenario flags).
-SCENARIO_SYNTAX = "NAME[@TARGET][,from=DURATION][,until=DURATION]"
+SCENARIO_SYNTAX = "NAME[@TARGET][,from=DURATION][,until=DURATION][,slowdown=S]"
+_SCENARIO_OPTIONS = ("from", "until", "slowdown")
 _ZERO = re.compile(r"0+(?:\.0*)?(?:ms|[smhdwy])?")
 
 
@@ -255,18 +264,41 @@ def parse_scenario(text: str) -> ScenarioSpec:
     window: dict[str, float] = {}
     for option in options:
         key, sep, value = option.partition("=")
-        if not sep or key not in ("from", "until"):
+        if not sep or key not in _SCENARIO_OPTIONS:
             raise ConfigError(
                 f"invalid scenario {shown(text)}: unknown option {shown(option)} "
-                "(use from= or until=)"
+                "(use from=, until= or slowdown=)"
             )
         if key in window:
             raise ConfigError(f"invalid scenario {shown(text)}: {key}= given twice")
-        window[key] = _scenario_time(value, key, text)
+        if key == "slowdown":
+            window[key] = _slowdown(value, text)
+        else:
+            window[key] = _scenario_time(value, key, text)
     start, end = window.get("from"), window.get("until")
     if start is not None and end is not None and end <= start:
         raise ConfigError(f"invalid scenario {shown(text)}: until= must come after from=")
-    return ScenarioSpec(name=name, target=target or None, from_s=start, until_s=end)
+    return ScenarioSpec(
+        name=name,
+        target=target or None,
+        from_s=start,
+        until_s=end,
+        slowdown=window.get("slowdown"),
+    )
+
+
+def _slowdown(value: str, text: str) -> float:
+    try:
+        slowdown = float(value)
+    except ValueError:
+        slowdown = math.nan
+    # a fault that slows nothing, or stops what it hits, is another scenario
+    if not 0.0 < slowdown < 1.0:
+        raise ConfigError(
+            f"invalid scenario {shown(text)}: slowdown={shown(value)} must be a fraction "
+            "between 0 and 1 (0.2: 20 % slower)"
+        )
+    return slowdown
 
 
 def _scenario_time(value: str, key: str, text: str) -> float:
@@ -282,13 +314,14 @@ def _scenario_time(value: str, key: str, text: str) -> float:
 def split_scenarios(values: str | list[str] | tuple[str, ...]) -> list[str]:
     """Scenario texts from one string or several, separated by spaces or commas (as the
     environment and config files give them): a from=/until= piece after a comma belongs
-    to the scenario before it, so 'gpu-lost@1,until=5m idle' is two scenarios."""
+    to the scenario before it (so does slowdown=), so 'gpu-lost@1,until=5m idle' is two
+    scenarios."""
     items = values.split() if isinstance(values, str) else [str(v) for v in values]
     result: list[str] = []
     for piece in (p.strip() for item in items for p in item.replace(" ", ",").split(",")):
         if not piece:
             continue
-        if result and piece.partition("=")[0] in ("from", "until"):
+        if result and piece.partition("=")[0] in _SCENARIO_OPTIONS:
             result[-1] += "," + piece
         else:
             result.append(piece)

@@ -18,6 +18,8 @@ FAULT_SCENARIOS: tuple[str, ...] = (
     "ecc-dbe",
     "gpu-lost",
     "xid-storm",
+    "gpu-slow",
+    "pcie-downtrained",
 )
 GPU_SCENARIOS = WORKLOAD_SCENARIOS + FAULT_SCENARIOS
 # node-wide: the kernel module is missing, the GPUs' PCI functions are still there
@@ -35,14 +37,39 @@ IB_SCENARIOS: tuple[str, ...] = (
 HCA_SCENARIOS: tuple[str, ...] = ("ib-hca-vanish",)
 FABRIC_SCENARIOS = IB_SCENARIOS + HCA_SCENARIOS
 
+# the node's host: its CPUs, which feed the GPUs their input (sim/node/host.py)
+HOST_SCENARIOS: tuple[str, ...] = ("cpu-starved",)
+
 # the chassis around the node, as its BMC sees it (sim/bmc/scenarios.py)
 BMC_SCENARIOS: tuple[str, ...] = ("hot-aisle", "fan-failure", "psu-failure", "bmc-unreachable")
 
 FAULT_ONSET_S = 30.0  # a few 5 s polls of healthy baseline before the fault
 
+# scenarios that slow what they hit and take `slowdown=S` (0 < S < 1): the part they
+# break runs at 1 - S of its healthy speed (a synchronous job's rank with it takes that
+# much longer for the part: sim/job/)
+SLOWDOWN_SCENARIOS: tuple[str, ...] = (
+    "gpu-slow",
+    "power-capped",
+    "thermal-runaway",
+    "nvlink-degraded",
+    "pcie-downtrained",
+    "ib-congestion",
+    "cpu-starved",
+)
+# what each one's `slowdown=` is when none is given (None: the scenario's own fixed
+# effect, as before slowdown= existed)
+DEFAULT_SLOWDOWN: dict[str, float] = {
+    "gpu-slow": 0.2,
+    "pcie-downtrained": 0.5,
+    "cpu-starved": 0.3,
+}
+
 
 def known_scenarios() -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*NVML_SCENARIOS, *FABRIC_SCENARIOS, *BMC_SCENARIOS)))
+    return tuple(
+        dict.fromkeys((*NVML_SCENARIOS, *FABRIC_SCENARIOS, *HOST_SCENARIOS, *BMC_SCENARIOS))
+    )
 
 
 def onset(name: str) -> float:

@@ -37,6 +37,10 @@ class Workload:
     # warm up over their thermal time constant. Otherwise the simulation begins in the
     # workload's thermal steady state, as on a node that has been running it.
     cold_start: bool = False
+    # True where the workload's time shares already stretch with the GPU's clocks (a
+    # synchronous job's rank computes longer when slower: sim/job/), so its activity
+    # per cycle does not fall with them a second time
+    paced_by_clocks = False
     _offset: float = field(init=False, repr=False, compare=False, default=0.0)
     _period: float = field(init=False, repr=False, compare=False, default=0.0)
 

@@ -6,7 +6,9 @@ the GPU; these few host series sit beside the GPU series so one query can say so
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -23,13 +25,16 @@ class HostSample:
 class HostSource:
     name = "host"
 
-    def __init__(self) -> None:
+    def __init__(self, cpu_times: Callable[[], Any] | None = None) -> None:
+        """`cpu_times`: cumulative CPU times with psutil.cpu_times()'s fields, read
+        instead of psutil's (a simulated fleet node passes its own host's)."""
         self._previous: object | None = None
+        self._cpu_times = cpu_times
 
     def collect(self) -> HostSample:
         # Ratios over the poll interval (the difference of two cumulative readings), not
         # psutil's "since last call" globals, so two HostSources never disturb each other.
-        times = psutil.cpu_times()
+        times = psutil.cpu_times() if self._cpu_times is None else self._cpu_times()
         previous, self._previous = self._previous, times
         utilization, iowait = _ratios(previous, times)
         memory = psutil.virtual_memory()

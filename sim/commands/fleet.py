@@ -35,9 +35,10 @@ from nvwatch.sim.fleet.plan import (
 )
 from nvwatch.sim.fleet.queue import LIMIT_SYNTAX, QueueSpec, parse_limit
 from nvwatch.sim.history.queue import ACCOUNTS
-from nvwatch.sim.scenario_names import known_scenarios
+from nvwatch.sim.scenario_names import SLOWDOWN_SCENARIOS, known_scenarios
 
 _SCENARIOS = ", ".join(known_scenarios())
+_SLOWING = ", ".join(SLOWDOWN_SCENARIOS)
 
 
 @simulate_group.command("fleet")
@@ -62,7 +63,9 @@ _SCENARIOS = ", ".join(known_scenarios())
     metavar=f"[NODE:]{SCENARIO_SYNTAX}",
     help="A scenario in the syntax of `serve --simulate`, on node NODE (0-based) or, "
     "without NODE:, on every node: 3:thermal-runaway@2, 5:ib-congestion@mlx5_1, "
-    f"4:ecc-dbe@2,from=1m,until=5m. Repeatable. Scenarios: {_SCENARIOS}.",
+    f"4:ecc-dbe@2,from=1m,until=5m. A fault that slows what it hits takes slowdown=S "
+    f"(0 < S < 1, that part at 1 - S of its speed): 2:gpu-slow@3,slowdown=0.2 "
+    f"({_SLOWING}). Repeatable. Scenarios: {_SCENARIOS}.",
 )
 @option(
     "--mig",
@@ -76,7 +79,10 @@ _SCENARIOS = ", ".join(known_scenarios())
     metavar=JOB_SYNTAX,
     help="A simulated Slurm job on GPUs of node NODE (0-based; GPUS: N, N-M or all): "
     "0:0-3,user=alice,account=ml. Its node's agent runs with --attribution slurm over a "
-    "job-mapping directory and /proc the fleet writes. Repeatable; ids count from 1001.",
+    "job-mapping directory and /proc the fleet writes. NODE may be a range or a list "
+    "(0-3, 0,2,4-5): one synchronous data-parallel job across them, each step waiting "
+    "for its slowest rank, the others idling in NCCL (sync=yes makes a one-node job "
+    "synchronous too). Repeatable; ids count from 1001.",
 )
 @option(
     "--queue",
@@ -178,7 +184,8 @@ def simulate_fleet(
     """Serve N simulated nodes from one process, each an agent on its own port.
 
     Every node has its own simulated NVML and InfiniBand sysfs tree; all share the real
-    host's CPU and memory figures (the host source reads this machine).
+    host's CPU and memory figures (the host source reads this machine), but for the nodes
+    of a synchronous job or with cpu-starved, whose CPU figures are simulated.
     """
     logs.configure(log_format)
     fleet = _build_fleet(

@@ -132,10 +132,12 @@ class SimulatedFabric:
         *,
         since_s: float | None = None,
         until_s: float | None = None,
+        slowdown: float | None = None,
     ) -> list[str]:
         """Run scenario `name` on `device` (None: the first HCA, or every HCA for
         ib-hca-vanish) from `since_s` to `until_s` seconds after the fabric started
-        (None: its onset in sim/scenario_names.py; never ends). Returns ['name@device', ...]."""
+        (None: its onset in sim/scenario_names.py; never ends); `slowdown`: the share of
+        a congested port's throughput lost. Returns ['name@device', ...]."""
         _check_ib_scenario(name)
         devices = list(self._ports)
         if not devices:
@@ -155,7 +157,7 @@ class SimulatedFabric:
         since = self._start + (onset(name) if since_s is None else since_s)
         until = math.inf if until_s is None else self._start + until_s
         for target in devices:
-            self._ports[target].faults.append(PortFault(name, since, until))
+            self._ports[target].faults.append(PortFault(name, since, until, slowdown))
         return [f"{name}@{target}" for target in devices]
 
     def end_scenarios(self, name: str | None = None, device: str | None = None) -> list[str]:

@@ -113,6 +113,9 @@ class PortFault:
     name: str
     since: float
     until: float = math.inf
+    # ib-congestion: the share of the port's throughput the congestion takes (None:
+    # 1 - CONGESTED_THROUGHPUT)
+    slowdown: float | None = None
 
     def active(self, t: float) -> bool:
         return self.since <= t < self.until
@@ -187,6 +190,21 @@ class SimulatedPort:
     def rate_text(self, t: float) -> str:
         return self._rates[self.active("ib-degraded", t)]
 
+    def throughput(self, t: float) -> float:
+        """Payload bytes/s the port moves at `t` when fully busy, before the share
+        headers take: its trained rate, times what congestion leaves (the worst one)."""
+        congested = [
+            CONGESTED_THROUGHPUT if f.slowdown is None else 1.0 - f.slowdown
+            for f in self.faults
+            if f.name == "ib-congestion" and f.active(t)
+        ]
+        rate = self._rate_bytes[self.active("ib-degraded", t)]
+        return rate * (min(congested) if congested else 1.0)
+
+    def throughput_share(self, t: float) -> float:
+        """Share of its healthy throughput the port has at `t` (sim/job/)."""
+        return self.throughput(t) / self._rate_bytes[False]
+
     # --- time-driven state -------------------------------------------------------------
 
     def _flaps_by(self, t: float) -> int:
@@ -245,8 +263,7 @@ class SimulatedPort:
 
     def _add_traffic(self, busy: float, up_time: float, t: float) -> None:
         congested = self.active("ib-congestion", t)
-        rate = self._rate_bytes[self.active("ib-degraded", t)]
-        throughput = rate * (CONGESTED_THROUGHPUT if congested else 1.0)
+        throughput = self.throughput(t)
         background = self.background_bytes_per_second * up_time
         c = self.counters
         for direction in ("xmit", "rcv"):

@@ -49,7 +49,7 @@ from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc.reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
 from nvwatch.sim.fleet.controller import SlurmController
-from nvwatch.sim.fleet.jobs import FleetJob, NodeJobs, check_jobs
+from nvwatch.sim.fleet.jobs import FleetJob, NodeJobs, check_jobs, sync_job_plans
 from nvwatch.sim.fleet.node import FleetNode, build_agent, node_agent_config, simulate_node
 from nvwatch.sim.fleet.plan import (
     DEFAULT_CLUSTER,
@@ -121,6 +121,8 @@ class Fleet:
         )
         check_jobs(jobs, [len(get_profile(s.profile).gpus) for s in self.specs])
         self.jobs = tuple(jobs)
+        # the synchronous ones, which each of their nodes simulates whole (sim/job/)
+        self.sync_jobs = sync_job_plans(self.jobs, self.specs)
         self.queue_spec = queue
         self.seed = seed
         self.queue: FleetQueue | None = None
@@ -192,12 +194,13 @@ class Fleet:
         assert self._root is not None
         sysfs = self._root / spec.name
         sysfs.mkdir()
-        sim = simulate_node(spec, sysfs, self.clock)
+        sync_jobs = [plan for plan in self.sync_jobs if plan.ranks_on(spec.index)]
+        sim = simulate_node(spec, sysfs, self.clock, sync_jobs)
         config = node_agent_config(spec, sim, listen_host=self.listen_host, interval=self.interval)
         if self.queue is not None:
             jobs = self.queue.jobs_on(spec.index)
         else:
-            jobs = [job for job in self.jobs if job.node == spec.index]
+            jobs = [job.on(spec.index) for job in self.jobs if spec.index in job.all_nodes]
         if jobs or self.queue is not None:
             node_jobs = NodeJobs(
                 self._root / f"{spec.name}-slurm", jobs, len(sim.profile.gpus), sim.nvml.worker_pid
@@ -310,6 +313,11 @@ class Fleet:
             raise FleetError(f"no node {index}: the fleet has nodes 0..{len(self.nodes) - 1}")
         node = self.nodes[index]
         repaired = node.sim.repair(what)
+        # every node of a synchronous job follows the repaired node's ranks
+        request = what if what is None or isinstance(what, str) else str(what)
+        for other in self.nodes:
+            for job in other.sim.sync_jobs:
+                job.repair(index, request)
         log.info("%s: repaired %s", node.name, ", ".join(repaired) or "nothing (none running)")
         return repaired
 

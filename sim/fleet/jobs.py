@@ -1,6 +1,10 @@
 """Jobs on a simulated fleet: a small simulated Slurm per node, as the agent sees one.
 
-`simulate fleet --job 0:0-3,user=alice,account=ml` places a job on GPUs 0-3 of node 0.
+`simulate fleet --job 0:0-3,user=alice,account=ml` places a job on GPUs 0-3 of node 0;
+`--job 0-3:all,id=77` one job on every GPU of nodes 0..3 (NODES: N, N-M or a list of
+those, `0,2,4-5`). A job across nodes is a synchronous data-parallel job: every step
+waits for its slowest rank (sim/job/); `sync=yes` makes a one-node job one too, `sync=no`
+leaves a multi-node one unsynchronised.
 For each node with jobs, `NodeJobs` writes what a real Slurm node shows the agent:
 
 - the job-mapping directory a prolog writes, in dcgm-exporter's format (one file per GPU,
@@ -28,40 +32,85 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.agent.config import AgentConfig
-from nvwatch.sim.fleet.plan import FleetError
+from nvwatch.sim.fleet.plan import FleetError, NodeSpec
+from nvwatch.sim.job.plan import JobNode, SyncJobPlan, sync_job_plan
+from nvwatch.sim.profiles import get_profile
 
-JOB_SYNTAX = "NODE:GPUS[,user=NAME][,account=NAME][,id=JOBID]"
+# NODE: one node (N), a range (N-M) or a list of those (0,2,4-5): one job across them
+JOB_SYNTAX = "NODE:GPUS[,user=NAME][,account=NAME][,id=JOBID][,sync=yes|no]"
 FIRST_JOB_ID = 1001
-_JOB = re.compile(r"^\s*(\d+)\s*:\s*(all|\d+(?:\s*-\s*\d+)?)\s*((?:,[^,]*)*)$")
+_RANGE = r"\d+(?:\s*-\s*\d+)?"
+_JOB = re.compile(rf"^\s*({_RANGE}(?:\s*,\s*{_RANGE})*)\s*:\s*(all|{_RANGE})\s*((?:,[^,]*)*)$")
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
-_OPTIONS = ("user", "account", "id")
+_OPTIONS = ("user", "account", "id", "sync")
+_SYNC = {"yes": True, "no": False}
 
 
 @dataclass(frozen=True)
 class FleetJob:
-    """One simulated Slurm job: the GPUs it holds on one node, and whose it is."""
+    """One simulated Slurm job: the GPUs it holds on each of its nodes, and whose it is.
+
+    `node` is its first node; `nodes` all of them, in order (empty: `node` alone)."""
 
     node: int
     gpus: tuple[int, ...] | None  # None: every GPU of the node
     job_id: str
     user: str
     account: str = ""
+    nodes: tuple[int, ...] = ()
+    sync: bool | None = None  # None: synchronous when it spans nodes
+
+    @property
+    def all_nodes(self) -> tuple[int, ...]:
+        return self.nodes or (self.node,)
+
+    @property
+    def synchronous(self) -> bool:
+        """Whether its steps wait for its slowest rank (sim/job/)."""
+        return len(self.all_nodes) > 1 if self.sync is None else self.sync
+
+    def on(self, node: int) -> FleetJob:
+        """Its part on `node`, as that node's Slurm lists it."""
+        return dataclasses.replace(self, node=node)
 
 
 def parse_job(text: str, number: int) -> FleetJob:
-    """'0:0-3,user=alice,account=ml' -> a job on node 0's GPUs 0..3; `number` is its
-    position in the list, which gives its id (FIRST_JOB_ID + number) unless id= does."""
+    """'0:0-3,user=alice,account=ml' -> a job on node 0's GPUs 0..3; '0-3:all,id=77' ->
+    one job on every GPU of nodes 0..3; `number` is its position in the list, which gives
+    its id (FIRST_JOB_ID + number) unless id= does."""
     match = _JOB.match(text)
     if not match:
-        raise FleetError(f"invalid fleet job {text!r}: use {JOB_SYNTAX}, e.g. 0:0-3,user=alice")
+        raise FleetError(
+            f"invalid fleet job {text!r}: use {JOB_SYNTAX} (NODE: N, N-M or a list), "
+            "e.g. 0:0-3,user=alice or 0-3:all"
+        )
     options = _options(text, match.group(3))
+    nodes = _nodes(text, match.group(1))
     return FleetJob(
-        node=int(match.group(1)),
+        node=nodes[0],
         gpus=_gpus(text, match.group(2)),
         job_id=options.get("id", str(FIRST_JOB_ID + number)),
         user=options.get("user", f"user{number}"),
         account=options.get("account", ""),
+        nodes=nodes if len(nodes) > 1 else (),
+        sync=_SYNC[options["sync"]] if "sync" in options else None,
     )
+
+
+def _nodes(text: str, spec: str) -> tuple[int, ...]:
+    nodes: list[int] = []
+    for part in spec.split(","):
+        first, _, last = part.partition("-")
+        low, high = int(first), int(last or first)
+        if high < low:
+            raise FleetError(
+                f"invalid fleet job {text!r}: node range {part.strip()} runs backwards"
+            )
+        for node in range(low, high + 1):
+            if node in nodes:
+                raise FleetError(f"invalid fleet job {text!r}: node {node} is named twice")
+            nodes.append(node)
+    return tuple(nodes)
 
 
 def _gpus(text: str, spec: str) -> tuple[int, ...] | None:
@@ -81,8 +130,11 @@ def _options(text: str, raw: str) -> dict[str, str]:
         key, value = key.strip(), value.strip()
         if not sep or key not in _OPTIONS:
             raise FleetError(
-                f"invalid fleet job {text!r}: unknown option {item!r} (use user=, account=, id=)"
+                f"invalid fleet job {text!r}: unknown option {item!r} "
+                "(use user=, account=, id=, sync=)"
             )
+        if key == "sync" and value not in _SYNC:
+            raise FleetError(f"invalid fleet job {text!r}: sync={value!r} is not yes or no")
         if not _NAME.match(value):
             raise FleetError(f"invalid fleet job {text!r}: {key}={value!r} is not a plain name")
         options[key] = value
@@ -94,20 +146,41 @@ def check_jobs(jobs: Sequence[FleetJob], gpu_counts: Sequence[int]) -> None:
     two jobs share."""
     seen: dict[str, int] = {}
     for job in jobs:
-        if not 0 <= job.node < len(gpu_counts):
-            raise FleetError(
-                f"job {job.job_id} on node {job.node}: the fleet has nodes 0..{len(gpu_counts) - 1}"
-            )
-        count = gpu_counts[job.node]
-        missing = [g for g in job.gpus or () if g >= count]
-        if missing:
-            raise FleetError(
-                f"job {job.job_id} on node {job.node}: no GPU {missing[0]} "
-                f"(the node has GPUs 0..{count - 1})"
-            )
+        for node in job.all_nodes:
+            _check_node(job, node, gpu_counts)
         if job.job_id in seen:
             raise FleetError(f"job id {job.job_id} is given to two jobs")
         seen[job.job_id] = job.node
+
+
+def _check_node(job: FleetJob, node: int, gpu_counts: Sequence[int]) -> None:
+    if not 0 <= node < len(gpu_counts):
+        raise FleetError(
+            f"job {job.job_id} on node {node}: the fleet has nodes 0..{len(gpu_counts) - 1}"
+        )
+    count = gpu_counts[node]
+    missing = [g for g in job.gpus or () if g >= count]
+    if missing:
+        raise FleetError(
+            f"job {job.job_id} on node {node}: no GPU {missing[0]} "
+            f"(the node has GPUs 0..{count - 1})"
+        )
+
+
+def sync_job_plans(jobs: Sequence[FleetJob], specs: Sequence[NodeSpec]) -> list[SyncJobPlan]:
+    """The synchronous jobs among `jobs`, each planned over the fleet's `specs`."""
+    plans = []
+    for job in jobs:
+        if not job.synchronous:
+            continue
+        nodes = [specs[i] for i in job.all_nodes]
+        held = {
+            spec.index: job.gpus or tuple(range(len(get_profile(spec.profile).gpus)))
+            for spec in nodes
+        }
+        members = [JobNode(s.index, s.profile, s.seed, s.scenarios) for s in nodes]
+        plans.append(sync_job_plan(job.job_id, held, members))
+    return plans
 
 
 class NodeJobs:

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nvwatch.agent.app import Agent
 from nvwatch.agent.config import AgentConfig
 from nvwatch.agent.exposition.render import Exposition
 from nvwatch.agent.server import Health, MetricsServer
+from nvwatch.agent.sources import Source
+from nvwatch.agent.sources.host import HostSource
 from nvwatch.agent.sources.registry import build_sources
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.clock import SteppedClock
 from nvwatch.sim.fleet.plan import FleetError, NodeSpec, cannot_listen
+from nvwatch.sim.job.plan import SyncJobPlan
 from nvwatch.sim.node.node import SimulatedNode
 
 # Sub-steps of each GPU's physics per fleet tick (one poll interval of simulated time).
@@ -35,8 +38,14 @@ FLEET_SUBSTEPS = 8
 FLEET_SOURCES = ("nvml", "infiniband", "host")
 
 
-def simulate_node(spec: NodeSpec, sysfs: Path, clock: SteppedClock) -> SimulatedNode:
-    """The node's simulated hardware, its sysfs tree under `sysfs`, on the fleet's clock."""
+def simulate_node(
+    spec: NodeSpec,
+    sysfs: Path,
+    clock: SteppedClock,
+    sync_jobs: Sequence[SyncJobPlan] = (),
+) -> SimulatedNode:
+    """The node's simulated hardware, its sysfs tree under `sysfs`, on the fleet's clock;
+    its GPUs of `sync_jobs` run those jobs' steps (sim/job/)."""
     try:
         sim = SimulatedNode(
             spec.profile,
@@ -45,6 +54,8 @@ def simulate_node(spec: NodeSpec, sysfs: Path, clock: SteppedClock) -> Simulated
             clock=clock,
             sysfs_root=sysfs,
             mig=spec.mig,
+            sync_jobs=sync_jobs,
+            fleet_index=spec.index,
         )
     except ValueError as exc:
         raise FleetError(f"node {spec.index} ({spec.name}): {exc}") from exc
@@ -85,9 +96,19 @@ def build_agent(
         # everything created in here (the poller's threads, the XID listener they
         # start) inherits this binding
         sim_nvml.bind(sim.nvml)
-        return Agent(config, build_sources(config, clock=clock))
+        sources = build_sources(config, clock=clock)
+        if sim.simulates_host:
+            sources = [_simulated_host(source, sim) for source in sources]
+        return Agent(config, sources)
 
     return contextvars.Context().run(build)
+
+
+def _simulated_host(source: Source, sim: SimulatedNode) -> Source:
+    """The host source reading the node's simulated host instead of this machine."""
+    if source.name != "host":
+        return source
+    return HostSource(cpu_times=sim.host.cpu_times)
 
 
 class FleetNode:

@@ -109,6 +109,8 @@ class FleetQueue:
         """The fleet's --job's, started where they were placed; the first free job id."""
         last = FIRST_JOB_ID - 1
         for job in pinned:
+            if len(job.all_nodes) > 1:
+                raise FleetError(f"job {job.job_id}: with --queue a --job holds GPUs of one node")
             if not job.job_id.isdigit():
                 raise FleetError(f"job {job.job_id}: with --queue a job id is a number, as Slurm's")
             held = job.gpus if job.gpus is not None else tuple(range(gpus[job.node]))

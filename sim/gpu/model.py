@@ -104,6 +104,19 @@ class SimulatedGpu:
         self.power_limit_w = model.tdp_watts
         self.lost = False
         self.pcie_replay_rate_per_s = 0.0
+        # a GPU running slower with no clock-event reason to show for it (gpu-slow): its
+        # clocks, and with them its dynamic power, at this share of what the power and
+        # thermal law allow
+        self.speed_factor = 1.0
+        # share of each live NVLink link's bandwidth the GPU gets (replays on a bad link
+        # eat the rest: nvlink-degraded,slowdown=)
+        self.nvlink_speed = 1.0
+        # the PCIe link as trained (pcie-downtrained); None: the board's own width/gen
+        self.pcie_width_trained: int | None = None
+        self.pcie_generation_trained: int | None = None
+        # share of its rate the traffic through that link keeps (GPUDirect RDMA to the
+        # HCA: the x16 link had headroom over the HCA, a narrower one has less)
+        self.pcie_share = 1.0
         self.scenario_hooks: list[ScenarioHook] = []
         # sub-steps one step() may take at most: fewer make a long step cheaper (a month
         # of history at minutes per step), the thermal relaxation being exact at any length
@@ -156,7 +169,13 @@ class SimulatedGpu:
     @property
     def memory_utilization(self) -> float:
         """Memory-controller busy fraction (utilization.memory): ~ 60% of compute load."""
-        return 0.6 * self.workload.compute_intensity(self.time, self.index) * self.clock_factor
+        return 0.6 * self.workload.compute_intensity(self.time, self.index) * self._pace
+
+    @property
+    def _pace(self) -> float:
+        """What the clocks take off the work done per second: all of it for a workload
+        fixed in time, nothing for one whose time shares stretch with them."""
+        return 1.0 if self.workload.paced_by_clocks else self.clock_factor
 
     @property
     def memory_reserved_bytes(self) -> int:
@@ -218,8 +237,21 @@ class SimulatedGpu:
 
     @property
     def pcie_generation_current(self) -> int:
-        # the link trains down to Gen1 when idle to save power, back up under load
-        return self.model.pcie_generation if self.utilization >= 0.01 else 1
+        # the link trains down to Gen1 when idle to save power, back up under load (to
+        # what it trained to, a downtrained link)
+        if self.utilization < 0.01:
+            return 1
+        return self.pcie_generation_trained or self.model.pcie_generation
+
+    @property
+    def pcie_width_current(self) -> int:
+        return self.pcie_width_trained or self.model.pcie_width
+
+    @property
+    def pcie_bytes_per_second(self) -> float:
+        """The link's payload rate each way as trained now (generation at load)."""
+        generation = self.pcie_generation_trained or self.model.pcie_generation
+        return PCIE_LANE_BYTES_PER_S[generation] * self.pcie_width_current
 
     def activity(self) -> Activity:
         return Activity(
@@ -268,6 +300,44 @@ class SimulatedGpu:
         self.clock_factor = 1.0
         self._update_reasons(self.utilization, capped=False)
 
+    def run(self, workload: Workload) -> None:
+        """Run `workload` from now on (a synchronous job's rank: sim/job/); a board not
+        cold-started settles in it at once, as it would have been running it."""
+        self.workload = workload
+        if not workload.cold_start:
+            self._settle(self.time)
+
+    def hold(self, until: float, intensity: float, util: float) -> None:
+        """Integrate power and temperature up to `until` under one constant load, scenario
+        hooks running as in step(): a rank's shadow (sim/job/shadow.py) holds the load its
+        job gives it, with no workload or traffic to integrate."""
+        span = until - self.time
+        if span <= 0:
+            return
+        n = min(self.max_substeps, max(1, math.ceil(span / MAX_SUBSTEP_S)))
+        dt = span / n
+        for _ in range(n):
+            for hook in self.scenario_hooks:
+                hook(self, self.time + dt - self.start_time)
+            self._breathe(self.time + dt)
+            self._integrate_power(dt, intensity, util)
+            self.time += dt
+
+    def compute_speed(self, intensity: float) -> float:
+        """Share of its full clocks the GPU runs at while computing at `intensity` now:
+        the power limit, the thermal controller and a gpu-slow slowdown together."""
+        model = self.model
+        demand = intensity * (model.tdp_watts - model.idle_watts) * self.speed_factor
+        factor = power_at(model, self.power_limit_w, self.temperature_c, demand)[1]
+        return factor * self.speed_factor
+
+    def nvlink_share(self) -> float:
+        """Share of its NVLink bandwidth the GPU has now (1.0 without NVLink): its live
+        links, each at nvlink_speed."""
+        if not self.links:
+            return 1.0
+        return self.nvlink_speed * sum(link.up for link in self.links) / len(self.links)
+
     # --- dynamics -------------------------------------------------------------------
 
     def attach_air(self, air: AirSupply) -> None:
@@ -295,12 +365,13 @@ class SimulatedGpu:
         model = self.model
         tau = model.thermal_time_constant_s
         mean = self.workload.mean_compute_intensity(t - tau, t, self.index)
-        self.temperature_c = self._steady_temperature(mean * (model.tdp_watts - model.idle_watts))
+        span = (model.tdp_watts - model.idle_watts) * self.speed_factor
+        self.temperature_c = self._steady_temperature(mean * span)
         demand = self.workload.compute_intensity(t, self.index)
-        dynamic = demand * (model.tdp_watts - model.idle_watts)
+        dynamic = demand * span
         power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, dynamic)
         self.power_w = power
-        self.clock_factor = factor if demand > 0 else 1.0
+        self.clock_factor = factor * self.speed_factor if demand > 0 else 1.0
         self._update_reasons(self._workload_util(t), capped=capped)
 
     def _update_reasons(self, util: float, *, capped: bool) -> None:
@@ -334,7 +405,7 @@ class SimulatedGpu:
         self._integrate_power(dt, intensity, util)
         self.time = t1
         # activity integrals for GPM (~ shares of busy time, typical of LLM training)
-        busy = intensity * self.clock_factor
+        busy = intensity * self._pace
         for i, share in enumerate((0.92, 0.45, 0.70, 0.55, 1.0)):
             self._activity[i] += (util if i == 4 else busy * share) * dt
         self._integrate_traffic(dt, util, comm)
@@ -343,14 +414,15 @@ class SimulatedGpu:
     def _integrate_power(self, dt: float, intensity: float, util: float) -> None:
         """Temperature, power, clocks, energy, reasons and violation times over `dt`."""
         model = self.model
-        demand = intensity * (model.tdp_watts - model.idle_watts)
+        # lower clocks with no reason (gpu-slow) draw less dynamic power
+        demand = intensity * (model.tdp_watts - model.idle_watts) * self.speed_factor
         # temperature: exact relaxation towards the closed-loop steady state
         target = self._steady_temperature(demand)
         alpha = 1.0 - math.exp(-dt / model.thermal_time_constant_s)
         self.temperature_c += (target - self.temperature_c) * alpha
         power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, demand)
         self.power_w = power
-        self.clock_factor = factor if demand > 0 else 1.0
+        self.clock_factor = factor * self.speed_factor if demand > 0 else 1.0
         self.energy_mj += power * dt * 1000.0
         self._update_reasons(util, capped=capped)
         ns = dt * 1e9
@@ -364,8 +436,9 @@ class SimulatedGpu:
     def _integrate_traffic(self, dt: float, util: float, comm: float) -> None:
         """PCIe and NVLink byte counters, PCIe replays and NVLink errors over `dt`."""
         model = self.model
-        # PCIe: input pipeline traffic ~ 5% of the link in, 1% out while computing
-        lanes = PCIE_LANE_BYTES_PER_S[model.pcie_generation] * model.pcie_width
+        # PCIe: input pipeline traffic ~ 5% of the link in, 1% out while computing (of
+        # the link as trained: a downtrained link carries less)
+        lanes = self.pcie_bytes_per_second
         self.pcie_rx_rate = 0.05 * util * lanes
         self.pcie_tx_rate = 0.01 * util * lanes
         self.pcie_rx_bytes += self.pcie_rx_rate * dt
@@ -374,7 +447,7 @@ class SimulatedGpu:
         # NVLink: all-reduce traffic is symmetric, each live link carries its share
         for link in self.links:
             if link.up:
-                moved = comm * model.nvlink_bytes_per_second * dt
+                moved = comm * model.nvlink_bytes_per_second * self.nvlink_speed * dt
                 link.tx_bytes += moved
                 link.rx_bytes += moved
             for kind, rate in link.error_rates.items():

@@ -16,19 +16,22 @@ lost GPU, a pending retirement) clear.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from nvwatch.sim.gpu.model import ScenarioHook, SimulatedGpu
 from nvwatch.sim.gpu.state import EVENT_DOUBLE_BIT_ECC
+from nvwatch.sim.gpu.thermal import THERMAL_GAIN_PER_C
 from nvwatch.sim.scenario_names import (
+    DEFAULT_SLOWDOWN,
     DRIVER_SCENARIOS,
     FAULT_ONSET_S,
     NVML_SCENARIOS,
     WORKLOAD_SCENARIOS,
 )
-from nvwatch.sim.workload import Workload
+from nvwatch.sim.workload import TRAINING_COMPUTE, Workload
 
 THERMAL_RAMP_S = 120.0  # cooling degrades over minutes (a failing fan / clogged filter)
 THERMAL_OVERSHOOT_C = 20.0  # uncontrolled steady state this far above slowdown
@@ -67,8 +70,9 @@ def default_victim(name: str, link_counts: Sequence[int]) -> int:
     return 0
 
 
-def _mean_power_w(gpu: SimulatedGpu) -> float:
-    """Mean demanded power over one workload period at full clocks."""
+def _mean_power_w(gpu: SimulatedGpu, *, floor: bool = True) -> float:
+    """Mean demanded power over one workload period at full clocks (`floor`: at least
+    half the TDP, so that a runaway still overheats a GPU that is idle-ish)."""
     model = gpu.model
     period = gpu.workload.step_seconds
     samples = 64
@@ -77,7 +81,7 @@ def _mean_power_w(gpu: SimulatedGpu) -> float:
         / samples
     )
     power = model.idle_watts + intensity * (model.tdp_watts - model.idle_watts)
-    return max(power, 0.5 * model.tdp_watts)  # still overheats if the GPU is idle-ish
+    return max(power, 0.5 * model.tdp_watts) if floor else power
 
 
 @dataclass
@@ -91,6 +95,9 @@ class GpuFault:
     name: ClassVar[str] = ""
     onset_s: float = FAULT_ONSET_S
     until_s: float | None = None
+    # how much it slows what it hits (sim/scenario_names.SLOWDOWN_SCENARIOS); None: the
+    # fault's own fixed effect
+    slowdown: float | None = None
     ended: bool = field(default=False, init=False)
 
     def __call__(self, gpu: SimulatedGpu, elapsed: float) -> None:
@@ -118,9 +125,12 @@ class ThermalRunaway(GpuFault):
     """Cooling fails: thermal resistance ramps up until the GPU would sit 20 C over slowdown.
 
     The target is per board, so every profile crosses slowdown ~2-3 minutes after onset
-    (ramp to the crossing resistance ~70 s, plus the thermal time constant's lag).
-    Repair: the fan is fixed, the resistance is the board's again, and the temperature
-    relaxes with the thermal time constant (clocks recover as it falls under slowdown).
+    (ramp to the crossing resistance ~70 s, plus the thermal time constant's lag). With
+    `slowdown=S` the cooling fails only as far as the thermal controller needs to hold
+    the clocks at 1 - S (S / THERMAL_GAIN_PER_C degrees over slowdown) at the load the
+    GPU runs at onset. Repair: the fan is fixed, the resistance is the board's again, and
+    the temperature relaxes with the thermal time constant (clocks recover as it falls
+    under slowdown).
     """
 
     name: ClassVar[str] = "thermal-runaway"
@@ -130,10 +140,21 @@ class ThermalRunaway(GpuFault):
     def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
         if self._base is None:
             self._base = gpu.thermal_resistance_c_per_w
-            target_c = gpu.model.temp_slowdown_c + THERMAL_OVERSHOOT_C
-            self._final = max(self._base, (target_c - gpu.ambient_c) / _mean_power_w(gpu))
+            self._final = max(self._base, self._resistance(gpu))
         fraction = min(1.0, (elapsed - self.onset_s) / THERMAL_RAMP_S)
         gpu.thermal_resistance_c_per_w = self._base + fraction * (self._final - self._base)
+
+    def _resistance(self, gpu: SimulatedGpu) -> float:
+        """The thermal resistance that holds the GPU where the fault takes it."""
+        if self.slowdown is None:
+            target_c = gpu.model.temp_slowdown_c + THERMAL_OVERSHOOT_C
+            return (target_c - gpu.ambient_c) / _mean_power_w(gpu)
+        # closed loop: at target_c the controller leaves 1 - S of the dynamic power,
+        # and that power must hold the die there
+        target_c = gpu.model.temp_slowdown_c + self.slowdown / THERMAL_GAIN_PER_C
+        idle = gpu.model.idle_watts
+        power = idle + (1.0 - self.slowdown) * (_mean_power_w(gpu, floor=False) - idle)
+        return (target_c - gpu.ambient_c) / power
 
     def repair(self, gpu: SimulatedGpu) -> None:
         if self._base is not None:
@@ -142,15 +163,22 @@ class ThermalRunaway(GpuFault):
 
 @dataclass
 class PowerCapped(GpuFault):
-    """The enforced limit drops to 60 % of TDP; repair: the brake is released, the
-    default limit (TDP) applies again."""
+    """The enforced limit drops to 60 % of TDP; with `slowdown=S`, to where a GPU
+    computing a training step runs at 1 - S of its clocks (idle power plus 1 - S of the
+    step's compute demand). Repair: the brake is released, the default limit (TDP)
+    applies again."""
 
     name: ClassVar[str] = "power-capped"
 
     def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
         model = gpu.model
+        if self.slowdown is None:
+            limit = POWER_CAP_FRACTION * model.tdp_watts
+        else:
+            compute = TRAINING_COMPUTE[1] * (model.tdp_watts - model.idle_watts)
+            limit = model.idle_watts + (1.0 - self.slowdown) * compute
         # NVML will not enforce below the board's minimum limit (T4: 60 W > 0.6 x 70 W)
-        gpu.power_limit_w = max(POWER_CAP_FRACTION * model.tdp_watts, model.min_power_limit_watts)
+        gpu.power_limit_w = max(limit, model.min_power_limit_watts)
 
     def repair(self, gpu: SimulatedGpu) -> None:
         gpu.power_limit_w = gpu.model.tdp_watts
@@ -161,7 +189,9 @@ class NvlinkDegraded(GpuFault):
     """One link flaps with heavy CRC/replay/recovery errors, then goes down (XID 74).
 
     The GPU's other links keep logging errors at a lower rate: a bad NVSwitch port or
-    cable tray usually shows on neighbours too. Repair: the part is replaced and the link
+    cable tray usually shows on neighbours too. With `slowdown=S` the bad link keeps
+    replaying instead of going down, and the replays leave the GPU 1 - S of its NVLink
+    bandwidth. Repair: the part is replaced and the link
     retrained: up again, no link logs new errors, the counts so far stay.
     """
 
@@ -184,7 +214,13 @@ class NvlinkDegraded(GpuFault):
                     recovery=0.5 if bad else 0.02,
                     ecc=(2.0 if bad else 0.05) if ecc else 0.0,
                 )
-        if self._stage == 1 and elapsed >= self.onset_s + NVLINK_FAIL_AFTER_S:
+            if self.slowdown is not None:
+                gpu.nvlink_speed = 1.0 - self.slowdown
+        if (
+            self._stage == 1
+            and self.slowdown is None
+            and elapsed >= self.onset_s + NVLINK_FAIL_AFTER_S
+        ):
             self._stage = 2
             victim = gpu.links[self.link]
             victim.up = False
@@ -197,6 +233,7 @@ class NvlinkDegraded(GpuFault):
         for link in gpu.links:
             link.error_rates = dict.fromkeys(link.error_rates, 0.0)
         gpu.links[self.link].up = True
+        gpu.nvlink_speed = 1.0
 
 
 @dataclass
@@ -268,9 +305,65 @@ class XidStorm(GpuFault):
         pass  # nothing stays broken: the XIDs logged so far are history
 
 
+@dataclass
+class GpuSlow(GpuFault):
+    """The GPU runs slower with no clock-event reason to show for it (a board that
+    lost its boost, a degraded part): its clocks, and its dynamic power with them, at
+    1 - S (`slowdown=S`, 0.2 by default). Repair: the board is replaced, full speed."""
+
+    name: ClassVar[str] = "gpu-slow"
+
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        gpu.speed_factor = 1.0 - _slowdown(self)
+
+    def repair(self, gpu: SimulatedGpu) -> None:
+        gpu.speed_factor = 1.0
+
+
+@dataclass
+class PcieDowntrained(GpuFault):
+    """The GPU's PCIe link trains down to a narrower width (x16 -> x8; x4 from
+    `slowdown=` 0.75 up, and so on), as after a marginal riser or slot: the link's
+    throughput halves with each halving. What goes through it, a synchronous job's
+    GPUDirect RDMA to its HCA (or its all-reduce on a board without NVLink), runs at
+    1 - S (`slowdown=S`, 0.5 by default): a x16 link has headroom over its HCA. Repair:
+    the link retrains at full width."""
+
+    name: ClassVar[str] = "pcie-downtrained"
+
+    def progress(self, gpu: SimulatedGpu, elapsed: float) -> None:
+        gpu.pcie_width_trained = trained_width(gpu.model.pcie_width, _slowdown(self))
+        gpu.pcie_share = 1.0 - _slowdown(self)
+
+    def repair(self, gpu: SimulatedGpu) -> None:
+        gpu.pcie_width_trained = None
+        gpu.pcie_share = 1.0
+
+
+def trained_width(width: int, slowdown: float) -> int:
+    """The width a link of `width` lanes trains down to for `slowdown`: halved at least
+    once, and once more for each halving of the bandwidth the slowdown leaves beyond
+    the first."""
+    halvings = max(1, math.floor(math.log2(1.0 / (1.0 - slowdown)) + 1e-9))
+    return max(1, width >> halvings)
+
+
+def _slowdown(fault: GpuFault) -> float:
+    return DEFAULT_SLOWDOWN[fault.name] if fault.slowdown is None else fault.slowdown
+
+
 _FAULTS: dict[str, type[GpuFault]] = {
     fault.name: fault
-    for fault in (ThermalRunaway, PowerCapped, NvlinkDegraded, EccDoubleBit, GpuLost, XidStorm)
+    for fault in (
+        ThermalRunaway,
+        PowerCapped,
+        NvlinkDegraded,
+        EccDoubleBit,
+        GpuLost,
+        XidStorm,
+        GpuSlow,
+        PcieDowntrained,
+    )
 }
 
 
@@ -300,12 +393,13 @@ def apply(
     *,
     onset_s: float | None = None,
     until_s: float | None = None,
+    slowdown: float | None = None,
 ) -> ScenarioHook | None:
     """Attach fault `name` to `gpu` (healthy-training and idle only set the workload)."""
     if validate(name) in WORKLOAD_SCENARIOS:
         return None
     if name not in _FAULTS:
         raise ValueError(f"{name} is node-wide: it takes no GPU")
-    hook = _FAULTS[name](FAULT_ONSET_S if onset_s is None else onset_s, until_s)
+    hook = _FAULTS[name](FAULT_ONSET_S if onset_s is None else onset_s, until_s, slowdown)
     gpu.scenario_hooks.append(hook)
     return hook

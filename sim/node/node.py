@@ -26,7 +26,11 @@ from nvwatch.sim.bmc.model import BmcState, SimulatedBmc
 from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.gpu.mig_layout import checked_layout
 from nvwatch.sim.gpu.thermal import AMBIENT_C
+from nvwatch.sim.job.model import SyncJob
+from nvwatch.sim.job.plan import SyncJobPlan, rail
+from nvwatch.sim.job.workload import RankWorkload
 from nvwatch.sim.node import scenarios as node_scenarios
+from nvwatch.sim.node.host import SimulatedHost, is_host_scenario
 from nvwatch.sim.node.kmsg import SimulatedKernelLog
 from nvwatch.sim.node.scenarios import UnknownScenario as UnknownScenario
 from nvwatch.sim.node.workers import WorkerProcesses, busy_gpus, busy_instances
@@ -116,12 +120,16 @@ class SimulatedNode:
         worker_processes: bool = False,
         mig: str | None = None,
         room_c: float = AMBIENT_C,
+        sync_jobs: Sequence[SyncJobPlan] = (),
+        fleet_index: int = 0,
     ) -> None:
         """`worker_processes`: start a real process per busy GPU (and per busy MIG
         instance) for the simulated job's worker (sim/node/workers.py); a fleet's nodes
         leave it off. `mig`: a --mig
         layout (sim/gpu/mig_layout.py); None: MIG off on every GPU. `room_c`: the air the
-        node's inlet draws (the GPUs breathe it too) while no hot aisle adds to it."""
+        node's inlet draws (the GPUs breathe it too) while no hot aisle adds to it.
+        `sync_jobs`: synchronous jobs with ranks on this node, node `fleet_index` of
+        their plans (sim/job/): its GPUs of each run the job's steps."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
@@ -138,6 +146,8 @@ class SimulatedNode:
             mig=mig_plans,
         )
         self.bmc = SimulatedBmc(self.profile, self.nvml.gpus, clock, seed=seed, room_c=room_c)
+        self.host = SimulatedHost(clock)
+        self.sync_jobs = [SyncJob(plan, clock) for plan in sync_jobs]
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
             Path(tempfile.mkdtemp(prefix=f"nvwatch-sim-{self.profile.name}-", dir=scratch_dir()))
@@ -152,7 +162,10 @@ class SimulatedNode:
                 seed=seed,
                 clock=clock,
             )
-            self.started = node_scenarios.start(self.nvml, self.fabric, self.bmc, specs)
+            self._run_ranks(fleet_index, seed)
+            self.started = node_scenarios.start(
+                self.nvml, self.fabric, self.bmc, specs, host=self.host
+            )
             self.fabric.write()
         except BaseException:
             # a node that fails to start leaves no tree behind (the caller never gets
@@ -174,6 +187,26 @@ class SimulatedNode:
         self.nvml.mig_worker_pids = self.workers.instance_pids
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # the agent's host source reads this node's host, not the machine's, where the
+        # host is part of what is simulated (sim/fleet/node.py)
+        self.simulates_host = any(is_host_scenario(s.name) for s in specs) or any(
+            job.plan.ranks_on(fleet_index) for job in self.sync_jobs
+        )
+
+    def _run_ranks(self, index: int, seed: int) -> None:
+        """This node's GPUs of each synchronous job run the job's steps, and so does the
+        HCA port of each one's rail when the job crosses nodes (the first rank there)."""
+        railed: set[str] = set()
+        for job in self.sync_jobs:
+            for rank, where in enumerate(job.plan.ranks):
+                if where.node != index:
+                    continue
+                workload = RankWorkload(seed=seed, job=job, rank=rank)
+                self.nvml.gpus[where.gpu].run(workload)
+                device = rail(self.profile, where.gpu)
+                if job.plan.multi_node and device is not None and device not in railed:
+                    self.fabric.port(device).workload = workload
+                    railed.add(device)
 
     def tick(self) -> None:
         """Bring NVML state, the chassis and the sysfs files up to the clock's now."""
@@ -202,7 +235,7 @@ class SimulatedNode:
         back (bmc-unreachable). Workloads have nothing to repair.
         """
         with self._lock:
-            repaired = node_scenarios.repair(self.nvml, self.fabric, self.bmc, what)
+            repaired = node_scenarios.repair(self.nvml, self.fabric, self.bmc, what, host=self.host)
             self.fabric.write()  # a returning HCA and a retrained port show at once
         return repaired
 

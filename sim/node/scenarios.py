@@ -4,10 +4,12 @@ A scenario is a `ScenarioSpec` (`NAME[@TARGET][,from=DURATION][,until=DURATION]`
 by `nvwatch.agent.config.parse_scenario`). Workload scenarios (`idle`, `healthy-training`) set
 what the GPUs run, the whole node's without a target or one GPU's with one. Fault
 scenarios go to the simulated NVML (GPU faults, `nvml-driver-broken`), to the simulated
-fabric (InfiniBand ports, `ib-hca-vanish`) or to the chassis its BMC watches (`hot-aisle`,
-`fan-failure`, `psu-failure`, `bmc-unreachable`: sim/bmc/scenarios.py), each with its own
-repair. Everything is checked here before a node builds anything, so a fleet refuses bad
-input up front.
+fabric (InfiniBand ports, `ib-hca-vanish`), to the host (`cpu-starved`: sim/node/host.py)
+or to the chassis its BMC watches (`hot-aisle`, `fan-failure`, `psu-failure`,
+`bmc-unreachable`: sim/bmc/scenarios.py), each with its own repair. Faults that slow
+what they hit take `slowdown=S` (SLOWDOWN_SCENARIOS in sim/scenario_names.py).
+Everything is checked here before a node builds anything, so a fleet refuses bad input
+up front.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from nvwatch.sim.fabric.fabric import (
     is_ib_scenario,
 )
 from nvwatch.sim.gpu import scenarios
+from nvwatch.sim.node.host import SimulatedHost, is_host_scenario
 from nvwatch.sim.nvml import SimulatedNvml
 from nvwatch.sim.profiles import Profile
 from nvwatch.sim.scenario_names import known_scenarios, onset
@@ -45,6 +48,11 @@ def check_name(name: str) -> None:
 
 def check_window(spec: ScenarioSpec) -> None:
     """ValueError unless the spec's from=/until= fit the scenario."""
+    if spec.slowdown is not None and spec.name not in scenario_names.SLOWDOWN_SCENARIOS:
+        raise ValueError(
+            f"{spec}: {spec.name} takes no slowdown= (those that do: "
+            f"{', '.join(scenario_names.SLOWDOWN_SCENARIOS)})"
+        )
     if spec.from_s is None and spec.until_s is None:
         return
     if spec.name in WORKLOADS:
@@ -67,7 +75,7 @@ def check_target(profile: Profile, spec: ScenarioSpec) -> None:
             raise ValueError(
                 f"no device {target!r} in {profile.name} for {name} (devices: {', '.join(devices)})"
             )
-    elif name in scenario_names.DRIVER_SCENARIOS:
+    elif name in scenario_names.DRIVER_SCENARIOS or is_host_scenario(name):
         if target is not None:
             raise ValueError(f"{spec}: {name} is node-wide; it takes no @TARGET")
     elif target is not None and (spec.gpu is None or spec.gpu >= profile.gpu_count):
@@ -110,6 +118,7 @@ def start(
     fabric: SimulatedFabric,
     bmc: SimulatedBmc,
     specs: Sequence[ScenarioSpec],
+    host: SimulatedHost | None = None,
 ) -> list[str]:
     """Start every fault scenario where it runs; returns what started ('name@target')."""
     started: list[str] = []
@@ -118,13 +127,27 @@ def start(
             continue  # already in the workloads the node was built with
         if is_bmc_scenario(spec.name):
             started.append(bmc.start_scenario(spec))
+        elif is_host_scenario(spec.name):
+            if host is None:
+                raise ValueError(f"{spec}: this node simulates no host")
+            started.append(host.start_scenario(spec))
         elif is_ib_scenario(spec.name):
             started += fabric.start_scenario(
-                spec.name, spec.target, since_s=spec.from_s, until_s=spec.until_s
+                spec.name,
+                spec.target,
+                since_s=spec.from_s,
+                until_s=spec.until_s,
+                slowdown=spec.slowdown,
             )
         else:
             started.append(
-                nvml.start_scenario(spec.name, spec.gpu, onset_s=spec.from_s, until_s=spec.until_s)
+                nvml.start_scenario(
+                    spec.name,
+                    spec.gpu,
+                    onset_s=spec.from_s,
+                    until_s=spec.until_s,
+                    slowdown=spec.slowdown,
+                )
             )
     return started
 
@@ -134,6 +157,7 @@ def repair(
     fabric: SimulatedFabric,
     bmc: SimulatedBmc,
     what: ScenarioSpec | str | None,
+    host: SimulatedHost | None = None,
 ) -> list[str]:
     """End and repair the running scenarios `what` selects; returns them ('name@target').
 
@@ -144,9 +168,13 @@ def repair(
     name, target = _selection(bmc.profile, what)
     if name is not None and is_bmc_scenario(name):
         return bmc.end_scenarios(name, target)
+    if name is not None and is_host_scenario(name):
+        return host.end_scenarios(name) if host is not None else []
     gpu_side = name is None or name in scenario_names.NVML_SCENARIOS
     fabric_side = name is None or is_ib_scenario(name)
     repaired: list[str] = bmc.end_scenarios() if name is None and target is None else []
+    if name is None and target is None and host is not None:
+        repaired += host.end_scenarios()
     if gpu_side and (target is None or is_index(target)):
         repaired += nvml.end_scenarios(name, None if target is None else int(target))
     if fabric_side and (target is None or not is_index(target)):

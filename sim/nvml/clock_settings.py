@@ -48,7 +48,7 @@ _PCIE_LANE_BYTES = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9}
 def _pcie_share(gpu: SimulatedGpu) -> float:
     """How busy the PCIe link is: traffic over both directions' capacity."""
     per_lane = _PCIE_LANE_BYTES.get(gpu.pcie_generation_current, 0.985e9)
-    capacity = 2 * per_lane * gpu.model.pcie_width
+    capacity = 2 * per_lane * gpu.pcie_width_current
     return min(1.0, (gpu.pcie_tx_rate + gpu.pcie_rx_rate) / capacity)
 
 

@@ -168,10 +168,12 @@ class NvmlCore:
         *,
         onset_s: float | None = None,
         until_s: float | None = None,
+        slowdown: float | None = None,
     ) -> str:
         """Run fault `name` on GPU `gpu` (None: the scenario's default victim), or node-wide
-        (nvml-driver-broken); times are seconds since this library started. Returns
-        'name@gpu' or the node-wide name."""
+        (nvml-driver-broken); times are seconds since this library started; `slowdown`:
+        how much a fault that slows its GPU slows it. Returns 'name@gpu' or the
+        node-wide name."""
         with self._lock:
             if scenarios.validate(name) in scenario_names.DRIVER_SCENARIOS:
                 if gpu is not None:
@@ -184,7 +186,9 @@ class NvmlCore:
             links = [len(links) for links in self.profile.nvlinks]
             index = scenarios.default_victim(name, links) if gpu is None else gpu
             self._check_gpu_index(index, name)
-            scenarios.apply(name, self.gpus[index], onset_s=onset_s, until_s=until_s)
+            scenarios.apply(
+                name, self.gpus[index], onset_s=onset_s, until_s=until_s, slowdown=slowdown
+            )
             return f"{name}@{index}"
 
     def end_scenarios(self, name: str | None = None, gpu: int | None = None) -> list[str]:

@@ -171,7 +171,7 @@ class IdentityQueries(NvmlCore):
 
     @device_call
     def nvmlDeviceGetCurrPcieLinkWidth(self, gpu: SimulatedGpu, value: Any) -> int:
-        set_out(value, gpu.model.pcie_width)
+        set_out(value, gpu.pcie_width_current)
         return SUCCESS
 
     @device_call

@@ -50,6 +50,7 @@ from nvwatch.sim.scenario_names import (
     DRIVER_SCENARIOS,
     FAULT_SCENARIOS,
     HCA_SCENARIOS,
+    HOST_SCENARIOS,
     IB_SCENARIOS,
     WORKLOAD_SCENARIOS,
     known_scenarios,
@@ -227,6 +228,8 @@ def node_plans(profile: Profile) -> list[list[str]]:
     # the chassis's faults: a hot room and a stopped fan heat the GPUs; a lost supply and
     # a silent BMC change nothing /metrics shows, and must not
     nodes[-1] += [s for s in BMC_SCENARIOS if _chassis_fits(profile, s)]
+    # a starved host: the simulated host's, which this poll's host source does not read
+    nodes[-1] += [s for s in HOST_SCENARIOS if s in known]
     until = f",until={REPAIR_S:g}s"
     return [[s + until if s.partition("@")[0] in REPAIRED else s for s in n] for n in nodes]
 

@@ -158,6 +158,11 @@ SCENARIOS_OUTSIDE = {
         "which the rate reads 0 by design (NvwatchIbCounterSaturated leaves port_xmit_wait "
         "out), so it could not stay firing through the restarts anyway"
     ),
+    **dict.fromkeys(
+        ("gpu-slow", "pcie-downtrained", "cpu-starved"),
+        "no alert of its own: a rank it slows stands out only against the other ranks of "
+        "its synchronous job (tests/sim/test_sync_job.py), not against a threshold",
+    ),
 }
 
 

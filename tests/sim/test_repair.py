@@ -17,6 +17,7 @@ import pytest
 
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.bmc.reading import BmcError
+from nvwatch.agent.sources.host import HostSource
 from nvwatch.sim.bmc.scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fabric.fabric import XMIT_WAIT_TICKS_PER_SECOND
@@ -116,6 +117,40 @@ def _power_limit_restored(simulate: Simulate) -> None:
     for _ in range(20):
         run.advance(0.3)
         assert _reasons(1) & POWER_CAP == 0
+
+
+@repair_check("gpu-slow")
+def _speed_restored(simulate: Simulate) -> None:
+    run = simulate("gpu-slow@1,slowdown=0.5")
+    run.advance(AFTER_ONSET)
+    full = PROFILES[NODE].gpus[1].max_sm_clock_mhz
+    assert pynvml.nvmlDeviceGetClockInfo(handle(1), pynvml.NVML_CLOCK_SM) < 0.6 * full
+    assert run.node.repair("gpu-slow") == ["gpu-slow@1"]
+    run.advance(1.0)
+    assert pynvml.nvmlDeviceGetClockInfo(handle(1), pynvml.NVML_CLOCK_SM) == full
+
+
+@repair_check("pcie-downtrained")
+def _link_retrained(simulate: Simulate) -> None:
+    run = simulate("pcie-downtrained@6,slowdown=0.8")
+    run.advance(AFTER_ONSET)
+    width = PROFILES[NODE].gpus[6].pcie_width
+    assert pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle(6)) == width // 4
+    assert run.node.repair("6") == ["pcie-downtrained@6"]
+    assert pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle(6)) == width
+
+
+@repair_check("cpu-starved")
+def _host_freed(simulate: Simulate) -> None:
+    run = simulate("cpu-starved,slowdown=0.5")
+    host = HostSource(cpu_times=run.node.host.cpu_times)
+    run.advance(AFTER_ONSET)
+    host.collect()
+    run.advance(10.0)
+    assert (host.collect().cpu_utilization_ratio or 0.0) > 0.95
+    assert run.node.repair("cpu-starved") == ["cpu-starved"]
+    run.advance(10.0)
+    assert (host.collect().cpu_utilization_ratio or 1.0) < 0.5
 
 
 @repair_check("nvlink-degraded")

@@ -16,6 +16,7 @@ import pytest
 
 from nvwatch.agent.config import parse_scenario
 from nvwatch.agent.sources.bmc.reading import BmcError
+from nvwatch.agent.sources.host import HostSource
 from nvwatch.sim import scenario_names
 from nvwatch.sim.bmc.scenarios import HOT_AISLE_RAMP_S
 from nvwatch.sim.fabric.fabric import FLAP_DOWN_S, FLAP_PERIOD_S, XMIT_WAIT_TICKS_PER_SECOND
@@ -232,6 +233,43 @@ def _hca_vanishes(simulate: Simulate) -> None:
     # the HCA's PCI function stays, as after an mlx5_ib unload
     function = run.node.sysfs_root / "bus/pci/devices" / pci_path(NODE_PROFILE, "nic", 2)[-1]
     assert (function / "vendor").read_text().strip() == "0x15b3"
+
+
+@effect("gpu-slow")
+def _slows_the_gpu(simulate: Simulate) -> None:
+    run = simulate("gpu-slow@3,slowdown=0.25")
+    run.advance(scenarios.FAULT_ONSET_S + 5.0)
+    slow, healthy = (pynvml.nvmlDeviceGetClockInfo(handle(i), pynvml.NVML_CLOCK_SM) for i in (3, 2))
+    assert slow == pytest.approx(0.75 * healthy, abs=2)
+    # nothing to show for it: no thermal or power reason, and it draws less, not more
+    assert pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle(3)) & (THERMAL | POWER_CAP) == 0
+    assert pynvml.nvmlDeviceGetPowerUsage(handle(3)) < pynvml.nvmlDeviceGetPowerUsage(handle(2))
+
+
+@effect("pcie-downtrained")
+def _narrows_the_link(simulate: Simulate) -> None:
+    run = simulate("pcie-downtrained@4")
+    run.advance(scenarios.FAULT_ONSET_S + 5.0)
+    width = NODE_PROFILE.gpus[4].pcie_width
+    assert pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle(4)) == width // 2
+    assert pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle(4)) == width
+    assert pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle(5)) == width
+    rx = pynvml.NVML_PCIE_UTIL_RX_BYTES
+    narrow, wide = (pynvml.nvmlDeviceGetPcieThroughput(handle(i), rx) for i in (4, 5))
+    assert narrow == pytest.approx(wide / 2, rel=0.01)
+
+
+@effect("cpu-starved")
+def _starves_the_host(simulate: Simulate) -> None:
+    run = simulate("cpu-starved")
+    host = HostSource(cpu_times=run.node.host.cpu_times)
+    host.collect()
+    run.advance(scenarios.FAULT_ONSET_S)
+    calm = host.collect().cpu_utilization_ratio
+    run.advance(60.0)
+    starved = host.collect().cpu_utilization_ratio
+    assert calm is not None and calm < 0.5
+    assert starved is not None and starved > 0.95
 
 
 # the BMC's view: SDR threshold bits (0 LNC, 1 LC, 3 UNC, 4 UC) and supply offsets
