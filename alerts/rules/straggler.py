@@ -87,7 +87,7 @@ def node_causes(cfg: MixinConfig) -> str:
 WHERE = (
     "{{ if $labels.gpu }}GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.INSTANCE }}"
     "{{ else if $labels.device }}IB port {{ $labels.device }}/{{ $labels.port }} on "
-    "{{ $labels.INSTANCE }}{{ else }}the CPUs of {{ $labels.INSTANCE }}{{ end }}"
+    "{{ $labels.INSTANCE }}{{ else }}the host CPUs of {{ $labels.INSTANCE }}{{ end }}"
 )
 
 
@@ -102,10 +102,10 @@ def job_straggler(cfg: MixinConfig) -> Alert:
         cfg.straggler_for,
         Severity.WARNING,
         "One GPU, node or IB port holds a multi-GPU job back.",
-        f"{where} is the straggler of job {{{{ $labels.job_id }}}} (cause "
-        "{{ $labels.cause }}): it stands out from the job's other ranks for "
-        f"{cfg.straggler_for}, and the whole job runs at its pace, an estimated "
-        "{{ $value | humanizePercentage }} below its speed.",
+        "Job {{ $labels.job_id }} has run at the pace of "
+        f"{where} (cause {{{{ $labels.cause }}}}) for {cfg.straggler_for}: an estimated "
+        "{{ $value | humanizePercentage }} below its speed, as that rank stands out "
+        "from the job's others.",
         _runbook(cfg),
         Kind.CONDITION,
     )
