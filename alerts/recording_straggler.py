@@ -234,6 +234,7 @@ def link_signals(cfg: MixinConfig) -> tuple[Signal, ...]:
     """PCIe and NVLink of each GPU: structural (width, links up, errors) and traffic."""
     s, w, g = cfg.sel, cfg.rate_window, gpu_on(cfg)
     current = s('kind="current"')
+    retries = s('type=~"replay|recovery"')
     return (
         # bandwidth in halvings: every PCIe generation from Gen2 on doubles a lane's rate;
         # the best of the window, since an idle GPU trains its link down by design
@@ -263,7 +264,10 @@ def link_signals(cfg: MixinConfig) -> tuple[Signal, ...]:
             "job_gpu",
             "nvwatch_nvlink_errors",
             "rate",
-            on_rank(cfg, f"sum by ({g}) (rate(nvwatch_nvlink_errors_total{s()}[{w}]))"),
+            # replays and recoveries: the retransmissions and retraining that cost a link
+            # its bandwidth (a CRC error shows as a replay); two of the five types, so
+            # two fifths of the series a sum of all would read
+            on_rank(cfg, f"sum by ({g}) (rate(nvwatch_nvlink_errors_total{retries}[{w}]))"),
             higher_is_worse=True,
             floor=cfg.nvlink_error_rate_per_second,
             load=False,

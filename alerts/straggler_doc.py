@@ -34,7 +34,10 @@ _MEANING = {
         "lower: pcie",
     ),
     "nvwatch_nvlink_up": ("NVLinks up", "fewer: nvlink"),
-    "nvwatch_nvlink_errors": ("NVLink errors per second, all links and types", "more: nvlink"),
+    "nvwatch_nvlink_errors": (
+        "NVLink replays and recoveries per second, all links",
+        "more: nvlink",
+    ),
     "nvwatch_nvlink_transmit_bytes": (
         "NVLink bytes sent per second, against the job's GPUs on the same node",
         "lower: nvlink",

@@ -356,6 +356,7 @@ class MixinConfig:
                 raise ValueError(f"{f.name}: expected a string, got {shown(value)}")
         _check_runbook_base_url(self.runbook_base_url)
         _check_scheduler(self)
+        _check_stragglers(self)
         names = [c.name for c in self.node_classes]
         if len(set(names)) != len(names):
             raise ValueError(f"node_classes: duplicate class name in {shown(names)}")
@@ -454,6 +455,26 @@ def _check_scheduler(cfg: MixinConfig) -> None:
         raise ValueError(
             "scheduler_capacity_window: expected at least 1h (the signal counts hours), "
             f"got {shown(cfg.scheduler_capacity_window)}"
+        )
+
+
+def _check_stragglers(cfg: MixinConfig) -> None:
+    """A median of ranks needs three of them, a share is a share, a scale is positive."""
+    if isinstance(cfg.straggler_min_gpus, float) or cfg.straggler_min_gpus < 3:
+        raise ValueError(
+            "straggler_min_gpus: expected a whole number of GPUs, 3 or more (with two, "
+            f"either could be the odd one), got {shown(cfg.straggler_min_gpus)}"
+        )
+    for name in ("straggler_busy_utilization", "straggler_reason_share"):
+        if not 0 < getattr(cfg, name) <= 1:
+            raise ValueError(
+                f"{name}: expected a share above 0, at most 1, got {shown(getattr(cfg, name))}"
+            )
+    if cfg.straggler_mad_multiple <= 0 or cfg.straggler_pipeline_tolerance < 0:
+        raise ValueError(
+            "straggler_mad_multiple must be above 0 and straggler_pipeline_tolerance 0 or "
+            f"more, got {shown(cfg.straggler_mad_multiple)} and "
+            f"{shown(cfg.straggler_pipeline_tolerance)}"
         )
 
 

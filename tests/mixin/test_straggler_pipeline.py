@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from nvwatch.alerts.build import write
 from nvwatch.alerts.recording_straggler import NODE, RANK, RANKS, TOLERANCE, straggler_groups
 from nvwatch.alerts.rules import all_alerts
@@ -85,3 +87,17 @@ def test_per_rank_series_exist_only_for_ranks_of_compared_jobs() -> None:
     assert len(values) == 9
     for record, expr in values:
         assert expr.startswith((f"{RANK} * on", f"{NODE} * on")), record
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("straggler_min_gpus", 2, "3 or more"),
+        ("straggler_min_gpus", 3.5, "whole number"),
+        ("straggler_busy_utilization", 1.5, "at most 1"),
+        ("straggler_mad_multiple", 0, "above 0"),
+    ],
+)
+def test_bad_straggler_settings_are_refused(key: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MixinConfig.from_mapping({key: value})
