@@ -10,6 +10,11 @@ read, and promtool can make them, with three differences from the live rule file
 - Every group is evaluated once per history step: the history has one sample per step.
 - Every rate window spans at least two steps: `rate(x[5m])` over samples 15 minutes
   apart finds one sample at most, and no rate.
+
+The job straggler groups are left out: they judge a running job minute by minute (a
+warm-up, 5-minute averages, an alert's `for:`), which a history sampled every step
+cannot show, and their slowdown reads a recorded median over a range, which no inlined
+expression can stand for.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nvwatch.alerts.recording import recording_groups
+from nvwatch.alerts.recording import RecordingGroup, recording_groups
+from nvwatch.alerts.recording_straggler import straggler_groups
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
 
@@ -78,11 +84,17 @@ def _inline_once(expr: str, recorded: dict[str, str]) -> str:
     return "".join(out) + expr[last:]
 
 
+def backfilled_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
+    """The live file's groups but the job stragglers'."""
+    live_only = {group.name for group in straggler_groups(cfg)}
+    return tuple(group for group in recording_groups(cfg) if group.name not in live_only)
+
+
 def backfill_rules(cfg: MixinConfig, step_seconds: float) -> dict[str, Any]:
-    """The recording rule file for promtool: every group and rule of the live file, each
-    rule standing alone, every group's interval one step."""
+    """The recording rule file for promtool: every group and rule of the live file but
+    the job stragglers', each rule standing alone, every group's interval one step."""
     tuned = backfill_config(cfg, step_seconds)
-    groups = recording_groups(tuned)
+    groups = backfilled_groups(tuned)
     recorded = {rule.record: rule.expr for group in groups for rule in group.rules}
     return {
         "groups": [

@@ -1,6 +1,7 @@
 """docs/alerts.md and docs/runbooks/, generated from the alert definitions so runbooks
 never drift: the index (severities, kinds, one line per alert, the XID table, the
-GPU-hours and queue rules) and one runbook file per alert, which each alert's runbook_url names."""
+GPU-hours, queue and straggler rules) and one runbook file per alert, which each
+alert's runbook_url names."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from nvwatch.alerts.recording_attribution import doc_lines as gpu_hours_doc
 from nvwatch.alerts.recording_scheduler import doc_lines as queue_doc
 from nvwatch.alerts.rules import Alert, AlertGroup, alert_groups
 from nvwatch.alerts.rules.base import Kind
+from nvwatch.alerts.straggler_doc import doc_lines as straggler_doc
 from nvwatch.mixin.config import RUNBOOK_DIR, MixinConfig, runbook_file
 
 # the alert whose runbook holds the XID table as well
@@ -158,12 +160,13 @@ def _production_groups(cfg: MixinConfig) -> tuple[AlertGroup, ...]:
 
 
 def render_docs(cfg: MixinConfig) -> str:
-    """docs/alerts.md: the index of the runbooks, the XID table, the GPU-hours and the
-    queue rules."""
+    """docs/alerts.md: the index of the runbooks, the XID table, the GPU-hours, the
+    queue and the straggler rules."""
     lines = [*_INTRO, "", *_summary_table(_production_groups(cfg))]
     lines += _xid_table(cfg)
     lines += gpu_hours_doc(cfg)
     lines += queue_doc(cfg)
+    lines += straggler_doc(cfg)
     return "\n".join(lines) + "\n"
 
 

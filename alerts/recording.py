@@ -193,11 +193,12 @@ def cluster_group(cfg: MixinConfig) -> RecordingGroup:
 
 
 def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
-    # GPU-hours per owner, the BMC's node figures and the Slurm queue live in their own
-    # modules, which build on this one's types
+    # GPU-hours per owner, the BMC's node figures, the Slurm queue and the job stragglers
+    # live in their own modules, which build on this one's types
     from nvwatch.alerts.recording_attribution import attribution_group
     from nvwatch.alerts.recording_bmc import bmc_group
     from nvwatch.alerts.recording_scheduler import scheduler_group
+    from nvwatch.alerts.recording_straggler import straggler_groups
 
     return (
         expectation_group(cfg),
@@ -206,6 +207,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
         bmc_group(cfg),
         attribution_group(cfg),
         scheduler_group(cfg),
+        *straggler_groups(cfg),
     )
 
 

@@ -37,6 +37,8 @@ _WINDOWS = (
     "unscraped_memory",
     "scheduler_wait_while_idle",
     "scheduler_capacity_window",
+    "straggler_warmup",
+    "straggler_baseline_window",
 )
 
 
@@ -175,6 +177,56 @@ class MixinConfig:
     # above this share of the job's life (a healthy job touches its cap in bursts).
     job_throttled_ratio: float = 0.2
 
+    # --- stragglers (the rank that holds a synchronous job back) --------------------
+    # A synchronous job (data-parallel over NCCL) runs at its slowest rank's pace and its
+    # other ranks wait, still "busy"; so each rank is compared with the median of its own
+    # job's ranks (alerts/recording_straggler.py, NvwatchJobStraggler). A job needs this
+    # many whole GPUs to be compared: with two, either could be the odd one.
+    straggler_min_gpus: int = 3
+    # ... and must be this old (its allocation was there this long ago): in a job's first
+    # minutes the ranks load data, compile and set up NCCL each at its own pace.
+    straggler_warmup: str = "15m"
+    # ... and its median GPU utilization (over rate_window) at least this: below it every
+    # rank pauses alike (a checkpoint, a filesystem stall) and there is no pace to compare.
+    straggler_busy_utilization: float = 0.5
+    # A rank stands out when it is farther from its job's median than this many MADs
+    # (median absolute deviation of the job's ranks: a noisy job needs a larger gap) ...
+    straggler_mad_multiple: float = 3.0
+    # ... and at least the signal's own smallest gap (a tight job, MAD near 0, must not
+    # make noise look huge): the SM clock below the median by this share of its maximum,
+    straggler_clock_deviation: float = 0.1
+    # ... the rank's activity (tensor activity where the board has GPM, else power over
+    # its enforced limit) above the median by this much (the rank that never waits),
+    straggler_activity_deviation: float = 0.2
+    # ... a PCIe or InfiniBand link this many halvings of bandwidth below the median
+    # (x16 -> x8, Gen5 -> Gen4 or NDR -> HDR is one),
+    straggler_link_halvings: float = 1.0
+    # ... a GPU's NVLink traffic below the median of the job's GPUs on its node by this
+    # share (a ring moves the same bytes through every rank of a node),
+    straggler_nvlink_throughput_deficit: float = 0.3
+    # ... and a node's CPU utilization above the job's median node by this much, while
+    # at least starvation_host_cpu. NVLink errors and IB transmit wait use the fabric
+    # alerts' thresholds (nvlink_error_rate_per_second, ib_transmit_wait_ratio), and a
+    # GPU with one NVLink fewer up than its job's median stands out at once.
+    straggler_host_cpu_deviation: float = 0.2
+    # A straggler slowed by its clocks is "thermal" or "power-capped" when such a clock
+    # event reason was active this share of rate_window, else "clock-other".
+    straggler_reason_share: float = 0.5
+    # The rank stands out this long before the alert fires.
+    straggler_for: str = "10m"
+    # The slowdown estimate also compares the job's median activity with its own best
+    # in this window (for a fault in the fabric or a host, which slows every rank alike).
+    straggler_baseline_window: str = "1h"
+    # Pipeline-parallel jobs, whose stages differ by design: label matchers on
+    # nvwatch_gpu_allocation_info, e.g. 'account="llm-pipeline"' or
+    # 'namespace="pp-train"' or 'job_id=~"4711|4712"' (empty: no job is marked). A marked
+    # job's ranks may differ by straggler_pipeline_tolerance more than the gaps above
+    # in the load-driven signals (clock, activity, NVLink traffic, IB wait, host CPU);
+    # the structural ones (PCIe and IB link width, NVLink links, NVLink errors) are
+    # judged as in any job.
+    straggler_pipeline_jobs: str = ""
+    straggler_pipeline_tolerance: float = 0.3
+
     # --- scheduler (the cluster's Slurm queue) --------------------------------------
     # The scheduler series come from the one agent of each cluster that runs `--sources
     # scheduler` (on the Slurm controller or a login node). It is scraped in the agents'
@@ -304,6 +356,7 @@ class MixinConfig:
                 raise ValueError(f"{f.name}: expected a string, got {shown(value)}")
         _check_runbook_base_url(self.runbook_base_url)
         _check_scheduler(self)
+        _check_stragglers(self)
         names = [c.name for c in self.node_classes]
         if len(set(names)) != len(names):
             raise ValueError(f"node_classes: duplicate class name in {shown(names)}")
@@ -402,6 +455,26 @@ def _check_scheduler(cfg: MixinConfig) -> None:
         raise ValueError(
             "scheduler_capacity_window: expected at least 1h (the signal counts hours), "
             f"got {shown(cfg.scheduler_capacity_window)}"
+        )
+
+
+def _check_stragglers(cfg: MixinConfig) -> None:
+    """A median of ranks needs three of them, a share is a share, a scale is positive."""
+    if isinstance(cfg.straggler_min_gpus, float) or cfg.straggler_min_gpus < 3:
+        raise ValueError(
+            "straggler_min_gpus: expected a whole number of GPUs, 3 or more (with two, "
+            f"either could be the odd one), got {shown(cfg.straggler_min_gpus)}"
+        )
+    for name in ("straggler_busy_utilization", "straggler_reason_share"):
+        if not 0 < getattr(cfg, name) <= 1:
+            raise ValueError(
+                f"{name}: expected a share above 0, at most 1, got {shown(getattr(cfg, name))}"
+            )
+    if cfg.straggler_mad_multiple <= 0 or cfg.straggler_pipeline_tolerance < 0:
+        raise ValueError(
+            "straggler_mad_multiple must be above 0 and straggler_pipeline_tolerance 0 or "
+            f"more, got {shown(cfg.straggler_mad_multiple)} and "
+            f"{shown(cfg.straggler_pipeline_tolerance)}"
         )
 
 

@@ -1,7 +1,8 @@
 """Every nvwatch alert, defined once: expression, severity, texts and runbook.
 
 One module per rule group (`thermal_power`, `fabric`, `health`, `bmc`, `attribution`,
-`scheduler`), one small function per alert; `base` holds what an alert is made of.
+`scheduler`; `straggler` holds one alert of the jobs group), one small function per
+alert; `base` holds what an alert is made of.
 `alerts/render.py` turns the groups into Prometheus rule YAML and Grafana-managed alert rules, and
 `alerts/docs.py` into docs/alerts.md; the runbook sections are the anchors of
 `runbook_url`.

@@ -1,9 +1,11 @@
-"""The jobs group: capacity a job or pod holds and does not use (GPU attribution)."""
+"""The jobs group: capacity a job or pod holds and does not use, and the rank that holds
+a multi-GPU job back (GPU attribution)."""
 
 from __future__ import annotations
 
 from nvwatch.alerts.recording_attribution import WHOLE_GPU
 from nvwatch.alerts.rules.base import Alert, AlertGroup, Kind, Runbook, Severity, where_gpu
+from nvwatch.alerts.rules.straggler import job_straggler
 from nvwatch.mixin.config import MixinConfig
 
 # Whose GPU it is, in the words of the scheduler that placed it: a Slurm job (with its
@@ -56,4 +58,4 @@ def allocated_idle(cfg: MixinConfig) -> Alert:
 
 
 def group(cfg: MixinConfig) -> AlertGroup:
-    return AlertGroup("nvwatch-jobs", "Jobs", (allocated_idle(cfg),))
+    return AlertGroup("nvwatch-jobs", "Jobs", (allocated_idle(cfg), job_straggler(cfg)))

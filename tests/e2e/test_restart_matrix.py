@@ -315,6 +315,10 @@ ALERTS_OUTSIDE = {
         "through a real Prometheus in tests/slurm/test_queue_alerts.py"
     ),
     "NvwatchSchedulerNodesUnavailable": "scheduler: the simulated fleet has no queue",
+    # a job's ranks compared with each other: the fleet's jobs are not synchronous (no rank
+    # waits for another) and every run is shorter than straggler_warmup; each cause fires
+    # and each look-alike stays quiet in tests/mixin/promtool/stragglers.yaml
+    "NvwatchJobStraggler": "jobs: the simulated fleet runs no synchronous multi-GPU job",
     "NvwatchSchedulerSourceDown": "scheduler: no agent of the fleet runs the source",
 }
 

@@ -21,7 +21,9 @@ RULE_FILES = ["nvwatch-alerts.yaml", "nvwatch-recording.yaml"]
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    # promtool evaluates every rule of the files at every step of a test: the largest
+    # file takes ~20 s on an idle core and several times that beside a loaded suite
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
 
 
 @pytest.mark.parametrize("name", RULE_FILES)
