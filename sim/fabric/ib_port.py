@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from nvwatch.agent.sources.infiniband_parse import NARROW_COUNTER_BITS, format_rate, parse_rate
+from nvwatch.sim.fault_window import end_faults
 from nvwatch.sim.profiles import Nic
 from nvwatch.sim.workload import Workload
 
@@ -176,12 +177,7 @@ class SimulatedPort:
 
     def end(self, name: str | None, now: float) -> list[str]:
         """End the scenarios named `name` (None: all) at `now`; one not begun never will."""
-        ended = []
-        for fault in self.faults:
-            if fault.until > now and name in (None, fault.name):
-                fault.until = max(now, fault.since)
-                ended.append(fault.name)
-        return ended
+        return end_faults(self.faults, name, now)
 
     def present(self, t: float) -> bool:
         """False while the HCA's driver is unloaded (ib-hca-vanish)."""

@@ -311,11 +311,7 @@ class SimulatedGpu:
         """Integrate power and temperature up to `until` under one constant load, scenario
         hooks running as in step(): a rank's shadow (sim/job/shadow.py) holds the load its
         job gives it, with no workload or traffic to integrate."""
-        span = until - self.time
-        if span <= 0:
-            return
-        n = min(self.max_substeps, max(1, math.ceil(span / MAX_SUBSTEP_S)))
-        dt = span / n
+        n, dt = self._substeps(until)
         for _ in range(n):
             for hook in self.scenario_hooks:
                 hook(self, self.time + dt - self.start_time)
@@ -377,13 +373,17 @@ class SimulatedGpu:
     def _update_reasons(self, util: float, *, capped: bool) -> None:
         self.reasons = throttle_reasons(self.model, self.temperature_c, util, capped=capped)
 
-    def step(self, until: float) -> None:
-        """Integrate the state from self.time up to `until`."""
+    def _substeps(self, until: float) -> tuple[int, float]:
+        """(how many, how long) sub-steps to integrate up to `until`; (0, 0) when there."""
         span = until - self.time
         if span <= 0:
-            return
+            return 0, 0.0
         n = min(self.max_substeps, max(1, math.ceil(span / MAX_SUBSTEP_S)))
-        dt = span / n
+        return n, span / n
+
+    def step(self, until: float) -> None:
+        """Integrate the state from self.time up to `until`."""
+        n, dt = self._substeps(until)
         for _ in range(n):
             self._substep(self.time, self.time + dt)
 

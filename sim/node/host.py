@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from nvwatch.agent.config import ScenarioSpec
+from nvwatch.sim.fault_window import end_faults
 from nvwatch.sim.scenario_names import DEFAULT_SLOWDOWN, HOST_SCENARIOS, onset
 
 CORES = 128  # two 64-core sockets, a DGX H100's (the ratios do not depend on it)
@@ -76,13 +77,7 @@ class SimulatedHost:
     def end_scenarios(self, name: str | None = None) -> list[str]:
         """End the running host scenarios named `name` (None: all) now: the other
         tenant is gone, the loaders have their cores back."""
-        now = self._clock()
-        ended = []
-        for fault in self.faults:
-            if fault.until > now and name in (None, fault.name):
-                fault.until = max(now, fault.since)
-                ended.append(fault.name)
-        return ended
+        return end_faults(self.faults, name, self._clock())
 
     def input_share(self, t: float) -> float:
         """Share of the rate its GPUs consume batches at that the host delivers them."""
