@@ -46,6 +46,7 @@ from nvwatch.sim.history.scheduler import (
 )
 from nvwatch.sim.history.series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history.truth import GroundTruth
+from nvwatch.sim.job.model import SyncJob
 from nvwatch.sim.job.plan import SyncJobPlan
 from nvwatch.sim.node.node import SimulatedNode, scratch_dir
 
@@ -88,12 +89,13 @@ def node_series(
     root: Path,
     *,
     jobs: Sequence[FleetJob] = (),
-    sync_jobs: Sequence[SyncJobPlan] = (),
+    sync_jobs: Sequence[SyncJobPlan | SyncJob] = (),
     rank_signals: bool = False,
 ) -> Iterator[tuple[NodeSeries, ManualClock]]:
     """One planned node's simulator on a clock of its own at 0, closed after: `jobs` are
     its part of the history's jobs, `sync_jobs` the synchronous ones with ranks on it
-    (each node follows every rank of its jobs itself: sim/job/)."""
+    (each node follows every rank of its jobs itself: sim/job/; a `SyncJob` given is
+    shared as it is, see SimulatedNode)."""
     sysfs = root / spec.name
     sysfs.mkdir()
     clock = ManualClock(0.0)
@@ -103,13 +105,17 @@ def node_series(
         seed=spec.seed,
         clock=clock,
         sysfs_root=sysfs,
-        sync_jobs=[plan for plan in sync_jobs if plan.ranks_on(spec.index)],
+        sync_jobs=[job for job in sync_jobs if _plan(job).ranks_on(spec.index)],
         fleet_index=spec.index,
     )
     try:
         yield NodeSeries(spec, for_history(node), jobs, rank_signals), clock
     finally:
         node.close()
+
+
+def _plan(job: SyncJobPlan | SyncJob) -> SyncJobPlan:
+    return job.plan if isinstance(job, SyncJob) else job
 
 
 class SeriesBuffer:
