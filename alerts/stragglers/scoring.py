@@ -54,9 +54,11 @@ def names_culprit(labels: Mapping[str, str], episode: Mapping[str, Any]) -> bool
     if labels.get("instance") != culprit["instance"]:
         return False
     if culprit.get("gpu") is not None:
-        return labels.get("gpu") == culprit["gpu"]
+        return bool(labels.get("gpu") == culprit["gpu"])
     if culprit.get("device") is not None:
-        return labels.get("device") == culprit["device"] and labels.get("port") == culprit["port"]
+        return bool(
+            labels.get("device") == culprit["device"] and labels.get("port") == culprit["port"]
+        )
     return not labels.get("gpu") and not labels.get("device")
 
 
