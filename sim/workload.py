@@ -41,6 +41,10 @@ class Workload:
     # synchronous job's rank computes longer when slower: sim/job/), so its activity
     # per cycle does not fall with them a second time
     paced_by_clocks = False
+    # True where training_means is exact over any span, not only over many steps (a
+    # synchronous job's rank reads step averages per cell): integrating it needs no
+    # sampling of its instants, which would cost a history of such jobs most of its time
+    exact_means = False
     _offset: float = field(init=False, repr=False, compare=False, default=0.0)
     _period: float = field(init=False, repr=False, compare=False, default=0.0)
 
@@ -136,7 +140,8 @@ def workload_means(
 ) -> tuple[float, float, float]:
     """(compute intensity, utilization, comm intensity) of GPU `gpu` (-1: any GPU of a
     training job, which all run alike) averaged over [t0, t1]: one GPU model sub-step."""
-    if workload.kind == "training" and t1 - t0 >= EXACT_MEANS_MIN_STEPS * workload.step_seconds:
+    long_enough = t1 - t0 >= EXACT_MEANS_MIN_STEPS * workload.step_seconds
+    if workload.kind == "training" and (long_enough or workload.exact_means):
         util, intensity, comm = workload.training_means(t0, t1)
         return intensity, util, comm
     index = max(gpu, 0)

@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 
 from nvwatch.agent.cli.options import option
+from nvwatch.agent.config import SCENARIO_SYNTAX, split_scenarios
 from nvwatch.common.durations import DurationBounds, parse_duration
 from nvwatch.common.outputs import output_file, writing
 from nvwatch.sim.commands.group import simulate_group
-from nvwatch.sim.fleet.plan import DEFAULT_CLUSTER, FleetError
+from nvwatch.sim.fleet.jobs import JOB_SYNTAX, parse_job
+from nvwatch.sim.fleet.plan import DEFAULT_CLUSTER, FleetError, parse_node_scenario
 from nvwatch.sim.history.plan import MIN_NODES
 
 STEP_BOUNDS = DurationBounds(1.0, 3600.0)
@@ -68,6 +70,24 @@ def _progress(done: int, total: int) -> None:
     "own: a month of a large fleet is tens of GB as one file.",
 )
 @option(
+    "--scenario",
+    multiple=True,
+    metavar=f"[NODE:]{SCENARIO_SYNTAX}",
+    help="A scenario beside the placed episodes, as simulate fleet's: "
+    "2:gpu-slow@3,slowdown=0.2,from=2h (from= and until= count from the history's start). "
+    "Repeatable.",
+)
+@option(
+    "--job",
+    multiple=True,
+    metavar=JOB_SYNTAX,
+    help="A Slurm job for the whole history, as simulate fleet's: 0-3:all,id=77 is one "
+    "synchronous data-parallel job over nodes 0..3 (every step waits for its slowest "
+    "rank). The history then also writes who holds each GPU and what the job straggler "
+    "rules compare ranks on (clocks, clock-event reasons, PCIe links, NVLink errors, "
+    "host CPU). Repeatable.",
+)
+@option(
     "--backfill",
     "backfill",
     type=click.Path(file_okay=False),
@@ -85,6 +105,8 @@ def simulate_history(
     seed: int,
     cluster: str,
     nodes_per_file: int | None,
+    scenario: tuple[str, ...],
+    job: tuple[str, ...],
     backfill: str | None,
 ) -> None:
     """Write D days of a simulated fleet, sampled every STEP, as OpenMetrics.
@@ -111,6 +133,8 @@ def simulate_history(
             profile=profile,
             seed=seed,
             cluster=cluster,
+            scenarios=[parse_node_scenario(s) for s in split_scenarios(list(scenario))],
+            jobs=[parse_job(text, number) for number, text in enumerate(job)],
         )
     except FleetError as exc:
         raise click.UsageError(str(exc)) from exc

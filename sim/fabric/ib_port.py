@@ -241,7 +241,8 @@ class SimulatedPort:
         """(busy, up) seconds in [t0, t1): busy weighs up time by the workload's
         communication intensity, so all-reduce bursts move data and idle time does not."""
         elapsed = t1 - t0
-        if elapsed >= EXACT_ACTIVITY_MIN_S and not self._flapping_within(t0, t1):
+        exact = elapsed >= EXACT_ACTIVITY_MIN_S or self.workload.exact_means
+        if exact and not self._flapping_within(t0, t1):
             return self.workload.comm_integral(t0, t1), elapsed
         # Sample 8x per second: the workload's all-reduce bursts last ~0.6 s.
         steps = min(4096, max(16, math.ceil(elapsed * 8)))

@@ -28,11 +28,12 @@ import logging
 import tempfile
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvwatch.sim.clock import ManualClock
+from nvwatch.sim.fleet.jobs import FleetJob
 from nvwatch.sim.fleet.plan import NodeSpec
 from nvwatch.sim.history.openmetrics_out import OpenMetricsWriter, stamp
 from nvwatch.sim.history.plan import HistoryPlan
@@ -45,6 +46,8 @@ from nvwatch.sim.history.scheduler import (
 )
 from nvwatch.sim.history.series import FAMILIES, NodeSeries, Row, family_help, family_type
 from nvwatch.sim.history.truth import GroundTruth
+from nvwatch.sim.job.model import SyncJob
+from nvwatch.sim.job.plan import SyncJobPlan
 from nvwatch.sim.node.node import SimulatedNode, scratch_dir
 
 log = logging.getLogger(__name__)
@@ -81,21 +84,41 @@ def for_history(node: SimulatedNode) -> SimulatedNode:
 
 
 @contextlib.contextmanager
-def _node(spec: NodeSpec, root: Path) -> Iterator[tuple[NodeSeries, ManualClock]]:
-    """One planned node's simulator on a clock of its own at 0, closed after."""
+def node_series(
+    spec: NodeSpec,
+    root: Path,
+    *,
+    jobs: Sequence[FleetJob] = (),
+    sync_jobs: Sequence[SyncJobPlan | SyncJob] = (),
+    rank_signals: bool = False,
+) -> Iterator[tuple[NodeSeries, ManualClock]]:
+    """One planned node's simulator on a clock of its own at 0, closed after: `jobs` are
+    its part of the history's jobs, `sync_jobs` the synchronous ones with ranks on it
+    (each node follows every rank of its jobs itself: sim/job/; a `SyncJob` given is
+    shared as it is, see SimulatedNode)."""
     sysfs = root / spec.name
     sysfs.mkdir()
     clock = ManualClock(0.0)
     node = SimulatedNode(
-        spec.profile, spec.scenarios, seed=spec.seed, clock=clock, sysfs_root=sysfs
+        spec.profile,
+        spec.scenarios,
+        seed=spec.seed,
+        clock=clock,
+        sysfs_root=sysfs,
+        sync_jobs=[job for job in sync_jobs if _plan(job).ranks_on(spec.index)],
+        fleet_index=spec.index,
     )
     try:
-        yield NodeSeries(spec, for_history(node)), clock
+        yield NodeSeries(spec, for_history(node), jobs, rank_signals), clock
     finally:
         node.close()
 
 
-class _Buffer:
+def _plan(job: SyncJobPlan | SyncJob) -> SyncJobPlan:
+    return job.plan if isinstance(job, SyncJob) else job
+
+
+class SeriesBuffer:
     """One node's samples per series (as numbers: a month of strings would not fit),
     kept in the order series first appear; the controller's wait histograms beside."""
 
@@ -147,6 +170,7 @@ def generate(
     started = time.monotonic()
     group = nodes_per_file or len(plan.nodes)
     truth = GroundTruth(plan)
+    sync_jobs = plan.sync_jobs
     times = [plan.start + index * plan.step for index in range(plan.steps + 1)]
     stamps = [stamp(t) for t in times]
     paths: list[Path] = []
@@ -161,8 +185,14 @@ def generate(
                         path, FAMILIES, type_of=family_type, help_of=family_help
                     )
                     paths.append(path)
-                with _node(spec, Path(root)) as (series, clock):
-                    buffer = _Buffer()
+                with node_series(
+                    spec,
+                    Path(root),
+                    jobs=plan.jobs_on(spec.index),
+                    sync_jobs=sync_jobs,
+                    rank_signals=bool(plan.jobs),
+                ) as (series, clock):
+                    buffer = SeriesBuffer()
                     for index, t in enumerate(times):
                         if index:
                             clock.advance(plan.step)
@@ -191,13 +221,13 @@ def generate(
     return HistoryResult(tuple(paths), truth_path, samples, seconds)
 
 
-def _controller(plan: HistoryPlan, times: list[float], truth: GroundTruth) -> _Buffer:
+def _controller(plan: HistoryPlan, times: list[float], truth: GroundTruth) -> SeriesBuffer:
     """The controller's agent over the range: the cluster's Slurm queue (queue.py)
     brought up to each sample's time, as its scheduler source exports it."""
     model = build_queue(truth.queue_plan, plan.end)
     model.on_start.append(truth.queue.started)
     series = SchedulerSeries(plan.nodes[0].cluster)
-    buffer = _Buffer()
+    buffer = SeriesBuffer()
     for index, t in enumerate(times):
         model.advance(t)
         state = model.state()

@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nvwatch.agent.config import ScenarioSpec
+from nvwatch.sim.fleet.jobs import FleetJob, check_jobs, sync_job_plans
 from nvwatch.sim.fleet.plan import FleetError, NodeSpec, expand_profiles, plan_fleet, rack_name
+from nvwatch.sim.job.plan import SyncJobPlan
 from nvwatch.sim.profiles import get_profile
 
 DAY_S = 86_400.0
@@ -100,6 +102,16 @@ class HistoryPlan:
     end: float  # Unix seconds of the last sample
     step: float  # seconds between samples
     episodes: tuple[Episode, ...]
+    # Slurm jobs on the nodes (`--job`): their GPUs' allocations are written, and a job
+    # across nodes (or sync=yes) runs as one synchronous job (sim/job/)
+    jobs: tuple[FleetJob, ...] = ()
+
+    @property
+    def sync_jobs(self) -> tuple[SyncJobPlan, ...]:
+        return tuple(sync_job_plans(self.jobs, self.nodes))
+
+    def jobs_on(self, node: int) -> tuple[FleetJob, ...]:
+        return tuple(job.on(node) for job in self.jobs if node in job.all_nodes)
 
     @property
     def steps(self) -> int:
@@ -125,8 +137,12 @@ def plan_history(
     profile: str | None = None,
     seed: int = 0,
     cluster: str = "sim",
+    scenarios: Sequence[tuple[int | None, ScenarioSpec]] = (),
+    jobs: Sequence[FleetJob] = (),
 ) -> HistoryPlan:
-    """The plan of a history ending at `end` (rounded down to the step).
+    """The plan of a history ending at `end` (rounded down to the step); `scenarios`
+    (by node index, None for every node) run beside the placed episodes, `jobs` on the
+    nodes (simulate fleet's --scenario and --job).
 
     FleetError for bad input."""
     if step <= 0 or step > 3600:
@@ -145,10 +161,13 @@ def plan_history(
     last = math.floor(end / step) * step
     first = last - span
     racks = [rack_name(i) for i in range(len(profiles))]
-    scenarios = [pair for p in PLACEMENTS for pair in _scenarios(p, profiles, racks, span)]
-    specs = plan_fleet(profiles, base_port=0, seed=seed, scenarios=scenarios, cluster=cluster)
+    placed = [pair for p in PLACEMENTS for pair in _scenarios(p, profiles, racks, span)]
+    specs = plan_fleet(
+        profiles, base_port=0, seed=seed, scenarios=[*placed, *scenarios], cluster=cluster
+    )
+    check_jobs(jobs, [get_profile(name).gpu_count for name in profiles])
     episodes = tuple(_episode(p, specs, first, span) for p in PLACEMENTS)
-    return HistoryPlan(tuple(specs), first, last, step, episodes)
+    return HistoryPlan(tuple(specs), first, last, step, episodes, tuple(jobs))
 
 
 def _node(placement: Placement, count: int) -> int:

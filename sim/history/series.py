@@ -15,11 +15,19 @@ samples): utilization, memory, power against limit and TDP, energy, temperatures
 their thresholds, time at the power cap and in thermal slowdown, GPM activity, lifetime
 ECC counts, XIDs, remapped rows / retired pages, NVLink and InfiniBand throughput against
 capacity, congestion, symbol errors and link-downs, port state.
+
+A history whose nodes run synchronous jobs (`--job`, and every straggler corpus) also
+writes what the job straggler rules compare a job's ranks on (`RankSignals`): who holds
+each GPU (nvwatch_gpu_allocation_info, as the agent's Slurm attribution exports it), SM
+clocks against their maximum, the power and thermal clock-event reasons, PCIe link
+width and generation, NVLink replays and recoveries, and the host CPUs of nodes whose
+host is simulated (sim/node/host.py). A history without jobs leaves them out: a month of
+a fleet would carry a third more samples that nothing reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from nvwatch.agent.catalogue import BY_NAME, MetricType
@@ -27,11 +35,20 @@ from nvwatch.agent.sources.bmc.reading import BmcError, Target
 from nvwatch.agent.sources.infiniband_parse import parse_rate
 from nvwatch.sim.bmc.reader import SIMULATED_MODULE, SimulatedBmcReader
 from nvwatch.sim.fabric.ib_port import SimulatedPort
+from nvwatch.sim.fleet.jobs import FleetJob
 from nvwatch.sim.fleet.plan import NodeSpec
 from nvwatch.sim.gpu.model import SimulatedGpu
-from nvwatch.sim.gpu.state import REASON_SW_POWER_CAP, REASON_SW_THERMAL, Activity
+from nvwatch.sim.gpu.state import (
+    REASON_HW_POWER_BRAKE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    Activity,
+)
 from nvwatch.sim.history.bmc import BMC_FAMILIES, BmcSeries
 from nvwatch.sim.history.scheduler import CONTROLLER_FAMILIES
+from nvwatch.sim.node.host import CpuTimes
 from nvwatch.sim.node.node import SimulatedNode
 
 JOB = "nvwatch"
@@ -44,6 +61,15 @@ _GPM = (
     ("nvwatch_gpu_tensor_active_ratio", "tensor_active"),
     ("nvwatch_gpu_dram_active_ratio", "dram_active"),
 )
+# what a rank's clocks were held down by (the straggler rules name power and thermal)
+_RANK_REASONS = (
+    ("hw_slowdown", REASON_HW_SLOWDOWN),
+    ("hw_thermal_slowdown", REASON_HW_THERMAL),
+    ("hw_power_brake", REASON_HW_POWER_BRAKE),
+)
+# the NVLink errors that cost a link bandwidth (retransmissions and retraining)
+_NVLINK_RETRIES = ("replay", "recovery")
+SCHEDULER = "slurm"  # the allocation's scheduler label, as the Slurm resolver sets it
 # lifetime counts, and the volatile uncorrected one the ECC alert pages on
 _ECC = (("corrected", "aggregate"), ("uncorrected", "aggregate"), ("uncorrected", "volatile"))
 
@@ -60,9 +86,14 @@ FAMILIES: tuple[str, ...] = (
     "nvwatch_gpu_energy_joules_total",
     "nvwatch_gpu_temperature_celsius",
     "nvwatch_gpu_temperature_threshold_celsius",
+    "nvwatch_gpu_clock_hertz",
+    "nvwatch_gpu_clock_max_hertz",
     "nvwatch_gpu_clock_event_active",
     "nvwatch_gpu_throttle_seconds_total",
     *(name for name, _ in _GPM),
+    "nvwatch_gpu_pcie_link_generation",
+    "nvwatch_gpu_pcie_link_width",
+    "nvwatch_gpu_allocation_info",
     "nvwatch_gpu_ecc_errors_total",
     "nvwatch_gpu_retired_pages",
     "nvwatch_gpu_remapped_rows",
@@ -71,12 +102,15 @@ FAMILIES: tuple[str, ...] = (
     "nvwatch_nvlink_transmit_bytes_total",
     "nvwatch_nvlink_receive_bytes_total",
     "nvwatch_nvlink_speed_bytes_per_second",
+    "nvwatch_nvlink_errors_total",
     "nvwatch_ib_port_state",
     "nvwatch_ib_port_rate_bytes_per_second",
     "nvwatch_ib_port_transmit_bytes_total",
     "nvwatch_ib_port_receive_bytes_total",
     "nvwatch_ib_port_transmit_wait_total",
     "nvwatch_ib_port_errors_total",
+    "nvwatch_host_cpu_utilization_ratio",
+    "nvwatch_host_cpu_iowait_ratio",
     *BMC_FAMILIES,
     *CONTROLLER_FAMILIES,  # the agent on the Slurm controller: its scheduler source
 )
@@ -110,6 +144,10 @@ class NodeSeries:
 
     spec: NodeSpec
     node: SimulatedNode
+    # the node's part of the history's jobs; with `rank_signals`, what the straggler
+    # rules compare ranks on is written too (see the module docstring)
+    jobs: Sequence[FleetJob] = ()
+    rank_signals: bool = False
 
     def __post_init__(self) -> None:
         self.target = {
@@ -125,6 +163,7 @@ class NodeSeries:
         self.node.nvml.event_sinks.append(self._on_event)
         self.bmc = BmcSeries(self.spec, SIMULATED_MODULE)
         self._bmc_reader = SimulatedBmcReader({self.spec.bmc: self.node})
+        self._cpu: CpuTimes | None = None  # the host's at the last sample
 
     def _on_event(self, event: object) -> None:
         xid = getattr(event, "data", 0)
@@ -158,6 +197,25 @@ class NodeSeries:
             yield from self._gpu(gpu)
         for device in self.node.fabric.devices:
             yield from self._port(device, self.node.fabric.port(device), sim_time)
+        if self.rank_signals and self.node.simulates_host:
+            yield from self._host()
+
+    def _host(self) -> Iterator[Row]:
+        """CPU ratios between this sample and the last, as the agent's host source
+        computes them between two polls (none at the first)."""
+        now, before = self.node.host.cpu_times(), self._cpu
+        self._cpu = now
+        if before is None:
+            return
+        busy, idle, iowait = (
+            (now.user - before.user) + (now.system - before.system),
+            now.idle - before.idle,
+            now.iowait - before.iowait,
+        )
+        total = busy + idle + iowait
+        if total > 0:
+            yield "nvwatch_host_cpu_utilization_ratio", self.labels(), 1.0 - (idle + iowait) / total
+            yield "nvwatch_host_cpu_iowait_ratio", self.labels(), iowait / total
 
     def _gpu(self, gpu: SimulatedGpu) -> Iterator[Row]:
         ids = ("gpu", str(gpu.index), "uuid", gpu.uuid)
@@ -196,6 +254,36 @@ class NodeSeries:
             yield from self._gpm(gpu, ids)
         yield from self._memory_errors(gpu, ids)
         yield from self._nvlink(gpu, ids)
+        if self.rank_signals:
+            yield from self._rank(gpu, ids)
+
+    def _rank(self, gpu: SimulatedGpu, ids: tuple[str, ...]) -> Iterator[Row]:
+        """What the straggler rules compare a job's ranks on, beyond the review's set."""
+        lab = self.labels
+        sm = lab(*ids, "clock", "sm")
+        yield "nvwatch_gpu_clock_hertz", sm, gpu.sm_clock_mhz * 1e6
+        yield "nvwatch_gpu_clock_max_hertz", sm, gpu.model.max_sm_clock_mhz * 1e6
+        for reason, bit in _RANK_REASONS:
+            active = 1.0 if gpu.reasons & bit else 0.0
+            yield "nvwatch_gpu_clock_event_active", lab(*ids, "reason", reason), active
+        current = ("kind", "current")
+        generation = float(gpu.pcie_generation_current)
+        yield "nvwatch_gpu_pcie_link_generation", lab(*ids, *current), generation
+        yield "nvwatch_gpu_pcie_link_width", lab(*ids, *current), float(gpu.pcie_width_current)
+        if gpu.links:
+            for kind in _NVLINK_RETRIES:
+                count = sum(gpu.nvlink_error_count(i, kind) for i in range(len(gpu.links)))
+                labels = lab(*ids, "link", "all", "type", kind)
+                yield "nvwatch_nvlink_errors_total", labels, float(count)
+        for job in self.jobs:
+            if job.gpus is None or gpu.index in job.gpus:
+                yield "nvwatch_gpu_allocation_info", self._owner(ids, job), 1.0
+
+    def _owner(self, ids: tuple[str, ...], job: FleetJob) -> str:
+        """The allocation's labels; the empty ones (pod, namespace, container, an
+        account not given) are left out, as Prometheus drops an empty label."""
+        owner = ("scheduler", SCHEDULER, "job_id", job.job_id, "user", job.user)
+        return self.labels(*ids, *owner, *(("account", job.account) if job.account else ()))
 
     def _thresholds(self, gpu: SimulatedGpu, ids: tuple[str, ...]) -> Iterator[Row]:
         name = "nvwatch_gpu_temperature_threshold_celsius"

@@ -15,6 +15,11 @@ input; its SMs work hard only while computing, so its power, SM, tensor and DRAM
 activity fall with its waiting share. Every rank moves one step's gradients per step,
 so the job's NVLink and InfiniBand bytes per second fall as its step grows.
 
+Two imbalances are by design, not faults (SyncJobPlan): a pipeline-parallel job's stages
+compute different shares of a step (`compute_weights`: C_r = w_r C0 / s), so the lighter
+stages wait on the heaviest; and a checkpoint (`pauses`) stops every rank together, each
+GPU idle while the host writes the job's state.
+
 The job's time runs in cells of CELL_S from its start: at each cell the ranks' shadows
 are stepped to it, under the load each rank ran in the cell before, and the step is
 computed once for every rank; a cell's state is a function of its time alone, so every
@@ -23,6 +28,7 @@ node of the job, and every GPU of a node, reads the same state whenever it asks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Callable
@@ -41,6 +47,9 @@ COMM_S = COMM_FRACTION * STEP_S  # M0
 # (utilization, compute intensity) of a GPU in an NCCL kernel waiting for the other
 # ranks: busy to nvidia-smi, the SMs spinning on flags at a fraction of their power
 NCCL_WAIT = (TRAINING_ALLREDUCE[0], 0.15)
+# (utilization, compute intensity, comm intensity) of a GPU while its job checkpoints:
+# the host writes the state the GPU handed over; the GPU runs nothing
+CHECKPOINTING = (0.02, 0.02, 0.0)
 _CACHED_CELLS = 4096  # the nodes' GPUs ask within a tick of each other
 
 
@@ -66,10 +75,13 @@ class JobState:
     step_s: float
     ranks: tuple[RankTimes, ...]
     speeds: tuple[RankSpeeds, ...]
+    checkpointing: bool = False  # every rank stopped together (SyncJobPlan.pauses)
 
     def levels(self, rank: int) -> tuple[float, float, float]:
         """(utilization, compute intensity, comm intensity) of rank `rank`'s GPU,
         averaged over the step."""
+        if self.checkpointing:
+            return CHECKPOINTING
         times, step = self.ranks[rank], self.step_s
         (u_c, i_c, c_c), (u_a, i_a, c_a) = TRAINING_COMPUTE, TRAINING_ALLREDUCE
         u_w, i_w = NCCL_WAIT
@@ -80,15 +92,16 @@ class JobState:
         return util, intensity, comm
 
 
-def rank_times(speeds: RankSpeeds) -> RankTimes:
-    """A rank's own seconds per step at these speeds, before any wait."""
-    compute = COMPUTE_S / speeds.compute
-    loading = COMPUTE_S / speeds.input
+def rank_times(speeds: RankSpeeds, weight: float = 1.0) -> RankTimes:
+    """A rank's own seconds per step at these speeds, before any wait; `weight`: its
+    share of a data-parallel rank's compute (a pipeline stage's)."""
+    compute = weight * COMPUTE_S / speeds.compute
+    loading = weight * COMPUTE_S / speeds.input
     return RankTimes(compute, max(0.0, loading - compute), COMM_S / speeds.comm, 0.0)
 
 
-def job_state(speeds: tuple[RankSpeeds, ...]) -> JobState:
-    own = [rank_times(s) for s in speeds]
+def job_state(speeds: tuple[RankSpeeds, ...], weights: tuple[float, ...] = ()) -> JobState:
+    own = [rank_times(s, weights[i] if weights else 1.0) for i, s in enumerate(speeds)]
     step = max((t.busy for t in own), default=STEP_S)
     ranks = tuple(RankTimes(t.compute, t.input, t.comm, step - t.busy) for t in own)
     return JobState(step, ranks, speeds)
@@ -107,7 +120,7 @@ class SyncJob:
         }
         self._cells: OrderedDict[int, JobState] = OrderedDict()
         self._next = 0  # the first cell not computed yet
-        self._last = job_state(tuple(HEALTHY for _ in plan.ranks))
+        self._last = job_state(tuple(HEALTHY for _ in plan.ranks), plan.compute_weights)
 
     def rank_of(self, node: int, gpu: int) -> int | None:
         for i, rank in enumerate(self.plan.ranks):
@@ -142,7 +155,9 @@ class SyncJob:
             # the load the rank's GPU ran over the cell before, its waits included
             util, intensity, _ = self._last.levels(rank)
             speeds[rank] = shadow.speeds(t, intensity, util)
-        self._last = job_state(tuple(speeds))
+        self._last = job_state(tuple(speeds), self.plan.compute_weights)
+        if self.plan.paused(index * CELL_S):
+            self._last = dataclasses.replace(self._last, checkpointing=True)
         self._cells[index] = self._last
         self._next = index + 1
         while len(self._cells) > _CACHED_CELLS:

@@ -38,6 +38,18 @@ class SyncJobPlan:
     job_id: str
     ranks: tuple[Rank, ...]
     nodes: Mapping[int, JobNode]
+    # pipeline-parallel stages differ by design: each rank's compute per step as a share
+    # of a data-parallel rank's (empty: every rank computes alike)
+    compute_weights: tuple[float, ...] = ()
+    # checkpoints: (from, until) seconds of the job's time in which every rank stops
+    # stepping together while the job writes its state
+    pauses: tuple[tuple[float, float], ...] = ()
+
+    def weight(self, rank: int) -> float:
+        return self.compute_weights[rank] if self.compute_weights else 1.0
+
+    def paused(self, since_start: float) -> bool:
+        return any(begin <= since_start < end for begin, end in self.pauses)
 
     @property
     def multi_node(self) -> bool:

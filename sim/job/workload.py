@@ -21,6 +21,8 @@ class RankWorkload(Workload):
     rank: int = 0
     # a slower rank computes longer (its share of the step grows), not less per cycle
     paced_by_clocks = True
+    # its levels are step averages, constant over each cell: mean_levels is exact
+    exact_means = True
 
     def _job(self) -> SyncJob:
         if self.job is None:

@@ -120,7 +120,7 @@ class SimulatedNode:
         worker_processes: bool = False,
         mig: str | None = None,
         room_c: float = AMBIENT_C,
-        sync_jobs: Sequence[SyncJobPlan] = (),
+        sync_jobs: Sequence[SyncJobPlan | SyncJob] = (),
         fleet_index: int = 0,
     ) -> None:
         """`worker_processes`: start a real process per busy GPU (and per busy MIG
@@ -129,7 +129,10 @@ class SimulatedNode:
         layout (sim/gpu/mig_layout.py); None: MIG off on every GPU. `room_c`: the air the
         node's inlet draws (the GPUs breathe it too) while no hot aisle adds to it.
         `sync_jobs`: synchronous jobs with ranks on this node, node `fleet_index` of
-        their plans (sim/job/): its GPUs of each run the job's steps."""
+        their plans (sim/job/): its GPUs of each run the job's steps. A `SyncJob`
+        already followed (by another node stepped over the same times on a clock from
+        the same start, as a history's nodes are one after the other) is shared as it is:
+        the job's cells are a function of its time alone, so they are computed once."""
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         # ticks and repairs come from different threads (a fleet's ticker, a test)
         self._lock = threading.Lock()
@@ -147,7 +150,9 @@ class SimulatedNode:
         )
         self.bmc = SimulatedBmc(self.profile, self.nvml.gpus, clock, seed=seed, room_c=room_c)
         self.host = SimulatedHost(clock)
-        self.sync_jobs = [SyncJob(plan, clock) for plan in sync_jobs]
+        self.sync_jobs = [
+            plan if isinstance(plan, SyncJob) else SyncJob(plan, clock) for plan in sync_jobs
+        ]
         self._owns_root = sysfs_root is None
         self.sysfs_root = (
             Path(tempfile.mkdtemp(prefix=f"nvwatch-sim-{self.profile.name}-", dir=scratch_dir()))

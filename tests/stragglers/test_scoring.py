@@ -1,0 +1,113 @@
+"""The evaluator's scoring: `for:` over evaluations, matching the culprit, the tables.
+
+Every expectation is worked out by hand from the evaluations written here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nvwatch.alerts.stragglers.scoring import Evaluated, band_of, fired_at, score
+
+MINUTE = 60.0
+
+
+def episode(job: str, **extra: Any) -> dict[str, Any]:
+    return {"job_id": job, "alert_expected": False, "culprit": None, "cause": None,
+            "magnitude": 0.0, "onset": None, **extra}  # fmt: skip
+
+
+def straggler(
+    job: str, cause: str, magnitude: float, onset: float, **culprit: Any
+) -> dict[str, Any]:
+    named = {"instance": "n1", "gpu": None, "device": None, "port": None, **culprit}
+    return episode(job, alert_expected=True, culprit=named, cause=cause,
+                   magnitude=magnitude, onset=onset)  # fmt: skip
+
+
+def every_minute(first: float, last: float) -> list[float]:
+    return [first + i * MINUTE for i in range(int((last - first) / MINUTE) + 1)]
+
+
+def test_for_needs_every_evaluation_of_the_window() -> None:
+    assert fired_at(every_minute(0, 10 * MINUTE), MINUTE, 10 * MINUTE) == 10 * MINUTE
+    assert fired_at(every_minute(0, 9 * MINUTE), MINUTE, 10 * MINUTE) is None
+    broken = [t for t in every_minute(0, 20 * MINUTE) if t != 5 * MINUTE]
+    assert fired_at(broken, MINUTE, 10 * MINUTE) == 16 * MINUTE  # runs again from minute 6
+    assert fired_at([], MINUTE, 0.0) is None
+    assert fired_at([3 * MINUTE], MINUTE, 0.0) == 3 * MINUTE  # no for: the first returns
+
+
+def test_a_true_positive_names_instance_gpu_and_cause() -> None:
+    ep = straggler("7", "thermal", 0.3, onset=100.0, gpu="3")
+    right = {"job_id": "7", "instance": "n1", "gpu": "3", "cause": "thermal"}
+    times = every_minute(400.0, 400.0 + 10 * MINUTE)
+    for labels, hit in (
+        (right, True),
+        ({**right, "gpu": "2"}, False),
+        ({**right, "cause": "power-capped"}, False),
+        ({**right, "instance": "n0"}, False),
+    ):
+        result = score([ep], {"7": [Evaluated(labels, times)]}, interval=MINUTE, for_s=600.0)
+        summary = result.to_json()
+        assert summary["recall"] == (1.0 if hit else 0.0)
+        assert summary["precision"] == (1.0 if hit else 0.0)
+        if hit:
+            assert summary["median_detect_seconds"] == 400.0 + 600.0 - 100.0
+
+
+def test_ports_and_hosts_are_named_by_their_own_labels() -> None:
+    port = straggler("1", "infiniband", 0.2, onset=0.0, device="mlx5_2", port="1")
+    host = straggler("2", "host-cpu", 0.5, onset=0.0)
+    times = every_minute(0.0, 20 * MINUTE)
+    evaluated = {
+        "1": [Evaluated({"job_id": "1", "instance": "n1", "device": "mlx5_2", "port": "1",
+                         "cause": "infiniband"}, times)],
+        "2": [Evaluated({"job_id": "2", "instance": "n1", "cause": "host-cpu"}, times),
+              Evaluated({"job_id": "2", "instance": "n1", "gpu": "0", "cause": "host-cpu"},
+                        times)],
+    }  # fmt: skip
+    result = score([port, host], evaluated, interval=MINUTE, for_s=600.0).to_json()
+    assert result["by_cause"]["infiniband"]["true_positives"] == 1
+    assert result["by_cause"]["host-cpu"]["true_positives"] == 1
+    assert result["by_cause"]["host-cpu"]["false_alerts"] == 1  # the GPU is not the host
+    assert result["precision"] == pytest.approx(2 / 3)
+    assert result["recall"] == 1.0
+
+
+def test_tables_split_by_cause_and_band_and_count_alerts_on_healthy_jobs() -> None:
+    episodes = [
+        straggler("1", "pcie", 0.07, onset=0.0, gpu="0"),
+        straggler("2", "pcie", 0.45, onset=0.0, gpu="0"),
+        episode("3"),  # healthy
+        episode("4", pipeline_parallel=True),
+    ]
+    hit = Evaluated({"job_id": "2", "instance": "n1", "gpu": "0", "cause": "pcie"},
+                    every_minute(0.0, 15 * MINUTE))  # fmt: skip
+    noise = Evaluated({"job_id": "3", "instance": "n9", "gpu": "5", "cause": "unknown"},
+                      every_minute(0.0, 12 * MINUTE))  # fmt: skip
+    brief = Evaluated(
+        {"job_id": "4", "instance": "n9", "gpu": "5", "cause": "unknown"},
+        every_minute(0.0, 5 * MINUTE),
+    )  # fmt: skip: shorter than for:
+    evaluated = {"2": [hit], "3": [noise], "4": [brief]}
+    result = score(episodes, evaluated, interval=MINUTE, for_s=600.0).to_json()
+    assert result["false_alerts_on_healthy"] == 1
+    assert result["by_band"]["5-10%"] == {
+        "precision": None, "recall": 0.0, "f1": None, "true_positives": 0,
+        "false_alerts": 0, "misses": 1, "median_detect_seconds": None,
+    }  # fmt: skip
+    assert result["by_band"]["40-60%"]["recall"] == 1.0
+    assert result["by_cause"]["pcie"]["recall"] == 0.5
+    assert result["precision"] == 0.5 and result["recall"] == 0.5 and result["f1"] == 0.5
+    assert result["median_detect_seconds"] == 600.0
+
+
+@pytest.mark.parametrize(
+    ("magnitude", "band"),
+    [(0.05, "5-10%"), (0.0999, "5-10%"), (0.1, "10-20%"), (0.39, "20-40%"), (0.6, "40-60%")],
+)
+def test_bands(magnitude: float, band: str) -> None:
+    assert band_of(magnitude) == band
