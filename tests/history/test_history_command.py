@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,8 @@ END = "2026-03-02T00:00:00+00:00"
         (["--nodes", "6", "--step", "2h"], "invalid step"),
         (["--nodes", "6", "--profile", "geforce-workstation"], "no InfiniBand port"),
         (["--nodes", "6", "--end", "yesterday"], "neither Unix seconds nor an ISO 8601"),
+        (["--nodes", "6", "--job", "0-9:all"], "the fleet has nodes 0..5"),
+        (["--nodes", "6", "--job", "0-1:all", "--scenario", "1:bogus@2"], "unknown scenario"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -93,6 +96,53 @@ def test_a_day_of_history_is_valid_openmetrics_with_its_ground_truth(tmp_path: P
 
 def _without(path: Path, families: tuple[str, ...]) -> str:
     """The OpenMetrics text of `path` less those families' blocks."""
+    return _blocks(path, lambda name: name not in families)
+
+
+def _only(path: Path, families: tuple[str, ...]) -> str:
+    """The OpenMetrics text of `path` with those families' blocks alone."""
+    return _blocks(path, lambda name: name in families)
+
+
+def _blocks(path: Path, keep: Callable[[str], bool]) -> str:
     blocks = path.read_text().removesuffix("# EOF\n").split("# HELP ")
-    kept = [b for b in blocks if b.split(" ", 1)[0] not in families]
-    return "# HELP ".join(kept) + "# EOF\n"
+    kept = [b for b in blocks[1:] if keep(b.split(" ", 1)[0])]
+    return "".join(f"# HELP {b}" for b in kept) + "# EOF\n"
+
+
+def test_a_synchronous_job_in_a_history_waits_for_its_slowed_rank(tmp_path: Path) -> None:
+    """Two nodes run one job; one GPU of the second runs 30 % slower. In the history its
+    SM clock is the job's lowest, and every other rank of the job waits: busy, at less
+    power than the same model's GPUs training outside any job (profiles repeat every
+    third node, so node 3 is node 0's twin)."""
+    out = tmp_path / "h.om"
+    main(["simulate", "history", "--nodes", "6", "--days", "0.0125", "--step", "15s",
+          "--end", END, "--out", str(out), "--job", "0-1:all,id=77",
+          "--scenario", "1:gpu-slow@2,slowdown=0.3"])  # fmt: skip
+    last: dict[tuple[str, str, str], float] = {}
+    held: set[tuple[str, str]] = set()
+    read = ("allocation_info", "clock_hertz", "utilization_ratio", "power_watts")
+    wanted = tuple(f"nvwatch_gpu_{name}" for name in read)
+    for family in text_string_to_metric_families(_only(out, wanted)):
+        for sample in family.samples:
+            where = (sample.labels.get("instance", ""), sample.labels.get("gpu", ""))
+            if family.name == "nvwatch_gpu_allocation_info" and sample.labels["job_id"] == "77":
+                held.add(where)
+            if sample.labels.get("clock", "sm") == "sm":
+                last[sample.name, where[0], where[1]] = sample.value
+
+    def value(name: str, gpu: tuple[str, str]) -> float:
+        return last[name, gpu[0], gpu[1]]
+
+    nodes = sorted({instance for instance, _ in held})
+    assert len(nodes) == 2 and len(held) == 16
+    culprit = (nodes[1], "2")
+    clocks = {gpu: value("nvwatch_gpu_clock_hertz", gpu) for gpu in held}
+    assert min(clocks, key=clocks.__getitem__) == culprit
+    peers = [gpu for gpu in held if gpu[0] == culprit[0] and gpu != culprit]
+    assert clocks[culprit] < 0.8 * min(clocks[gpu] for gpu in peers)
+    waiting = [gpu for gpu in held if gpu[0] == nodes[0]]
+    assert all(value("nvwatch_gpu_utilization_ratio", gpu) >= 0.85 for gpu in waiting)
+    twin = [(nodes[0].replace("000", "003"), gpu) for _, gpu in waiting]
+    outside = sum(value("nvwatch_gpu_power_watts", gpu) for gpu in twin)
+    assert sum(value("nvwatch_gpu_power_watts", gpu) for gpu in waiting) < 0.9 * outside
