@@ -122,12 +122,6 @@ class SyncJob:
         self._next = 0  # the first cell not computed yet
         self._last = job_state(tuple(HEALTHY for _ in plan.ranks), plan.compute_weights)
 
-    def rank_of(self, node: int, gpu: int) -> int | None:
-        for i, rank in enumerate(self.plan.ranks):
-            if (rank.node, rank.gpu) == (node, gpu):
-                return i
-        return None
-
     def repair(self, node: int, what: str | None) -> None:
         """Node `node` was repaired (SimulatedNode.repair): its ranks speed up from the
         next cell not computed yet."""

@@ -40,7 +40,3 @@ class RankWorkload(Workload):
 
     def training_means(self, t0: float, t1: float) -> tuple[float, float, float]:
         return self._job().mean_levels(self.rank, t0, t1)
-
-
-def rank_workload(job: SyncJob, rank: int, seed: int) -> RankWorkload:
-    return RankWorkload(seed=seed, job=job, rank=rank)
