@@ -3,7 +3,10 @@
 One gRPC `List` per refresh on the kubelet's Unix socket, bounded by a deadline. After
 any failure the channel is closed and the next call dials afresh: a kubelet restart
 replaces the socket, and a channel left alone would wait out gRPC's reconnect back-off
-(up to two minutes) before it noticed the new one.
+(up to two minutes) before it noticed the new one. The channel keeps its own subchannel
+pool: gRPC shares subchannels between channels to one target by default, so a fresh
+channel would inherit the old one's back-off and still fail for seconds after the
+kubelet came back.
 """
 
 from __future__ import annotations
@@ -72,7 +75,10 @@ class PodResourcesClient:
             if self._channel is None:
                 self._channel = grpc.insecure_channel(
                     f"unix://{self.socket.absolute()}",
-                    options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)],
+                    options=[
+                        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                        ("grpc.use_local_subchannel_pool", 1),
+                    ],
                 )
             # the generated module is untyped (scripts/gen-podresources writes no stub for it)
             return api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
