@@ -11,9 +11,10 @@ per rank of a multi-GPU job, its value, the job's median and a robust score:
 
 where MAD is the median absolute deviation of the job's ranks. A score of 1 is the
 threshold: the rank is farther from its job than the job's own spread and than a gap
-that matters. A tight job (MAD near 0) cannot make noise look huge, a noisy one needs a
-larger gap, and a job of two ranks never scores 1 (each is as far from the median as
-the MAD). Only GPUs of jobs that are compared (`RANKS`) produce series.
+that matters. A tight job (MAD near 0) cannot make noise look huge and a noisy one needs
+a larger gap. Two ranks (the nodes of a two-node job) are each exactly as far from their
+median as their MAD, so a pair is judged by the smallest gap alone. Only GPUs of jobs
+that are compared (`RANKS`) produce series.
 
 A rank is a GPU (clock, activity, PCIe, NVLink), a node (host CPU) or an IB port, each
 joined to the job through nvwatch_gpu_allocation_info; node and port signals count
@@ -141,6 +142,10 @@ def signal_rules(cfg: MixinConfig, s: Signal) -> tuple[RecordingRule, ...]:
     else:
         gap = f"{m} - on ({by}) group_right () {v}"
     spread = f"quantile by ({by}) (0.5, abs({v} - on ({by}) group_left () {m}))"
+    # two ranks are each exactly as far from their median as their MAD, so neither
+    # could ever stand out: a pair (two nodes of a job) is judged by the floor alone
+    ranks = f"count by ({by}) ({v})"
+    spread = f"(\n  {spread}\n  and on ({by}) {ranks} > 2\n) or on ({by}) {ranks} * 0"
     if s.per_node:
         # a share of the node's median: NVLink bytes differ with a node's GPU count
         positive = f"({m} > 0)"

@@ -120,8 +120,10 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "straggler itself moves neither, however far off it is, so one rank in a job of "
         "three or more stands out cleanly. The MAD term asks a noisy job for a larger "
         "gap; the smallest gap (the floor) keeps a tight job, MAD near 0, from making "
-        "noise look huge. With two ranks the gap equals the MAD and the score stays "
-        f"below 1/{k}. Every signal is a ratio or a log2 of a rate, so a gap means the "
+        "noise look huge. Two ranks (the nodes of a two-node job) are each exactly as "
+        "far from their median as their MAD, so neither could stand out: a pair is "
+        "judged by the smallest gap alone (the host CPU also needs its absolute "
+        "starvation level). Every signal is a ratio or a log2 of a rate, so a gap means the "
         "same on every board; the floors are the mixin config's.",
         "",
         *_signal_table(cfg),

@@ -7,7 +7,9 @@ returned at every evaluation for `for_s`: from its first evaluation of an unbrok
 it names the culprit (instance and gpu, or instance and device/port, or the instance
 alone for a host) with the expected cause; any other fired series is a false alert, and
 an episode that expects an alert and gets no true positive is a miss. Time to detect is
-from the straggler's onset to the first true positive's firing.
+from the moment the rules could first see the straggler, its onset or the end of the
+job's warm-up (`warmup_s` after the episode starts, during which the rules judge no job
+by design), whichever is later, to the first true positive's firing.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def score(
     *,
     interval: float,
     for_s: float,
+    warmup_s: float = 0.0,
 ) -> Score:
     """`evaluated`: per episode job_id, the alert expression's series over the episode."""
     result = Score()
@@ -143,7 +146,8 @@ def score(
             tally.false_alerts += false
             if hits:
                 tally.true_positives += 1
-                tally.detect_seconds.append(hits[0] - float(episode["onset"]))
+                visible = max(float(episode["onset"]), float(episode["start"]) + warmup_s)
+                tally.detect_seconds.append(hits[0] - visible)
             elif episode.get("alert_expected"):
                 tally.misses += 1
     return result

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvwatch.alerts.stragglers.corpus import SERIES_FILE, TRUTH_FILE, TRUTH_FORMAT
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet.jobs import FleetJob, sync_job_plans
 from nvwatch.sim.fleet.plan import NodeSpec, plan_fleet
@@ -72,9 +73,6 @@ CORPUS_FAMILIES = frozenset(
         "nvwatch_host_cpu_iowait_ratio",
     )
 )
-SERIES_FILE = "corpus.om"
-TRUTH_FILE = "truth.json"
-TRUTH_FORMAT = "nvwatch-straggler-corpus/1"
 CLUSTER = "corpus"
 
 

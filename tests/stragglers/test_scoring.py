@@ -15,8 +15,8 @@ MINUTE = 60.0
 
 
 def episode(job: str, **extra: Any) -> dict[str, Any]:
-    return {"job_id": job, "alert_expected": False, "culprit": None, "cause": None,
-            "magnitude": 0.0, "onset": None, **extra}  # fmt: skip
+    return {"job_id": job, "start": 0.0, "alert_expected": False, "culprit": None,
+            "cause": None, "magnitude": 0.0, "onset": None, **extra}  # fmt: skip
 
 
 def straggler(
@@ -38,6 +38,23 @@ def test_for_needs_every_evaluation_of_the_window() -> None:
     assert fired_at(broken, MINUTE, 10 * MINUTE) == 16 * MINUTE  # runs again from minute 6
     assert fired_at([], MINUTE, 0.0) is None
     assert fired_at([3 * MINUTE], MINUTE, 0.0) == 3 * MINUTE  # no for: the first returns
+
+
+def test_time_to_detect_starts_when_the_warm_up_ends() -> None:
+    """The rules judge no job in its warm-up: a straggler from minute 2 of a job with a
+    15-minute warm-up can first be seen at minute 15; one from minute 20, at minute 20."""
+    early = straggler("1", "pcie", 0.3, onset=2 * MINUTE, gpu="0")
+    late = straggler("2", "pcie", 0.3, onset=20 * MINUTE, gpu="0")
+    labels = {"instance": "n1", "gpu": "0", "cause": "pcie"}
+    evaluated = {
+        "1": [Evaluated({**labels, "job_id": "1"}, every_minute(16 * MINUTE, 30 * MINUTE))],
+        "2": [Evaluated({**labels, "job_id": "2"}, every_minute(22 * MINUTE, 30 * MINUTE))],
+    }
+    for_s = 3 * MINUTE
+    result = score([early, late], evaluated, interval=MINUTE, for_s=for_s, warmup_s=15 * MINUTE)
+    # fired at 19 (16 + 3) and 25 (22 + 3) minutes: 4 and 5 minutes after each was visible
+    assert result.overall.detect_seconds == [4 * MINUTE, 5 * MINUTE]
+    assert result.to_json()["median_detect_seconds"] == 4.5 * MINUTE
 
 
 def test_a_true_positive_names_instance_gpu_and_cause() -> None:
