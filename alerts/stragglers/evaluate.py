@@ -34,6 +34,7 @@ from nvwatch.mixin.config import MixinConfig
 # Prometheus answers a range query with at most 11,000 points per series
 MAX_POINTS = 10_000
 PROMTOOL_TIMEOUT_S = 3600.0
+LEVEL_GROUP = "nvwatch-straggler-levels"
 
 Progress = Callable[[str], None]
 
@@ -93,9 +94,13 @@ def record_levels(
                              int(MAX_POINTS * interval // 3600)))  # fmt: skip
     for number, level in enumerate(levels, 1):
         progress(f"recording rules, level {number} of {len(levels)}: {len(level)} rules")
-        rule_file = workdir / f"level-{number}.yaml"
+        rule_file = workdir / "levels.yaml"
         group = {
-            "name": f"nvwatch-straggler-level-{number}",
+            # one group name and one file for every level: promtool, as Prometheus,
+            # offsets a group's evaluations by a hash of both, and every level must be
+            # evaluated at the same instants to see the last one's samples as the
+            # rules of one live group see each other's
+            "name": LEVEL_GROUP,
             "interval": cfg.evaluation_interval,
             "rules": [{"record": rule.record, "expr": rule.expr} for rule in level],
         }
