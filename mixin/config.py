@@ -194,7 +194,7 @@ class MixinConfig:
     straggler_mad_multiple: float = 3.0
     # ... and at least the signal's own smallest gap (a tight job, MAD near 0, must not
     # make noise look huge): the SM clock below the median by this share of its maximum,
-    straggler_clock_deviation: float = 0.1
+    straggler_clock_deviation: float = 0.05
     # ... the rank's activity (tensor activity where the board has GPM, else power over
     # its enforced limit) above the median by this much (the rank that never waits),
     straggler_activity_deviation: float = 0.2
@@ -213,7 +213,7 @@ class MixinConfig:
     # event reason was active this share of rate_window, else "clock-other".
     straggler_reason_share: float = 0.5
     # The rank stands out this long before the alert fires.
-    straggler_for: str = "10m"
+    straggler_for: str = "3m"
     # The slowdown estimate also compares the job's median activity with its own best
     # in this window (for a fault in the fabric or a host, which slows every rank alike).
     straggler_baseline_window: str = "1h"
