@@ -33,6 +33,7 @@ ONE_FLEET_AT_A_TIME = {
     "tests/e2e/test_sharded_vm.py": "fleet_e2e",
     "tests/e2e/test_restart_matrix.py": "fleet_e2e",
     "tests/e2e/test_fleet_e2e.py": "fleet_e2e",
+    "tests/e2e/test_stragglers_e2e.py": "fleet_e2e",
 }
 
 
@@ -43,6 +44,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_sharded_vm.py",
     "tests/e2e/test_restart_matrix.py",
     "tests/e2e/test_fleet_e2e.py",
+    "tests/e2e/test_stragglers_e2e.py",
     "tests/history/test_readme_backfill.py",
     "tests/history/test_backfilled_history.py",
     "tests/report/test_report_history.py",
