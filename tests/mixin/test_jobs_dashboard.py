@@ -8,12 +8,14 @@ job that is busy over its life on a GPU that was memory-bound before it started.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nvwatch.alerts.recording import recorded_names
 from nvwatch.dashboards.jobs import VERDICTS, verdict
 from nvwatch.mixin.config import MixinConfig
 
@@ -300,3 +302,21 @@ def test_the_stragglers_row_follows_the_configured_labels(cfg: MixinConfig) -> N
     assert 'site=~"' in text and "max by (site, node, gpu, job_id)" in text
     assert "{{node}}" in text and "var-instance=${__field.labels.node}" in text
     assert "cluster" not in text and "instance}" not in text
+
+
+def test_the_score_queries_read_every_recorded_score(
+    cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
+) -> None:
+    """The panel picks the score series by a regex on their names: each level's regex
+    matches that level's scores of the recording rules and nothing else, and together
+    they read every score recorded."""
+    panel = _panel(dashboards, "Straggler score per rank")
+    recorded = recorded_names(cfg)
+    scores = {name for name in recorded if name.endswith(":straggler_score")}
+    read: set[str] = set()
+    for target, level in zip(panel["targets"], ("job_gpu", "job_node", "job_port"), strict=True):
+        (pattern,) = re.findall(r'__name__=~"([^"]+)"', target["expr"])
+        matched = {name for name in recorded if re.fullmatch(pattern, name)}
+        assert matched and all(name.startswith(f"{level}:") for name in matched), pattern
+        read |= matched
+    assert read == scores
