@@ -25,6 +25,7 @@ from nvwatch.dashboards.builder import (
     legend,
     variable,
 )
+from nvwatch.dashboards.jobs_stragglers import JobScope, stragglers_row
 from nvwatch.dashboards.links import JOBS, NODE, DataLink, from_label, label_value
 from nvwatch.mixin.config import MixinConfig
 
@@ -283,6 +284,13 @@ def _fabric_row(grid: Grid, cfg: MixinConfig) -> None:
     )
 
 
+def _stragglers_row(grid: Grid, cfg: MixinConfig) -> None:
+    scope = JobScope(
+        _allocation(cfg), _to_node(cfg, gpu=False), _to_node(cfg, gpu=True), _JOB_LEGEND
+    )
+    stragglers_row(grid, cfg, scope)
+
+
 def _job_variables(cfg: MixinConfig) -> list[g.Template]:
     base = [cfg.job_selector, f'{cfg.cluster_label}=~"$cluster"', WHOLE_GPU]
 
@@ -312,6 +320,7 @@ _PANELS: tuple[PanelRow, ...] = (
     _activity_row,
     _throttle_row,
     _fabric_row,
+    _stragglers_row,
 )
 
 
@@ -321,8 +330,8 @@ def jobs(cfg: MixinConfig) -> g.Dashboard:
         JOBS,
         "nvwatch / Jobs",
         "Pick a user or a job (GPU attribution: --attribution slurm|kubernetes): its GPUs, "
-        "their utilization, memory, power and fabric traffic over the job's life, and a "
-        "verdict per job.",
+        "their utilization, memory, power and fabric traffic over the job's life, a "
+        "verdict per job, and the rank that holds a synchronous job back.",
         _PANELS,
         _job_variables(cfg),
     )

@@ -25,6 +25,9 @@ ANY_WARN: Steps = ((None, "green"), (1, "orange"))
 FLAG_ACTIVE: Steps = ((None, "transparent"), (1, "red"))
 # nvwatch_ib_port_state 4 is ACTIVE in the IBA spec (1 DOWN, 2 INIT, 3 ARMED).
 IB_PORT_ACTIVE: Steps = ((None, "red"), (4, "green"))
+# A straggler score: 1 is where a rank stands out from its job (NvwatchJobStraggler, a
+# warning); below it nothing is drawn, so the band above 1 alone is tinted.
+STANDS_OUT: Steps = ((None, "transparent"), (1, "orange"))
 # At least one: a BMC that answers (nvwatch_bmc_up), a spare power supply left.
 AT_LEAST_ONE: Steps = ((None, "red"), (1, "green"))
 # A BMC sensor state as ipmi_exporter reports it: 0 nominal, 1 warning, 2 critical.

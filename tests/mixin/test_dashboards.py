@@ -193,6 +193,7 @@ def test_every_tunable_colour_threshold_follows_the_config(
             t.IB_PORT_ACTIVE,
             t.AT_LEAST_ONE,
             t.SENSOR_STATE,
+            t.STANDS_OUT,
         )
     ]
     before, after = _steps(dashboards), _steps(build_all(moved))

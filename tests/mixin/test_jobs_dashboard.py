@@ -8,12 +8,14 @@ job that is busy over its life on a GPU that was memory-bound before it started.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nvwatch.alerts.recording import recorded_names
 from nvwatch.dashboards.jobs import VERDICTS, verdict
 from nvwatch.mixin.config import MixinConfig
 
@@ -92,11 +94,10 @@ def _expected(cfg: MixinConfig) -> list[dict[str, Any]]:
     ]
 
 
-def test_verdict_per_job(promtool: str, cfg: MixinConfig, tmp_path: Path) -> None:
-    expr = verdict(cfg)
-    for name, value in VARIABLES.items():
-        expr = expr.replace(name, value)
-    assert "$" not in expr
+def _promtool_test(
+    promtool: str, tmp_path: Path, series: list[dict[str, str]], cases: list[dict[str, Any]]
+) -> None:
+    """promtool evaluates each case's expression over `series` (no rules) at 10m."""
     (tmp_path / "empty.yaml").write_text("groups: []\n")
     test = {
         "rule_files": ["empty.yaml"],
@@ -104,14 +105,12 @@ def test_verdict_per_job(promtool: str, cfg: MixinConfig, tmp_path: Path) -> Non
         "tests": [
             {
                 "interval": "1m",
-                "input_series": _series(),
-                "promql_expr_test": [
-                    {"expr": expr, "eval_time": "10m", "exp_samples": _expected(cfg)}
-                ],
+                "input_series": series,
+                "promql_expr_test": [{**case, "eval_time": "10m"} for case in cases],
             }
         ],
     }
-    path = tmp_path / "verdict.yaml"
+    path = tmp_path / "panels.yaml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     done = subprocess.run(
         [promtool, "test", "rules", str(path)],
@@ -121,3 +120,203 @@ def test_verdict_per_job(promtool: str, cfg: MixinConfig, tmp_path: Path) -> Non
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _with_variables(expr: str, variables: dict[str, str]) -> str:
+    for name, value in variables.items():
+        expr = expr.replace(name, value)
+    assert "$" not in expr
+    return expr
+
+
+def test_verdict_per_job(promtool: str, cfg: MixinConfig, tmp_path: Path) -> None:
+    expr = _with_variables(verdict(cfg), VARIABLES)
+    _promtool_test(promtool, tmp_path, _series(), [{"expr": expr, "exp_samples": _expected(cfg)}])
+
+
+# --- the stragglers row ----------------------------------------------------------------
+#
+# Hand-written recorded series, as the straggler rules would record them: job 301 of
+# user u301 on GPUs 0-1 of n1 and n2, and job 302 of u302 on n3, whose GPU stands out
+# more than any of 301's. The dashboard shows u301's jobs only.
+
+STRAGGLER_VARIABLES = {**VARIABLES, "$user": "u301"}
+STRAGGLER_PANELS = ("Straggler score per rank", "Job slowdown estimate", "Straggler alerts firing")
+RANKS_301 = (("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1))
+# per signal, the score of each of 301's GPUs in RANKS_301's order
+GPU_SCORES_301 = {
+    "job_gpu:nvwatch_gpu_sm_clock:straggler_score": (-0.2, 0.0, 1.5, -0.4),
+    "job_gpu:nvwatch_gpu_activity:straggler_score": (0.3, -0.5, 0.9, 0.1),
+    "job_gpu:nvwatch_nvlink_up:straggler_score": (0.0, 0.0, 0.0, 0.0),
+}
+# the highest of each GPU's three scores: n2 GPU 0's clock alone reaches 1
+HIGHEST_301 = (0.3, 0.0, 1.5, 0.1)
+
+
+PORT_301 = '{cluster="c1", instance="n1", device="mlx5_0", port="1", job_id="301"}'
+
+
+def _recorded(name: str, labels: str, value: float) -> dict[str, str]:
+    return {"series": f'{name}{{cluster="c1", {labels}}}', "values": f"{value}x10"}
+
+
+def _rank(instance: str, gpu: int, job_id: str) -> str:
+    return f'instance="{instance}", gpu="{gpu}", uuid="GPU-{instance}-{gpu}", job_id="{job_id}"'
+
+
+def _alert(state: str, job_id: str, where: str, cause: str) -> dict[str, str]:
+    labels = (
+        f'alertname="NvwatchJobStraggler", alertstate="{state}", severity="warning", '
+        f'{where}, job_id="{job_id}", cause="{cause}"'
+    )
+    return {"series": f'ALERTS{{cluster="c1", {labels}}}', "values": "1x10"}
+
+
+def _straggler_series() -> list[dict[str, str]]:
+    series = [_job(instance, gpu, "301") for instance, gpu in RANKS_301]
+    series += [_job("n3", gpu, "302") for gpu in range(4)]
+    for name, scores in GPU_SCORES_301.items():
+        series += [
+            _recorded(name, _rank(instance, gpu, "301"), score)
+            for (instance, gpu), score in zip(RANKS_301, scores, strict=True)
+        ]
+    series += [
+        _recorded("job_gpu:nvwatch_gpu_sm_clock:straggler_score", _rank("n3", 0, "302"), 2.0),
+        # a node's host CPUs and its IB port's two signals
+        _recorded("job_node:nvwatch_host_cpu_utilization:straggler_score",
+                  'instance="n1", job_id="301"', 0.4),
+        _recorded("job_node:nvwatch_host_cpu_utilization:straggler_score",
+                  'instance="n2", job_id="301"', -0.4),
+        _recorded("job_port:nvwatch_ib_port_transmit_wait:straggler_score",
+                  'instance="n1", device="mlx5_0", port="1", job_id="301"', 0.25),
+        _recorded("job_port:nvwatch_ib_port_rate:straggler_score",
+                  'instance="n1", device="mlx5_0", port="1", job_id="301"', 0.0),
+        _recorded("job:nvwatch_straggler_slowdown:ratio", 'job_id="301"', 0.12),
+        _recorded("job:nvwatch_straggler_slowdown:ratio", 'job_id="302"', 0.3),
+        # firing for 301's slow GPU; pending for another of its GPUs; firing for 302
+        _alert("firing", "301", 'instance="n2", gpu="0", uuid="GPU-n2-0"', "clock-other"),
+        _alert("pending", "301", 'instance="n1", gpu="0", uuid="GPU-n1-0"', "unknown"),
+        _alert("firing", "302", 'instance="n3", gpu="0", uuid="GPU-n3-0"', "thermal"),
+    ]  # fmt: skip
+    return series
+
+
+def _panel(dashboards: dict[str, dict[str, Any]], title: str) -> dict[str, Any]:
+    (panel,) = [p for p in dashboards["nvwatch-jobs.json"]["panels"] if p["title"] == title]
+    return panel
+
+
+def _exprs(panel: dict[str, Any]) -> list[str]:
+    return [_with_variables(t["expr"], STRAGGLER_VARIABLES) for t in panel["targets"]]
+
+
+def test_the_stragglers_row_is_last_and_says_what_a_score_means(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    panels = dashboards["nvwatch-jobs.json"]["panels"]
+    row = [p for p in panels if p["title"] in STRAGGLER_PANELS]
+    assert [p["title"] for p in row] == list(STRAGGLER_PANELS)
+    above = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels if p not in row)
+    assert min(p["gridPos"]["y"] for p in row) == above
+    for panel in row:
+        assert "stands out" in panel["description"], panel["title"]
+    scores = _panel(dashboards, "Straggler score per rank")
+    assert "1 the threshold" in scores["description"]
+    assert "Job stragglers" in scores["description"]
+
+
+def test_the_score_panel_shows_the_straggler_above_its_threshold(
+    promtool: str, dashboards: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    panel = _panel(dashboards, "Straggler score per rank")
+    defaults = panel["fieldConfig"]["defaults"]
+    assert defaults["custom"]["thresholdsStyle"]["mode"] != "off"  # the line is drawn
+    steps = defaults["thresholds"]["steps"]
+    (threshold,) = [s["value"] for s in steps if s["value"] is not None]
+    assert threshold == 1  # the score's own threshold (docs/alerts.md)
+    gpus, nodes, ports = _exprs(panel)
+    gpu_samples = [
+        {"labels": f'{{cluster="c1", instance="{instance}", gpu="{gpu}", job_id="301"}}',
+         "value": value}
+        for (instance, gpu), value in zip(RANKS_301, HIGHEST_301, strict=True)
+    ]  # fmt: skip
+    cases = [
+        {"expr": gpus, "exp_samples": gpu_samples},
+        # the panel colours from the threshold on: n2 GPU 0 alone
+        {"expr": f"({gpus}) >= {threshold}", "exp_samples": [gpu_samples[2]]},
+        {
+            "expr": nodes,
+            "exp_samples": [
+                {"labels": '{cluster="c1", instance="n1", job_id="301"}', "value": 0.4},
+                {"labels": '{cluster="c1", instance="n2", job_id="301"}', "value": -0.4},
+            ],
+        },
+        {"expr": ports, "exp_samples": [{"labels": PORT_301, "value": 0.25}]},
+    ]
+    _promtool_test(promtool, tmp_path, _straggler_series(), cases)
+
+
+def test_the_slowdown_and_the_firing_alerts_of_the_chosen_jobs(
+    promtool: str, dashboards: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    (slowdown,) = _exprs(_panel(dashboards, "Job slowdown estimate"))
+    (alerts,) = _exprs(_panel(dashboards, "Straggler alerts firing"))
+    firing = (
+        'ALERTS{alertname="NvwatchJobStraggler", alertstate="firing", severity="warning", '
+        'cluster="c1", instance="n2", gpu="0", uuid="GPU-n2-0", job_id="301", '
+        'cause="clock-other"}'
+    )
+    cases = [
+        {
+            "expr": slowdown,
+            "exp_samples": [
+                {
+                    "labels": 'job:nvwatch_straggler_slowdown:ratio{cluster="c1", job_id="301"}',
+                    "value": 0.12,
+                }
+            ],
+        },
+        {"expr": alerts, "exp_samples": [{"labels": firing, "value": 1}]},
+    ]
+    _promtool_test(promtool, tmp_path, _straggler_series(), cases)
+
+
+def test_a_firing_straggler_links_to_its_node(dashboards: dict[str, dict[str, Any]]) -> None:
+    panel = _panel(dashboards, "Straggler alerts firing")
+    columns = panel["transformations"][0]["options"]
+    assert {"job_id", "instance", "gpu", "device", "port", "cause"} <= set(columns["indexByName"])
+    assert not {"instance", "gpu", "cause"} & set(columns["excludeByName"])
+    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    assert link["url"].startswith("/d/nvwatch-node/")
+    assert "var-instance=${__field.labels.instance}" in link["url"]
+
+
+def test_the_stragglers_row_follows_the_configured_labels(cfg: MixinConfig) -> None:
+    from nvwatch.dashboards.build import build_all
+
+    other = cfg.with_overrides(cluster_label="site", instance_label="node")
+    panels = [
+        p for p in build_all(other)["nvwatch-jobs.json"]["panels"] if p["title"] in STRAGGLER_PANELS
+    ]
+    text = str(panels).replace("$cluster", "").replace("var-cluster", "")
+    assert 'site=~"' in text and "max by (site, node, gpu, job_id)" in text
+    assert "{{node}}" in text and "var-instance=${__field.labels.node}" in text
+    assert "cluster" not in text and "instance}" not in text
+
+
+def test_the_score_queries_read_every_recorded_score(
+    cfg: MixinConfig, dashboards: dict[str, dict[str, Any]]
+) -> None:
+    """The panel picks the score series by a regex on their names: each level's regex
+    matches that level's scores of the recording rules and nothing else, and together
+    they read every score recorded."""
+    panel = _panel(dashboards, "Straggler score per rank")
+    recorded = recorded_names(cfg)
+    scores = {name for name in recorded if name.endswith(":straggler_score")}
+    read: set[str] = set()
+    for target, level in zip(panel["targets"], ("job_gpu", "job_node", "job_port"), strict=True):
+        (pattern,) = re.findall(r'__name__=~"([^"]+)"', target["expr"])
+        matched = {name for name in recorded if re.fullmatch(pattern, name)}
+        assert matched and all(name.startswith(f"{level}:") for name in matched), pattern
+        read |= matched
+    assert read == scores

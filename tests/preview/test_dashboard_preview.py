@@ -9,10 +9,12 @@ node's BMC through the fleet's management host (the `nvwatch-bmc` job), which th
 & cooling dashboard and the node dashboard's BMC row read. A simulated Slurm queue runs
 over the fleet (more GPU work offered than it has GPUs, so jobs wait), and the fleet's
 Slurm controller agent reads it with the real scheduler source: the queue & fairness
-dashboard's series. Every panel of every dashboard must come back with data, every
-PNG must decode to a picture of the dashboard's size, and no text of a panel may run
-into another or out of the panel (tests/preview/text_layout.py) with the fleet's own
-series.
+dashboard's series. A synchronous job holds every GPU of the third node, one of them
+slowed (gpu-slow): the straggler rules compare its ranks and NvwatchJobStraggler names
+that GPU, for the jobs dashboard's stragglers row. Every panel of every dashboard must
+come back with data, every PNG must decode to a picture of the dashboard's size, and no
+text of a panel may run into another or out of the panel (tests/preview/text_layout.py)
+with the fleet's own series.
 
 The faults develop at TIME_SCALE times real time, so every rate drawn then is that many
 times what hardware can do (the preview's maxima check says so). The module's last test
@@ -83,13 +85,27 @@ PROFILES = ["dgx-h100", "dgx1-v100", "dgx-a100", "dgx-a100"]
 # MIG on two of the first node's GPUs (Hopper: per-instance GPM too), for the MIG row
 MIG = [(range(FAULTY, FAULTY + 1), "6-7:3g.40gb,3g.40gb")]
 # Slurm jobs for the jobs dashboard: one on the faulty node's throttled GPUs, one on a
-# healthy node
+# healthy node, and a synchronous one over every GPU of STRAGGLING's node. A queue pins a
+# job to GPUs of one node (sim/fleet/queue.py), so the synchronous job holds one node's
+# eight GPUs (sync=yes) rather than spanning two: eight ranks still have a median and a
+# spread, and the node and its IB ports are ranks too (the only ones of their level).
+STRAGGLING = 2
 JOBS = [
     FleetJob(FAULTY, (0, 1, 2, 3), "1001", "alice", "physics"),
     FleetJob(1, None, "1002", "bob", "ml"),
+    FleetJob(STRAGGLING, None, "1003", "carol", "ml", sync=True),
 ]
+# its GPU 3 at 70 % of its speed, with no clock event reason: cause clock-other
+STRAGGLER = ScenarioSpec("gpu-slow", "3", slowdown=0.3)
 # the queue: GPU work offered at 1.2 times the fleet's GPUs, so some jobs always wait
 QUEUE = QueueSpec(1.2)
+
+
+def preview_config() -> MixinConfig:
+    """The e2e suite's rules, with the straggler rules' warm-up and `for:` (15m and 10m)
+    short enough for the few minutes the fleet runs: its job is compared 30 s after it
+    starts, as a rate window of samples has passed, and its straggler named 10 s later."""
+    return mixin_config().with_overrides(straggler_warmup="30s", straggler_for="10s")
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +113,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     prometheus = require_tool("prometheus")
     workdir = tmp_path_factory.mktemp("preview")
     rules = workdir / "rules"
-    alerts_build.write(rules, mixin_config())
+    alerts_build.write(rules, preview_config())
     fleet = Fleet(
         PROFILES,
         base_port=0,
         interval=POLL_INTERVAL,
-        scenarios=[(FAULTY, s) for s in SCENARIOS],
+        scenarios=[*((FAULTY, s) for s in SCENARIOS), (STRAGGLING, STRAGGLER)],
         seed=11,
         time_scale=TIME_SCALE,
         hold_time=True,
@@ -144,6 +160,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             lambda: result.query("nvwatch_ib_port_reading_saturated == 1"),
             120,
         )
+        wait_for(
+            "the straggler alert firing",
+            lambda: result.query(
+                'ALERTS{alertname="NvwatchJobStraggler",alertstate="firing",job_id="1003"}'
+            ),
+            120,
+        )
         time.sleep(3 * POLL_INTERVAL)  # rates over a few polls of every series
         yield result
     finally:
@@ -158,7 +181,7 @@ def _decoded_size(path: Path) -> tuple[int, int]:
 
 
 def test_every_panel_of_every_dashboard_has_data(stack: Stack, tmp_path: Path) -> None:
-    dashboards = build_all(mixin_config())
+    dashboards = build_all(preview_config())
     drawn = preview(
         dashboards, Prometheus(stack.prometheus_url), tmp_path, range_s=300, scrape_s=POLL_INTERVAL
     )
@@ -198,7 +221,7 @@ def test_preview_command(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFix
     assert exit_info.value.code == 1
     captured = capsys.readouterr()
     assert sorted(Path(p).name for p in captured.out.split()) == sorted(
-        Path(n).stem + ".png" for n in build_all(mixin_config())
+        Path(n).stem + ".png" for n in build_all(preview_config())
     )
     findings = captured.err.splitlines()
     assert any("NVLink bytes/s" in line and "above the hardware's maximum" in line
@@ -223,7 +246,7 @@ def real_time_config() -> MixinConfig:
     """The module's rules with their rate thresholds at real time again (the `for:` and
     windows stay short: the alerts already firing keep firing over the reload)."""
     base = MixinConfig()
-    return mixin_config().with_overrides(
+    return preview_config().with_overrides(
         temp_rise_celsius_per_minute=base.temp_rise_celsius_per_minute,
         nvlink_error_rate_per_second=base.nvlink_error_rate_per_second,
         ib_error_rate_per_second=base.ib_error_rate_per_second,
