@@ -307,33 +307,6 @@ class SimulatedGpu:
         if not workload.cold_start:
             self._settle(self.time)
 
-    def hold(self, until: float, intensity: float, util: float) -> None:
-        """Integrate power and temperature up to `until` under one constant load, scenario
-        hooks running as in step(): a rank's shadow (sim/job/shadow.py) holds the load its
-        job gives it, with no workload or traffic to integrate."""
-        n, dt = self._substeps(until)
-        for _ in range(n):
-            for hook in self.scenario_hooks:
-                hook(self, self.time + dt - self.start_time)
-            self._breathe(self.time + dt)
-            self._integrate_power(dt, intensity, util)
-            self.time += dt
-
-    def compute_speed(self, intensity: float) -> float:
-        """Share of its full clocks the GPU runs at while computing at `intensity` now:
-        the power limit, the thermal controller and a gpu-slow slowdown together."""
-        model = self.model
-        demand = intensity * (model.tdp_watts - model.idle_watts) * self.speed_factor
-        factor = power_at(model, self.power_limit_w, self.temperature_c, demand)[1]
-        return factor * self.speed_factor
-
-    def nvlink_share(self) -> float:
-        """Share of its NVLink bandwidth the GPU has now (1.0 without NVLink): its live
-        links, each at nvlink_speed."""
-        if not self.links:
-            return 1.0
-        return self.nvlink_speed * sum(link.up for link in self.links) / len(self.links)
-
     # --- dynamics -------------------------------------------------------------------
 
     def attach_air(self, air: AirSupply) -> None:
@@ -374,7 +347,8 @@ class SimulatedGpu:
         self.reasons = throttle_reasons(self.model, self.temperature_c, util, capped=capped)
 
     def _substeps(self, until: float) -> tuple[int, float]:
-        """(how many, how long) sub-steps to integrate up to `until`; (0, 0) when there."""
+        """(how many, how long) sub-steps to integrate up to `until`; (0, 0) when there.
+        A rank's GPU copy held at its job's load (sim/job/held.py) cuts a span alike."""
         span = until - self.time
         if span <= 0:
             return 0, 0.0
