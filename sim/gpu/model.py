@@ -2,7 +2,8 @@
 
 The simulated NVML library (`nvwatch.sim.nvml`) reads everything it reports from a
 `SimulatedGpu`; this module knows nothing about ctypes or NVML return codes. The records
-it integrates (links, ECC, events, activity) are in `nvwatch.sim.gpu.state`. State moves
+it integrates (links, ECC, events, activity) are in `nvwatch.sim.gpu.state`, what it reads
+as between steps (utilization, memory, clocks, the PCIe link) in `readings`. State moves
 only in `step()`, which integrates up to a given time in bounded sub-steps, so a clock
 jump of an hour costs a few hundred cheap iterations and stays stable.
 
@@ -26,26 +27,21 @@ import math
 import uuid as uuid_module
 from typing import Protocol
 
+from nvwatch.sim.gpu.readings import GpuReadings
 from nvwatch.sim.gpu.state import (
     EVENT_XID,
     REASON_GPU_IDLE,
     REASON_SW_THERMAL,
-    Activity,
     EccState,
     GpuEvent,
     LinkState,
 )
 from nvwatch.sim.gpu.thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
-from nvwatch.sim.profiles import MIB, GpuModel, LinkEnd
+from nvwatch.sim.profiles import GpuModel, LinkEnd
 from nvwatch.sim.workload import Workload, workload_means
 
 MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
 MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
-HBM_OFFSET_C = 4.0  # ~ HBM stacks read a few degrees above the GPU die under load
-
-# PCIe per-lane payload rate in bytes/s after line coding (PCI-SIG: 8 GT/s 128b/130b for
-# Gen3, doubling each generation).
-PCIE_LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6}
 
 
 def _stable_digest(*parts: object) -> bytes:
@@ -75,7 +71,7 @@ class AirSupply(Protocol):
     def conditions(self, index: int, elapsed: float) -> tuple[float, float]: ...
 
 
-class SimulatedGpu:
+class SimulatedGpu(GpuReadings):
     """One GPU: identity, fault knobs and physical state, integrated by `step()`."""
 
     def __init__(
@@ -153,120 +149,6 @@ class SimulatedGpu:
         if not workload.cold_start:
             self._settle(start_time)
 
-    # --- derived, instantaneous -----------------------------------------------------
-
-    def _workload_util(self, t: float) -> float:
-        if self.lost:
-            return 0.0
-        util = self.workload.gpu_utilization(t, self.index)
-        return util if self.mig_load is None else util * self.mig_load
-
-    @property
-    def utilization(self) -> float:
-        """GPU busy fraction now (nvidia-smi utilization.gpu), 0..1."""
-        return self._workload_util(self.time)
-
-    @property
-    def memory_utilization(self) -> float:
-        """Memory-controller busy fraction (utilization.memory): ~ 60% of compute load."""
-        return 0.6 * self.workload.compute_intensity(self.time, self.index) * self._pace
-
-    @property
-    def _pace(self) -> float:
-        """What the clocks take off the work done per second: all of it for a workload
-        fixed in time, nothing for one whose time shares stretch with them."""
-        return 1.0 if self.workload.paced_by_clocks else self.clock_factor
-
-    @property
-    def memory_reserved_bytes(self) -> int:
-        # ~ nvidia-smi "Reserved": about half a percent of the board on recent drivers
-        return (self.model.memory_bytes // 200) // MIB * MIB
-
-    @property
-    def memory_used_bytes(self) -> int:
-        """Used by processes (NVML v2 `used`, which excludes the reserved part)."""
-        if self.workload.kind == "training":
-            share = 0.85  # frameworks' caching allocators grab most of the board
-        elif self.workload.kind == "inference":
-            share = 0.40
-        else:
-            share = 0.0
-        driver_overhead = 0 if share == 0.0 else 512 * MIB  # CUDA context + cuBLAS workspace
-        return int(self.model.memory_bytes * share) // MIB * MIB + driver_overhead
-
-    @property
-    def process_memory_bytes(self) -> int:
-        """What the one job process on this GPU holds: all but the context overhead."""
-        used = self.memory_used_bytes
-        return max(0, used - 512 * MIB) if used else 0
-
-    @property
-    def sm_clock_mhz(self) -> int:
-        if self.utilization < 0.01:
-            return self.model.idle_sm_clock_mhz
-        mhz = self.model.max_sm_clock_mhz * self.clock_factor
-        return int(max(self.model.idle_sm_clock_mhz, mhz))
-
-    @property
-    def memory_clock_mhz(self) -> int:
-        # HBM runs at one clock; GDDR boards park the memory clock when idle (~ 405 MHz)
-        if self.utilization < 0.01 and not self.model.memory_temperature:
-            return 405
-        return self.model.max_memory_clock_mhz
-
-    @property
-    def video_clock_mhz(self) -> int:
-        return int(self.sm_clock_mhz * 0.9)  # ~ video clock tracks ~90% of graphics
-
-    @property
-    def max_video_clock_mhz(self) -> int:
-        return int(self.model.max_sm_clock_mhz * 0.9)
-
-    @property
-    def memory_temperature_c(self) -> float:
-        return self.temperature_c + HBM_OFFSET_C * (self.power_w / self.model.tdp_watts)
-
-    @property
-    def fan_percent(self) -> int:
-        # ~ a GeForce fan curve: 30% floor, ramps from 40 C, full speed by ~87 C
-        return int(min(100.0, max(30.0, 30.0 + (self.temperature_c - 40.0) * 1.5)))
-
-    @property
-    def pstate(self) -> int:
-        return 0 if self.utilization >= 0.01 else 8
-
-    @property
-    def pcie_generation_current(self) -> int:
-        # the link trains down to Gen1 when idle to save power, back up under load (to
-        # what it trained to, a downtrained link)
-        if self.utilization < 0.01:
-            return 1
-        return self.pcie_generation_trained or self.model.pcie_generation
-
-    @property
-    def pcie_width_current(self) -> int:
-        return self.pcie_width_trained or self.model.pcie_width
-
-    @property
-    def pcie_bytes_per_second(self) -> float:
-        """The link's payload rate each way as trained now (generation at load)."""
-        generation = self.pcie_generation_trained or self.model.pcie_generation
-        return PCIE_LANE_BYTES_PER_S[generation] * self.pcie_width_current
-
-    def activity(self) -> Activity:
-        return Activity(
-            self.time,
-            sm_active=self._activity[0],
-            sm_occupancy=self._activity[1],
-            tensor_active=self._activity[2],
-            dram_active=self._activity[3],
-            graphics_active=self._activity[4],
-            pcie_tx_bytes=self.pcie_tx_bytes,
-            pcie_rx_bytes=self.pcie_rx_bytes,
-            nvlink_tx_bytes=sum(link.tx_bytes for link in self.links),
-            nvlink_rx_bytes=sum(link.rx_bytes for link in self.links),
-        )
-
     # --- events and faults ----------------------------------------------------------
 
     def emit_xid(self, xid: int) -> None:
@@ -306,33 +188,6 @@ class SimulatedGpu:
         self.workload = workload
         if not workload.cold_start:
             self._settle(self.time)
-
-    def hold(self, until: float, intensity: float, util: float) -> None:
-        """Integrate power and temperature up to `until` under one constant load, scenario
-        hooks running as in step(): a rank's shadow (sim/job/shadow.py) holds the load its
-        job gives it, with no workload or traffic to integrate."""
-        n, dt = self._substeps(until)
-        for _ in range(n):
-            for hook in self.scenario_hooks:
-                hook(self, self.time + dt - self.start_time)
-            self._breathe(self.time + dt)
-            self._integrate_power(dt, intensity, util)
-            self.time += dt
-
-    def compute_speed(self, intensity: float) -> float:
-        """Share of its full clocks the GPU runs at while computing at `intensity` now:
-        the power limit, the thermal controller and a gpu-slow slowdown together."""
-        model = self.model
-        demand = intensity * (model.tdp_watts - model.idle_watts) * self.speed_factor
-        factor = power_at(model, self.power_limit_w, self.temperature_c, demand)[1]
-        return factor * self.speed_factor
-
-    def nvlink_share(self) -> float:
-        """Share of its NVLink bandwidth the GPU has now (1.0 without NVLink): its live
-        links, each at nvlink_speed."""
-        if not self.links:
-            return 1.0
-        return self.nvlink_speed * sum(link.up for link in self.links) / len(self.links)
 
     # --- dynamics -------------------------------------------------------------------
 
@@ -374,7 +229,8 @@ class SimulatedGpu:
         self.reasons = throttle_reasons(self.model, self.temperature_c, util, capped=capped)
 
     def _substeps(self, until: float) -> tuple[int, float]:
-        """(how many, how long) sub-steps to integrate up to `until`; (0, 0) when there."""
+        """(how many, how long) sub-steps to integrate up to `until`; (0, 0) when there.
+        A rank's GPU copy held at its job's load (sim/job/held.py) cuts a span alike."""
         span = until - self.time
         if span <= 0:
             return 0, 0.0

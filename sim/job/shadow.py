@@ -3,8 +3,8 @@
 A `RankShadow` holds copies of the parts of the rank's node that can slow it, built from
 the node's profile, seed and scenarios as the node itself builds them: its GPU (power
 limit, thermal resistance, a gpu-slow, its NVLink and PCIe link), the HCA port of its
-rail, and its host. The GPU copy integrates temperature under the load the rank runs,
-so a thermal runaway slows the rank as it heats; everything else is read off the
+rail, and its host. The GPU copy (held.py) integrates temperature under the load the rank
+runs, so a thermal runaway slows the rank as it heats; everything else is read off the
 scenarios' windows. Any node can build any rank's shadow, so every node of a job
 computes the same speeds without asking the rank's node.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from nvwatch.agent.config import ScenarioSpec, is_index, parse_scenario
 from nvwatch.sim.fabric.fabric import SimulatedFabric
 from nvwatch.sim.gpu import scenarios as gpu_scenarios
-from nvwatch.sim.gpu.model import SimulatedGpu
+from nvwatch.sim.job.held import HeldGpu
 from nvwatch.sim.job.plan import Rank, SyncJobPlan, rail
 from nvwatch.sim.node.host import SimulatedHost
 from nvwatch.sim.workload import TRAINING_ALLREDUCE, TRAINING_COMPUTE, Workload
@@ -78,7 +78,7 @@ class RankShadow:
         self.uses_fabric = plan.multi_node
         # PCIe carries the all-reduce to the HCA, or between GPUs with no NVLink
         self.uses_pcie = plan.multi_node or (len(local) > 1 and not self.uses_nvlink)
-        self.gpu = SimulatedGpu(
+        self.gpu = HeldGpu(
             rank.gpu,
             profile.gpus[rank.gpu],
             profile.nvlinks[rank.gpu],
