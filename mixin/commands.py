@@ -174,3 +174,66 @@ def alerts_backfill_rules(step: str, out: str, mixin_config: str | None) -> None
     with writing():
         target.write_text(text, encoding="utf-8")
     click.echo(str(target))
+
+
+@alerts_group.command("evaluate-stragglers")
+@click.argument("corpus", type=click.Path(file_okay=False))
+@_option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: Markdown tables and the goals; json: one object (precision, recall, f1, "
+    "false_alerts_on_healthy, median_detect_seconds, per cause and band, the goals).",
+)
+@_option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 when a goal is missed (F1, recall of large slowdowns, alerts on healthy "
+    "episodes, median time to detect).",
+)
+@_option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Where the TSDB and Prometheus' files go [default: a temporary directory, removed after].",
+)
+@_config_option
+def alerts_evaluate_stragglers(
+    corpus: str, output_format: str, check: bool, workdir: str | None, mixin_config: str | None
+) -> None:
+    """Run the straggler rules over the labelled CORPUS (`nvwatch simulate stragglers`)
+    in a real Prometheus (prometheus and promtool on PATH, on 127.0.0.1) and print their
+    precision, recall, F1 and time to detect, per cause and per slowdown band.
+
+    The corpus is backfilled, the recording rules are evaluated over it level by level
+    (promtool's rule backfill), and the alert's expression over each episode at the
+    rules' evaluation interval, with its `for:`. The corpus's pipeline-parallel marker is
+    applied unless the mixin config sets one. Progress goes to stderr."""
+    import json
+    import tempfile
+
+    from nvwatch.alerts.stragglers.corpus import load_corpus
+    from nvwatch.alerts.stragglers.evaluate import corpus_config, evaluate
+    from nvwatch.alerts.stragglers.goals import as_json, goals, report_lines
+    from nvwatch.alerts.stragglers.server import EvaluationError
+
+    cfg = _mixin_config(mixin_config)
+    work = output_directory(workdir, "--workdir") if workdir else None
+    try:
+        loaded = load_corpus(Path(corpus))
+        with tempfile.TemporaryDirectory(prefix="nvwatch-stragglers-", dir=work) as scratch:
+            score = evaluate(
+                loaded,
+                corpus_config(cfg, loaded),
+                Path(scratch),
+                lambda line: click.echo(line, err=True),
+            )
+    except EvaluationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if output_format == "json":
+        click.echo(json.dumps(as_json(score), indent=2))
+    else:
+        click.echo("\n".join(report_lines(score)))
+    if check and not all(goal.met for goal in goals(score)):
+        raise SystemExit(1)

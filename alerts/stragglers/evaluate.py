@@ -27,7 +27,7 @@ from nvwatch.alerts.rules.straggler import job_straggler
 from nvwatch.alerts.stragglers.corpus import Corpus
 from nvwatch.alerts.stragglers.levels import rule_levels
 from nvwatch.alerts.stragglers.scoring import Evaluated, Score, score
-from nvwatch.alerts.stragglers.server import LocalPrometheus, promtool
+from nvwatch.alerts.stragglers.server import LocalPrometheus, promtool, tool
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 
@@ -50,6 +50,7 @@ def evaluate(
     corpus: Corpus, cfg: MixinConfig, workdir: Path, progress: Progress = lambda _: None
 ) -> Score:
     """The straggler alert's precision, recall and time to detect on `corpus`."""
+    tool("promtool"), tool("prometheus")  # both, before minutes of work
     interval = parse_duration(cfg.evaluation_interval, "evaluation_interval")
     lookback = interval + corpus.step
     tsdb = workdir / "tsdb"

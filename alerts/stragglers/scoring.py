@@ -64,10 +64,16 @@ def names_culprit(labels: Mapping[str, str], episode: Mapping[str, Any]) -> bool
     return not labels.get("gpu") and not labels.get("device")
 
 
+# the slowdowns that cost a job most: their recall has a goal of its own
+LARGE_SLOWDOWN = 0.20
+
+
 def band_of(magnitude: float) -> str:
     for low, high in BANDS:
         if low <= magnitude < high or (high == BANDS[-1][1] and magnitude == high):
             return f"{round(low * 100)}-{round(high * 100)}%"
+    if magnitude > BANDS[-1][1]:  # a port trained down: a fixed share of its rate
+        return f"over {round(BANDS[-1][1] * 100)}%"
     return "other"
 
 
@@ -102,6 +108,7 @@ class Score:
     overall: Tally = field(default_factory=Tally)
     by_cause: dict[str, Tally] = field(default_factory=dict)
     by_band: dict[str, Tally] = field(default_factory=dict)
+    large: Tally = field(default_factory=Tally)  # slowdowns of LARGE_SLOWDOWN or more
     false_alerts_on_healthy: int = 0  # fired on an episode that expects none
 
     def to_json(self) -> dict[str, Any]:
@@ -138,6 +145,8 @@ def score(
         if episode.get("alert_expected"):
             tallies.append(result.by_cause.setdefault(episode["cause"], Tally()))
             tallies.append(result.by_band.setdefault(band_of(episode["magnitude"]), Tally()))
+            if episode["magnitude"] >= LARGE_SLOWDOWN:
+                tallies.append(result.large)
         hits = sorted(when for when, labels in fired if names_culprit(labels, episode))
         false = sum(1 for _, labels in fired if not names_culprit(labels, episode))
         if not episode.get("alert_expected"):

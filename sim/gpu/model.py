@@ -38,7 +38,10 @@ from nvwatch.sim.gpu.state import (
 )
 from nvwatch.sim.gpu.thermal import AMBIENT_C, power_at, steady_temperature, throttle_reasons
 from nvwatch.sim.profiles import GpuModel, LinkEnd
-from nvwatch.sim.workload import Workload, workload_means
+from nvwatch.sim.workload import TRAINING_COMPUTE, Workload, workload_means
+
+# a rank at or above this utilization is in its steps (below: a checkpoint idles it)
+RANK_COMPUTING_UTIL = 0.5
 
 MAX_SUBSTEP_S = 0.5  # a training step's phases last ~0.6 s and longer (workload.py)
 MAX_SUBSTEPS = 128  # per advance: bounds the cost of a big clock jump
@@ -219,11 +222,25 @@ class SimulatedGpu(GpuReadings):
         span = (model.tdp_watts - model.idle_watts) * self.speed_factor
         self.temperature_c = self._steady_temperature(mean * span)
         demand = self.workload.compute_intensity(t, self.index)
-        dynamic = demand * span
-        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, dynamic)
+        util = self._workload_util(t)
+        power, factor, capped = self._power_and_clocks(demand * span, util)
         self.power_w = power
         self.clock_factor = factor * self.speed_factor if demand > 0 else 1.0
-        self._update_reasons(self._workload_util(t), capped=capped)
+        self._update_reasons(util, capped=capped)
+
+    def _power_and_clocks(self, demand_w: float, util: float) -> tuple[float, float, bool]:
+        """(power W, clock factor, capped) for this dynamic demand now. A rank of a
+        synchronous job reads its step's averages, which hide the phase that meets a
+        power cap: while it computes it demands TRAINING_COMPUTE's intensity, and its
+        clocks (and sw_power_cap) are what the cap leaves it then, the speed its job
+        steps at (sim/job/held.py)."""
+        model = self.model
+        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, demand_w)
+        if self.workload.paced_by_clocks and demand_w > 0 and util >= RANK_COMPUTING_UTIL:
+            span = (model.tdp_watts - model.idle_watts) * self.speed_factor
+            computing = max(demand_w, TRAINING_COMPUTE[1] * span)
+            _, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, computing)
+        return power, factor, capped
 
     def _update_reasons(self, util: float, *, capped: bool) -> None:
         self.reasons = throttle_reasons(self.model, self.temperature_c, util, capped=capped)
@@ -276,7 +293,7 @@ class SimulatedGpu(GpuReadings):
         target = self._steady_temperature(demand)
         alpha = 1.0 - math.exp(-dt / model.thermal_time_constant_s)
         self.temperature_c += (target - self.temperature_c) * alpha
-        power, factor, capped = power_at(model, self.power_limit_w, self.temperature_c, demand)
+        power, factor, capped = self._power_and_clocks(demand, util)
         self.power_w = power
         self.clock_factor = factor * self.speed_factor if demand > 0 else 1.0
         self.energy_mj += power * dt * 1000.0
