@@ -16,6 +16,7 @@ from nvwatch.alerts.recording_straggler import (
     link_signals,
     node_signals,
 )
+from nvwatch.alerts.stragglers.accuracy_doc import accuracy_lines
 from nvwatch.mixin.config import MixinConfig
 
 # what each signal stands for in a synchronous job, and the cause it points at
@@ -171,7 +172,15 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "comparisons; a job whose every rank has the same fault is a job slowed "
         "everywhere, which no comparison finds; and a ring moves the same bytes through "
         "every rank, so NVLink and IB traffic rarely differ: the link counts, errors, "
-        "rates and transmit wait carry those causes.",
+        "rates and transmit wait carry those causes. Below the floors a straggler goes "
+        f"unseen: a clock {cfg.straggler_clock_deviation:.0%} under the job's median, "
+        f"activity {cfg.straggler_activity_deviation:g} over it; so does a straggler "
+        "inside a job slowed everywhere (its gap to the others is what counts), and the "
+        "host CPUs of a two-node job need the absolute starvation level as well.",
+        "",
+        "### Measured accuracy",
+        "",
+        *accuracy_lines(),
         "",
         "```promql",
         "# each rank of job 4711 against its job: the SM clock score (1 = the threshold)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nvwatch.alerts.stragglers.scoring import BANDS, LARGE_SLOWDOWN, Score, Tally, band_of
+from nvwatch.alerts.stragglers.scoring import BANDS, LARGE_SLOWDOWN, Score, band_of
 
 MIN_F1 = 0.93
 MIN_RECALL_LARGE = 0.95
@@ -24,10 +24,6 @@ class Goal:
     name: str
     value: float | None
     met: bool
-
-    def line(self) -> str:
-        shown = "n/a" if self.value is None else f"{self.value:.3g}"
-        return f"{'met   ' if self.met else 'MISSED'} {self.name}: {shown}"
 
 
 def goals(score: Score) -> list[Goal]:
@@ -65,13 +61,13 @@ def _cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def table_lines(title: str, rows: dict[str, Tally]) -> list[str]:
+def table_lines(title: str, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """A Markdown table of Tally summaries (Tally.summary(), or their JSON)."""
     lines = [
         f"| {title} | precision | recall | F1 | found | missed | false alerts | median detect |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, tally in rows.items():
-        s = tally.summary()
+    for name, s in rows.items():
         detect = s["median_detect_seconds"]
         lines.append(
             f"| {name} | {_cell(s['precision'], '.2f')} | {_cell(s['recall'], '.2f')} | "
@@ -81,19 +77,32 @@ def table_lines(title: str, rows: dict[str, Tally]) -> list[str]:
     return lines
 
 
-def report_lines(score: Score) -> list[str]:
-    """The evaluation as Markdown tables: overall, by cause, by magnitude, the goals."""
-    # in order of magnitude
-    bands = [band_of(low) for low, _ in BANDS] + [band_of(2 * BANDS[-1][1]), band_of(0.0)]
-    by_band = {band: score.by_band[band] for band in bands if band in score.by_band}
+def band_order() -> list[str]:
+    """Band names in order of magnitude."""
+    return [band_of(low) for low, _ in BANDS] + [band_of(2 * BANDS[-1][1]), band_of(0.0)]
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """An evaluation (as_json's object) as Markdown tables: overall, by cause, by
+    magnitude, then the goals."""
+    by_band = {band: result["by_band"][band] for band in band_order() if band in result["by_band"]}
+    shown = "n/a"
     return [
-        *table_lines("episodes", {"all": score.overall}),
+        *table_lines("episodes", {"all": result["overall"]}),
         "",
-        *table_lines("cause", dict(sorted(score.by_cause.items()))),
+        *table_lines("cause", dict(sorted(result["by_cause"].items()))),
         "",
         *table_lines("slowdown", by_band),
         "",
-        f"Alerts on episodes that expect none: {score.false_alerts_on_healthy}.",
+        f"Alerts on episodes that expect none: {result['false_alerts_on_healthy']}.",
         "",
-        *(goal.line() for goal in goals(score)),
+        *(
+            f"{'met   ' if g['met'] else 'MISSED'} {g['goal']}: "
+            f"{shown if g['value'] is None else format(g['value'], '.3g')}"
+            for g in result["goals"]
+        ),
     ]
+
+
+def report_lines(score: Score) -> list[str]:
+    return result_lines(as_json(score))

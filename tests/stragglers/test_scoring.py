@@ -5,10 +5,14 @@ Every expectation is worked out by hand from the evaluations written here.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nvwatch.alerts.stragglers.accuracy_doc import accuracy_lines
+from nvwatch.alerts.stragglers.goals import as_json
 from nvwatch.alerts.stragglers.scoring import Evaluated, band_of, fired_at, score
 
 MINUTE = 60.0
@@ -128,3 +132,35 @@ def test_tables_split_by_cause_and_band_and_count_alerts_on_healthy_jobs() -> No
 )
 def test_bands(magnitude: float, band: str) -> None:
     assert band_of(magnitude) == band
+
+
+def test_the_docs_table_shows_the_benchmark_figures(tmp_path: Path) -> None:
+    """One straggler found 4 minutes after it was visible, one missed, one false alert
+    on a healthy episode: precision 1/2, recall 1/2, F1 1/2; the goals say which fail."""
+    ep_found = straggler("1", "thermal", 0.3, onset=20 * MINUTE, gpu="0")
+    ep_missed = straggler("2", "pcie", 0.07, onset=20 * MINUTE, gpu="0")
+    healthy = episode("3")
+    fired = {"instance": "n1", "gpu": "0", "cause": "thermal", "job_id": "1"}
+    evaluated = {
+        "1": [Evaluated(fired, every_minute(21 * MINUTE, 30 * MINUTE))],
+        "3": [Evaluated({**fired, "job_id": "3"}, every_minute(0, 10 * MINUTE))],
+    }
+    result = score([ep_found, ep_missed, healthy], evaluated, interval=MINUTE, for_s=3 * MINUTE)
+    figures = {
+        "date": "2026-11-28", "seconds": {"generate": 10.0, "evaluate": 20.0},
+        "machine": {"cpu": "test cpu", "prometheus": "prometheus 2"},
+        "corpus": {"seed": 5, "episodes": 3, "max_nodes": 4, "nodes": 6, "stragglers": 2,
+                   "hours": 1.5, "step_seconds": 15.0},
+        "result": as_json(result),
+    }  # fmt: skip
+    path = tmp_path / "benchmark.json"
+    path.write_text(json.dumps(figures))
+    lines = accuracy_lines(path)
+    assert "| all | 0.50 | 0.50 | 0.50 | 1 | 1 | 1 | 240s |" in lines
+    assert "| thermal | 1.00 | 1.00 | 1.00 | 1 | 0 | 0 | 240s |" in lines
+    assert "| pcie | - | 0.00 | - | 0 | 1 | 0 | - |" in lines
+    assert "Alerts on episodes that expect none: 1." in lines
+    assert "MISSED F1 >= 0.93: 0.5" in lines
+    assert "met    median time to detect <= 300s: 240" in lines
+    assert "--seed 5 --episodes 3 --max-nodes 4" in lines[0]
+    assert accuracy_lines(tmp_path / "none.json")[0].startswith("Not measured yet")
