@@ -136,6 +136,7 @@ def _config_cases() -> list[Case]:
         (("topology",), "--config"),
         (ALERTS, "--config"),
         (DASHBOARDS, "--config"),
+        (("alerts", "evaluate-stragglers", "{directory}"), "--config"),
         (REPORT, "--config"),
         (("inventory", "--out", "{out}"), "--in"),
         ((*REPORT, "--basic-auth-user", "u"), "--basic-auth-password-file"),
