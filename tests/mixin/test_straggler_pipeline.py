@@ -44,13 +44,22 @@ def test_the_marker_and_its_tolerance_reach_the_rules() -> None:
 
 
 def test_the_thresholds_reach_the_rules() -> None:
+    # values no default has, so each can only have come from this config
     cfg = MixinConfig().with_overrides(
-        straggler_min_gpus=5, straggler_warmup="20m", straggler_busy_utilization=0.4
+        straggler_min_gpus=5,
+        straggler_warmup="20m",
+        straggler_busy_utilization=0.4,
+        straggler_for="7m",
+        straggler_clock_deviation=0.07,
     )
-    (ranks,) = [r.expr for g in straggler_groups(cfg) for r in g.rules if r.record == RANKS]
+    rules = {r.record: r.expr for g in straggler_groups(cfg) for r in g.rules}
+    ranks = rules[RANKS]
     assert ">= 5" in ranks and "offset 20m" in ranks and ">= 0.4" in ranks
+    clock_score = rules["job_gpu:nvwatch_gpu_sm_clock:straggler_score"]
+    assert clock_score.rstrip().endswith(", 0.07)")
     (alert,) = [a for a in all_alerts(cfg) if a.name == "NvwatchJobStraggler"]
-    assert alert.for_ == cfg.straggler_for == "10m"
+    assert alert.for_ == "7m"
+    assert "for 7m:" in alert.description
 
 
 def test_the_cause_label_takes_only_its_documented_values() -> None:
