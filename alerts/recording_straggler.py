@@ -88,9 +88,12 @@ def ranks_rule(cfg: MixinConfig) -> RecordingRule:
     """Jobs that are compared: enough GPUs, past their warm-up, and running steps."""
     alloc = _allocations(cfg)
     by = job_by(cfg)
+    # the lowest of the window: a pause of every rank (a checkpoint) dominates the
+    # window's averages, and the rank that pauses longest (the one writing the
+    # checkpoint's index) is no straggler; the job is judged again once it has left
     utilization = (
         f"{alloc} * on ({gpu_on(cfg)}) group_left ()\n"
-        f"      avg_over_time(nvwatch_gpu_utilization_ratio{cfg.sel()}[{cfg.rate_window}])"
+        f"      min_over_time(nvwatch_gpu_utilization_ratio{cfg.sel()}[{cfg.rate_window}])"
     )
     return RecordingRule(
         RANKS,

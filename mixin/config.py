@@ -186,8 +186,9 @@ class MixinConfig:
     # ... and must be this old (its allocation was there this long ago): in a job's first
     # minutes the ranks load data, compile and set up NCCL each at its own pace.
     straggler_warmup: str = "15m"
-    # ... and its median GPU utilization (over rate_window) at least this: below it every
-    # rank pauses alike (a checkpoint, a filesystem stall) and there is no pace to compare.
+    # ... and its median GPU's utilization at least this at every sample of rate_window:
+    # below it every rank paused alike (a checkpoint, a filesystem stall), which weighs
+    # on every average of the window, and there is no pace to compare.
     straggler_busy_utilization: float = 0.5
     # A rank stands out when it is farther from its job's median than this many MADs
     # (median absolute deviation of the job's ranks: a noisy job needs a larger gap) ...

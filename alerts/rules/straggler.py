@@ -139,8 +139,9 @@ def _runbook(cfg: MixinConfig) -> Runbook:
         f"{cfg.straggler_mad_multiple:g} times the job's median absolute deviation, "
         "so a noisy job needs a larger one. A job is compared when it holds at least "
         f"{cfg.straggler_min_gpus} whole GPUs, is older than {cfg.straggler_warmup} "
-        "and its median GPU runs at least "
-        f"{cfg.straggler_busy_utilization:.0%} busy: a job slowed everywhere, a "
+        "and its median GPU was at least "
+        f"{cfg.straggler_busy_utilization:.0%} busy at every sample of the last "
+        f"{cfg.rate_window}: a job slowed everywhere, a "
         "checkpoint or a filesystem stall on every rank, a job's first minutes and a "
         "single-GPU job raise nothing. The value is the job's slowdown estimate "
         "(docs/alerts.md, *Job stragglers*).",
