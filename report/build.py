@@ -20,11 +20,13 @@ from nvwatch.report.prom import PrometheusClient
 from nvwatch.report.queries import build_queries
 from nvwatch.report.queries_bmc import bmc_queries
 from nvwatch.report.queries_scheduler import scheduler_queries
+from nvwatch.report.queries_straggler import straggler_queries
 from nvwatch.report.sections.cooling import cooling
 from nvwatch.report.sections.demand import demand
 from nvwatch.report.sections.fabric import fabric
 from nvwatch.report.sections.health import health
 from nvwatch.report.sections.power import power
+from nvwatch.report.sections.stragglers import stragglers
 from nvwatch.report.sections.thermal import thermal
 from nvwatch.report.sections.usage import usage
 from nvwatch.report.sections.utilization import utilization
@@ -60,6 +62,7 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
         *build_queries(options.config, window, options.cluster),
         *bmc_queries(options.config, window, options.cluster),
         *scheduler_queries(options.config, window, options.cluster),
+        *straggler_queries(options.config, window, options.cluster),
     ]
     frames = fetch_all(client, queries, window, progress)
     if not len(frames["gpu_up"]):
@@ -88,6 +91,7 @@ def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
         cooling(ctx),
         fabric(ctx),
         health(ctx),
+        stragglers(ctx),
     ]
     window: Window = ctx.window
     title = "GPU capacity review" + (f": {options.cluster}" if options.cluster else "")

@@ -3,11 +3,13 @@
 Each sentence is a section's most important finding, in the order a capacity review
 reads them: is the fleet used, is it short of GPUs for its queue (or are GPUs idle while
 jobs wait), does the power plan hold, is anything overheating, is the fabric in the way,
-is anything broken, is the room or a node's fans or supplies at fault, who holds GPUs
-idle. A section that found nothing worth a sentence leaves room for the
-next; poor data coverage is always said. The power sentence plans on the node power the
-BMCs measure where they are probed, and a GPU's slowdown names the room, the node or
-the GPU as its cause, so the cooling section's own sentence comes after the health one.
+is anything broken, which node holds other people's jobs back (the straggler section's
+worst culprit: every job it touches runs at its pace), is the room or a node's fans or
+supplies at fault, who holds GPUs idle. A section that found nothing worth a sentence
+leaves room for the next; poor data coverage is always said. The power sentence plans on
+the node power the BMCs measure where they are probed, and a GPU's slowdown names the
+room, the node or the GPU as its cause, so the cooling section's own sentence comes
+after the health one.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ MAX_SENTENCES = 6
 POOR_COVERAGE = 0.9
 # findings that say "nothing found": not worth a place in the summary
 QUIET = ("No GPU slowed down for heat.", COOLING_QUIET)
-ORDER = ("utilization", "demand", "power", "thermal", "fabric", "health", "cooling", "usage")
+ORDER = (
+    "utilization",
+    "demand",
+    "power",
+    "thermal",
+    "fabric",
+    "health",
+    "stragglers",
+    "cooling",
+    "usage",
+)
 
 
 def executive_summary(sections: list[Section], range_words: str) -> list[str]:
