@@ -74,7 +74,8 @@ def stragglers(ctx: Context) -> Section:
         _node_table(ctx, by_node, nodes),
         _job_table(by_job, gpus),
     ]
-    section.findings.append(_finding(ctx, section, by_node, nodes, main_cause))
+    if by_node:  # none where the rules' samples are sparser than evaluation_interval
+        section.findings.append(_finding(ctx, section, by_node, nodes, main_cause))
     return section
 
 
