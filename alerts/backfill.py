@@ -28,7 +28,7 @@ from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
 
 # a recorded series' name (levels:metric:operations) outside strings; what follows it
-_NAME = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[A-Za-z_:][A-Za-z0-9_:]*')
+SERIES_NAME = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[A-Za-z_:][A-Za-z0-9_:]*')
 # `{a!="", b!=""}`: the only matchers on a recorded series that inlining can keep
 _MATCHERS = re.compile(r'\s*\{((?:\s*[A-Za-z_]\w*\s*!=\s*""\s*,?)+)\s*\}')
 _NOT_EMPTY = re.compile(r'([A-Za-z_]\w*)\s*!=\s*""')
@@ -62,7 +62,7 @@ def inline(expr: str, recorded: dict[str, str]) -> str:
 def _inline_once(expr: str, recorded: dict[str, str]) -> str:
     out: list[str] = []
     last = 0
-    for match in _NAME.finditer(expr):
+    for match in SERIES_NAME.finditer(expr):
         name = match.group()
         if name not in recorded or match.start() < last:
             continue

@@ -66,7 +66,7 @@ def evaluate(
         str(tsdb),
         timeout=PROMTOOL_TIMEOUT_S,
     )
-    record_levels(corpus, cfg, tsdb, workdir, interval, progress)
+    record_levels(corpus, cfg, tsdb, workdir, lookback, progress)
     alert = job_straggler(cfg)
     progress("evaluating the alert over each episode")
     with LocalPrometheus(tsdb, workdir, lookback_s=lookback) as prometheus:
@@ -84,9 +84,11 @@ def evaluate(
 
 
 def record_levels(
-    corpus: Corpus, cfg: MixinConfig, tsdb: Path, workdir: Path, interval: float, progress: Progress
+    corpus: Corpus, cfg: MixinConfig, tsdb: Path, workdir: Path, lookback: float, progress: Progress
 ) -> None:
-    """Every straggler recording rule over the whole corpus, into `tsdb`."""
+    """Every straggler recording rule over the whole corpus, into `tsdb`, with the
+    servers' lookback `lookback`."""
+    interval = parse_duration(cfg.evaluation_interval, "evaluation_interval")
     rules = [rule for group in straggler_groups(cfg) for rule in group.rules]
     levels = rule_levels(rules)
     # on the evaluation grid: corpus start and every block boundary on it
@@ -107,7 +109,7 @@ def record_levels(
         }
         rule_file.write_text(yaml.safe_dump({"groups": [group]}), encoding="utf-8")
         blocks = workdir / f"level-{number}-blocks"
-        with LocalPrometheus(tsdb, workdir, lookback_s=interval + corpus.step) as prometheus:
+        with LocalPrometheus(tsdb, workdir, lookback_s=lookback) as prometheus:
             promtool(
                 "tsdb",
                 "create-blocks-from",

@@ -10,18 +10,15 @@ rules see at each instant exactly what the live server would have shown them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from nvwatch.alerts.backfill import SERIES_NAME
 from nvwatch.alerts.recording import RecordingRule
-
-# a metric name outside a quoted string
-_NAME = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[A-Za-z_:][A-Za-z0-9_:]*')
 
 
 def references(expr: str, recorded: set[str]) -> set[str]:
     """The recorded series `expr` selects."""
-    return {match.group() for match in _NAME.finditer(expr)} & recorded
+    return {match.group() for match in SERIES_NAME.finditer(expr)} & recorded
 
 
 def rule_levels(rules: Sequence[RecordingRule]) -> list[list[RecordingRule]]:
