@@ -36,8 +36,9 @@ import yaml
 from benchmarks.common import REPO_ROOT, cpu_model, scratch_dir, tool_version
 from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
-from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name
+from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name, sync_jobs
 from nvwatch.alerts import build as alerts_build
+from nvwatch.alerts.recording_straggler import straggler_groups
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.series_budget import measure as measure_budget
@@ -52,6 +53,13 @@ PLACED = (
     Placed(99, "gpu-lost", "5", "NvwatchGpuDown"),
     Placed(120, "ib-degraded", "mlx5_3", "NvwatchIbPortRateDegraded"),
 )
+# Nodes per synchronous job: the fleet is filled with 8-node data-parallel jobs (64
+# GPUs of a DGX-1 fleet), so the straggler rules compare every GPU the fleet has.
+NODES_PER_JOB = 8
+# The straggler rules compare a job's ranks only once it has run this long (15 min by
+# default): shortened so that they compare for the whole measuring time. The offset it
+# sets costs the same at any length, so the rules' cost is the shipped one.
+STRAGGLER_WARMUP = "1m"
 RANGES_S = (3600, 86400)
 # A placed fault's time to develop before its alert's condition holds, plus a few rule
 # evaluations and scrapes: added to the longest `for:` of the placed alerts. A dgx1-v100's
@@ -125,18 +133,25 @@ def rule_savings(url: str, cfg: MixinConfig) -> dict[str, tuple[float, float]]:
     return out
 
 
+def straggler_series(url: str, cfg: MixinConfig) -> int:
+    """Series the job-straggler recording rules write, every one of their records."""
+    records = [r.record for g in straggler_groups(cfg) for r in g.rules]
+    return len(m.query(url, f'{{__name__=~"{"|".join(records)}"}}'))
+
+
 def fleet_cpu(log: Path) -> float:
     shares = [float(x["cpu"]) for x in map(_FLEET_STATS.search, log.read_text().splitlines()) if x]
     return statistics.median(shares[1:] or shares) if shares else float("nan")
 
 
 def run(minutes: float, nodes: int, with_vm: bool) -> Results:
-    cfg = MixinConfig()
+    cfg = MixinConfig(straggler_warmup=STRAGGLER_WARMUP)
     work = scratch_dir("nvwatch-scale-")
     stack = Stack(work)
     try:
         placed = [p for p in PLACED if p.node < nodes]
-        fleet_sd = stack.start_fleet(nodes, PROFILE, f"{SCRAPE_S}s", placed)
+        jobs = sync_jobs(nodes, NODES_PER_JOB)
+        fleet_sd = stack.start_fleet(nodes, PROFILE, f"{SCRAPE_S}s", placed, jobs)
         targets = stack.label_targets(nodes, PROFILE, fleet_sd)
         rules = work / "rules"
         alerts_build.write(rules, cfg)
@@ -196,6 +211,10 @@ def run(minutes: float, nodes: int, with_vm: bool) -> Results:
             panels_vm=panel_times(vm, cfg) if vm else [],
             rule_savings=rule_savings(prom, cfg),
             instance_rule_series=len(m.query(prom, '{__name__=~"instance:.*"}')),
+            sync_jobs=len(jobs),
+            nodes_per_job=NODES_PER_JOB,
+            straggler_rule_series=straggler_series(prom, cfg),
+            gpus=len(m.query(prom, "nvwatch_gpu_info")),
             prom_samples_total=m.one(end[1], appended),
             prom_block_bytes=m.prometheus_snapshot_bytes(prom, work / "prometheus-data"),
             vm_series=_vm_series(vm) if vm else 0.0,

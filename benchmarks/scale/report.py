@@ -62,6 +62,12 @@ class Results:
     # minutes from the fleet's start to the alert check (the measuring time, or longer
     # when a placed alert's `for:` needs it); 0: the same as `minutes` (older runs)
     alert_minutes: float = 0.0
+    # the fleet filled with synchronous jobs of this many nodes (0: older runs, none)
+    sync_jobs: int = 0
+    nodes_per_job: int = 0
+    straggler_rule_series: int = 0
+    gpus: int = 0  # GPUs the fleet exported (nvwatch_gpu_info series)
+    evaluation_interval_s: int = 60  # the mixin's and deploy/prometheus' interval
 
 
 def _n(x: float, digits: int = 0) -> str:
@@ -93,6 +99,48 @@ def _alerts(r: Results, fired: set[tuple[str, str]], engine: str) -> list[str]:
         f"raised on their own nodes: {side}."
     )
     return rows
+
+
+STRAGGLER_GROUP_PREFIX = "nvwatch-straggler-"
+RULE_SHARE_BUDGET = 0.10  # of its interval: a group that needs more starts to lag
+
+
+def _stragglers(r: Results) -> list[str]:
+    """The job-straggler rules' cost: their series and each group's evaluation time."""
+    if not r.sync_jobs:
+        return []
+    groups = sorted(g for g in r.prom_rule_groups if g.startswith(STRAGGLER_GROUP_PREFIX))
+    gpus = max(r.gpus, 1)
+    lines = [
+        "",
+        "## The job-straggler rules (measured)",
+        "",
+        f"The fleet ran {r.sync_jobs} synchronous data-parallel job(s) of up to "
+        f"{r.nodes_per_job} nodes holding every GPU, so the straggler rules compared "
+        "every GPU with its job's others (their warm-up shortened to a minute so that "
+        "they compared for the whole run; the offset costs the same at any length). "
+        f"They wrote {_n(r.straggler_rule_series)} series "
+        f"({r.straggler_rule_series / gpus:.1f} per GPU, measured, counted in the series "
+        "per node above). Each group against its evaluation interval "
+        f"({r.evaluation_interval_s} s), budget {RULE_SHARE_BUDGET:.0%}:",
+        "",
+        "| group | Prometheus (s) | share of interval | vmalert (s) | share of interval |",
+        "|---|---|---|---|---|",
+    ]
+    for group in groups:
+        prom, vm = r.prom_rule_groups.get(group), r.vm_rule_groups.get(group)
+        cells = [
+            cell
+            for x in (prom, vm)
+            for cell in (("", "") if x is None else (f"{x:.4f}", _share(x, r)))
+        ]
+        lines.append(f"| {group} | {' | '.join(cells)} |")
+    return lines
+
+
+def _share(seconds: float, r: Results) -> str:
+    share = seconds / r.evaluation_interval_s
+    return f"{share:.2%} ({'within' if share <= RULE_SHARE_BUDGET else '**over**'} budget)"
 
 
 def from_json(data: dict[str, Any]) -> Results:
@@ -178,6 +226,7 @@ def render(r: Results) -> str:
         prom, vm = r.prom_rule_groups.get(group), r.vm_rule_groups.get(group)
         cells = ["" if x is None else f"{x:.4f}" for x in (prom, vm)]
         lines.append(f"| {group} | {cells[0]} | {cells[1]} |")
+    lines += _stragglers(r)
     lines += _panels(r)
     lines += [
         "",
@@ -257,7 +306,8 @@ def _projection(
     prom_bps: float,
     vm_bps: float,
 ) -> list[str]:
-    h100 = r.budget_h100 + SCRAPE_SERIES + rule_per_node
+    straggler_per_node = r.straggler_rule_series / r.nodes
+    h100 = r.budget_h100 + SCRAPE_SERIES + rule_per_node + straggler_per_node
     shard_share = r.cpu_share.get("vmagent-0", 0.0) + r.cpu_share.get("vmagent-1", 0.0)
     cpu_per_sample = shard_share / r.vm_samples_per_s if r.vm_samples_per_s else float("nan")
     vm_share = r.cpu_share.get("victoria-metrics", 0.0)
@@ -269,8 +319,10 @@ def _projection(
         "",
         f"A DGX H100 exports at most {r.budget_h100:,} series (measured by rendering the "
         f"profile, docs/metrics.md; a DGX-1 V100 {r.budget_v100:,}), plus {SCRAPE_SERIES} "
-        f"scrape series and {rule_per_node:.0f} per-node recording-rule series (measured "
-        f"above): **{h100:,.0f} series per node** at a {r.scrape_s} s scrape, "
+        f"scrape series, {rule_per_node:.0f} per-node recording-rule series and "
+        f"{straggler_per_node:.0f} job-straggler rule series per node of a fleet full of "
+        f"synchronous jobs (measured above): **{h100:,.0f} series per node** at a "
+        f"{r.scrape_s} s scrape, "
         f"{h100 / r.scrape_s:,.0f} samples/s. Costs per series and per sample are the "
         "measured ones above; the shard rule keeps each vmagent under "
         f"{SHARD_CPU_BUDGET:.0%} of a core, two at least (one can fail).",
@@ -290,7 +342,11 @@ def _projection(
     row("samples/s (series / scrape interval)", lambda n: _n(samples(n)))
     row(
         "vmagent shards (samples/s x measured CPU per sample/s / 0.5 core, at least 2)",
-        lambda n: str(max(2, math.ceil(samples(n) * cpu_per_sample / SHARD_CPU_BUDGET))),
+        lambda n: (
+            "n/a (no VictoriaMetrics run)"
+            if math.isnan(cpu_per_sample)
+            else str(max(2, math.ceil(samples(n) * cpu_per_sample / SHARD_CPU_BUDGET)))
+        ),
     )
     row(
         "VictoriaMetrics CPU (samples/s x measured CPU per sample/s)",

@@ -34,6 +34,7 @@ from tests.e2e.service_commands import (
 )
 
 CLUSTER = "seed"
+FIRST_SYNC_JOB_ID = 5001
 NODES_PER_LEAF = 4  # 4 EDR ports per DGX-1: 16 host ports on a 36-port leaf switch
 
 
@@ -49,6 +50,17 @@ class Placed:
     @property
     def flag(self) -> str:
         return f"{self.node}:{self.scenario}@{self.target}"
+
+
+def sync_jobs(nodes: int, per_job: int) -> list[str]:
+    """`simulate fleet --job` values filling the fleet with synchronous data-parallel jobs
+    of `per_job` nodes (the last one smaller), every GPU held, as a busy training cluster
+    is: the rules that compare each job's ranks then have every GPU to compare."""
+    return [
+        f"{first}-{min(first + per_job, nodes) - 1}:all,id={FIRST_SYNC_JOB_ID + n}"
+        for n, first in enumerate(range(0, nodes, per_job))
+        if min(first + per_job, nodes) - first >= 2
+    ]
 
 
 def node_name(index: int) -> str:
@@ -138,13 +150,16 @@ class Stack:
         if ready is not None:
             wait_for_http(ready, 120, process)
 
-    def start_fleet(self, nodes: int, profile: str, interval: str, placed: list[Placed]) -> Path:
+    def start_fleet(
+        self, nodes: int, profile: str, interval: str, placed: list[Placed], jobs: list[str]
+    ) -> Path:
         sd = self.workdir / "fleet-sd.json"
         argv = [
             *nvwatch_command(),
             *("simulate", "fleet", "--profile", f"{profile}:{nodes}", "--base-port", "0"),
             *("--interval", interval, "--file-sd", str(sd), "--stats-every", "4"),
             *(a for p in placed for a in ("--scenario", p.flag)),
+            *(a for j in jobs for a in ("--job", j)),
         ]
         self.spawn("fleet", argv)
         deadline = time.monotonic() + 300

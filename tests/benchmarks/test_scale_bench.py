@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.scale import measure as m
-from benchmarks.scale.stack import NODES_PER_LEAF, merge_targets, write_inventory
+from benchmarks.scale.stack import NODES_PER_LEAF, merge_targets, sync_jobs, write_inventory
 from benchmarks.scale.units import unit_command
 from nvwatch.agent.inventory import load_inventory
 from nvwatch.mixin.config import MixinConfig
@@ -153,3 +153,18 @@ def test_alerts_are_waited_for_past_their_for_duration(tmp_path: Path) -> None:
     # the shipped thermal alert holds for 10 minutes: the wait covers it
     assert scale_bench.alert_deadline_s(rules, thermal) >= 10 * 60 + lead
     assert scale_bench.alert_deadline_s(rules, list(scale_bench.PLACED)) >= 10 * 60 + lead
+
+
+def test_sync_jobs_hold_every_node_once_in_jobs_of_two_or_more() -> None:
+    """124 nodes in 8-node jobs: 15 of 8 and one of the last 4, each node in one job; a
+    lone last node is left out (a one-node job has no other node to be compared with)."""
+    jobs = sync_jobs(124, 8)
+    assert len(jobs) == 16
+    assert jobs[0].startswith("0-7:all,id=") and jobs[-1].startswith("120-123:all,id=")
+    assert len({j.split("id=")[1] for j in jobs}) == 16
+    covered = []
+    for job in jobs:
+        first, last = job.split(":")[0].split("-")
+        covered += range(int(first), int(last) + 1)
+    assert covered == list(range(124))
+    assert [j.split(":")[0] for j in sync_jobs(9, 4)] == ["0-3", "4-7"]
