@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nvwatch.dashboards.preview_fields import column_title, mapped_text, shown_columns
 from nvwatch.dashboards.preview_text import axes_points, fitting_size, shorten, text_width
 from nvwatch.report import units
 from nvwatch.report.style import LIMIT_COLOUR, NEUTRAL, OK_COLOUR, WARN_COLOUR
@@ -331,11 +332,12 @@ def draw_table(axes: Axes, panel: dict[str, Any], series: list[Series], unit: st
     their long texts ending in an ellipsis as in Grafana. As many rows as the panel holds
     (MAX_TABLE_ROWS at most), the last one counting those left out."""
     axes.axis("off")
-    columns = sorted({k for s in series for k in s.labels if k not in _HIDDEN_COLUMNS})
+    labels = sorted({k for s in series for k in s.labels if k not in _HIDDEN_COLUMNS})
+    columns = shown_columns(panel, labels)
     if len(series) > 1:  # a label every row shares says nothing about the rows
         columns = [c for c in columns if len({s.labels.get(c) for s in series}) > 1]
-    rows = [[s.labels.get(c, "") for c in columns] + [format_value(s.last, unit)] for s in series]
-    header = [*columns, "Value"]
+    rows = [[s.labels.get(c, "") for c in columns] + [_cell(panel, s.last, unit)] for s in series]
+    header = [column_title(panel, c) for c in [*columns, "Value"]]
     width, height = axes_points(axes)
     measured = [header, *rows[:MAX_TABLE_ROWS]]
     if len(rows) > min(MAX_TABLE_ROWS, int(height / (2.0 * _TABLE_SIZE)) - 1):
@@ -359,6 +361,10 @@ def draw_table(axes: Axes, panel: dict[str, Any], series: list[Series], unit: st
         cell.PAD = _CELL_PAD / widths[column]  # a fraction of the cell's width
         if column == len(header) - 1:  # numbers line up on the right, as in Grafana
             cell.get_text().set_horizontalalignment("right")
+
+
+def _cell(panel: dict[str, Any], value: float, unit: str) -> str:
+    return mapped_text(panel, value) or format_value(value, unit)
 
 
 _TABLE_SIZE = 6.0
