@@ -50,7 +50,12 @@ NCCL_WAIT = (TRAINING_ALLREDUCE[0], 0.15)
 # (utilization, compute intensity, comm intensity) of a GPU while its job checkpoints:
 # the host writes the state the GPU handed over; the GPU runs nothing
 CHECKPOINTING = (0.02, 0.02, 0.0)
-_CACHED_CELLS = 4096  # the nodes' GPUs ask within a tick of each other
+# Cells kept behind the newest: every GPU of a node asks for the same span within a tick
+# of the others, so the span of the widest question asked (a poll's interval, a history's
+# step), with room to spare, is all that need stay; never fewer than this many. Keeping
+# thousands made a 124-node fleet of jobs grow by ~25 MB a minute for hours.
+_MIN_CACHED_CELLS = 720  # an hour
+_CACHE_SPARE_CELLS = 8
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,13 @@ def rank_times(speeds: RankSpeeds, weight: float = 1.0) -> RankTimes:
 def job_state(speeds: tuple[RankSpeeds, ...], weights: tuple[float, ...] = ()) -> JobState:
     own = [rank_times(s, weights[i] if weights else 1.0) for i, s in enumerate(speeds)]
     step = max((t.busy for t in own), default=STEP_S)
-    ranks = tuple(RankTimes(t.compute, t.input, t.comm, step - t.busy) for t in own)
+    # ranks at equal speeds (most of a job) share one RankTimes: a cell is then a tuple
+    # of references, and the cells a job keeps cost little
+    shared: dict[RankTimes, RankTimes] = {}
+    ranks = tuple(
+        shared.setdefault(r, r)
+        for r in (RankTimes(t.compute, t.input, t.comm, step - t.busy) for t in own)
+    )
     return JobState(step, ranks, speeds)
 
 
@@ -120,6 +131,7 @@ class SyncJob:
         }
         self._cells: OrderedDict[int, JobState] = OrderedDict()
         self._next = 0  # the first cell not computed yet
+        self._keep = _MIN_CACHED_CELLS
         self._last = job_state(tuple(HEALTHY for _ in plan.ranks), plan.compute_weights)
 
     def repair(self, node: int, what: str | None) -> None:
@@ -154,13 +166,15 @@ class SyncJob:
             self._last = dataclasses.replace(self._last, checkpointing=True)
         self._cells[index] = self._last
         self._next = index + 1
-        while len(self._cells) > _CACHED_CELLS:
+        while len(self._cells) > self._keep:
             self._cells.popitem(last=False)
 
     def mean_levels(self, rank: int, t0: float, t1: float) -> tuple[float, float, float]:
         """Rank `rank`'s levels averaged over [t0, t1], cell by cell."""
         if t1 <= t0:
             return self.state(t0).levels(rank)
+        # the node's other GPUs ask for this span next: its cells stay until they have
+        self._keep = max(self._keep, self.cell(t1) - self.cell(t0) + _CACHE_SPARE_CELLS)
         totals = [0.0, 0.0, 0.0]
         t = t0
         while t < t1:
