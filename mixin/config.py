@@ -176,6 +176,18 @@ class MixinConfig:
     # ... and "power-capped" / "thermally throttled": the clock-event reason active
     # above this share of the job's life (a healthy job touches its cap in bursts).
     job_throttled_ratio: float = 0.2
+    # `nvwatch job`'s notes: a job whose GPUs' mean utilization is below this fraction
+    # of the cluster's median over the same time uses its GPUs far worse than its peers ...
+    job_low_utilization_fraction: float = 0.5
+    # ... a job whose busiest GPU never used more than this share of its memory would fit
+    # a smaller GPU or a MIG slice ...
+    job_small_memory_ratio: float = 0.25
+    # ... and a job across nodes whose nodes' InfiniBand ports moved less than this, per
+    # node, in bytes per second over its life, did not use the fabric it was placed for.
+    job_ib_idle_bytes_per_s: float = 1e6
+    # Grams of CO2 per kWh of the site's electricity: `nvwatch job` prints the job's carbon
+    # from its energy when set; 0 leaves it out (nvwatch knows no grid's intensity).
+    grid_intensity_g_per_kwh: float = 0.0
 
     # --- stragglers (the rank that holds a synchronous job back) --------------------
     # A synchronous job (data-parallel over NCCL) runs at its slowest rank's pace and its

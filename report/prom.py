@@ -57,6 +57,16 @@ class PrometheusClient:
             raise ReportError(f"Prometheus answered {data.get('resultType')!r}, not a matrix")
         return RangeResult([(dict(s["metric"]), s["values"]) for s in data["result"]])
 
+    def query(self, expr: str, at: float) -> list[tuple[dict[str, str], Any]]:
+        """An instant query: each series' labels and its value, a [time, "value"] pair for
+        a vector, the list of such pairs for a range selector (a matrix)."""
+        data = self._post("/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, expr)
+        if data.get("resultType") == "matrix":
+            return [(dict(s["metric"]), s["values"]) for s in data["result"]]
+        if data.get("resultType") != "vector":
+            raise ReportError(f"Prometheus answered {data.get('resultType')!r}, not a vector")
+        return [(dict(s["metric"]), s["value"]) for s in data["result"]]
+
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
         # POST: a 30-day query with a long selector can outgrow a GET URL's limit
         request = urllib.request.Request(

@@ -54,6 +54,7 @@ _LAZY_COMMANDS = {
     "dashboards": ("nvwatch.dashboards.preview_command", "dashboards_group"),
     "doctor": ("nvwatch.agent.cli.doctor_command", "doctor_command"),
     "inventory": ("nvwatch.agent.cli.inventory_commands", "inventory_command"),
+    "job": ("nvwatch.agent.cli.job_commands", "job_command"),
     "report": ("nvwatch.agent.cli.report_commands", "report_command"),
     "web-config": ("nvwatch.agent.cli.webconfig_commands", "web_config_group"),
 }

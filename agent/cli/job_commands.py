@@ -1,0 +1,170 @@
+"""`nvwatch job JOBID`: one job's use of its GPUs, its energy and what to change, from
+Prometheus while it holds the job's series and from a job store after it has forgotten
+them (`--store` writes there, as slurmctld's epilog does at each job's end)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+
+from nvwatch.agent.cli.credentials import read_credential
+from nvwatch.agent.cli.options import option
+from nvwatch.common.durations import parse_duration
+from nvwatch.common.http_connection import Connection, ConnectionSetupError
+from nvwatch.report.errors import ReportError
+
+if TYPE_CHECKING:
+    from nvwatch.mixin.config import MixinConfig
+    from nvwatch.report.jobs.model import JobSummary
+
+EXIT_NO_SUMMARY = 3  # no summary anywhere: an unknown job, one pending, or forgotten by all
+
+
+@click.command("job")
+@click.argument("job_id")
+@option("--prometheus", "url", default=None, help="Prometheus (or compatible) base URL.")
+@option(
+    "--job-store",
+    "store_spec",
+    envvar="NVWATCH_JOB_STORE",
+    default=None,
+    help="Where summaries outlive Prometheus: `slurm` (the job's AdminComment, read with "
+    "sacct) or a directory (dir:PATH). Read when Prometheus is not given or has no data "
+    "for the job; written by --store.",
+)
+@option("--store", is_flag=True, help="Write the summary to --job-store (default slurm).")
+@option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@option("--lookback", default="30d", show_default=True, help="How far back to look for it.")
+@option(
+    "--config",
+    "config_path",
+    envvar="NVWATCH_MIXIN_CONFIG",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Mixin config YAML: selectors and the notes' thresholds.",
+)
+@option("--basic-auth-user", default=None, help="User for HTTP basic auth.")
+@option("--basic-auth-password-file", default=None, help="File holding the basic auth password.")
+@option("--bearer-token-file", default=None, help="File holding a bearer token.")
+@option("--ca-file", type=click.Path(dir_okay=False, exists=True), help="CA bundle for https.")
+@option("--insecure-skip-verify", is_flag=True, help="Do not verify the server's certificate.")
+@option("--timeout", default=60.0, show_default=True, help="Seconds to wait for one query.")
+def job_command(
+    job_id: str,
+    url: str | None,
+    store_spec: str | None,
+    store: bool,
+    fmt: str,
+    lookback: str,
+    config_path: str | None,
+    basic_auth_user: str | None,
+    basic_auth_password_file: str | None,
+    bearer_token_file: str | None,
+    ca_file: str | None,
+    insecure_skip_verify: bool,
+    timeout: float,
+) -> None:
+    """Summarise one job: its GPUs' utilization, memory, power and throttling, its
+    traffic, its energy (GPUs' counters and its share of its nodes' BMC power) and notes
+    on what to change. Exit 3: no summary of the job anywhere."""
+    from nvwatch.mixin.config import load
+    from nvwatch.report.jobs.codec import StoreError
+    from nvwatch.report.jobs.fetch import JobNotFound
+    from nvwatch.report.jobs.store import JobNotStored, check_job_id, open_store
+
+    try:
+        check_job_id(job_id)
+        lookback_s = parse_duration(lookback, "--lookback")
+        cfg = load(Path(config_path) if config_path else None)
+        if store and url is None:
+            raise click.UsageError("--store needs --prometheus: the summary is made from it")
+        if url is None and store_spec is None:
+            raise click.UsageError("name --prometheus, --job-store, or both")
+        summary, source = None, ""
+        if url is not None:
+            connection = _connection(
+                url, basic_auth_user, basic_auth_password_file, bearer_token_file, ca_file,
+                insecure_skip_verify, timeout,
+            )  # fmt: skip
+            try:
+                summary, source = _from_prometheus(connection, cfg, job_id, lookback_s)
+            except JobNotFound as err:
+                if store_spec is None or store:
+                    _no_summary(str(err))
+        if store:
+            assert summary is not None
+            target = open_store(store_spec or "slurm")
+            target.put(job_id, summary.to_dict())
+            click.echo(f"stored job {job_id}'s summary in the {target.description}", err=True)
+            return
+        if summary is None:
+            assert store_spec is not None
+            summary, source = _from_store(store_spec, job_id)
+    except JobNotStored as err:
+        _no_summary(str(err))
+    except (ReportError, ConnectionSetupError, StoreError) as err:
+        raise click.ClickException(str(err)) from None
+    if fmt == "json":
+        click.echo(json.dumps({**summary.to_dict(), "source": source}, indent=1))
+    else:
+        from nvwatch.report.jobs.render import render_text
+
+        click.echo(render_text(summary, source), nl=False)
+
+
+def _connection(
+    url: str,
+    user: str | None,
+    password_file: str | None,
+    token_file: str | None,
+    ca_file: str | None,
+    insecure: bool,
+    timeout: float,
+) -> Connection:
+    password = read_credential(password_file, "--basic-auth-password-file")
+    if password is not None and user is None:
+        raise click.UsageError("--basic-auth-password-file needs --basic-auth-user")
+    return Connection(
+        url=url,
+        url_flag="--prometheus",
+        basic_auth=(user, password or "") if user else None,
+        bearer_token=read_credential(token_file, "--bearer-token-file"),
+        ca_file=Path(ca_file) if ca_file else None,
+        insecure_tls=insecure,
+        timeout_seconds=timeout,
+    )
+
+
+def _from_prometheus(
+    connection: Connection, cfg: MixinConfig, job_id: str, lookback_s: float
+) -> tuple[JobSummary, str]:
+    from nvwatch.report.jobs.fetch import fetch_summary
+    from nvwatch.report.jobs.model import JobSummary
+    from nvwatch.report.prom import PrometheusClient
+
+    fetched = fetch_summary(PrometheusClient(connection), cfg, job_id, time.time(), lookback_s)
+    # what is printed has been through the store's rounding: a stored copy prints the same
+    return JobSummary.from_dict(fetched.to_dict()), f"Prometheus {connection.url}"
+
+
+def _from_store(spec: str, job_id: str) -> tuple[JobSummary, str]:
+    from nvwatch.report.jobs.model import JobSummary
+    from nvwatch.report.jobs.store import open_store
+
+    target = open_store(spec)
+    data = target.get(job_id)
+    try:
+        return JobSummary.from_dict(data), f"{target.description}, stored at the job's end"
+    except (TypeError, ValueError) as err:
+        from nvwatch.report.jobs.codec import StoreError
+
+        raise StoreError(f"job {job_id}'s stored summary cannot be read: {err}") from None
+
+
+def _no_summary(message: str) -> NoReturn:
+    click.echo(f"nvwatch: error: {' '.join(message.split())}", err=True)
+    sys.exit(EXIT_NO_SUMMARY)

@@ -1,0 +1,1 @@
+"""One job's use of what it held: `nvwatch job`, its store past retention, its notes."""

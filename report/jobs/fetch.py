@@ -1,0 +1,264 @@
+"""One job's summary from Prometheus: where it ran, how long, and its GPUs' series over
+its life.
+
+The job's GPUs and life come from `nvwatch_gpu_allocation_info{job_id=...}` (GPU series
+carry no job labels): a coarse range query over the lookback finds the steps it was
+seen, and raw samples at both ends give the first and last scrape exactly. Every figure
+is then one instant query at the last scrape over a window the length of the life, on
+the job's nodes only; the job's GPUs are picked out of the answers by (instance, gpu).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.report.errors import ReportError
+from nvwatch.report.jobs.model import (
+    EXCLUSIVE,
+    GPU_SHARE,
+    GpuUse,
+    JobSummary,
+    NodeShare,
+    PortUse,
+    totals,
+)
+from nvwatch.report.jobs.notes import notes_for
+from nvwatch.report.prom import PrometheusClient
+
+LIFE_POINTS = 1000  # points of the coarse search over the lookback
+STALENESS_S = 330.0  # Prometheus' lookback delta (5 min) and a scrape to spare
+
+
+class JobNotFound(ReportError):
+    """No GPU was allocated to the job in the lookback."""
+
+
+@dataclass(frozen=True)
+class Life:
+    start: float
+    end: float
+    cluster: str
+    user: str
+    account: str
+    gpus: tuple[tuple[str, str], ...]  # (instance, gpu), sorted
+
+    @property
+    def window(self) -> str:
+        """The life as a range ending at `end` that leaves the sample at `start` out, as
+        each sample stands for the scrape interval before it: a millisecond short of the
+        life, so Prometheus 2 (ranges closed at both ends) and 3 (open at the start)
+        agree."""
+        return f"{max(1, round((self.end - self.start) * 1000) - 1)}ms"
+
+    @property
+    def counter_window(self) -> str:
+        """One second more: the counters' first sample, at `start`, is inside."""
+        return f"{max(1, math.ceil(self.end - self.start)) + 1}s"
+
+    @property
+    def instances(self) -> list[str]:
+        return sorted({i for i, _ in self.gpus})
+
+
+def fetch_summary(
+    client: PrometheusClient, cfg: MixinConfig, job_id: str, now: float, lookback_s: float
+) -> JobSummary:
+    life = find_life(client, cfg, job_id, now, lookback_s)
+    q = _Queries(client, cfg, life)
+    per_gpu, events, models = q.gpu_figures(), q.clock_events(), q.models()
+    gpus = tuple(
+        _gpu_use(key, per_gpu, events.get(key, {}), models.get(key, "")) for key in life.gpus
+    )
+    summary = JobSummary(
+        job_id=job_id,
+        cluster=life.cluster,
+        user=life.user,
+        account=life.account,
+        start=life.start,
+        end=life.end,
+        gpus=gpus,
+        ports=q.ports(),
+        nodes=q.node_shares(),
+        grid_intensity_g_per_kwh=cfg.grid_intensity_g_per_kwh,
+        **totals(gpus),
+    )
+    return notes_for(summary, cfg, q.cluster_median_utilization(), q.stragglers(job_id))
+
+
+def find_life(
+    client: PrometheusClient, cfg: MixinConfig, job_id: str, now: float, lookback_s: float
+) -> Life:
+    inst = cfg.instance_label
+    alloc = f"nvwatch_gpu_allocation_info{cfg.sel(f'job_id={_quote(job_id)}')}"
+    by = f"{cfg.cluster_label}, {inst}, gpu, user, account"
+    step = max(15.0, lookback_s / LIFE_POINTS)
+    found = client.query_range(f"max by ({by}) ({alloc})", now - lookback_s, now, step).series
+    stamps = [float(t) for _, values in found for t, _ in values]
+    if not stamps:
+        raise JobNotFound(
+            f"job {job_id} held no GPU in the last {lookback_s / 86400:g} days of this "
+            "Prometheus: a wrong id, a job older than its retention, or one that has not "
+            "started"
+        )
+    reach = f"[{math.ceil(step + STALENESS_S)}s]"
+    first = client.query(f"{alloc}{reach}", min(stamps))
+    last = client.query(f"{alloc}{reach}", min(now, max(stamps) + step))
+    start = min(float(t) for _, values in first for t, _ in values)
+    end = max(float(t) for _, values in last for t, _ in values)
+    labels = found[0][0]
+    return Life(
+        start=start,
+        end=max(end, start),
+        cluster=labels.get(cfg.cluster_label, ""),
+        user=labels.get("user", ""),
+        account=labels.get("account", ""),
+        gpus=tuple(sorted({(s.get(inst, ""), s.get("gpu", "")) for s, _ in found})),
+    )
+
+
+class _Queries:
+    """The instant queries over the job's life, on its nodes."""
+
+    def __init__(self, client: PrometheusClient, cfg: MixinConfig, life: Life) -> None:
+        self.client, self.cfg, self.life = client, cfg, life
+        names = "|".join(_regex_escape(i) for i in life.instances)
+        self.nodes = f'{cfg.instance_label}=~"{names}"'
+
+    def _at_end(self, expr: str) -> list[tuple[dict[str, str], Any]]:
+        return self.client.query(expr, self.life.end)
+
+    def _per_gpu(self, fn: str, metric: str) -> dict[tuple[str, str], float]:
+        expr = f"{fn}({metric}{self.cfg.sel(self.nodes)}[{self.life.window}])"
+        return {_gpu_key(self.cfg, s): float(v[1]) for s, v in self._at_end(expr)}
+
+    def gpu_figures(self) -> dict[str, dict[tuple[str, str], float]]:
+        figures = {
+            "utilization": self._per_gpu("avg_over_time", "nvwatch_gpu_utilization_ratio"),
+            "sm_active": self._per_gpu("avg_over_time", "nvwatch_gpu_sm_active_ratio"),
+            "tensor_active": self._per_gpu("avg_over_time", "nvwatch_gpu_tensor_active_ratio"),
+            "memory_peak_bytes": self._per_gpu("max_over_time", "nvwatch_gpu_memory_used_bytes"),
+            "memory_total_bytes": self._per_gpu("max_over_time", "nvwatch_gpu_memory_total_bytes"),
+            "power_mean_watts": self._per_gpu("avg_over_time", "nvwatch_gpu_power_watts"),
+            "power_limit_watts": self._per_gpu("avg_over_time", "nvwatch_gpu_power_limit_watts"),
+            "energy_joules": self._counter_deltas("nvwatch_gpu_energy_joules_total"),
+            "nvlink_bytes": self._nvlink_bytes(),
+        }
+        return figures
+
+    def _counter_deltas(self, metric: str) -> dict[tuple[str, str], float]:
+        """Each GPU's counter over the life from its raw samples, across resets."""
+        expr = f"{metric}{self.cfg.sel(self.nodes)}[{self.life.counter_window}]"
+        return {_gpu_key(self.cfg, s): counter_delta(v) for s, v in self._at_end(expr)}
+
+    def _nvlink_bytes(self) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        by = f"{self.cfg.instance_label}, gpu"
+        for way in ("transmit", "receive"):
+            metric = f"nvwatch_nvlink_{way}_bytes_total{self.cfg.sel(self.nodes)}"
+            expr = f"sum by ({by}) (increase({metric}[{self.life.counter_window}]))"
+            for labels, value in self._at_end(expr):
+                key = _gpu_key(self.cfg, labels)
+                out[key] = out.get(key, 0.0) + float(value[1])
+        return out
+
+    def clock_events(self) -> dict[tuple[str, str], dict[str, float]]:
+        metric = f"nvwatch_gpu_clock_event_active{self.cfg.sel(self.nodes)}"
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for labels, value in self._at_end(f"avg_over_time({metric}[{self.life.window}])"):
+            share = float(value[1])
+            if share > 0:
+                out.setdefault(_gpu_key(self.cfg, labels), {})[labels.get("reason", "")] = share
+        return out
+
+    def models(self) -> dict[tuple[str, str], str]:
+        info = f"nvwatch_gpu_info{self.cfg.sel(self.nodes)}"
+        found = self._at_end(f"max_over_time({info}[{self.life.window}])")
+        return {_gpu_key(self.cfg, s): s.get("name", "") for s, _ in found}
+
+    def ports(self) -> tuple[PortUse, ...]:
+        inst = self.cfg.instance_label
+        rows: dict[tuple[str, str, str], list[float]] = {}
+        for index, way in enumerate(("transmit", "receive")):
+            metric = f"nvwatch_ib_port_{way}_bytes_total{self.cfg.ib_sel(self.nodes)}"
+            expr = f"increase({metric}[{self.life.counter_window}])"
+            for labels, value in self._at_end(expr):
+                key = (labels.get(inst, ""), labels.get("device", ""), labels.get("port", ""))
+                rows.setdefault(key, [0.0, 0.0])[index] += float(value[1])
+        return tuple(PortUse(i, d, p, tx, rx) for (i, d, p), (tx, rx) in sorted(rows.items()))
+
+    def node_shares(self) -> tuple[NodeShare, ...]:
+        inst = self.cfg.instance_label
+        info = f"max_over_time(nvwatch_gpu_info{self.cfg.sel(self.nodes)}[{self.life.window}])"
+        counted = self._at_end(f"count by ({inst}) ({info})")
+        totals_ = {s.get(inst, ""): int(float(v[1])) for s, v in counted}
+        power = f"nvwatch_bmc_power_watts{self.cfg.bmc_sel(self.nodes)}"
+        watts: dict[str, float] = {}
+        for labels, value in self._at_end(f"avg_over_time({power}[{self.life.window}])"):
+            node = labels.get(inst, "")
+            watts[node] = max(watts.get(node, 0.0), float(value[1]))  # the node's input
+        held = {n: sum(1 for i, _ in self.life.gpus if i == n) for n in self.life.instances}
+        span = self.life.end - self.life.start
+        return tuple(
+            NodeShare(
+                instance=node,
+                gpus_held=held[node],
+                gpus_total=totals_.get(node, held[node]),
+                method=EXCLUSIVE if held[node] >= totals_.get(node, held[node]) else GPU_SHARE,
+                node_energy_joules=watts[node] * span if node in watts else None,
+            )
+            for node in self.life.instances
+        )
+
+    def cluster_median_utilization(self) -> float | None:
+        """The median of every allocated GPU's mean utilization over the same window."""
+        by = f"{self.cfg.instance_label}, gpu"
+        window = self.life.window
+        util = f"avg_over_time(nvwatch_gpu_utilization_ratio{self.cfg.sel()}[{window}])"
+        held = f"max_over_time(nvwatch_gpu_allocation_info{self.cfg.sel()}[{window}])"
+        found = self._at_end(f"quantile(0.5, {util} and on ({by}) {held})")
+        return float(found[0][1][1]) if found else None
+
+    def stragglers(self, job_id: str) -> list[dict[str, str]]:
+        alerts = (
+            f'ALERTS{{alertname="NvwatchJobStraggler", alertstate="firing", '
+            f"job_id={_quote(job_id)}}}"
+        )
+        return [s for s, _ in self._at_end(f"max_over_time({alerts}[{self.life.window}])")]
+
+
+def _gpu_use(
+    key: tuple[str, str],
+    figures: dict[str, dict[tuple[str, str], float]],
+    events: dict[str, float],
+    model: str,
+) -> GpuUse:
+    values = {name: by_gpu.get(key) for name, by_gpu in figures.items()}
+    return GpuUse(instance=key[0], gpu=key[1], model=model, clock_events=events, **values)
+
+
+def counter_delta(samples: Iterable[list[Any]]) -> float:
+    """A counter's increase over its raw samples, a reset counting from zero."""
+    values = [float(v) for _, v in samples]
+    total = 0.0
+    for before, after in itertools.pairwise(values):
+        total += after - before if after >= before else after
+    return total
+
+
+def _gpu_key(cfg: MixinConfig, labels: dict[str, str]) -> tuple[str, str]:
+    return labels.get(cfg.instance_label, ""), labels.get("gpu", "")
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _regex_escape(value: str) -> str:
+    """A literal inside a PromQL regex string: RE2's escape, then the string's."""
+    return re.escape(value).replace("\\", "\\\\")

@@ -1,0 +1,143 @@
+"""Where a job's summary outlives Prometheus: Slurm's AdminComment, or a directory.
+
+`--job-store slurm` writes the encoded summary into the job's AdminComment with
+`scontrol update` (slurmctld's epilog runs as SlurmUser, which may) and reads it back
+with `sacct`, so it lasts as long as the site's accounting does, as jobstats' does. A
+site without slurmdbd names a directory instead: one JSON file per job.
+
+Neither store overwrites what another tool wrote: an AdminComment that holds anything
+but an nvwatch summary (jobstats' `JS1:` among them) is left alone, with one line saying
+so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nvwatch.report.jobs.codec import StoreError, decode, encode_within, is_ours
+
+SLURM = "slurm"
+COMMAND_TIMEOUT_S = 30.0
+# a job id as Slurm prints one: 1234, an array task 1234_7, a het component 1234+1
+_JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
+
+
+class JobNotStored(StoreError):
+    """The store holds nothing for the job (or the job is not one it can hold yet)."""
+
+
+class JobStore(Protocol):
+    @property
+    def description(self) -> str: ...
+
+    def put(self, job_id: str, summary: dict[str, Any]) -> None: ...
+
+    def get(self, job_id: str) -> dict[str, Any]: ...
+
+
+def check_job_id(job_id: str) -> str:
+    if not _JOB_ID.match(job_id):
+        raise StoreError(f"{job_id!r} is not a Slurm job id (digits, 12_3 or 12+1)")
+    return job_id
+
+
+def open_store(spec: str) -> JobStore:
+    """`slurm`, or a directory (`dir:PATH` or a path)."""
+    if spec == SLURM:
+        return SlurmStore()
+    path = spec.removeprefix("dir:")
+    if not path:
+        raise StoreError("--job-store: name `slurm` or a directory")
+    return DirectoryStore(Path(path))
+
+
+@dataclass
+class DirectoryStore:
+    root: Path
+
+    @property
+    def description(self) -> str:
+        return f"job store {self.root}"
+
+    def _file(self, job_id: str) -> Path:
+        return self.root / f"{check_job_id(job_id)}.json"
+
+    def put(self, job_id: str, summary: dict[str, Any]) -> None:
+        target = self._file(job_id)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # a reader never sees half a file: written aside, then renamed over
+            fd, name = tempfile.mkstemp(dir=self.root, prefix=f".{job_id}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(summary, out, sort_keys=True, separators=(",", ":"))
+            os.chmod(name, 0o644)
+            os.replace(name, target)
+        except OSError as err:
+            raise StoreError(f"cannot write {target}: {err.strerror or err}") from None
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        path = self._file(job_id)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise JobNotStored(f"job {job_id} is not in the {self.description}") from None
+        except (OSError, ValueError) as err:
+            raise StoreError(f"cannot read {path}: {err}") from None
+        if not isinstance(data, dict):
+            raise StoreError(f"{path} does not hold a job summary")
+        return data
+
+
+@dataclass
+class SlurmStore:
+    description: str = "Slurm AdminComment (sacct)"
+
+    def put(self, job_id: str, summary: dict[str, Any]) -> None:
+        current = self._admin_comment(check_job_id(job_id))
+        if current and not is_ours(current):
+            owner = "jobstats (JS1:)" if current.startswith("JS1:") else "another tool"
+            raise StoreError(
+                f"job {job_id}'s AdminComment already holds {owner}'s text: left as it is"
+            )
+        _run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={encode_within(summary)}"])
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        comment = self._admin_comment(check_job_id(job_id))
+        if not comment:
+            raise JobNotStored(f"job {job_id} has no nvwatch summary in its AdminComment")
+        return decode(comment)
+
+    def _admin_comment(self, job_id: str) -> str:
+        out = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,AdminComment"])
+        rows = [line.split("|", 2) for line in out.splitlines() if line.strip()]
+        rows = [r for r in rows if len(r) == 3 and r[0] == job_id]
+        if not rows:
+            raise JobNotStored(
+                f"job {job_id} is not in Slurm's accounting: older than its retention, or never ran"
+            )
+        _, state, comment = rows[-1]
+        if state.split()[0] == "PENDING":
+            raise JobNotStored(f"job {job_id} is still pending: nothing to summarise yet")
+        return comment.strip()
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError:
+        raise StoreError(
+            f"{argv[0]} is not on PATH: the Slurm store needs Slurm's commands"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise StoreError(f"{argv[0]} did not answer in {COMMAND_TIMEOUT_S:g}s") from None
+    if done.returncode != 0:
+        message = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise StoreError(f"{argv[0]} failed: {message[-1] if message else done.returncode}")
+    return done.stdout

@@ -1,0 +1,155 @@
+"""`nvwatch job` against a real Prometheus holding two jobs written by hand
+(tests/report/job_series.py): every figure is arithmetic on that file's constants, every
+note is raised where its episode is and nowhere else, and a summary kept in a job store
+prints the same as the one made from Prometheus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvwatch.sim.ports import free_port
+from tests.history.backfill import backfill, serve_tsdb
+from tests.report import job_series as js
+
+NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
+KWH = 3.6e6
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+    work = tmp_path_factory.mktemp("job-prometheus")
+    first = float(int(time.time()) - js.SPAN_S - 600)
+    history = work / "jobs.om"
+    js.write_openmetrics(history, first)
+    backfill(history, work / "tsdb", days=1)
+    with serve_tsdb(work / "tsdb", work, days=1, step=js.STEP_S) as url:
+        yield url, first
+
+
+def _job(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NVWATCH, "job", *args], capture_output=True, text=True, timeout=120)
+
+
+def _json(url: str, job: str, *more: str) -> dict[str, Any]:
+    done = _job(job, "--prometheus", url, "--format", "json", *more)
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def _gpus(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(g["instance"], g["gpu"]): g for g in data["gpus"]}
+
+
+def test_the_jobs_life_owner_and_gpus(prometheus: tuple[str, float]) -> None:
+    url, first = prometheus
+    data = _json(url, "4711")
+    assert data["start"] == pytest.approx(first + js.JOB_A.start, abs=0.01)
+    assert data["end"] == pytest.approx(first + js.JOB_A.end, abs=0.01)
+    assert (data["user"], data["account"], data["cluster"]) == ("alice", "ml", "c1")
+    assert sorted(_gpus(data)) == sorted((n, str(g)) for n, g in js.A_GPUS)
+    assert data["gpu_count"] == 12
+    assert data["source"].startswith("Prometheus http://127.0.0.1:")
+
+
+def test_every_figure_per_gpu(prometheus: tuple[str, float]) -> None:
+    gpus = _gpus(_json(prometheus[0], "4711"))
+    life = js.JOB_A.end - js.JOB_A.start  # 3600 s: 240 steps of 15 s
+    for g in range(7):
+        row = gpus["n1", str(g)]
+        assert row["utilization"] == pytest.approx(0.9)
+        # figures keep 4 significant digits (report/jobs/model.py): what a summary needs
+        assert row["memory_peak_bytes"] == pytest.approx(40 * js.GIB, rel=1e-3)
+        assert row["memory_total_bytes"] == pytest.approx(80 * js.GIB, rel=1e-3)
+        assert (row["power_mean_watts"], row["power_limit_watts"]) == (300, 400)
+        assert row["energy_joules"] == pytest.approx(300 * life)  # 1.08 MJ
+        assert row["model"] == js.GPU_NAME
+    assert gpus["n1", "7"]["utilization"] == 0
+    assert gpus["n1", "7"]["energy_joules"] == pytest.approx(60 * life)
+    # the counter restarted from zero halfway: still every joule of the hour
+    assert gpus["n2", "0"]["energy_joules"] == pytest.approx(280 * life)
+    # sw_power_cap held over the job's first 30 %: samples 0..1065 s after the start, of
+    # which the window (start, end] holds 71 of its 240
+    assert gpus["n2", "1"]["clock_events"] == {"sw_power_cap": pytest.approx(71 / 240, rel=1e-3)}
+    assert gpus["n2", "2"]["clock_events"] == {}
+    assert gpus["n2", "2"]["sm_active"] is None  # no GPM series: absent, not zero
+
+
+def test_the_totals_and_the_energy_split(prometheus: tuple[str, float]) -> None:
+    data = _json(prometheus[0], "4711")
+    life = 3600
+    assert data["utilization"] == pytest.approx((7 * 0.9 + 0 + 4 * 0.8) / 12, rel=1e-3)
+    gpu_energy = (7 * 300 + 60 + 4 * 280) * life
+    assert data["gpu_energy_joules"] == pytest.approx(gpu_energy, rel=1e-3)
+    nodes = {n["instance"]: n for n in data["nodes"]}
+    # n1: every GPU the job's, so the whole node; n2: 4 of its 8 GPUs, half of it
+    assert nodes["n1"]["method"] == "exclusive"
+    assert nodes["n1"]["node_energy_joules"] == pytest.approx(5000 * life, rel=1e-3)
+    assert nodes["n2"]["method"] == "gpu-share"
+    assert (nodes["n2"]["gpus_held"], nodes["n2"]["gpus_total"]) == (4, 8)
+    assert nodes["n2"]["node_energy_joules"] == pytest.approx(4000 * life, rel=1e-3)
+
+
+def test_the_notes_are_raised_where_their_episode_is(prometheus: tuple[str, float]) -> None:
+    a = {n["code"]: n for n in _json(prometheus[0], "4711")["notes"]}
+    # n1/7 idle; n2/1 capped 30 % > 20 %; two nodes whose port counters did not move
+    assert set(a) == {"idle-gpus", "power-capped", "idle-infiniband"}
+    assert "1 of its 12 GPUs" in a["idle-gpus"]["text"] and "n1/7" in a["idle-gpus"]["text"]
+    assert a["idle-gpus"]["gpu_hours"] == pytest.approx(1.0)
+    assert "gpu_allocated_idle_utilization" in a["idle-gpus"]["threshold"]
+    assert "job_throttled_ratio" in a["power-capped"]["threshold"]
+    b = {n["code"]: n for n in _json(prometheus[0], "4712")["notes"]}
+    # 10 % busy against a median of 80 % over its half hour; 4 GiB of 80 at most: 1g slice
+    assert set(b) == {"low-utilization", "small-memory"}
+    assert "10% busy against 80%" in b["low-utilization"]["text"]
+    assert "1g MIG slice" in b["small-memory"]["text"]
+
+
+def test_carbon_from_the_configured_grid_intensity(
+    prometheus: tuple[str, float], tmp_path: Path
+) -> None:
+    config = tmp_path / "mixin.yaml"
+    config.write_text("grid_intensity_g_per_kwh: 400\n")
+    data = _json(prometheus[0], "4711", "--config", str(config))
+    node_kwh = (5000 + 4000 / 2) * 3600 / KWH  # 7 kWh
+    assert data["grid_intensity_g_per_kwh"] == 400
+    text = _job("4711", "--prometheus", prometheus[0], "--config", str(config)).stdout
+    assert f"{node_kwh * 0.4:.1f} kg CO2" in text
+    assert "kg CO2" not in _job("4711", "--prometheus", prometheus[0]).stdout
+
+
+def test_a_stored_summary_prints_the_same_without_prometheus(
+    prometheus: tuple[str, float], tmp_path: Path
+) -> None:
+    store = f"dir:{tmp_path / 'jobs'}"
+    stored = _job("4711", "--prometheus", prometheus[0], "--store", "--job-store", store)
+    assert stored.returncode == 0, stored.stderr
+    live = _job("4711", "--prometheus", prometheus[0]).stdout
+    kept = _job("4711", "--job-store", store)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.splitlines()[:-1] == live.splitlines()[:-1]
+    assert (
+        kept.stdout.splitlines()[-1]
+        == f"source: job store {tmp_path / 'jobs'}, stored at the job's end"
+    )
+
+
+def test_unknown_job_and_unreachable_prometheus_are_one_line(
+    prometheus: tuple[str, float], tmp_path: Path
+) -> None:
+    unknown = _job("99999", "--prometheus", prometheus[0])
+    assert unknown.returncode == 3 and unknown.stdout == ""
+    assert unknown.stderr.count("\n") == 1 and "job 99999 held no GPU" in unknown.stderr
+    missing = _job("99999", "--job-store", f"dir:{tmp_path}")
+    assert missing.returncode == 3 and "not in the job store" in missing.stderr
+    down = _job("4711", "--prometheus", f"http://127.0.0.1:{free_port('127.0.0.1')}")
+    assert down.returncode == 2 and down.stderr.count("\n") == 1
+    assert "cannot reach Prometheus" in down.stderr and "Traceback" not in down.stderr
