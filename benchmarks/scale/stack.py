@@ -35,6 +35,7 @@ from tests.e2e.service_commands import (
 
 CLUSTER = "seed"
 FIRST_SYNC_JOB_ID = 5001
+FLEET_STOP_S = 120.0
 NODES_PER_LEAF = 4  # 4 EDR ports per DGX-1: 16 host ports on a 36-port leaf switch
 
 
@@ -233,5 +234,7 @@ class Stack:
 
     def close(self) -> None:
         self.sampler.stop()
-        for process in reversed(list(self.processes.values())):
-            stop(process)
+        for name, process in reversed(list(self.processes.items())):
+            # a fleet of a hundred nodes needs more than seconds to stop each node and
+            # remove its sysfs trees in /dev/shm; killed, it would leave them there
+            stop(process, grace=FLEET_STOP_S if name == "fleet" else 5.0)
