@@ -25,8 +25,12 @@ class StoreError(Exception):
     """A summary that cannot be stored or read back: one line for the user."""
 
 
+_COLUMNS = "_columns"
+
+
 def encode(summary: dict[str, Any]) -> str:
-    text = json.dumps(summary, sort_keys=True, separators=(",", ":"))
+    packed = {k: _to_columns(v) for k, v in summary.items()}
+    text = json.dumps(packed, sort_keys=True, separators=(",", ":"))
     return PREFIX + base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
 
 
@@ -58,7 +62,28 @@ def decode(text: str) -> dict[str, Any]:
         raise StoreError(f"the stored nvwatch summary is corrupt ({err})") from None
     if not isinstance(data, dict):
         raise StoreError("the stored nvwatch summary is not an object")
-    return data
+    return {k: _from_columns(v) for k, v in data.items()}
+
+
+def _to_columns(value: Any) -> Any:
+    """Rows of one shape (a job's GPUs, its ports) as one list per field: like figures
+    side by side compress to two thirds of the rows' size."""
+    if not (isinstance(value, list) and value and all(isinstance(r, dict) for r in value)):
+        return value
+    keys = sorted(value[0])
+    if any(sorted(row) != keys for row in value):
+        return value
+    return {_COLUMNS: {k: [row[k] for row in value] for k in keys}}
+
+
+def _from_columns(value: Any) -> Any:
+    if not (isinstance(value, dict) and set(value) == {_COLUMNS}):
+        return value
+    columns = value[_COLUMNS]
+    if not isinstance(columns, dict) or len({len(c) for c in columns.values()}) > 1:
+        raise StoreError("the stored nvwatch summary is corrupt (uneven columns)")
+    count = len(next(iter(columns.values()), []))
+    return [{k: c[i] for k, c in columns.items()} for i in range(count)]
 
 
 def _start(text: str) -> str:

@@ -149,9 +149,10 @@ def totals(gpus: tuple[GpuUse, ...]) -> dict[str, Any]:
 
 
 def _compact(value: Any) -> Any:
-    """Floats to 4 significant digits (what a summary needs, a third of the bytes)."""
+    """Floats to 3 significant digits: what a summary needs, and a 64-GPU job's summary then
+    fits an AdminComment whole."""
     if isinstance(value, float):
-        return float(f"{value:.4g}")
+        return float(f"{value:.3g}")
     if isinstance(value, dict):
         return {k: _compact(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -21,6 +21,8 @@ from tests.report import job_series as js
 
 NVWATCH = [sys.executable, "-m", "nvwatch.agent.cli"]
 KWH = 3.6e6
+# figures keep 3 significant digits (report/jobs/model.py): what a summary needs
+DIGITS = 5e-3
 
 
 @pytest.fixture(scope="module")
@@ -65,20 +67,19 @@ def test_every_figure_per_gpu(prometheus: tuple[str, float]) -> None:
     life = js.JOB_A.end - js.JOB_A.start  # 3600 s: 240 steps of 15 s
     for g in range(7):
         row = gpus["n1", str(g)]
-        assert row["utilization"] == pytest.approx(0.9)
-        # figures keep 4 significant digits (report/jobs/model.py): what a summary needs
-        assert row["memory_peak_bytes"] == pytest.approx(40 * js.GIB, rel=1e-3)
-        assert row["memory_total_bytes"] == pytest.approx(80 * js.GIB, rel=1e-3)
+        assert row["utilization"] == pytest.approx(0.9, rel=DIGITS)
+        assert row["memory_peak_bytes"] == pytest.approx(40 * js.GIB, rel=DIGITS)
+        assert row["memory_total_bytes"] == pytest.approx(80 * js.GIB, rel=DIGITS)
         assert (row["power_mean_watts"], row["power_limit_watts"]) == (300, 400)
-        assert row["energy_joules"] == pytest.approx(300 * life)  # 1.08 MJ
+        assert row["energy_joules"] == pytest.approx(300 * life, rel=DIGITS)  # 1.08 MJ
         assert row["model"] == js.GPU_NAME
     assert gpus["n1", "7"]["utilization"] == 0
-    assert gpus["n1", "7"]["energy_joules"] == pytest.approx(60 * life)
+    assert gpus["n1", "7"]["energy_joules"] == pytest.approx(60 * life, rel=DIGITS)
     # the counter restarted from zero halfway: still every joule of the hour
-    assert gpus["n2", "0"]["energy_joules"] == pytest.approx(280 * life)
+    assert gpus["n2", "0"]["energy_joules"] == pytest.approx(280 * life, rel=DIGITS)
     # sw_power_cap held over the job's first 30 %: samples 0..1065 s after the start, of
     # which the window (start, end] holds 71 of its 240
-    assert gpus["n2", "1"]["clock_events"] == {"sw_power_cap": pytest.approx(71 / 240, rel=1e-3)}
+    assert gpus["n2", "1"]["clock_events"] == {"sw_power_cap": pytest.approx(71 / 240, rel=DIGITS)}
     assert gpus["n2", "2"]["clock_events"] == {}
     assert gpus["n2", "2"]["sm_active"] is None  # no GPM series: absent, not zero
 
@@ -86,16 +87,16 @@ def test_every_figure_per_gpu(prometheus: tuple[str, float]) -> None:
 def test_the_totals_and_the_energy_split(prometheus: tuple[str, float]) -> None:
     data = _json(prometheus[0], "4711")
     life = 3600
-    assert data["utilization"] == pytest.approx((7 * 0.9 + 0 + 4 * 0.8) / 12, rel=1e-3)
+    assert data["utilization"] == pytest.approx((7 * 0.9 + 0 + 4 * 0.8) / 12, rel=DIGITS)
     gpu_energy = (7 * 300 + 60 + 4 * 280) * life
-    assert data["gpu_energy_joules"] == pytest.approx(gpu_energy, rel=1e-3)
+    assert data["gpu_energy_joules"] == pytest.approx(gpu_energy, rel=DIGITS)
     nodes = {n["instance"]: n for n in data["nodes"]}
     # n1: every GPU the job's, so the whole node; n2: 4 of its 8 GPUs, half of it
     assert nodes["n1"]["method"] == "exclusive"
-    assert nodes["n1"]["node_energy_joules"] == pytest.approx(5000 * life, rel=1e-3)
+    assert nodes["n1"]["node_energy_joules"] == pytest.approx(5000 * life, rel=DIGITS)
     assert nodes["n2"]["method"] == "gpu-share"
     assert (nodes["n2"]["gpus_held"], nodes["n2"]["gpus_total"]) == (4, 8)
-    assert nodes["n2"]["node_energy_joules"] == pytest.approx(4000 * life, rel=1e-3)
+    assert nodes["n2"]["node_energy_joules"] == pytest.approx(4000 * life, rel=DIGITS)
 
 
 def test_the_notes_are_raised_where_their_episode_is(prometheus: tuple[str, float]) -> None:
@@ -103,7 +104,7 @@ def test_the_notes_are_raised_where_their_episode_is(prometheus: tuple[str, floa
     # n1/7 idle; n2/1 capped 30 % > 20 %; two nodes whose port counters did not move
     assert set(a) == {"idle-gpus", "power-capped", "idle-infiniband"}
     assert "1 of its 12 GPUs" in a["idle-gpus"]["text"] and "n1/7" in a["idle-gpus"]["text"]
-    assert a["idle-gpus"]["gpu_hours"] == pytest.approx(1.0)
+    assert a["idle-gpus"]["gpu_hours"] == pytest.approx(1.0, rel=DIGITS)
     assert "gpu_allocated_idle_utilization" in a["idle-gpus"]["threshold"]
     assert "job_throttled_ratio" in a["power-capped"]["threshold"]
     b = {n["code"]: n for n in _json(prometheus[0], "4712")["notes"]}
