@@ -1,11 +1,15 @@
-"""A job summary as text for a Slurm AdminComment: `NVW1:` + base64(zlib(JSON)).
+"""A job summary as text for a Slurm AdminComment: `NVW1:` + base32(LZMA(JSON)).
 
-The format is jobstats' (Princeton), whose epilog writes `JS1:` and the same kind of
-blob into the same field; the prefix tells the two apart, so neither tool reads or
-overwrites the other's. AdminComment is a text column in slurmdbd's database; keeping
-ours within LIMIT_BYTES leaves room and keeps `sacct` output readable. A summary too large
-(hundreds of GPUs) drops its per-GPU and per-port rows before it fails: the job's totals
-and its notes are what a review reads after retention.
+jobstats (Princeton) keeps its summaries in the same field behind `JS1:`; the prefix
+tells the two apart, so neither tool reads or overwrites the other's. Base32, not
+base64: `sacctmgr update job ... set AdminComment=` lowercases what it stores (Slurm
+22.05, measured in tests/slurm/test_job_store.py), and base32 decodes again once upper-
+cased; raw LZMA2 (no container) wins back what base32's longer text costs.
+
+AdminComment is a text column in slurmdbd's database; keeping ours within LIMIT_BYTES
+leaves room and keeps `sacct` output readable. A summary too large (hundreds of GPUs)
+drops its per-GPU and per-port rows before it fails: the job's totals and its notes are
+what a review reads after retention.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import zlib
+import lzma
 from typing import Any
 
 PREFIX = "NVW1:"
@@ -26,12 +30,15 @@ class StoreError(Exception):
 
 
 _COLUMNS = "_columns"
+# a 64 KiB dictionary: the text is a few KB, and a decoder allocates the dictionary
+_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9, "dict_size": 1 << 16}]
 
 
 def encode(summary: dict[str, Any]) -> str:
     packed = {k: _to_columns(v) for k, v in summary.items()}
     text = json.dumps(packed, sort_keys=True, separators=(",", ":"))
-    return PREFIX + base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
+    blob = lzma.compress(text.encode(), format=lzma.FORMAT_RAW, filters=_FILTERS)
+    return PREFIX + base64.b32encode(blob).decode("ascii").rstrip("=")
 
 
 def encode_within(summary: dict[str, Any], limit: int = LIMIT_BYTES) -> str:
@@ -47,18 +54,24 @@ def encode_within(summary: dict[str, Any], limit: int = LIMIT_BYTES) -> str:
 
 
 def is_ours(text: str) -> bool:
-    return text.startswith(PREFIX)
+    return text.upper().startswith(PREFIX)
+
+
+def is_jobstats(text: str) -> bool:
+    return text.upper().startswith(JOBSTATS_PREFIX)
 
 
 def decode(text: str) -> dict[str, Any]:
     text = text.strip()
-    if text.startswith(JOBSTATS_PREFIX):
+    if is_jobstats(text):
         raise StoreError("the AdminComment was written by jobstats (JS1:), not by nvwatch")
-    if not text.startswith(PREFIX):
+    if not is_ours(text):
         raise StoreError(f"the AdminComment is not an nvwatch summary: {_start(text)!r}")
+    body = text[len(PREFIX) :].upper()
     try:
-        data = json.loads(zlib.decompress(base64.b64decode(text[len(PREFIX) :], validate=True)))
-    except (binascii.Error, zlib.error, ValueError) as err:
+        blob = base64.b32decode(body + "=" * (-len(body) % 8))
+        data = json.loads(lzma.decompress(blob, format=lzma.FORMAT_RAW, filters=_FILTERS))
+    except (binascii.Error, lzma.LZMAError, ValueError) as err:
         raise StoreError(f"the stored nvwatch summary is corrupt ({err})") from None
     if not isinstance(data, dict):
         raise StoreError("the stored nvwatch summary is not an object")

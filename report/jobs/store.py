@@ -1,9 +1,10 @@
 """Where a job's summary outlives Prometheus: Slurm's AdminComment, or a directory.
 
-`--job-store slurm` writes the encoded summary into the job's AdminComment with
-`scontrol update` (slurmctld's epilog runs as SlurmUser, which may) and reads it back
-with `sacct`, so it lasts as long as the site's accounting does, as jobstats' does. A
-site without slurmdbd names a directory instead: one JSON file per job.
+`--job-store slurm` writes the encoded summary into the job's AdminComment in the
+accounting database with `sacctmgr update job` (as jobstats does: slurmctld's epilog runs
+as SlurmUser, which may; `scontrol update` refuses a job that has finished) and reads it
+back with `sacct`, so it lasts as long as the site's accounting does. A site without
+slurmdbd names a directory instead: one JSON file per job.
 
 Neither store overwrites what another tool wrote: an AdminComment that holds anything
 but an nvwatch summary (jobstats' `JS1:` among them) is left alone, with one line saying
@@ -17,14 +18,17 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvwatch.report.jobs.codec import StoreError, decode, encode_within, is_ours
+from nvwatch.report.jobs.codec import StoreError, decode, encode_within, is_jobstats, is_ours
 
 SLURM = "slurm"
 COMMAND_TIMEOUT_S = 30.0
+# slurmctld hands a finished job's record to slurmdbd a moment after its epilog starts
+RECORD_WAIT_S = 10.0
 # a job id as Slurm prints one: 1234, an array task 1234_7, a het component 1234+1
 _JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 
@@ -100,13 +104,30 @@ class SlurmStore:
     description: str = "Slurm AdminComment (sacct)"
 
     def put(self, job_id: str, summary: dict[str, Any]) -> None:
-        current = self._admin_comment(check_job_id(job_id))
+        current = self._recorded_comment(check_job_id(job_id))
         if current and not is_ours(current):
-            owner = "jobstats (JS1:)" if current.startswith("JS1:") else "another tool"
+            owner = "jobstats (JS1:)" if is_jobstats(current) else "another tool"
             raise StoreError(
                 f"job {job_id}'s AdminComment already holds {owner}'s text: left as it is"
             )
-        _run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={encode_within(summary)}"])
+        text = encode_within(summary)
+        out = _run(
+            ["sacctmgr", "-i", "update", "job", "where", f"jobid={job_id}", "set",
+             f"AdminComment={text}"]
+        )  # fmt: skip
+        if "Nothing modified" in out:
+            raise StoreError(f"sacctmgr modified no record of job {job_id}")
+
+    def _recorded_comment(self, job_id: str) -> str:
+        """The AdminComment once slurmdbd has the job's record (bounded wait)."""
+        deadline = time.monotonic() + RECORD_WAIT_S
+        while True:
+            try:
+                return self._admin_comment(job_id)
+            except JobNotStored:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(1.0)
 
     def get(self, job_id: str) -> dict[str, Any]:
         comment = self._admin_comment(check_job_id(job_id))
@@ -118,6 +139,9 @@ class SlurmStore:
         out = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,AdminComment"])
         rows = [line.split("|", 2) for line in out.splitlines() if line.strip()]
         rows = [r for r in rows if len(r) == 3 and r[0] == job_id]
+        if not rows and _queue_state(job_id) == "PENDING":
+            # slurmctld tells slurmdbd of a pending job a while after it is queued
+            raise JobNotStored(f"job {job_id} is still pending: nothing to summarise yet")
         if not rows:
             raise JobNotStored(
                 f"job {job_id} is not in Slurm's accounting: older than its retention, or never ran"
@@ -126,6 +150,14 @@ class SlurmStore:
         if state.split()[0] == "PENDING":
             raise JobNotStored(f"job {job_id} is still pending: nothing to summarise yet")
         return comment.strip()
+
+
+def _queue_state(job_id: str) -> str:
+    """The job's state as slurmctld has it, "" when it does not know the job."""
+    try:
+        return _run(["squeue", "-h", "-j", job_id, "-o", "%T"]).strip()
+    except StoreError:  # an id slurmctld has forgotten is an error to squeue
+        return ""
 
 
 def _run(argv: list[str]) -> str:

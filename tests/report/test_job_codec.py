@@ -1,9 +1,11 @@
-"""The stored form of a job summary: NVW1: + base64(zlib(JSON)), within 4 KB for a
-64-GPU job, refusing jobstats' JS1: and anything else that is not ours."""
+"""The stored form of a job summary: NVW1: + base32(LZMA(JSON)), within 4 KB for a
+64-GPU job, read back after sacctmgr lowercased it, refusing jobstats' JS1: and anything
+else that is not ours."""
 
 from __future__ import annotations
 
 import base64
+import lzma
 import random
 import zlib
 
@@ -64,6 +66,11 @@ def test_a_summary_comes_back_as_it_was_stored() -> None:
     assert JobSummary.from_dict(decode(encode(stored))).to_dict() == stored
 
 
+def test_a_summary_lowercased_by_sacctmgr_still_reads() -> None:
+    stored = _summary(1).to_dict()
+    assert decode(encode(stored).lower()) == stored
+
+
 def test_a_64_gpu_job_fits_the_admin_comment_budget() -> None:
     text = encode_within(_summary(8).to_dict())
     assert text.startswith("NVW1:") and len(text) <= LIMIT_BYTES
@@ -84,8 +91,14 @@ def test_a_summary_too_large_drops_its_rows_and_keeps_its_totals() -> None:
     assert [n.code for n in kept.notes] == ["idle-gpus"]
 
 
-def test_jobstats_text_is_named_and_not_read() -> None:
-    jobstats = "JS1:" + base64.b64encode(zlib.compress(b'{"gpus": 1}')).decode()
+def _raw_lzma(data: bytes) -> bytes:
+    filters = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 16}]
+    return lzma.compress(data, format=lzma.FORMAT_RAW, filters=filters)
+
+
+@pytest.mark.parametrize("prefix", ["JS1:", "js1:"])
+def test_jobstats_text_is_named_and_not_read(prefix: str) -> None:
+    jobstats = prefix + base64.b64encode(zlib.compress(b'{"gpus": 1}')).decode()
     with pytest.raises(StoreError, match=r"written by jobstats \(JS1:\), not by nvwatch"):
         decode(jobstats)
 
@@ -95,8 +108,8 @@ def test_jobstats_text_is_named_and_not_read() -> None:
     [
         ("queued by the admin: reservation 7", "not an nvwatch summary"),
         ("NVW1:%%%not-base64%%%", "corrupt"),
-        ("NVW1:" + base64.b64encode(b"not zlib").decode(), "corrupt"),
-        ("NVW1:" + base64.b64encode(zlib.compress(b"[1, 2]")).decode(), "not an object"),
+        ("NVW1:" + base64.b32encode(b"not lzma").decode(), "corrupt"),
+        ("NVW1:" + base64.b32encode(_raw_lzma(b"[1, 2]")).decode(), "not an object"),
     ],
 )
 def test_anything_else_is_one_clear_error(text: str, words: str) -> None:
