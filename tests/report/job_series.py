@@ -57,6 +57,18 @@ PLANS: dict[tuple[str, int], GpuPlan] = {
     **{("n2", g): GpuPlan(0.1, 90.0, 2.0, 4.0) for g in range(4, 8)},
 }
 IDLE = GpuPlan(0.0, 60.0, 0.5, 0.5)
+# the rules found n2/1 (capped) holding job 4711 back for a while, as Prometheus records
+# a firing alert; job 4712 had none
+STRAGGLER_ALERT = {
+    "alertname": "NvwatchJobStraggler",
+    "alertstate": "firing",
+    "severity": "warning",
+    "job_id": "4711",
+    "instance": "n2",
+    "gpu": "1",
+    "cause": "power-capped",
+}
+STRAGGLER_FROM, STRAGGLER_UNTIL = 300, 900
 
 
 def job_of(node: str, gpu: int, t: int) -> Job | None:
@@ -126,6 +138,8 @@ def write_openmetrics(path: Path, first: float) -> None:
                 owner = {"scheduler": "slurm", "job_id": job.job_id, "user": job.user}
                 owner = {**labels, **owner, "account": job.account}
                 w.add("nvwatch_gpu_allocation_info", owner, 1.0, at)
+        if STRAGGLER_FROM <= t - JOB_A.start <= STRAGGLER_UNTIL:
+            w.add("ALERTS", STRAGGLER_ALERT, 1.0, at)
         for node, watts in NODE_WATTS.items():
             bmc = {"job": "nvwatch-bmc", "instance": node, "sensor": "dcmi", "method": "dcmi"}
             w.add("nvwatch_bmc_power_watts", bmc, watts, at)

@@ -101,8 +101,11 @@ def test_the_totals_and_the_energy_split(prometheus: tuple[str, float]) -> None:
 
 def test_the_notes_are_raised_where_their_episode_is(prometheus: tuple[str, float]) -> None:
     a = {n["code"]: n for n in _json(prometheus[0], "4711")["notes"]}
-    # n1/7 idle; n2/1 capped 30 % > 20 %; two nodes whose port counters did not move
-    assert set(a) == {"idle-gpus", "power-capped", "idle-infiniband"}
+    # n1/7 idle; n2/1 capped 30 % > 20 % and named by the straggler alert; two nodes
+    # whose port counters did not move
+    assert set(a) == {"idle-gpus", "power-capped", "idle-infiniband", "straggler"}
+    assert "n2/1 (power-capped)" in a["straggler"]["text"]
+    assert a["straggler"]["gpu_hours"] == pytest.approx(12.0, rel=DIGITS)
     assert "1 of its 12 GPUs" in a["idle-gpus"]["text"] and "n1/7" in a["idle-gpus"]["text"]
     assert a["idle-gpus"]["gpu_hours"] == pytest.approx(1.0, rel=DIGITS)
     assert "gpu_allocated_idle_utilization" in a["idle-gpus"]["threshold"]
