@@ -55,6 +55,7 @@ _LAZY_COMMANDS = {
     "doctor": ("nvwatch.agent.cli.doctor_command", "doctor_command"),
     "inventory": ("nvwatch.agent.cli.inventory_commands", "inventory_command"),
     "job": ("nvwatch.agent.cli.job_commands", "job_command"),
+    "jobs": ("nvwatch.agent.cli.job_commands", "jobs_command"),
     "report": ("nvwatch.agent.cli.report_commands", "report_command"),
     "web-config": ("nvwatch.agent.cli.webconfig_commands", "web_config_group"),
 }

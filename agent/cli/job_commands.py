@@ -4,6 +4,7 @@ them (`--store` writes there, as slurmctld's epilog does at each job's end)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -38,6 +39,12 @@ EXIT_NO_SUMMARY = 3  # no summary anywhere: an unknown job, one pending, or forg
     "for the job; written by --store.",
 )
 @option("--store", is_flag=True, help="Write the summary to --job-store (default slurm).")
+@option(
+    "--partition",
+    default=None,
+    help="The job's partition, kept in the summary (Prometheus does not know it; the "
+    "slurmctld epilog passes SLURM_JOB_PARTITION).",
+)
 @option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @option("--lookback", default="30d", show_default=True, help="How far back to look for it.")
 @option(
@@ -58,6 +65,7 @@ def job_command(
     url: str | None,
     store_spec: str | None,
     store: bool,
+    partition: str | None,
     fmt: str,
     lookback: str,
     config_path: str | None,
@@ -95,6 +103,8 @@ def job_command(
             except JobNotFound as err:
                 if store_spec is None or store:
                     _no_summary(str(err))
+        if summary is not None and partition:
+            summary = dataclasses.replace(summary, partition=partition)
         if store:
             assert summary is not None
             target = open_store(store_spec or "slurm")
@@ -168,3 +178,46 @@ def _from_store(spec: str, job_id: str) -> tuple[JobSummary, str]:
 def _no_summary(message: str) -> NoReturn:
     click.echo(f"nvwatch: error: {' '.join(message.split())}", err=True)
     sys.exit(EXIT_NO_SUMMARY)
+
+
+@click.command("jobs")
+@option("--since", "since_text", default="7d", show_default=True, help="Jobs ended this recently.")
+@option("--user", default=None, help="Only this user's jobs.")
+@option("--account", default=None, help="Only this account's jobs.")
+@option("--partition", default=None, help="Only this partition's jobs.")
+@option(
+    "--job-store",
+    "store_spec",
+    envvar="NVWATCH_JOB_STORE",
+    default="slurm",
+    show_default=True,
+    help="Where the summaries are: `slurm` (AdminComments, read with sacct) or dir:PATH.",
+)
+@option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def jobs_command(
+    since_text: str,
+    user: str | None,
+    account: str | None,
+    partition: str | None,
+    store_spec: str,
+    fmt: str,
+) -> None:
+    """One line per job with a stored summary: GPU-hours, how busy its GPUs were, its
+    energy and its costliest note."""
+    from nvwatch.report.jobs.codec import StoreError
+    from nvwatch.report.jobs.model import JobSummary
+    from nvwatch.report.jobs.render import render_list
+    from nvwatch.report.jobs.store import Wanted, open_store
+
+    since = time.time() - parse_duration(since_text, "--since")
+    try:
+        found = open_store(store_spec).select(Wanted(since, user, account, partition))
+        summaries = [JobSummary.from_dict(d) for d in found]
+    except (TypeError, ValueError) as err:
+        raise click.ClickException(f"a stored summary cannot be read: {err}") from None
+    except StoreError as err:
+        raise click.ClickException(str(err)) from None
+    if fmt == "json":
+        click.echo(json.dumps([s.to_dict() for s in summaries], indent=1))
+    else:
+        click.echo(render_list(summaries), nl=False)

@@ -31,7 +31,7 @@ say() {
 
 # bounded: slurmctld waits for its epilogs, and a Prometheus that hangs must not hold it
 if ! out=$(timeout "${NVWATCH_JOB_TIMEOUT:-10}" "${NVWATCH:-nvwatch}" job "$SLURM_JOB_ID" \
-        --prometheus "$NVWATCH_PROMETHEUS_URL" --store \
+        --prometheus "$NVWATCH_PROMETHEUS_URL" --store --partition "${SLURM_JOB_PARTITION:-}" \
         --job-store "${NVWATCH_JOB_STORE:-slurm}" 2>&1); then
     say "job $SLURM_JOB_ID: no summary kept: $(printf '%s' "$out" | tail -n 1)"
 fi

@@ -99,3 +99,23 @@ def _gib(value: float | None) -> str:
 
 def _gb(value: float) -> str:
     return f"{value / 1e9:.2f} GB"
+
+
+def render_list(summaries: list[JobSummary]) -> str:
+    """One line per job, oldest end first, as reportseff prints them: its GPU-hours, how
+    busy its GPUs were, its energy, and the note that cost most GPU-hours."""
+    header = (
+        f"{'JOBID':<12} {'USER':<10} {'ACCOUNT':<10} {'PARTITION':<10} {'GPUS':>4} "
+        f"{'GPU-H':>7} {'UTIL':>5} {'ENERGY':>10}  NOTE"
+    )
+    lines = [header]
+    for s in sorted(summaries, key=lambda s: (s.end, s.job_id)):
+        worst = s.notes[0] if s.notes else None
+        note = f"{worst.code}: {worst.text}" if worst else "-"
+        energy = s.node_energy_joules or s.gpu_energy_joules
+        lines.append(
+            f"{s.job_id:<12} {s.user[:10]:<10} {s.account[:10]:<10} {s.partition[:10]:<10} "
+            f"{s.gpu_count:>4} {s.gpu_hours:>7.1f} {_pct(s.utilization):>5} "
+            f"{_kwh(energy):>10}  {note[:80]}"
+        )
+    return "\n".join(lines) + "\n"

@@ -37,6 +37,24 @@ class JobNotStored(StoreError):
     """The store holds nothing for the job (or the job is not one it can hold yet)."""
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """Which stored jobs `nvwatch jobs` lists: ended since `since` (Unix seconds)."""
+
+    since: float
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+
+    def matches(self, summary: dict[str, Any]) -> bool:
+        return (
+            float(summary.get("end", 0.0)) >= self.since
+            and self.user in (None, summary.get("user"))
+            and self.account in (None, summary.get("account"))
+            and self.partition in (None, summary.get("partition"))
+        )
+
+
 class JobStore(Protocol):
     @property
     def description(self) -> str: ...
@@ -44,6 +62,8 @@ class JobStore(Protocol):
     def put(self, job_id: str, summary: dict[str, Any]) -> None: ...
 
     def get(self, job_id: str) -> dict[str, Any]: ...
+
+    def select(self, wanted: Wanted) -> list[dict[str, Any]]: ...
 
 
 def check_job_id(job_id: str) -> str:
@@ -98,6 +118,17 @@ class DirectoryStore:
             raise StoreError(f"{path} does not hold a job summary")
         return data
 
+    def select(self, wanted: Wanted) -> list[dict[str, Any]]:
+        found = []
+        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
+            try:
+                data = self.get(path.stem)
+            except StoreError:  # a file that is not ours, or half a name: not a job
+                continue
+            if wanted.matches(data):
+                found.append(data)
+        return found
+
 
 @dataclass
 class SlurmStore:
@@ -117,6 +148,28 @@ class SlurmStore:
         )  # fmt: skip
         if "Nothing modified" in out:
             raise StoreError(f"sacctmgr modified no record of job {job_id}")
+
+    def select(self, wanted: Wanted) -> list[dict[str, Any]]:
+        """Every job sacct lists as ended in the period with an nvwatch summary (other
+        AdminComments, jobstats' among them, are not ours to read)."""
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(wanted.since))
+        argv = ["sacct", "-X", "-n", "-P", "-S", start, "-E", "now"]
+        argv += ["-o", "JobID,Partition,AdminComment"]
+        argv += ["--allusers"] if wanted.user is None else ["-u", wanted.user]
+        argv += [] if wanted.account is None else ["-A", wanted.account]
+        argv += [] if wanted.partition is None else ["-r", wanted.partition]
+        found = []
+        for line in _run(argv).splitlines():
+            fields = line.split("|", 2)
+            if len(fields) != 3 or not is_ours(fields[2]):
+                continue
+            try:
+                data = {**decode(fields[2]), "partition": fields[1]}
+            except StoreError:
+                continue
+            if wanted.matches(data):
+                found.append(data)
+        return found
 
     def _recorded_comment(self, job_id: str) -> str:
         """The AdminComment once slurmdbd has the job's record (bounded wait)."""

@@ -157,3 +157,35 @@ def test_unknown_job_and_unreachable_prometheus_are_one_line(
     down = _job("4711", "--prometheus", f"http://127.0.0.1:{free_port('127.0.0.1')}")
     assert down.returncode == 2 and down.stderr.count("\n") == 1
     assert "cannot reach Prometheus" in down.stderr and "Traceback" not in down.stderr
+
+
+def _jobs(store: str, *args: str) -> list[list[str]]:
+    done = subprocess.run(
+        [*NVWATCH, "jobs", "--job-store", store, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return [line.split() for line in done.stdout.splitlines()[1:]]
+
+
+def test_jobs_lists_the_stored_jobs_one_line_each_with_filters(
+    prometheus: tuple[str, float], tmp_path: Path
+) -> None:
+    store = f"dir:{tmp_path / 'jobs'}"
+    for job, partition in (("4711", "h100"), ("4712", "shared")):
+        done = _job(job, "--prometheus", prometheus[0], "--store", "--job-store", store,
+                    "--partition", partition)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    rows = _jobs(store, "--since", "1d")
+    # 4712 ended first (half an hour into 4711's hour); GPU-hours 0.5 x 4 and 1 x 12
+    assert [r[:6] for r in rows] == [
+        ["4712", "bob", "cv", "shared", "4", "2.0"],
+        ["4711", "alice", "ml", "h100", "12", "12.0"],
+    ]
+    assert rows[0][6] == "10%" and rows[1][6] == "79%"
+    # 4711's costliest note: the straggler held all 12 GPUs for its hour
+    assert rows[1][9] == "straggler:"
+    assert [r[0] for r in _jobs(store, "--since", "1d", "--user", "bob")] == ["4712"]
+    assert [r[0] for r in _jobs(store, "--since", "1d", "--account", "ml")] == ["4711"]
+    assert [r[0] for r in _jobs(store, "--since", "1d", "--partition", "h100")] == ["4711"]
+    # both ended more than ten minutes ago
+    assert _jobs(store, "--since", "10m") == []
