@@ -14,7 +14,7 @@ from nvwatch.report.allocation import allocations
 from nvwatch.report.context import Context
 from nvwatch.report.errors import ReportError
 from nvwatch.report.fetch import fetch_all
-from nvwatch.report.model import Report
+from nvwatch.report.model import Report, Section
 from nvwatch.report.output import write_report
 from nvwatch.report.prom import PrometheusClient
 from nvwatch.report.queries import build_queries
@@ -25,6 +25,7 @@ from nvwatch.report.sections.cooling import cooling
 from nvwatch.report.sections.demand import demand
 from nvwatch.report.sections.fabric import fabric
 from nvwatch.report.sections.health import health
+from nvwatch.report.sections.jobs import jobs
 from nvwatch.report.sections.power import power
 from nvwatch.report.sections.stragglers import stragglers
 from nvwatch.report.sections.thermal import thermal
@@ -43,6 +44,7 @@ class ReportOptions:
     cluster: str | None
     config: MixinConfig
     out: Path
+    job_store: str | None = None  # --job-store: the Jobs section reads its summaries
 
 
 def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
@@ -80,6 +82,22 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
         raise ReportError(f"cannot write the report to {where}: {err.strerror}") from None
 
 
+def jobs_in_range(ctx: Context, spec: str, cluster: str | None) -> Section:
+    """The Jobs section from the summaries of the jobs that ended in the window."""
+    from nvwatch.report.jobs.codec import StoreError
+    from nvwatch.report.jobs.model import JobSummary
+    from nvwatch.report.jobs.store import Wanted, open_store
+
+    try:
+        store = open_store(spec)
+        found = store.select(Wanted(since=ctx.window.start))
+        summaries = [JobSummary.from_dict(d) for d in found]
+    except (StoreError, TypeError, ValueError) as err:
+        raise ReportError(f"--job-store {spec}: {err}") from None
+    chosen = [s for s in summaries if s.end <= ctx.window.end and cluster in (None, s.cluster)]
+    return jobs(chosen, store.description)
+
+
 def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
     allocs = allocations(ctx)
     sections = [
@@ -93,6 +111,8 @@ def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
         health(ctx),
         stragglers(ctx),
     ]
+    if options.job_store is not None:
+        sections.append(jobs_in_range(ctx, options.job_store, options.cluster))
     window: Window = ctx.window
     title = "GPU capacity review" + (f": {options.cluster}" if options.cluster else "")
     return Report(

@@ -35,6 +35,7 @@ ORDER = (
     "fabric",
     "health",
     "stragglers",
+    "jobs",
     "cooling",
     "usage",
 )

@@ -38,6 +38,14 @@ from nvwatch.report.errors import ReportError
     type=click.Path(dir_okay=False, exists=True),
     help="Mixin config YAML: selectors, thresholds, the rack power plan.",
 )
+@option(
+    "--job-store",
+    "job_store",
+    envvar="NVWATCH_JOB_STORE",
+    default=None,
+    help="Add a Jobs section from the job summaries kept here: `slurm` or dir:PATH "
+    "(nvwatch job --store).",
+)
 @option("--out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
 @option("--basic-auth-user", default=None, help="User for HTTP basic auth.")
 @option("--basic-auth-password-file", default=None, help="File holding the basic auth password.")
@@ -52,6 +60,7 @@ def report_command(
     step_text: str | None,
     cluster: str | None,
     config_path: str | None,
+    job_store: str | None,
     out: str,
     basic_auth_user: str | None,
     basic_auth_password_file: str | None,
@@ -94,6 +103,7 @@ def report_command(
             config=load(Path(config_path) if config_path else None),
             # checked before the queries, which take minutes over a long range
             out=output_directory(out),
+            job_store=job_store,
         )
         written = run_report(options, progress=sys.stderr)
     except (ReportError, ConnectionSetupError) as err:
