@@ -98,7 +98,9 @@ def find_life(
     alloc = f"nvwatch_gpu_allocation_info{cfg.sel(f'job_id={_quote(job_id)}')}"
     by = f"{cfg.cluster_label}, {inst}, gpu, user, account"
     step = max(15.0, lookback_s / LIFE_POINTS)
-    found = client.query_range(f"max by ({by}) ({alloc})", now - lookback_s, now, step).series
+    # over each whole step, not at its end alone: a job shorter than a step is found too
+    seen = f"max by ({by}) (max_over_time({alloc}[{math.ceil(step)}s]))"
+    found = client.query_range(seen, now - lookback_s, now, step).series
     stamps = [float(t) for _, values in found for t, _ in values]
     if not stamps:
         raise JobNotFound(

@@ -85,7 +85,7 @@ COUNTERS = (
 )
 
 
-class _Writer:
+class SeriesWriter:
     """Samples grouped as OpenMetrics wants them: by family, then by series, in time."""
 
     def __init__(self) -> None:
@@ -108,7 +108,7 @@ class _Writer:
 
 def write_openmetrics(path: Path, first: float) -> None:
     """Every series over SPAN_S from `first`, in OpenMetrics for promtool."""
-    w = _Writer()
+    w = SeriesWriter()
     energy: dict[tuple[str, int], float] = {key: 1.0e6 for key in PLANS}
     for t in range(0, SPAN_S + 1, STEP_S):
         at = first + t

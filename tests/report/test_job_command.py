@@ -189,3 +189,12 @@ def test_jobs_lists_the_stored_jobs_one_line_each_with_filters(
     assert [r[0] for r in _jobs(store, "--since", "1d", "--partition", "h100")] == ["4711"]
     # both ended more than ten minutes ago
     assert _jobs(store, "--since", "10m") == []
+
+
+def test_a_job_shorter_than_the_search_step_is_found(prometheus: tuple[str, float]) -> None:
+    """A year's lookback searches in steps of 8.8 h: job 4712's half hour lies inside one
+    step, between two of the search's instants, and is found all the same."""
+    url, first = prometheus
+    data = _json(url, "4712", "--lookback", "365d")
+    assert data["start"] == pytest.approx(first + js.JOB_B.start, abs=0.01)
+    assert data["end"] == pytest.approx(first + js.JOB_B.end, abs=0.01)
