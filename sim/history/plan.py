@@ -172,8 +172,8 @@ def plan_history(
     )
     check_jobs(jobs, [get_profile(name).gpu_count for name in profiles])
     episodes = tuple(_episode(p, specs, first, span) for p in PLACEMENTS)
-    placed = () if jobs else plan_jobs(specs, first, span, step)
-    return HistoryPlan(tuple(specs), first, last, step, episodes, tuple(jobs), placed)
+    job_episodes = () if jobs else plan_jobs(specs, first, span, step)
+    return HistoryPlan(tuple(specs), first, last, step, episodes, tuple(jobs), job_episodes)
 
 
 def _node(placement: Placement, count: int) -> int:

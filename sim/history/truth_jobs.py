@@ -64,7 +64,10 @@ class JobsTruth:
         self.jobs = tuple(jobs)
         self.node_gpus = node_gpus
         self.step = step
-        self.gpus = [{(n, g): GpuLife() for n in job.nodes for g in job.gpus} for job in jobs]
+        # (instance, gpu) -> its life; keyed as a series' `gpu` label parses (None: none)
+        self.gpus: list[dict[tuple[str, int | None], GpuLife]] = [
+            {(n, g): GpuLife() for n in job.nodes for g in job.gpus} for job in jobs
+        ]
         self.nodes = [{n: NodeLife() for n in job.nodes} for job in jobs]
         self._gpu_of: dict[str, int | None] = {}
 
@@ -118,7 +121,7 @@ class JobsTruth:
         job = self.jobs[index]
         life_s = job.end - job.start
         gpus = [
-            _gpu_json(instance, gpu, life, self.step, life_s)
+            _gpu_json(instance, gpu or 0, life, self.step, life_s)
             for (instance, gpu), life in self.gpus[index].items()
         ]
         nodes = [self._node_json(index, instance) for instance in job.nodes]
