@@ -25,6 +25,9 @@ INTENSITY_SAMPLES = 8  # samples per GPU model sub-step when averaging the workl
 # instead of by samples, which would alias against the ~2 s step (long sub-steps come
 # from big clock jumps and from a history stepped minutes at a time).
 EXACT_MEANS_MIN_STEPS = 8
+# Share of the board's memory a workload's processes hold: frameworks' caching
+# allocators grab most of it for training, a served model less, nothing runs when idle.
+MEMORY_SHARE = {"training": 0.85, "inference": 0.40, "idle": 0.0}
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class Workload:
         if self.kind == "inference":
             return 0.6 * self.gpu_utilization(t, gpu)
         return self._training_level(t)[1]
+
+    def memory_share(self, t: float) -> float:
+        """Share of the board's memory the workload's processes hold at `t`."""
+        return MEMORY_SHARE[self.kind]
 
     def comm_intensity(self, t: float) -> float:
         """Fraction of the NVLink/IB line rate in use right now, 0..1."""

@@ -68,12 +68,7 @@ class GpuReadings:
     @property
     def memory_used_bytes(self) -> int:
         """Used by processes (NVML v2 `used`, which excludes the reserved part)."""
-        if self.workload.kind == "training":
-            share = 0.85  # frameworks' caching allocators grab most of the board
-        elif self.workload.kind == "inference":
-            share = 0.40
-        else:
-            share = 0.0
+        share = self.workload.memory_share(self.time)
         driver_overhead = 0 if share == 0.0 else 512 * MIB  # CUDA context + cuBLAS workspace
         return int(self.model.memory_bytes * share) // MIB * MIB + driver_overhead
 

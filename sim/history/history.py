@@ -35,6 +35,7 @@ from pathlib import Path
 from nvwatch.sim.clock import ManualClock
 from nvwatch.sim.fleet.jobs import FleetJob
 from nvwatch.sim.fleet.plan import NodeSpec
+from nvwatch.sim.history.jobs import JobEpisode, run_jobs
 from nvwatch.sim.history.openmetrics_out import OpenMetricsWriter, stamp
 from nvwatch.sim.history.plan import HistoryPlan
 from nvwatch.sim.history.queue import build_queue
@@ -91,11 +92,14 @@ def node_series(
     jobs: Sequence[FleetJob] = (),
     sync_jobs: Sequence[SyncJobPlan | SyncJob] = (),
     rank_signals: bool = False,
+    placed: Sequence[JobEpisode] = (),
+    origin: float = 0.0,
 ) -> Iterator[tuple[NodeSeries, ManualClock]]:
     """One planned node's simulator on a clock of its own at 0, closed after: `jobs` are
     its part of the history's jobs, `sync_jobs` the synchronous ones with ranks on it
     (each node follows every rank of its jobs itself: sim/job/; a `SyncJob` given is
-    shared as it is, see SimulatedNode)."""
+    shared as it is, see SimulatedNode); `placed` the history's jobs with a start and an
+    end (jobs.py), on a range starting at Unix time `origin`."""
     sysfs = root / spec.name
     sysfs.mkdir()
     clock = ManualClock(0.0)
@@ -109,7 +113,9 @@ def node_series(
         fleet_index=spec.index,
     )
     try:
-        yield NodeSeries(spec, for_history(node), jobs, rank_signals), clock
+        run_jobs(node, spec, placed, origin)
+        mine = tuple(job for job in placed if spec.index in job.indexes)
+        yield NodeSeries(spec, for_history(node), jobs, rank_signals, mine, origin), clock
     finally:
         node.close()
 
@@ -191,6 +197,8 @@ def generate(
                     jobs=plan.jobs_on(spec.index),
                     sync_jobs=sync_jobs,
                     rank_signals=bool(plan.jobs),
+                    placed=plan.job_episodes,
+                    origin=plan.start,
                 ) as (series, clock):
                     buffer = SeriesBuffer()
                     for index, t in enumerate(times):

@@ -12,6 +12,7 @@ nodes, so a test can ask for each one where it happened:
   page retired, then a GPU reset),
 - an agent down for a few hours (the node's hardware runs on; only `up` 0 is scraped),
 - an idle node (no job all month),
+and jobs of known efficiency (nvwatch.sim.history.jobs), and
 and what the nodes' BMCs see:
 - a hot aisle on the last rack in the second week: its inlet air 12 °C warmer for about
   fourteen hours, above every class's envelope, not enough to slow a GPU,
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.sim.fleet.jobs import FleetJob, check_jobs, sync_job_plans
 from nvwatch.sim.fleet.plan import FleetError, NodeSpec, expand_profiles, plan_fleet, rack_name
+from nvwatch.sim.history.jobs import JobEpisode, plan_jobs
 from nvwatch.sim.job.plan import SyncJobPlan
 from nvwatch.sim.profiles import get_profile
 
@@ -105,6 +107,9 @@ class HistoryPlan:
     # Slurm jobs on the nodes (`--job`): their GPUs' allocations are written, and a job
     # across nodes (or sync=yes) runs as one synchronous job (sim/job/)
     jobs: tuple[FleetJob, ...] = ()
+    # jobs of known efficiency with a start and an end (sim/history/jobs.py); none
+    # beside static `jobs`
+    job_episodes: tuple[JobEpisode, ...] = ()
 
     @property
     def sync_jobs(self) -> tuple[SyncJobPlan, ...]:
@@ -167,7 +172,8 @@ def plan_history(
     )
     check_jobs(jobs, [get_profile(name).gpu_count for name in profiles])
     episodes = tuple(_episode(p, specs, first, span) for p in PLACEMENTS)
-    return HistoryPlan(tuple(specs), first, last, step, episodes, tuple(jobs))
+    job_episodes = () if jobs else plan_jobs(specs, first, span, step)
+    return HistoryPlan(tuple(specs), first, last, step, episodes, tuple(jobs), job_episodes)
 
 
 def _node(placement: Placement, count: int) -> int:

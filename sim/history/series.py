@@ -22,7 +22,9 @@ each GPU (nvwatch_gpu_allocation_info, as the agent's Slurm attribution exports 
 clocks against their maximum, the power and thermal clock-event reasons, PCIe link
 width and generation, NVLink replays and recoveries, and the host CPUs of nodes whose
 host is simulated (sim/node/host.py). A history without jobs leaves them out: a month of
-a fleet would carry a third more samples that nothing reads.
+a fleet would carry a third more samples that nothing reads. The allocations of the jobs
+a history places with a start and an end (nvwatch.sim.history.jobs) are written while
+they run, without the rest.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from nvwatch.sim.gpu.state import (
     Activity,
 )
 from nvwatch.sim.history.bmc import BMC_FAMILIES, BmcSeries
+from nvwatch.sim.history.jobs import JobEpisode
 from nvwatch.sim.history.scheduler import CONTROLLER_FAMILIES
 from nvwatch.sim.node.host import CpuTimes
 from nvwatch.sim.node.node import SimulatedNode
@@ -148,6 +151,10 @@ class NodeSeries:
     # rules compare ranks on is written too (see the module docstring)
     jobs: Sequence[FleetJob] = ()
     rank_signals: bool = False
+    # the history's jobs with a start and an end on this node (jobs.py), on a range
+    # starting at Unix time `origin`: their allocations are written while they run
+    placed: Sequence[JobEpisode] = ()
+    origin: float = 0.0
 
     def __post_init__(self) -> None:
         self.target = {
@@ -164,6 +171,7 @@ class NodeSeries:
         self.bmc = BmcSeries(self.spec, SIMULATED_MODULE)
         self._bmc_reader = SimulatedBmcReader({self.spec.bmc: self.node})
         self._cpu: CpuTimes | None = None  # the host's at the last sample
+        self._running: list[JobEpisode] = []  # of `placed`, at the sample being written
 
     def _on_event(self, event: object) -> None:
         xid = getattr(event, "data", 0)
@@ -192,6 +200,8 @@ class NodeSeries:
         return self.bmc.rows(reading)
 
     def rows(self, sim_time: float) -> Iterator[Row]:
+        now = self.origin + sim_time
+        self._running = [job for job in self.placed if job.runs_at(now)]
         yield UP, self.labels(), 1.0
         for gpu in self.node.nvml.gpus:
             yield from self._gpu(gpu)
@@ -256,6 +266,9 @@ class NodeSeries:
         yield from self._nvlink(gpu, ids)
         if self.rank_signals:
             yield from self._rank(gpu, ids)
+        for job in self._running:
+            if gpu.index in job.gpus:
+                yield "nvwatch_gpu_allocation_info", self._owner(ids, job), 1.0
 
     def _rank(self, gpu: SimulatedGpu, ids: tuple[str, ...]) -> Iterator[Row]:
         """What the straggler rules compare a job's ranks on, beyond the review's set."""
@@ -279,7 +292,7 @@ class NodeSeries:
             if job.gpus is None or gpu.index in job.gpus:
                 yield "nvwatch_gpu_allocation_info", self._owner(ids, job), 1.0
 
-    def _owner(self, ids: tuple[str, ...], job: FleetJob) -> str:
+    def _owner(self, ids: tuple[str, ...], job: FleetJob | JobEpisode) -> str:
         """The allocation's labels; the empty ones (pod, namespace, container, an
         account not given) are left out, as Prometheus drops an empty label."""
         owner = ("scheduler", SCHEDULER, "job_id", job.job_id, "user", job.user)

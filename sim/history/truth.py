@@ -10,7 +10,9 @@ Per episode, what it did in its window on its target, from the same samples: sec
 thermal slowdown and the hottest reading, seconds at the power cap, the transmit-wait
 share of the congested port, the XIDs raised, the scrapes missed. What the BMCs' series
 hold (node energy, the non-GPU share per class, inlet air per rack against the envelope,
-the fan and supply failures) is in nvwatch.sim.history.truth_bmc.
+the fan and supply failures) is in nvwatch.sim.history.truth_bmc; what each placed job
+did (utilization, HBM, power, energy, its node share, IB bytes, the notes it should
+draw) in nvwatch.sim.history.truth_jobs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from nvwatch.sim.history.queue import plan_queue
 from nvwatch.sim.history.scheduler import CONTROLLER
 from nvwatch.sim.history.series import UP, Row
 from nvwatch.sim.history.truth_bmc import BMC_EPISODES, BmcTruth
+from nvwatch.sim.history.truth_jobs import JobsTruth
 from nvwatch.sim.history.truth_queue import QueueTruth
+from nvwatch.sim.profiles import get_profile
 
 _KWH = 3.6e6
 
@@ -66,11 +70,14 @@ class GroundTruth:
         self.bmc = BmcTruth(plan)
         self.queue_plan = plan_queue(plan)
         self.queue = QueueTruth(plan, self.queue_plan.episodes)
+        gpus = {spec.name: get_profile(spec.profile).gpu_count for spec in plan.nodes}
+        self.jobs = JobsTruth(plan.job_episodes, plan.step, gpus)
 
     def observe(self, instance: str, t: float, rows: list[Row]) -> None:
         """The rows written for `instance` at Unix time `t`."""
         totals = self.nodes[instance]
         self.bmc.observe(instance, t, rows)
+        self.jobs.observe(instance, t, rows)
         in_window = t > self.plan.start  # the first sample stands for no step
         step = self.plan.step if in_window else 0.0
         energy = 0.0
@@ -157,6 +164,7 @@ class GroundTruth:
             "racks": self.bmc.racks_json(),
             "episodes": [self._episode_json(i) for i in range(len(plan.episodes))],
             "scheduler": self.queue.to_json(CONTROLLER, plan.nodes[0].cluster),
+            "jobs": self.jobs.to_json(),
         }
 
     def _episode_json(self, index: int) -> dict[str, Any]:
