@@ -3,7 +3,9 @@ its life.
 
 The job's GPUs and life come from `nvwatch_gpu_allocation_info{job_id=...}` (GPU series
 carry no job labels): a coarse range query over the lookback finds the steps it was
-seen, and raw samples at both ends give the first and last scrape exactly. Every figure
+seen, and raw samples at both ends give the first and last scrape exactly. As every
+sample stands for the scrape interval before it, the life starts one interval before the
+first sample that shows the job, and ends at the last. Every figure
 is then one instant query at the last scrape over a window the length of the life, on
 the job's nodes only; the job's GPUs are picked out of the answers by (instance, gpu).
 """
@@ -32,6 +34,7 @@ from nvwatch.report.jobs.notes import notes_for
 from nvwatch.report.prom import PrometheusClient
 
 LIFE_POINTS = 1000  # points of the coarse search over the lookback
+PEER_POINTS = 240  # points per GPU of the peers' utilization over the life
 STALENESS_S = 330.0  # Prometheus' lookback delta (5 min) and a scrape to spare
 
 
@@ -47,6 +50,7 @@ class Life:
     user: str
     account: str
     gpus: tuple[tuple[str, str], ...]  # (instance, gpu), sorted
+    interval: float = 0.0  # the scrape interval of its allocation series
 
     @property
     def window(self) -> str:
@@ -84,11 +88,11 @@ def fetch_summary(
         end=life.end,
         gpus=gpus,
         ports=q.ports(),
-        nodes=q.node_shares(),
+        nodes=q.node_shares(job_id),
         grid_intensity_g_per_kwh=cfg.grid_intensity_g_per_kwh,
         **totals(gpus),
     )
-    return notes_for(summary, cfg, q.cluster_median_utilization(), q.stragglers(job_id))
+    return notes_for(summary, cfg, q.peer_median_utilization(job_id), q.stragglers(job_id))
 
 
 def find_life(
@@ -109,10 +113,18 @@ def find_life(
             "started"
         )
     reach = f"[{math.ceil(step + STALENESS_S)}s]"
+    # the first and last samples lie within a step before the first and last steps seen
     first = client.query(f"{alloc}{reach}", min(stamps))
-    last = client.query(f"{alloc}{reach}", min(now, max(stamps) + step))
-    start = min(float(t) for _, values in first for t, _ in values)
-    end = max(float(t) for _, values in last for t, _ in values)
+    last = client.query(f"{alloc}{reach}", max(stamps))
+    firsts = [float(t) for _, values in first for t, _ in values]
+    lasts = [float(t) for _, values in last for t, _ in values]
+    if not firsts or not lasts:  # the data changed between the queries (retention)
+        raise JobNotFound(f"job {job_id}'s allocation samples went away while it was read")
+    seen_first, end = min(firsts), max(lasts)
+    # a sample stands for the scrape interval before it: the job held its GPUs from one
+    # interval before the first sample that shows it
+    interval = _interval(client, alloc, seen_first, reach)
+    start = seen_first - interval
     labels = found[0][0]
     return Life(
         start=start,
@@ -121,7 +133,22 @@ def find_life(
         user=labels.get("user", ""),
         account=labels.get("account", ""),
         gpus=tuple(sorted({(s.get(inst, ""), s.get("gpu", "")) for s, _ in found})),
+        interval=interval,
     )
+
+
+def _interval(client: PrometheusClient, alloc: str, first: float, reach: str) -> float:
+    """The scrape interval of the allocation series: the smallest gap between two of its
+    samples from `first` on (0 where the job was seen once)."""
+    seconds = int(reach.strip("[]s"))
+    found = client.query(f"{alloc}[{seconds + 1}s]", first + seconds)
+    gaps = [
+        b - a
+        for _, values in found
+        for a, b in itertools.pairwise(sorted(float(t) for t, _ in values))
+        if b > a
+    ]
+    return min(gaps, default=0.0)
 
 
 class _Queries:
@@ -194,14 +221,23 @@ class _Queries:
                 rows.setdefault(key, [0.0, 0.0])[index] += float(value[1])
         return tuple(PortUse(i, d, p, tx, rx) for (i, d, p), (tx, rx) in sorted(rows.items()))
 
-    def node_shares(self) -> tuple[NodeShare, ...]:
-        inst = self.cfg.instance_label
-        info = f"max_over_time(nvwatch_gpu_info{self.cfg.sel(self.nodes)}[{self.life.window}])"
-        counted = self._at_end(f"count by ({inst}) ({info})")
-        totals_ = {s.get(inst, ""): int(float(v[1])) for s, v in counted}
+    def node_shares(self, job_id: str) -> tuple[NodeShare, ...]:
+        """Each node's BMC energy over the life; the whole of it is the job's where no
+        other job held a GPU of the node meanwhile, else its share of the node's GPUs."""
+        inst, window = self.cfg.instance_label, self.life.window
+        gpus = f"max_over_time(nvwatch_gpu_utilization_ratio{self.cfg.sel(self.nodes)}[{window}])"
+        totals_ = {
+            s.get(inst, ""): int(float(v[1]))
+            for s, v in self._at_end(f"count by ({inst}) ({gpus})")
+        }
+        others = self.cfg.sel(self.nodes, f"job_id!={_quote(job_id)}")
+        shared_expr = (
+            f"count by ({inst}) (max_over_time(nvwatch_gpu_allocation_info{others}[{window}]))"
+        )
+        shared = {s.get(inst, "") for s, _ in self._at_end(shared_expr)}
         power = f"nvwatch_bmc_power_watts{self.cfg.bmc_sel(self.nodes)}"
         watts: dict[str, float] = {}
-        for labels, value in self._at_end(f"avg_over_time({power}[{self.life.window}])"):
+        for labels, value in self._at_end(f"avg_over_time({power}[{window}])"):
             node = labels.get(inst, "")
             watts[node] = max(watts.get(node, 0.0), float(value[1]))  # the node's input
         held = {n: sum(1 for i, _ in self.life.gpus if i == n) for n in self.life.instances}
@@ -211,20 +247,27 @@ class _Queries:
                 instance=node,
                 gpus_held=held[node],
                 gpus_total=totals_.get(node, held[node]),
-                method=EXCLUSIVE if held[node] >= totals_.get(node, held[node]) else GPU_SHARE,
+                method=GPU_SHARE if node in shared else EXCLUSIVE,
                 node_energy_joules=watts[node] * span if node in watts else None,
             )
             for node in self.life.instances
         )
 
-    def cluster_median_utilization(self) -> float | None:
-        """The median of every allocated GPU's mean utilization over the same window."""
+    def peer_median_utilization(self, job_id: str) -> float | None:
+        """The median utilization of the GPUs other jobs held during this one's life,
+        each averaged over the time it was held: the job's peers, not its own GPUs nor
+        idle GPUs nobody held. A subquery of at most PEER_POINTS points per GPU."""
         by = f"{self.cfg.instance_label}, gpu"
-        window = self.life.window
-        util = f"avg_over_time(nvwatch_gpu_utilization_ratio{self.cfg.sel()}[{window}])"
-        held = f"max_over_time(nvwatch_gpu_allocation_info{self.cfg.sel()}[{window}])"
-        found = self._at_end(f"quantile(0.5, {util} and on ({by}) {held})")
-        return float(found[0][1][1]) if found else None
+        span = self.life.end - self.life.start
+        resolution = max(self.life.interval, span / PEER_POINTS, 1.0)
+        others = self.cfg.sel(f"job_id!={_quote(job_id)}")
+        held = (
+            f"nvwatch_gpu_utilization_ratio{self.cfg.sel()}\n"
+            f"  and on ({by}) nvwatch_gpu_allocation_info{others}"
+        )
+        window = f"[{self.life.window}:{resolution:.0f}s]"
+        found = self._at_end(f"quantile(0.5, avg_over_time(({held}){window}))")
+        return float(found[0][1][1]) if found and found[0][1][1] != "NaN" else None
 
     def stragglers(self, job_id: str) -> list[dict[str, str]]:
         alerts = (

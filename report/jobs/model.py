@@ -52,7 +52,8 @@ class NodeShare:
     instance: str
     gpus_held: int
     gpus_total: int
-    method: str  # EXCLUSIVE or GPU_SHARE
+    # EXCLUSIVE: no other job held a GPU of the node during the life; else GPU_SHARE
+    method: str
     node_energy_joules: float | None  # None: no BMC power for this node
 
     @property

@@ -60,9 +60,9 @@ def _low_utilization(
         return None
     return Note(
         "low-utilization",
-        f"its GPUs were {util:.0%} busy against {median:.0%} for the cluster's allocated "
-        "GPUs over the same time: look at its data loading and batch size",
-        f"below {fraction:.0%} of the cluster's median (job_low_utilization_fraction)",
+        f"its GPUs were {util:.0%} busy against {median:.0%} for the GPUs other jobs held "
+        "over the same time: look at its data loading and batch size",
+        f"below {fraction:.0%} of the other jobs' median (job_low_utilization_fraction)",
         summary.gpu_count * hours * (1.0 - util / median),
     )
 

@@ -9,8 +9,8 @@ from nvwatch.report.jobs.model import EXCLUSIVE, GpuUse, JobSummary
 
 _J_PER_KWH = 3.6e6
 METHODS = {
-    EXCLUSIVE: "the job held every GPU of the node: the whole node's energy",
-    "gpu-share": "other jobs could share the node: its energy times the share of GPUs held",
+    EXCLUSIVE: "no other job held a GPU of the node meanwhile: the whole node's energy",
+    "gpu-share": "other jobs held GPUs of the node meanwhile: its energy x the GPUs held",
 }
 
 

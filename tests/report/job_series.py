@@ -73,7 +73,8 @@ STRAGGLER_FROM, STRAGGLER_UNTIL = 300, 900
 
 def job_of(node: str, gpu: int, t: int) -> Job | None:
     for job in JOBS:
-        if (node, gpu) in job.gpus and job.start <= t <= job.end:
+        # a sample stands for the interval before it: the job's are those in (start, end]
+        if (node, gpu) in job.gpus and job.start < t <= job.end:
             return job
     return None
 

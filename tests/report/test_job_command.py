@@ -111,9 +111,10 @@ def test_the_notes_are_raised_where_their_episode_is(prometheus: tuple[str, floa
     assert "gpu_allocated_idle_utilization" in a["idle-gpus"]["threshold"]
     assert "job_throttled_ratio" in a["power-capped"]["threshold"]
     b = {n["code"]: n for n in _json(prometheus[0], "4712")["notes"]}
-    # 10 % busy against a median of 80 % over its half hour; 4 GiB of 80 at most: 1g slice
+    # 10 % busy against 90 %, the median of 4711's 12 GPUs (0, 4 x 80 %, 7 x 90 %) over
+    # its half hour; 4 GiB of 80 at most: a 1g slice
     assert set(b) == {"low-utilization", "small-memory"}
-    assert "10% busy against 80%" in b["low-utilization"]["text"]
+    assert "10% busy against 90%" in b["low-utilization"]["text"]
     assert "1g MIG slice" in b["small-memory"]["text"]
 
 
