@@ -1,8 +1,7 @@
 """`nvwatch job` over a backfilled history, every figure against the history's truth for
 the jobs it placed (sim/history/jobs.py, sim/history/truth_jobs.py): the simulator's own
 integrals of what it wrote, not nvwatch's arithmetic, and each job's notes against the
-ones its plan
-says it should raise.
+ones its plan says it should raise.
 """
 
 from __future__ import annotations
