@@ -181,9 +181,29 @@ class _Queries:
         return figures
 
     def _counter_deltas(self, metric: str) -> dict[tuple[str, str], float]:
-        """Each GPU's counter over the life from its raw samples, across resets."""
-        expr = f"{metric}{self.cfg.sel(self.nodes)}[{self.life.counter_window}]"
-        return {_gpu_key(self.cfg, s): counter_delta(v) for s, v in self._at_end(expr)}
+        """Each GPU's counter over the life, exactly: its reading at the end less its
+        reading at the start where it never reset (two numbers per GPU), from its raw
+        samples only where it did (a day of them is thousands of points per GPU)."""
+        selector = f"{metric}{self.cfg.sel(self.nodes)}"
+        window = self.life.counter_window
+        reset = {
+            _gpu_key(self.cfg, s) for s, _ in self._at_end(f"resets({selector}[{window}]) > 0")
+        }
+        firsts = {
+            _gpu_key(self.cfg, s): float(v[1])
+            for s, v in self.client.query(selector, self.life.start)
+        }
+        out = {
+            key: float(v[1]) - firsts[key]
+            for s, v in self._at_end(selector)
+            if (key := _gpu_key(self.cfg, s)) in firsts and key not in reset
+        }
+        if reset:
+            for labels, values in self._at_end(f"{selector}[{window}]"):
+                key = _gpu_key(self.cfg, labels)
+                if key in reset:
+                    out[key] = counter_delta(values)
+        return out
 
     def _nvlink_bytes(self) -> dict[tuple[str, str], float]:
         out: dict[tuple[str, str], float] = {}
