@@ -257,6 +257,8 @@ def test_the_readme_documents_the_exit_codes() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
     codes = dict(re.findall(r"^\| `(\d+)` \| (.+) \|$", section, flags=re.MULTILINE))
-    assert set(codes) == {"0", "1", "2", "130"}
+    assert set(codes) == {"0", "1", "2", "3", "130"}
+    # 3: `nvwatch job` found no summary of the job (tests/report/test_job_command.py)
+    assert "`job`" in codes["3"] and "pending" in codes["3"], codes
     for words in ("bad input", "unwritable", "port in use", "report extra", "unreadable"):
         assert words in codes[str(EXIT_BAD_INPUT)], codes

@@ -176,11 +176,11 @@ def test_after_prometheus_forgot_sacct_answers_with_the_same_figures(
         assert s["memory_total_bytes"] == p["memory_total_bytes"]
         assert s["power_limit_watts"] == p["power_limit_watts"]
         assert s["utilization"] == pytest.approx(p["utilization"], abs=0.05)
-    listed = stack.nvwatch("jobs", "--since", "1d", "--job-store", "slurm")
+    listed = stack.nvwatch("jobs", "--since", "1d", "--job-store", "slurm", "--format", "json")
     assert listed.returncode == 0, listed.stderr
-    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
-    # the partition from sacct, the GPUs and GPU-hours from the stored summary
-    assert rows[job][3:5] == ["debug", "2"]
+    rows = {row["job_id"]: row for row in json.loads(listed.stdout)}
+    # the partition from sacct, the GPUs from the stored summary
+    assert (rows[job]["partition"], rows[job]["gpu_count"]) == ("debug", 2)
     text = stack.nvwatch("job", job, "--job-store", "slurm")
     assert text.returncode == 0 and f"job {job} " in text.stdout
     assert text.stdout.rstrip().endswith(
