@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from nvwatch.agent.cli.credentials import read_credential
 from nvwatch.agent.cli.options import option
+from nvwatch.agent.cli.prometheus_options import prometheus_client_options, prometheus_connection
 from nvwatch.common.durations import parse_duration
 from nvwatch.common.http_connection import Connection, ConnectionSetupError
 from nvwatch.report.errors import ReportError
@@ -54,12 +54,7 @@ EXIT_NO_SUMMARY = 3  # no summary anywhere: an unknown job, one pending, or forg
     type=click.Path(dir_okay=False, exists=True),
     help="Mixin config YAML: selectors and the notes' thresholds.",
 )
-@option("--basic-auth-user", default=None, help="User for HTTP basic auth.")
-@option("--basic-auth-password-file", default=None, help="File holding the basic auth password.")
-@option("--bearer-token-file", default=None, help="File holding a bearer token.")
-@option("--ca-file", type=click.Path(dir_okay=False, exists=True), help="CA bundle for https.")
-@option("--insecure-skip-verify", is_flag=True, help="Do not verify the server's certificate.")
-@option("--timeout", default=60.0, show_default=True, help="Seconds to wait for one query.")
+@prometheus_client_options(timeout_s=60.0)
 def job_command(
     job_id: str,
     url: str | None,
@@ -94,10 +89,15 @@ def job_command(
             raise click.UsageError("name --prometheus, --job-store, or both")
         summary, source = None, ""
         if url is not None:
-            connection = _connection(
-                url, basic_auth_user, basic_auth_password_file, bearer_token_file, ca_file,
-                insecure_skip_verify, timeout,
-            )  # fmt: skip
+            connection = prometheus_connection(
+                url,
+                basic_auth_user=basic_auth_user,
+                basic_auth_password_file=basic_auth_password_file,
+                bearer_token_file=bearer_token_file,
+                ca_file=ca_file,
+                insecure_skip_verify=insecure_skip_verify,
+                timeout=timeout,
+            )
             try:
                 summary, source = _from_prometheus(connection, cfg, job_id, lookback_s)
             except JobNotFound as err:
@@ -124,29 +124,6 @@ def job_command(
         from nvwatch.report.jobs.render import render_text
 
         click.echo(render_text(summary, source), nl=False)
-
-
-def _connection(
-    url: str,
-    user: str | None,
-    password_file: str | None,
-    token_file: str | None,
-    ca_file: str | None,
-    insecure: bool,
-    timeout: float,
-) -> Connection:
-    password = read_credential(password_file, "--basic-auth-password-file")
-    if password is not None and user is None:
-        raise click.UsageError("--basic-auth-password-file needs --basic-auth-user")
-    return Connection(
-        url=url,
-        url_flag="--prometheus",
-        basic_auth=(user, password or "") if user else None,
-        bearer_token=read_credential(token_file, "--bearer-token-file"),
-        ca_file=Path(ca_file) if ca_file else None,
-        insecure_tls=insecure,
-        timeout_seconds=timeout,
-    )
 
 
 def _from_prometheus(

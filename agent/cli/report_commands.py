@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from nvwatch.agent.cli.credentials import read_credential
 from nvwatch.agent.cli.options import option
-from nvwatch.common.http_connection import Connection, ConnectionSetupError
+from nvwatch.agent.cli.prometheus_options import prometheus_client_options, prometheus_connection
+from nvwatch.common.http_connection import ConnectionSetupError
 from nvwatch.common.outputs import output_directory
 from nvwatch.report.errors import ReportError
 
@@ -47,12 +47,7 @@ from nvwatch.report.errors import ReportError
     "(nvwatch job --store).",
 )
 @option("--out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
-@option("--basic-auth-user", default=None, help="User for HTTP basic auth.")
-@option("--basic-auth-password-file", default=None, help="File holding the basic auth password.")
-@option("--bearer-token-file", default=None, help="File holding a bearer token.")
-@option("--ca-file", type=click.Path(dir_okay=False, exists=True), help="CA bundle for https.")
-@option("--insecure-skip-verify", is_flag=True, help="Do not verify the server's certificate.")
-@option("--timeout", default=120.0, show_default=True, help="Seconds to wait for one query.")
+@prometheus_client_options(timeout_s=120.0)
 def report_command(
     url: str,
     range_text: str,
@@ -82,19 +77,16 @@ def report_command(
     from nvwatch.mixin.config import load
     from nvwatch.report.build import ReportOptions, run_report
 
-    password = read_credential(basic_auth_password_file, "--basic-auth-password-file")
-    if password is not None and basic_auth_user is None:
-        raise click.UsageError("--basic-auth-password-file needs --basic-auth-user")
     try:
         options = ReportOptions(
-            connection=Connection(
-                url=url,
-                url_flag="--prometheus",
-                basic_auth=(basic_auth_user, password or "") if basic_auth_user else None,
-                bearer_token=read_credential(bearer_token_file, "--bearer-token-file"),
-                ca_file=Path(ca_file) if ca_file else None,
-                insecure_tls=insecure_skip_verify,
-                timeout_seconds=timeout,
+            connection=prometheus_connection(
+                url,
+                basic_auth_user=basic_auth_user,
+                basic_auth_password_file=basic_auth_password_file,
+                bearer_token_file=bearer_token_file,
+                ca_file=ca_file,
+                insecure_skip_verify=insecure_skip_verify,
+                timeout=timeout,
             ),
             range_text=range_text,
             end_text=end_text,
