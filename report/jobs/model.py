@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SCHEMA = 1
-_J_PER_KWH = 3.6e6
+J_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,17 @@ class JobSummary:
         return sum(known) if known else None
 
     @property
+    def energy_joules(self) -> float | None:
+        """What the job cost: its share of its nodes' energy, else its GPUs' own."""
+        node = self.node_energy_joules
+        return node if node is not None else self.gpu_energy_joules
+
+    @property
     def carbon_kg(self) -> float | None:
-        energy = self.node_energy_joules or self.gpu_energy_joules
+        energy = self.energy_joules
         if not self.grid_intensity_g_per_kwh or energy is None:
             return None
-        return energy / _J_PER_KWH * self.grid_intensity_g_per_kwh / 1000.0
+        return energy / J_PER_KWH * self.grid_intensity_g_per_kwh / 1000.0
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = _compact(asdict(self))

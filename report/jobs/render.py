@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from nvwatch.report.jobs.model import EXCLUSIVE, GpuUse, JobSummary
+from nvwatch.report.jobs.model import EXCLUSIVE, J_PER_KWH, GpuUse, JobSummary
 
-_J_PER_KWH = 3.6e6
 METHODS = {
     EXCLUSIVE: "no other job held a GPU of the node meanwhile: the whole node's energy",
     "gpu-share": "other jobs held GPUs of the node meanwhile: its energy x the GPUs held",
@@ -90,7 +89,7 @@ def _pct(value: float | None) -> str:
 
 
 def _kwh(joules: float | None) -> str:
-    return "-" if joules is None else f"{joules / _J_PER_KWH:.3g} kWh"
+    return "-" if joules is None else f"{joules / J_PER_KWH:.3g} kWh"
 
 
 def _gib(value: float | None) -> str:
@@ -112,10 +111,9 @@ def render_list(summaries: list[JobSummary]) -> str:
     for s in sorted(summaries, key=lambda s: (s.end, s.job_id)):
         worst = s.notes[0] if s.notes else None
         note = f"{worst.code}: {worst.text}" if worst else "-"
-        energy = s.node_energy_joules or s.gpu_energy_joules
         lines.append(
             f"{s.job_id:<12} {s.user[:10]:<10} {s.account[:10]:<10} {s.partition[:10]:<10} "
             f"{s.gpu_count:>4} {s.gpu_hours:>7.1f} {_pct(s.utilization):>5} "
-            f"{_kwh(energy):>10}  {note[:80]}"
+            f"{_kwh(s.energy_joules):>10}  {note[:80]}"
         )
     return "\n".join(lines) + "\n"

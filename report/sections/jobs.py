@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from nvwatch.report.jobs.model import JobSummary
+from nvwatch.report.jobs.model import J_PER_KWH, JobSummary
 from nvwatch.report.model import Column, Number, Section, Table
 
 # GPU-time-weighted efficiency bands: the share of GPU-hours in jobs this busy
 BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01))
 TOP_NOTES = 5
-_J_PER_KWH = 3.6e6
 
 
 def jobs(summaries: Iterable[JobSummary], source: str) -> Section:
@@ -81,7 +80,7 @@ def _by(
         groups[key(s)].append(s)
     rows: list[list[str | float | int | None]] = []
     for group, members in sorted(groups.items(), key=lambda g: -sum(s.gpu_hours for s in g[1])):
-        energy = [_energy(s) for s in members if _energy(s) is not None]
+        energy = [s.energy_joules for s in members if s.energy_joules is not None]
         row: list[str | float | int | None] = [
             group,
             len(members),
@@ -89,7 +88,7 @@ def _by(
         ]
         if idle:
             row.append(sum(n.gpu_hours for s in members for n in s.notes if n.code == "idle-gpus"))
-        row.append(sum(e for e in energy if e is not None) / _J_PER_KWH if energy else None)
+        row.append(sum(energy) / J_PER_KWH if energy else None)
         rows.append(row)
     columns = [
         Column(name.rstrip("s"), name.rstrip("s")),
@@ -100,11 +99,6 @@ def _by(
         columns.append(Column("idle_gpu_hours", "GPU-hours held idle", "h"))
     columns.append(Column("energy_kwh", "energy (nodes' share)", "kWh"))
     return Table(name, f"{title}: GPU-hours and energy", columns, rows)
-
-
-def _energy(s: JobSummary) -> float | None:
-    """The job's share of its nodes' energy, else its GPUs' own."""
-    return s.node_energy_joules if s.node_energy_joules is not None else s.gpu_energy_joules
 
 
 def _notes(chosen: list[JobSummary]) -> Table:
