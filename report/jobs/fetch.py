@@ -112,7 +112,8 @@ def find_life(
             "Prometheus: a wrong id, a job older than its retention, or one that has not "
             "started"
         )
-    reach = f"[{math.ceil(step + STALENESS_S)}s]"
+    reach_s = math.ceil(step + STALENESS_S)
+    reach = f"[{reach_s}s]"
     # the first and last samples lie within a step before the first and last steps seen
     first = client.query(f"{alloc}{reach}", min(stamps))
     last = client.query(f"{alloc}{reach}", max(stamps))
@@ -123,7 +124,7 @@ def find_life(
     seen_first, end = min(firsts), max(lasts)
     # a sample stands for the scrape interval before it: the job held its GPUs from one
     # interval before the first sample that shows it
-    interval = _interval(client, alloc, seen_first, reach)
+    interval = _interval(client, alloc, seen_first, reach_s)
     start = seen_first - interval
     labels = found[0][0]
     return Life(
@@ -137,10 +138,9 @@ def find_life(
     )
 
 
-def _interval(client: PrometheusClient, alloc: str, first: float, reach: str) -> float:
+def _interval(client: PrometheusClient, alloc: str, first: float, seconds: int) -> float:
     """The scrape interval of the allocation series: the smallest gap between two of its
     samples from `first` on (0 where the job was seen once)."""
-    seconds = int(reach.strip("[]s"))
     found = client.query(f"{alloc}[{seconds + 1}s]", first + seconds)
     gaps = [
         b - a
