@@ -12,6 +12,9 @@ cluster. What makes 128 nodes fit on two cores:
   hundreds of calls of a poll integrate again. `SteppedClock` only moves when the one
   fleet-wide ticker thread steps it, once per interval, and then calls every node's
   `tick()` (NVML state and the sysfs files); between ticks a call reads settled state.
+- The GIL is handed over every millisecond while the fleet runs, as `serve` does: each
+  sysfs read gives it up and waits to win it back, and at CPython's 5 ms a busy process
+  held an InfiniBand poll (a few hundred reads) past its timeout.
 - `time_scale` makes simulated time run faster than real time, so a thermal runaway
   that takes minutes on real hardware crosses slowdown within seconds of a test.
 - Scenarios end on schedule (`until=`), or on request while the fleet runs: `repair()`,
@@ -30,6 +33,7 @@ one node (simulator, agent, server) in `nvwatch.sim.fleet.node`, `SteppedClock` 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -44,7 +48,7 @@ from typing import Any
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.agent.inventory import write_json_atomic
 from nvwatch.agent.inventory_bmc import probe_job
-from nvwatch.agent.threads import start_thread
+from nvwatch.agent.threads import agent_switch_interval, start_thread
 from nvwatch.sim import nvml as sim_nvml
 from nvwatch.sim.bmc.reader import SimulatedBmcReader
 from nvwatch.sim.clock import SteppedClock
@@ -148,6 +152,7 @@ class Fleet:
         self.tick_cpu_seconds = 0.0  # CPU time the last round of ticks took
         self.ticks = 0
         self._started = False
+        self._process_settings = contextlib.ExitStack()
 
     @property
     def root(self) -> Path | None:
@@ -159,6 +164,8 @@ class Fleet:
         if self._started:
             raise RuntimeError("fleet already started")
         self._started = True
+        # every node's polls share this process's GIL, as one agent's threads do
+        self._process_settings.enter_context(agent_switch_interval())
         # one library for the whole process; each node's threads find their own through
         # the context they were created in
         sim_nvml.install(sim_nvml.DispatchingNvml())
@@ -389,6 +396,7 @@ class Fleet:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
         sim_nvml.uninstall()
+        self._process_settings.close()
 
     def __enter__(self) -> Fleet:
         self.start()
