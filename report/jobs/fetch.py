@@ -8,6 +8,10 @@ sample stands for the scrape interval before it, the life starts one interval be
 first sample that shows the job, and ends at the last. Every figure
 is then one instant query at the last scrape over a window the length of the life, on
 the job's nodes only; the job's GPUs are picked out of the answers by (instance, gpu).
+
+One Prometheus may hold several clusters (a global view), whose Slurms number their jobs
+each on its own and whose nodes may share names: every query keeps to the job's cluster,
+and a job id found on two clusters is named with `cluster` or refused.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ class JobNotFound(ReportError):
     """No GPU was allocated to the job in the lookback."""
 
 
+class AmbiguousJob(ReportError):
+    """The job id ran on more than one cluster in the lookback, and none was named."""
+
+
 @dataclass(frozen=True)
 class Life:
     start: float
@@ -71,9 +79,14 @@ class Life:
 
 
 def fetch_summary(
-    client: PrometheusClient, cfg: MixinConfig, job_id: str, now: float, lookback_s: float
+    client: PrometheusClient,
+    cfg: MixinConfig,
+    job_id: str,
+    now: float,
+    lookback_s: float,
+    cluster: str | None = None,
 ) -> JobSummary:
-    life = find_life(client, cfg, job_id, now, lookback_s)
+    life = find_life(client, cfg, job_id, now, lookback_s, cluster)
     q = _Queries(client, cfg, life)
     per_gpu, events, models = q.gpu_figures(), q.clock_events(), q.models()
     gpus = tuple(
@@ -96,10 +109,18 @@ def fetch_summary(
 
 
 def find_life(
-    client: PrometheusClient, cfg: MixinConfig, job_id: str, now: float, lookback_s: float
+    client: PrometheusClient,
+    cfg: MixinConfig,
+    job_id: str,
+    now: float,
+    lookback_s: float,
+    cluster: str | None = None,
 ) -> Life:
     inst = cfg.instance_label
-    alloc = f"nvwatch_gpu_allocation_info{cfg.sel(f'job_id={_quote(job_id)}')}"
+    matchers = [f"job_id={_quote(job_id)}"]
+    if cluster is not None:
+        matchers.append(f"{cfg.cluster_label}={_quote(cluster)}")
+    alloc = f"nvwatch_gpu_allocation_info{cfg.sel(*matchers)}"
     by = f"{cfg.cluster_label}, {inst}, gpu, user, account"
     step = max(15.0, lookback_s / LIFE_POINTS)
     # over each whole step, not at its end alone: a job shorter than a step is found too
@@ -107,11 +128,20 @@ def find_life(
     found = client.query_range(seen, now - lookback_s, now, step).series
     stamps = [float(t) for _, values in found for t, _ in values]
     if not stamps:
+        on = f" of cluster {cluster}" if cluster is not None else ""
         raise JobNotFound(
-            f"job {job_id} held no GPU in the last {lookback_s / 86400:g} days of this "
+            f"job {job_id}{on} held no GPU in the last {lookback_s / 86400:g} days of this "
             "Prometheus: a wrong id, a job older than its retention, or one that has not "
             "started"
         )
+    clusters = sorted({labels.get(cfg.cluster_label, "") for labels, _ in found})
+    if len(clusters) > 1:
+        raise AmbiguousJob(
+            f"job {job_id} ran on clusters {', '.join(repr(c) for c in clusters)} in the "
+            f"last {lookback_s / 86400:g} days of this Prometheus: name one with --cluster"
+        )
+    # from here on the job's own cluster only (an empty value matches no cluster label)
+    alloc = f"nvwatch_gpu_allocation_info{cfg.sel(matchers[0], _cluster(cfg, clusters[0]))}"
     reach = f"[{math.ceil(step + STALENESS_S)}s]"
     # the first and last samples lie within a step before the first and last steps seen
     first = client.query(f"{alloc}{reach}", min(stamps))
@@ -152,12 +182,15 @@ def _interval(client: PrometheusClient, alloc: str, first: float, reach: str) ->
 
 
 class _Queries:
-    """The instant queries over the job's life, on its nodes."""
+    """The instant queries over the job's life, on its nodes of its cluster."""
 
     def __init__(self, client: PrometheusClient, cfg: MixinConfig, life: Life) -> None:
         self.client, self.cfg, self.life = client, cfg, life
         names = "|".join(_regex_escape(i) for i in life.instances)
-        self.nodes = f'{cfg.instance_label}=~"{names}"'
+        self.cluster = _cluster(cfg, life.cluster)
+        self.nodes = f'{self.cluster}, {cfg.instance_label}=~"{names}"'
+        either = f'{cfg.cluster_label}=~"{_regex_escape(life.cluster)}|"'
+        self._bmc_nodes = f'{either}, {cfg.instance_label}=~"{names}"'
 
     def _at_end(self, expr: str) -> list[tuple[dict[str, str], Any]]:
         return self.client.query(expr, self.life.end)
@@ -255,7 +288,9 @@ class _Queries:
             f"count by ({inst}) (max_over_time(nvwatch_gpu_allocation_info{others}[{window}]))"
         )
         shared = {s.get(inst, "") for s, _ in self._at_end(shared_expr)}
-        power = f"nvwatch_bmc_power_watts{self.cfg.bmc_sel(self.nodes)}"
+        # the probe's targets carry the node's cluster label (docs/metrics.md); a BMC
+        # without one still counts where its node's name is its cluster's alone
+        power = f"nvwatch_bmc_power_watts{self.cfg.bmc_sel(self._bmc_nodes)}"
         watts: dict[str, float] = {}
         for labels, value in self._at_end(f"avg_over_time({power}[{window}])"):
             node = labels.get(inst, "")
@@ -277,12 +312,13 @@ class _Queries:
         """The median utilization of the GPUs other jobs held during this one's life,
         each averaged over the time it was held: the job's peers, not its own GPUs nor
         idle GPUs nobody held. A subquery of at most PEER_POINTS points per GPU."""
-        by = f"{self.cfg.instance_label}, gpu"
+        by = f"{self.cfg.cluster_label}, {self.cfg.instance_label}, gpu"
         span = self.life.end - self.life.start
         resolution = max(self.life.interval, span / PEER_POINTS, 1.0)
-        others = self.cfg.sel(f"job_id!={_quote(job_id)}")
+        # the job's own cluster: another's GPUs run other work on other hardware
+        others = self.cfg.sel(self.cluster, f"job_id!={_quote(job_id)}")
         held = (
-            f"nvwatch_gpu_utilization_ratio{self.cfg.sel()}\n"
+            f"nvwatch_gpu_utilization_ratio{self.cfg.sel(self.cluster)}\n"
             f"  and on ({by}) nvwatch_gpu_allocation_info{others}"
         )
         window = f"[{self.life.window}:{resolution:.0f}s]"
@@ -292,7 +328,7 @@ class _Queries:
     def stragglers(self, job_id: str) -> list[dict[str, str]]:
         alerts = (
             f'ALERTS{{alertname="NvwatchJobStraggler", alertstate="firing", '
-            f"job_id={_quote(job_id)}}}"
+            f"{self.cluster}, job_id={_quote(job_id)}}}"
         )
         return [s for s, _ in self._at_end(f"max_over_time({alerts}[{self.life.window}])")]
 
@@ -318,6 +354,10 @@ def counter_delta(samples: Iterable[list[Any]]) -> float:
 
 def _gpu_key(cfg: MixinConfig, labels: dict[str, str]) -> tuple[str, str]:
     return labels.get(cfg.instance_label, ""), labels.get("gpu", "")
+
+
+def _cluster(cfg: MixinConfig, cluster: str) -> str:
+    return f"{cfg.cluster_label}={_quote(cluster)}"
 
 
 def _quote(value: str) -> str:
