@@ -5,7 +5,10 @@ Two 8-GPU nodes of cluster c1, samples every STEP_S. Job 4711 (alice, ml) holds 
 GPU of n1 and GPUs 0-3 of n2 for an hour; job 4712 (bob, cv) holds n2's GPUs 4-7 for half
 an hour inside it, and job 4800 (carol) the same four GPUs later. The same Prometheus
 holds cluster c2 (a global view, as Thanos or federation gives one): its one 4-GPU node is
-also named n1, and its Slurm numbers jobs on its own, so it ran a job 4800 too (dave).
+also named n1, and its Slurm numbers jobs on its own, so it ran a job 4800 too (dave);
+its agent stopped answering for a while inside that job (C2_OUTAGE). Job 4900 (erin) ran
+twice under its id, as Slurm runs a requeued job: on n2's GPUs 4-7 first, then on n1's
+GPUs 0-1 after 4711 had ended.
 Every figure below is a constant or a simple pattern, so the tests' expected values are
 arithmetic on these constants, not the code's.
 """
@@ -51,7 +54,9 @@ JOB_A = Job("4711", "alice", "ml", A_GPUS, 600, 4200)
 JOB_B = Job("4712", "bob", "cv", tuple(("n2", g) for g in range(4, 8)), 1200, 3000)
 JOB_C1 = Job("4800", "carol", "ml", tuple(("n2", g) for g in range(4, 8)), 3300, 4200)
 JOB_C2 = Job("4800", "dave", "bio", tuple(("n1", g) for g in range(4)), 2400, 4200, "c2")
-JOBS = (JOB_A, JOB_B, JOB_C1, JOB_C2)
+JOB_R1 = Job("4900", "erin", "ml", tuple(("n2", g) for g in range(4, 8)), 0, 600)
+JOB_R2 = Job("4900", "erin", "ml", (("n1", 0), ("n1", 1)), 4200, 4800)
+JOBS = (JOB_A, JOB_B, JOB_C1, JOB_C2, JOB_R1, JOB_R2)
 SPAN_S = 4800
 
 PLANS: dict[tuple[str, int], GpuPlan] = {
@@ -69,6 +74,8 @@ C2_PLANS = {("n1", g): GpuPlan(0.3, 200.0, 50.0, 60.0) for g in range(4)}
 C2_NODE_WATTS = {"n1": 7000.0}
 C2_GPU_NAME = "NVIDIA A100-SXM4-80GB"
 C2_IB_BYTES_PER_S = 1.0e8
+# c2's agent reported nothing in (from, until]: no GPU series, no port; its BMC answered
+C2_OUTAGE = (3600, 4000)
 CLUSTERS = {
     "c1": (PLANS, NODE_WATTS, GPU_NAME),
     "c2": (C2_PLANS, C2_NODE_WATTS, C2_GPU_NAME),
@@ -140,8 +147,9 @@ def write_openmetrics(path: Path, first: float) -> None:
     energy = {(c, *key): 1.0e6 for c, (plans, _, _) in CLUSTERS.items() for key in plans}
     for t in range(0, SPAN_S + 1, STEP_S):
         for cluster in CLUSTERS:
-            _write_gpus(w, cluster, energy, first, t)
-            _write_nodes(w, cluster, first, t)
+            down = cluster == "c2" and C2_OUTAGE[0] < t <= C2_OUTAGE[1]
+            _write_gpus(w, cluster, energy, first, t, down)
+            _write_nodes(w, cluster, first, t, down)
         if STRAGGLER_FROM <= t - JOB_A.start <= STRAGGLER_UNTIL:
             w.add("ALERTS", STRAGGLER_ALERT, 1.0, first + t)
         if C2_STRAGGLER_FROM <= t <= C2_STRAGGLER_UNTIL:
@@ -155,6 +163,7 @@ def _write_gpus(
     energy: dict[tuple[str, str, int], float],
     first: float,
     t: int,
+    down: bool,
 ) -> None:
     plans, _, gpu_name = CLUSTERS[cluster]
     at = first + t
@@ -166,7 +175,9 @@ def _write_gpus(
         memory = running.memory_peak_gib if middle else running.memory_gib
         key = (cluster, node, gpu)
         if t > 0:
-            energy[key] += running.watts * STEP_S
+            energy[key] += running.watts * STEP_S  # the GPU ran on while nobody asked
+        if down:
+            continue
         if job is not None and running.counter_reset and t == job.start + 1800:
             energy[key] = running.watts * STEP_S  # a driver reload: from zero
         capped = job is not None and t - job.start < running.power_cap_share * (job.end - job.start)
@@ -185,7 +196,7 @@ def _write_gpus(
             w.add("nvwatch_gpu_allocation_info", owner, 1.0, at)
 
 
-def _write_nodes(w: SeriesWriter, cluster: str, first: float, t: int) -> None:
+def _write_nodes(w: SeriesWriter, cluster: str, first: float, t: int, down: bool) -> None:
     """Each node's BMC input power and its one InfiniBand port: c1's fabric idle, c2's
     moving while its job runs (a port on either cluster is n1/mlx5_0/1)."""
     _, node_watts, _ = CLUSTERS[cluster]
@@ -193,6 +204,8 @@ def _write_nodes(w: SeriesWriter, cluster: str, first: float, t: int) -> None:
         bmc = {"job": "nvwatch-bmc", "cluster": cluster, "instance": node}
         bmc = {**bmc, "sensor": "dcmi", "method": "dcmi"}
         w.add("nvwatch_bmc_power_watts", bmc, watts, first + t)
+        if down:
+            continue
         port = {"job": "nvwatch", "cluster": cluster, "instance": node}
         port = {**port, "device": "mlx5_0", "port": "1"}
         moved = 0.0

@@ -233,6 +233,10 @@ def test_a_job_id_on_two_clusters_is_named_with_cluster(prometheus: tuple[str, f
     [node] = c2["nodes"]
     assert (node["method"], node["gpus_held"], node["gpus_total"]) == ("exclusive", 4, 4)
     assert node["node_energy_joules"] == pytest.approx(7000 * life, rel=DIGITS)
+    # its agent's 400 s outage is a hole in one run, not a requeue: the agent reported
+    # nothing then, its GPUs neither
+    assert c2["end"] == pytest.approx(first + js.JOB_C2.end, abs=0.01)
+    assert c2["runs"] == 1
     [port] = c2["ports"]
     assert port["transmit_bytes"] == pytest.approx(js.C2_IB_BYTES_PER_S * life, rel=DIGITS)
     # 30 % busy with no other job on c2 to compare with: no low-utilization note (c1's
@@ -262,3 +266,26 @@ def test_a_cluster_that_did_not_run_the_job(prometheus: tuple[str, float], tmp_p
     assert "of cluster 'c2', not of 'c1'" in wrong.stderr
     right = _job("4800", "--job-store", store, "--cluster", "c2", "--format", "json")
     assert right.returncode == 0 and json.loads(right.stdout)["user"] == "dave"
+
+
+def test_a_requeued_job_is_summarised_from_its_last_run(prometheus: tuple[str, float]) -> None:
+    """Job 4900 ran on n2's GPUs 4-7, was requeued, and ran again an hour later on n1's
+    GPUs 0-1 (n2's agent reported its GPUs in between): its summary is of that last
+    run, as sacct shows it, and says so; not of the span with 4711's hour inside."""
+    url, first = prometheus
+    data = _json(url, "4900")
+    assert data["start"] == pytest.approx(first + js.JOB_R2.start, abs=0.01)
+    assert data["end"] == pytest.approx(first + js.JOB_R2.end, abs=0.01)
+    assert (data["runs"], data["user"]) == (2, "erin")
+    life = js.JOB_R2.end - js.JOB_R2.start  # 600 s
+    gpus = _gpus(data)
+    assert sorted(gpus) == [("n1", "0"), ("n1", "1")]
+    for row in gpus.values():
+        assert row["utilization"] == pytest.approx(0.9, rel=DIGITS)
+        assert row["energy_joules"] == pytest.approx(300 * life, rel=DIGITS)
+    # 4711 had let n1 go: the whole node's 5 kW over the run is this job's
+    [node] = data["nodes"]
+    assert (node["method"], node["gpus_held"], node["gpus_total"]) == ("exclusive", 2, 8)
+    assert node["node_energy_joules"] == pytest.approx(5000 * life, rel=DIGITS)
+    text = _job("4900", "--prometheus", url).stdout
+    assert "(600 s, the last of 2 runs: requeued), 2 GPUs on 1 node(s)" in text
