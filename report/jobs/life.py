@@ -98,7 +98,7 @@ def find_life(
     step = max(15.0, lookback_s / LIFE_POINTS)
     # over each whole step, not at its end alone: a job shorter than a step is found too
     seen = f"max by ({by}) (max_over_time({alloc}[{math.ceil(step)}s]))"
-    found = client.query_range(seen, now - lookback_s, now, step).series
+    found = client.query_range(seen, grid_start(now - lookback_s, now, step), now, step).series
     stamps = [float(t) for _, values in found for t, _ in values]
     if not stamps:
         on = f" of cluster {cluster}" if cluster is not None else ""
@@ -156,7 +156,7 @@ def _last_run(
     inst = cfg.instance_label
     fine = max(15.0, (hi - lo) / LIFE_POINTS)
     expr = f"max by ({inst}) (max_over_time({alloc}[{math.ceil(fine)}s]))"
-    by_node = client.query_range(expr, lo, hi, fine).series
+    by_node = client.query_range(expr, grid_start(lo, hi, fine), hi, fine).series
     steps = sorted({float(t) for _, values in by_node for t, _ in values})
     if not steps:
         return _Run(lo, hi, None, 1)
@@ -198,6 +198,14 @@ def _nodes_answered(
     info = f"nvwatch_gpu_info{cfg.sel(own, nodes_matcher)}"
     found = client.query(f"count(max_over_time({info}[{_ms(until - before - 1)}]))", until)
     return bool(found) and float(found[0][1][1]) > 0
+
+
+def grid_start(lo: float, hi: float, step: float) -> float:
+    """Where a range query from about `lo` starts so that its last evaluation falls on
+    `hi` itself: Prometheus steps on from the start, and a grid from `lo` stops up to a
+    step short of `hi`, where a job that has just ended (the epilog's case) has its last
+    samples, or all of them."""
+    return hi - math.ceil((hi - lo) / step - 1e-9) * step
 
 
 def _ms(seconds: float) -> str:

@@ -15,6 +15,10 @@ from typing import Any
 
 import pytest
 
+from nvwatch.common.http_connection import Connection
+from nvwatch.mixin.config import load
+from nvwatch.report.jobs.life import find_life
+from nvwatch.report.prom import PrometheusClient
 from nvwatch.sim.ports import free_port
 from tests.history.backfill import backfill, serve_tsdb
 from tests.report import job_series as js
@@ -289,3 +293,20 @@ def test_a_requeued_job_is_summarised_from_its_last_run(prometheus: tuple[str, f
     assert node["node_energy_joules"] == pytest.approx(5000 * life, rel=DIGITS)
     text = _job("4900", "--prometheus", url).stdout
     assert "(600 s, the last of 2 runs: requeued), 2 GPUs on 1 node(s)" in text
+
+
+@pytest.mark.parametrize("lookback_s", [30 * 86400.0, 7000.0])
+def test_a_job_summarised_as_it_ends_keeps_its_last_samples(
+    prometheus: tuple[str, float], lookback_s: float
+) -> None:
+    """The slurmctld epilog asks a second after the job's last sample. The range
+    queries' grids end on that moment: one stepped on from the lookback's start stops up
+    to a step short of it and lost the job's last samples (here 4900's last 15 s; a job
+    shorter than a step, all of them). 7000 s is no whole number of 15 s steps."""
+    url, first = prometheus
+    client = PrometheusClient(Connection(url=url, url_flag="--prometheus"))
+    now = first + js.JOB_R2.end + 1
+    life = find_life(client, load(None), "4900", now, lookback_s)
+    assert life.start == pytest.approx(first + js.JOB_R2.start, abs=0.01)
+    assert life.end == pytest.approx(first + js.JOB_R2.end, abs=0.01)
+    assert life.gpus == (("n1", "0"), ("n1", "1"))
