@@ -48,6 +48,12 @@ EXIT_NO_SUMMARY = 3  # no summary anywhere: an unknown job, one pending, or forg
 @option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @option("--lookback", default="30d", show_default=True, help="How far back to look for it.")
 @option(
+    "--cluster",
+    default=None,
+    help="The job's cluster (the value of the cluster label), where one Prometheus holds "
+    "several whose Slurms number jobs each on its own.",
+)
+@option(
     "--config",
     "config_path",
     envvar="NVWATCH_MIXIN_CONFIG",
@@ -63,6 +69,7 @@ def job_command(
     partition: str | None,
     fmt: str,
     lookback: str,
+    cluster: str | None,
     config_path: str | None,
     basic_auth_user: str | None,
     basic_auth_password_file: str | None,
@@ -99,7 +106,7 @@ def job_command(
                 timeout=timeout,
             )
             try:
-                summary, source = _from_prometheus(connection, cfg, job_id, lookback_s)
+                summary, source = _from_prometheus(connection, cfg, job_id, lookback_s, cluster)
             except JobNotFound as err:
                 if store_spec is None or store:
                     _no_summary(str(err))
@@ -113,7 +120,7 @@ def job_command(
             return
         if summary is None:
             assert store_spec is not None
-            summary, source = _from_store(store_spec, job_id)
+            summary, source = _from_store(store_spec, job_id, cluster)
     except JobNotStored as err:
         _no_summary(str(err))
     except (ReportError, ConnectionSetupError, StoreError) as err:
@@ -127,29 +134,36 @@ def job_command(
 
 
 def _from_prometheus(
-    connection: Connection, cfg: MixinConfig, job_id: str, lookback_s: float
+    connection: Connection, cfg: MixinConfig, job_id: str, lookback_s: float, cluster: str | None
 ) -> tuple[JobSummary, str]:
     from nvwatch.report.jobs.fetch import fetch_summary
     from nvwatch.report.jobs.model import JobSummary
     from nvwatch.report.prom import PrometheusClient
 
-    fetched = fetch_summary(PrometheusClient(connection), cfg, job_id, time.time(), lookback_s)
+    client = PrometheusClient(connection)
+    fetched = fetch_summary(client, cfg, job_id, time.time(), lookback_s, cluster)
     # what is printed has been through the store's rounding: a stored copy prints the same
     return JobSummary.from_dict(fetched.to_dict()), f"Prometheus {connection.url}"
 
 
-def _from_store(spec: str, job_id: str) -> tuple[JobSummary, str]:
+def _from_store(spec: str, job_id: str, cluster: str | None) -> tuple[JobSummary, str]:
+    from nvwatch.report.jobs.codec import StoreError
     from nvwatch.report.jobs.model import JobSummary
-    from nvwatch.report.jobs.store import open_store
+    from nvwatch.report.jobs.store import JobNotStored, open_store
 
     target = open_store(spec)
     data = target.get(job_id)
     try:
-        return JobSummary.from_dict(data), f"{target.description}, stored at the job's end"
+        summary = JobSummary.from_dict(data)
     except (TypeError, ValueError) as err:
-        from nvwatch.report.jobs.codec import StoreError
-
         raise StoreError(f"job {job_id}'s stored summary cannot be read: {err}") from None
+    if cluster is not None and summary.cluster not in ("", cluster):
+        # a store keyed by job id alone holds one cluster's job of that number
+        raise JobNotStored(
+            f"the {target.description} holds job {job_id} of cluster {summary.cluster!r}, "
+            f"not of {cluster!r}"
+        )
+    return summary, f"{target.description}, stored at the job's end"
 
 
 def _no_summary(message: str) -> NoReturn:

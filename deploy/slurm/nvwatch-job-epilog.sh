@@ -14,6 +14,8 @@
 #   NVWATCH_JOB_STORE=slurm                        or dir:/var/lib/nvwatch/jobs
 #   NVWATCH=/usr/bin/nvwatch                       the command, if not on PATH
 #   NVWATCH_JOB_TIMEOUT=10                         seconds before it gives up
+#   NVWATCH_CLUSTER=c1                             this cluster's `cluster` label, where
+#                                                  one Prometheus holds several clusters
 ENV_FILE=${NVWATCH_JOB_ENV:-/etc/default/nvwatch-job}
 # shellcheck disable=SC1090
 # exported: nvwatch runs scontrol and sacct, which need SLURM_CONF where it is not default

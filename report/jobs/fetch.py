@@ -2,25 +2,28 @@
 its life.
 
 The job's GPUs and life come from `nvwatch_gpu_allocation_info{job_id=...}` (GPU series
-carry no job labels): a coarse range query over the lookback finds the steps it was
-seen, and raw samples at both ends give the first and last scrape exactly. As every
-sample stands for the scrape interval before it, the life starts one interval before the
-first sample that shows the job, and ends at the last. Every figure
-is then one instant query at the last scrape over a window the length of the life, on
-the job's nodes only; the job's GPUs are picked out of the answers by (instance, gpu).
+carry no job labels; life.py). Every figure is then one instant query at the last scrape
+over a window the length of the life, on the job's nodes only; the job's GPUs are picked
+out of the answers by (instance, gpu). One Prometheus may hold several clusters whose
+nodes may share names: every query keeps to the job's cluster.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.report.errors import ReportError
+from nvwatch.report.jobs.life import (
+    AmbiguousJob,
+    JobNotFound,
+    Life,
+    cluster_matcher,
+    find_life,
+    quote,
+    regex_escape,
+)
 from nvwatch.report.jobs.model import (
     EXCLUSIVE,
     GPU_SHARE,
@@ -33,47 +36,20 @@ from nvwatch.report.jobs.model import (
 from nvwatch.report.jobs.notes import notes_for
 from nvwatch.report.prom import PrometheusClient
 
-LIFE_POINTS = 1000  # points of the coarse search over the lookback
+__all__ = ["AmbiguousJob", "JobNotFound", "fetch_summary"]
+
 PEER_POINTS = 240  # points per GPU of the peers' utilization over the life
-STALENESS_S = 330.0  # Prometheus' lookback delta (5 min) and a scrape to spare
-
-
-class JobNotFound(ReportError):
-    """No GPU was allocated to the job in the lookback."""
-
-
-@dataclass(frozen=True)
-class Life:
-    start: float
-    end: float
-    cluster: str
-    user: str
-    account: str
-    gpus: tuple[tuple[str, str], ...]  # (instance, gpu), sorted
-    interval: float = 0.0  # the scrape interval of its allocation series
-
-    @property
-    def window(self) -> str:
-        """The life as a range ending at `end` that leaves the sample at `start` out, as
-        each sample stands for the scrape interval before it: a millisecond short of the
-        life, so Prometheus 2 (ranges closed at both ends) and 3 (open at the start)
-        agree."""
-        return f"{max(1, round((self.end - self.start) * 1000) - 1)}ms"
-
-    @property
-    def counter_window(self) -> str:
-        """One second more: the counters' first sample, at `start`, is inside."""
-        return f"{max(1, math.ceil(self.end - self.start)) + 1}s"
-
-    @property
-    def instances(self) -> list[str]:
-        return sorted({i for i, _ in self.gpus})
 
 
 def fetch_summary(
-    client: PrometheusClient, cfg: MixinConfig, job_id: str, now: float, lookback_s: float
+    client: PrometheusClient,
+    cfg: MixinConfig,
+    job_id: str,
+    now: float,
+    lookback_s: float,
+    cluster: str | None = None,
 ) -> JobSummary:
-    life = find_life(client, cfg, job_id, now, lookback_s)
+    life = find_life(client, cfg, job_id, now, lookback_s, cluster)
     q = _Queries(client, cfg, life)
     per_gpu, events, models = q.gpu_figures(), q.clock_events(), q.models()
     gpus = tuple(
@@ -90,74 +66,22 @@ def fetch_summary(
         ports=q.ports(),
         nodes=q.node_shares(job_id),
         grid_intensity_g_per_kwh=cfg.grid_intensity_g_per_kwh,
+        runs=life.runs,
         **totals(gpus),
     )
     return notes_for(summary, cfg, q.peer_median_utilization(job_id), q.stragglers(job_id))
 
 
-def find_life(
-    client: PrometheusClient, cfg: MixinConfig, job_id: str, now: float, lookback_s: float
-) -> Life:
-    inst = cfg.instance_label
-    alloc = f"nvwatch_gpu_allocation_info{cfg.sel(f'job_id={_quote(job_id)}')}"
-    by = f"{cfg.cluster_label}, {inst}, gpu, user, account"
-    step = max(15.0, lookback_s / LIFE_POINTS)
-    # over each whole step, not at its end alone: a job shorter than a step is found too
-    seen = f"max by ({by}) (max_over_time({alloc}[{math.ceil(step)}s]))"
-    found = client.query_range(seen, now - lookback_s, now, step).series
-    stamps = [float(t) for _, values in found for t, _ in values]
-    if not stamps:
-        raise JobNotFound(
-            f"job {job_id} held no GPU in the last {lookback_s / 86400:g} days of this "
-            "Prometheus: a wrong id, a job older than its retention, or one that has not "
-            "started"
-        )
-    reach_s = math.ceil(step + STALENESS_S)
-    reach = f"[{reach_s}s]"
-    # the first and last samples lie within a step before the first and last steps seen
-    first = client.query(f"{alloc}{reach}", min(stamps))
-    last = client.query(f"{alloc}{reach}", max(stamps))
-    firsts = [float(t) for _, values in first for t, _ in values]
-    lasts = [float(t) for _, values in last for t, _ in values]
-    if not firsts or not lasts:  # the data changed between the queries (retention)
-        raise JobNotFound(f"job {job_id}'s allocation samples went away while it was read")
-    seen_first, end = min(firsts), max(lasts)
-    # a sample stands for the scrape interval before it: the job held its GPUs from one
-    # interval before the first sample that shows it
-    interval = _interval(client, alloc, seen_first, reach_s)
-    start = seen_first - interval
-    labels = found[0][0]
-    return Life(
-        start=start,
-        end=max(end, start),
-        cluster=labels.get(cfg.cluster_label, ""),
-        user=labels.get("user", ""),
-        account=labels.get("account", ""),
-        gpus=tuple(sorted({(s.get(inst, ""), s.get("gpu", "")) for s, _ in found})),
-        interval=interval,
-    )
-
-
-def _interval(client: PrometheusClient, alloc: str, first: float, seconds: int) -> float:
-    """The scrape interval of the allocation series: the smallest gap between two of its
-    samples from `first` on (0 where the job was seen once)."""
-    found = client.query(f"{alloc}[{seconds + 1}s]", first + seconds)
-    gaps = [
-        b - a
-        for _, values in found
-        for a, b in itertools.pairwise(sorted(float(t) for t, _ in values))
-        if b > a
-    ]
-    return min(gaps, default=0.0)
-
-
 class _Queries:
-    """The instant queries over the job's life, on its nodes."""
+    """The instant queries over the job's life, on its nodes of its cluster."""
 
     def __init__(self, client: PrometheusClient, cfg: MixinConfig, life: Life) -> None:
         self.client, self.cfg, self.life = client, cfg, life
-        names = "|".join(_regex_escape(i) for i in life.instances)
-        self.nodes = f'{cfg.instance_label}=~"{names}"'
+        names = "|".join(regex_escape(i) for i in life.instances)
+        self.cluster = cluster_matcher(cfg, life.cluster)
+        self.nodes = f'{self.cluster}, {cfg.instance_label}=~"{names}"'
+        either = f'{cfg.cluster_label}=~"{regex_escape(life.cluster)}|"'
+        self._bmc_nodes = f'{either}, {cfg.instance_label}=~"{names}"'
 
     def _at_end(self, expr: str) -> list[tuple[dict[str, str], Any]]:
         return self.client.query(expr, self.life.end)
@@ -250,12 +174,14 @@ class _Queries:
             s.get(inst, ""): int(float(v[1]))
             for s, v in self._at_end(f"count by ({inst}) ({gpus})")
         }
-        others = self.cfg.sel(self.nodes, f"job_id!={_quote(job_id)}")
+        others = self.cfg.sel(self.nodes, f"job_id!={quote(job_id)}")
         shared_expr = (
             f"count by ({inst}) (max_over_time(nvwatch_gpu_allocation_info{others}[{window}]))"
         )
         shared = {s.get(inst, "") for s, _ in self._at_end(shared_expr)}
-        power = f"nvwatch_bmc_power_watts{self.cfg.bmc_sel(self.nodes)}"
+        # the probe's targets carry the node's cluster label (docs/metrics.md); a BMC
+        # without one still counts where its node's name is its cluster's alone
+        power = f"nvwatch_bmc_power_watts{self.cfg.bmc_sel(self._bmc_nodes)}"
         watts: dict[str, float] = {}
         for labels, value in self._at_end(f"avg_over_time({power}[{window}])"):
             node = labels.get(inst, "")
@@ -277,12 +203,13 @@ class _Queries:
         """The median utilization of the GPUs other jobs held during this one's life,
         each averaged over the time it was held: the job's peers, not its own GPUs nor
         idle GPUs nobody held. A subquery of at most PEER_POINTS points per GPU."""
-        by = f"{self.cfg.instance_label}, gpu"
+        by = f"{self.cfg.cluster_label}, {self.cfg.instance_label}, gpu"
         span = self.life.end - self.life.start
         resolution = max(self.life.interval, span / PEER_POINTS, 1.0)
-        others = self.cfg.sel(f"job_id!={_quote(job_id)}")
+        # the job's own cluster: another's GPUs run other work on other hardware
+        others = self.cfg.sel(self.cluster, f"job_id!={quote(job_id)}")
         held = (
-            f"nvwatch_gpu_utilization_ratio{self.cfg.sel()}\n"
+            f"nvwatch_gpu_utilization_ratio{self.cfg.sel(self.cluster)}\n"
             f"  and on ({by}) nvwatch_gpu_allocation_info{others}"
         )
         window = f"[{self.life.window}:{resolution:.0f}s]"
@@ -292,7 +219,7 @@ class _Queries:
     def stragglers(self, job_id: str) -> list[dict[str, str]]:
         alerts = (
             f'ALERTS{{alertname="NvwatchJobStraggler", alertstate="firing", '
-            f"job_id={_quote(job_id)}}}"
+            f"{self.cluster}, job_id={quote(job_id)}}}"
         )
         return [s for s, _ in self._at_end(f"max_over_time({alerts}[{self.life.window}])")]
 
@@ -318,12 +245,3 @@ def counter_delta(samples: Iterable[list[Any]]) -> float:
 
 def _gpu_key(cfg: MixinConfig, labels: dict[str, str]) -> tuple[str, str]:
     return labels.get(cfg.instance_label, ""), labels.get("gpu", "")
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _regex_escape(value: str) -> str:
-    """A literal inside a PromQL regex string: RE2's escape, then the string's."""
-    return re.escape(value).replace("\\", "\\\\")

@@ -98,6 +98,7 @@ class JobSummary:
     utilization: float | None = None  # the mean of its GPUs' means
     gpu_energy_joules: float | None = None
     truncated: bool = False  # per-GPU and per-port rows dropped to fit a store
+    runs: int = 1  # 2 or more: Slurm requeued the job, and this is its last run
 
     @property
     def duration_s(self) -> float:

@@ -20,7 +20,9 @@ def render_text(summary: JobSummary, source: str) -> str:
     nodes = sorted({n.instance for n in s.nodes} | {g.instance for g in s.gpus})
     lines = [
         f"job {s.job_id} ({owner}){where}",
-        f"ran {_when(s.start)} .. {_when(s.end)} ({_duration(s.duration_s)}), "
+        f"ran {_when(s.start)} .. {_when(s.end)} ({_duration(s.duration_s)}"
+        + (f", the last of {s.runs} runs: requeued" if s.runs > 1 else "")
+        + "), "
         f"{s.gpu_count} GPUs on {len(nodes)} node(s): {s.gpu_hours:.1f} GPU-hours",
         f"GPU utilization {_pct(s.utilization)} (mean of its GPUs), "
         f"GPU energy {_kwh(s.gpu_energy_joules)}, node energy {_kwh(s.node_energy_joules)}"
