@@ -108,7 +108,7 @@ def test_a_failed_write_keeps_the_summary_that_was_there(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "replace", disk_full)
-    with pytest.raises(StoreError, match="cannot write .*4711.json: No space left") as full:
+    with pytest.raises(StoreError, match=r"cannot write .*4711\.json: No space left") as full:
         store.put("4711", {**SUMMARY, "user": "mallory"})
     monkeypatch.undo()
     assert store.get("4711") == SUMMARY
