@@ -18,7 +18,8 @@
 #                                                  one Prometheus holds several clusters
 ENV_FILE=${NVWATCH_JOB_ENV:-/etc/default/nvwatch-job}
 # shellcheck disable=SC1090
-# exported: nvwatch runs scontrol and sacct, which need SLURM_CONF where it is not default
+# exported: nvwatch runs sacct, sacctmgr and squeue, which need SLURM_CONF where it is not
+# the default
 set -a
 [ -r "$ENV_FILE" ] && . "$ENV_FILE"
 set +a

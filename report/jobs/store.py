@@ -96,14 +96,26 @@ class DirectoryStore:
     def put(self, job_id: str, summary: dict[str, Any]) -> None:
         target = self._file(job_id)
         try:
+            text = json.dumps(summary, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as err:
+            raise StoreError(f"job {job_id}'s summary is not JSON: {err}") from None
+        try:
             self.root.mkdir(parents=True, exist_ok=True)
             # a reader never sees half a file: written aside, then renamed over
             fd, name = tempfile.mkstemp(dir=self.root, prefix=f".{job_id}.", suffix=".tmp")
+        except OSError as err:
+            raise StoreError(f"cannot write {target}: {err.strerror or err}") from None
+        try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(summary, out, sort_keys=True, separators=(",", ":"))
-            os.chmod(name, 0o644)
+                out.write(text)
+                # on disk before the rename: a crash then leaves the old file or the new
+                # one, never an empty one under the job's name
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(name, 0o644)  # mkstemp's 0600 would hide it from `nvwatch job` users
             os.replace(name, target)
         except OSError as err:
+            Path(name).unlink(missing_ok=True)
             raise StoreError(f"cannot write {target}: {err.strerror or err}") from None
 
     def get(self, job_id: str) -> dict[str, Any]:
@@ -200,7 +212,7 @@ class SlurmStore:
                 f"job {job_id} is not in Slurm's accounting: older than its retention, or never ran"
             )
         _, state, comment = rows[-1]
-        if state.split()[0] == "PENDING":
+        if state.split()[:1] == ["PENDING"]:
             raise JobNotStored(f"job {job_id} is still pending: nothing to summarise yet")
         return comment.strip()
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from nvwatch.report.jobs.codec import StoreError
-from nvwatch.report.jobs.store import SlurmStore
+from nvwatch.report.jobs.store import JobNotStored, SlurmStore
 from tests.conftest import require_tool
 from tests.e2e.loopback import Endpoint, wait_for
 from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
@@ -221,3 +221,42 @@ def test_pending_unknown_and_foreign_comments_are_one_line_each(
     with pytest.raises(StoreError, match=r"already holds jobstats \(JS1:\)'s text"):
         SlurmStore().put(other, {"schema": 1})
     assert stack.sacct(other, "AdminComment").upper().startswith("JS1:")
+
+
+def _gpu_row(node: int, gpu: int) -> dict[str, Any]:
+    return {
+        "instance": f"dgx-{node:03d}",
+        "gpu": str(gpu),
+        "model": "NVIDIA H100 80GB HBM3",
+        "utilization": (7 * node + gpu) / 64,
+        "energy_joules": 1.5e6 + 1234.5 * gpu,
+    }
+
+
+def test_put_and_get_through_sacctmgr_and_sacct(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that held no GPU: the epilog keeps nothing, and its empty AdminComment is a
+    line of its own; a summary put there comes back equal (upper case and all, after
+    sacctmgr lowercased the text), and a newer one of ours replaces it."""
+    job = _submit(stack, "--wrap=true")
+    wait_for(f"job {job} completed", lambda: stack.sacct(job, "State") == "COMPLETED", 120)
+    wait_for(f"the epilog of job {job}", lambda: f"job {job}: " in stack.epilog_said(), 60)
+    for key, value in stack.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    store = SlurmStore()
+    with pytest.raises(JobNotStored, match=f"^job {job} has no nvwatch summary in its Admin"):
+        store.get(job)
+    summary: dict[str, Any] = {
+        "schema": 1,
+        "job_id": job,
+        "user": "Zoë",
+        "gpus": [_gpu_row(n, g) for n in range(8) for g in range(8)],
+        "notes": [{"code": "idle-gpus", "text": "did not use 3 of its 64 GPUs"}],
+        "truncated": False,
+    }
+    store.put(job, summary)
+    assert stack.sacct(job, "AdminComment").upper().startswith("NVW1:")
+    assert store.get(job) == summary
+    store.put(job, {**summary, "user": "Ada"})
+    assert store.get(job) == {**summary, "user": "Ada"}
