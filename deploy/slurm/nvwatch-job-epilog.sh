@@ -13,7 +13,9 @@
 #   NVWATCH_PROMETHEUS_URL=http://127.0.0.1:9090   the Prometheus the agents report to
 #   NVWATCH_JOB_STORE=slurm                        or dir:/var/lib/nvwatch/jobs
 #   NVWATCH=/usr/bin/nvwatch                       the command, if not on PATH
-#   NVWATCH_JOB_TIMEOUT=10                         seconds before it gives up
+#   NVWATCH_JOB_TIMEOUT=30                         seconds before it gives up (a summary
+#                                                  takes ~2 s; slurmdbd may take 10 s to
+#                                                  record the job it is kept with)
 #   NVWATCH_CLUSTER=c1                             this cluster's `cluster` label, where
 #                                                  one Prometheus holds several clusters
 ENV_FILE=${NVWATCH_JOB_ENV:-/etc/default/nvwatch-job}
@@ -33,8 +35,10 @@ say() {
 [ -n "${NVWATCH_PROMETHEUS_URL:-}" ] || { say "job $SLURM_JOB_ID: no NVWATCH_PROMETHEUS_URL in $ENV_FILE"; exit 0; }
 
 # bounded: slurmctld waits for its epilogs, and a Prometheus that hangs must not hold it
-if ! out=$(timeout "${NVWATCH_JOB_TIMEOUT:-10}" "${NVWATCH:-nvwatch}" job "$SLURM_JOB_ID" \
+# (unquoted on purpose: no cluster is no argument at all)
+if ! out=$(timeout "${NVWATCH_JOB_TIMEOUT:-30}" "${NVWATCH:-nvwatch}" job "$SLURM_JOB_ID" \
         --prometheus "$NVWATCH_PROMETHEUS_URL" --store --partition "${SLURM_JOB_PARTITION:-}" \
+        ${NVWATCH_CLUSTER:+--cluster "$NVWATCH_CLUSTER"} \
         --job-store "${NVWATCH_JOB_STORE:-slurm}" 2>&1); then
     say "job $SLURM_JOB_ID: no summary kept: $(printf '%s' "$out" | tail -n 1)"
 fi
