@@ -22,6 +22,7 @@ from nvwatch.report.errors import ReportError
 if TYPE_CHECKING:
     from nvwatch.mixin.config import MixinConfig
     from nvwatch.report.jobs.model import JobSummary
+    from nvwatch.report.jobs.store import JobStore
 
 EXIT_NO_SUMMARY = 3  # no summary anywhere: an unknown job, one pending, or forgotten by all
 
@@ -112,6 +113,8 @@ def job_command(
                     _no_summary(str(err))
         if summary is not None and partition:
             summary = dataclasses.replace(summary, partition=partition)
+        if summary is not None and (store or store_spec is not None):
+            summary = _with_queue_wait(summary, open_store(store_spec or "slurm"), store)
         if store:
             assert summary is not None
             target = open_store(store_spec or "slurm")
@@ -131,6 +134,24 @@ def job_command(
         from nvwatch.report.jobs.render import render_text
 
         click.echo(render_text(summary, source), nl=False)
+
+
+def _with_queue_wait(summary: JobSummary, store: JobStore, storing: bool) -> JobSummary:
+    """The summary with its queue wait where the store knows it (Slurm's accounting).
+
+    Storing (the epilog, as the job ends), it waits for slurmdbd's record as the store's
+    put does, and a summary is still kept when the times cannot be read; reading live, a
+    job Slurm does not know costs nothing but the figure.
+    """
+    from nvwatch.report.jobs.codec import StoreError
+
+    try:
+        waited = store.queue_wait(summary.job_id, wait_for_record=storing)
+    except StoreError as err:
+        if storing:
+            click.echo(f"job {summary.job_id}: queue wait unknown: {err}", err=True)
+        return summary
+    return dataclasses.replace(summary, queue_wait_s=waited)
 
 
 def _from_prometheus(

@@ -99,6 +99,9 @@ class JobSummary:
     gpu_energy_joules: float | None = None
     truncated: bool = False  # per-GPU and per-port rows dropped to fit a store
     runs: int = 1  # 2 or more: Slurm requeued the job, and this is its last run
+    # from submission to the (last run's) start, from Slurm's accounting; None: not known
+    # (Prometheus does not hold it, and only the Slurm store reads it)
+    queue_wait_s: float | None = None
 
     @property
     def duration_s(self) -> float:

@@ -23,7 +23,12 @@ def render_text(summary: JobSummary, source: str) -> str:
         f"ran {_when(s.start)} .. {_when(s.end)} ({_duration(s.duration_s)}"
         + (f", the last of {s.runs} runs: requeued" if s.runs > 1 else "")
         + "), "
-        f"{s.gpu_count} GPUs on {len(nodes)} node(s): {s.gpu_hours:.1f} GPU-hours",
+        f"{s.gpu_count} GPUs on {len(nodes)} node(s): {s.gpu_hours:.1f} GPU-hours"
+        + (
+            f", after {_duration(s.queue_wait_s)} in the queue"
+            if s.queue_wait_s is not None
+            else ""
+        ),
         f"GPU utilization {_pct(s.utilization)} (mean of its GPUs), "
         f"GPU energy {_kwh(s.gpu_energy_joules)}, node energy {_kwh(s.node_energy_joules)}"
         + (f", {s.carbon_kg:.1f} kg CO2" if s.carbon_kg is not None else ""),

@@ -63,6 +63,8 @@ class JobStore(Protocol):
 
     def get(self, job_id: str) -> dict[str, Any]: ...
 
+    def queue_wait(self, job_id: str, *, wait_for_record: bool) -> float | None: ...
+
     def select(self, wanted: Wanted) -> list[dict[str, Any]]: ...
 
 
@@ -130,6 +132,10 @@ class DirectoryStore:
             raise StoreError(f"{path} does not hold a job summary")
         return data
 
+    def queue_wait(self, job_id: str, *, wait_for_record: bool) -> float | None:
+        """A directory knows nothing of the queue."""
+        return None
+
     def select(self, wanted: Wanted) -> list[dict[str, Any]]:
         found = []
         for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
@@ -160,6 +166,24 @@ class SlurmStore:
         )  # fmt: skip
         if "Nothing modified" in out:
             raise StoreError(f"sacctmgr modified no record of job {job_id}")
+
+    def queue_wait(self, job_id: str, *, wait_for_record: bool) -> float | None:
+        """Seconds from the job's submission to its start, as sacct has them (once
+        slurmdbd has its record, waited for within bounds); None for a job that never
+        started or that sacct does not list."""
+        check_job_id(job_id)
+        if wait_for_record:
+            self._recorded_comment(job_id)
+        argv = ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,Submit,Start"]
+        # Unix seconds rather than the site's local time format
+        out = _run(argv, {"SLURM_TIME_FORMAT": "%s"})
+        for line in out.splitlines():
+            fields = line.split("|")
+            if len(fields) == 3 and fields[0] == job_id:
+                submit, start = fields[1].strip(), fields[2].strip()
+                if submit.isdigit() and start.isdigit():
+                    return max(0.0, float(int(start) - int(submit)))
+        return None
 
     def select(self, wanted: Wanted) -> list[dict[str, Any]]:
         """Every job sacct lists as ended in the period with an nvwatch summary (other
@@ -225,9 +249,15 @@ def _queue_state(job_id: str) -> str:
         return ""
 
 
-def _run(argv: list[str]) -> str:
+def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            env=None if env is None else {**os.environ, **env},
+        )
     except FileNotFoundError:
         raise StoreError(
             f"{argv[0]} is not on PATH: the Slurm store needs Slurm's commands"

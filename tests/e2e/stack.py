@@ -119,6 +119,7 @@ class Stack:
         *,
         notify: bool = True,
         bmc: bool = False,
+        evaluation_interval: str = "1s",
     ) -> None:
         """`notify=False`: evaluate the rules but send no alert (a Prometheus beside
         another alerting path, there to compare answers with); `bmc`: also probe every
@@ -132,7 +133,7 @@ class Stack:
             targets=targets,
             scrape_interval=scrape_interval,
             scrape_timeout=scrape_interval,
-            evaluation_interval="1s",
+            evaluation_interval=evaluation_interval,
             sd_refresh="5s",
             alertmanager=self.alertmanager_url.split("//")[1] if notify else None,
         )

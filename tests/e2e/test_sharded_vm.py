@@ -13,8 +13,10 @@ the same rules (sending no alerts) so every dashboard query is answered by both.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +39,7 @@ from tests.e2e.conftest import (
     Fault,
     mixin_config,
 )
-from tests.e2e.loopback import wait_for
+from tests.e2e.loopback import range_query, wait_for
 from tests.e2e.stack import Receiver, Stack
 from tests.e2e.test_fleet_e2e import dashboard_queries, instantiate
 from tests.e2e.vm_stack import SHARDS, Sharded, prometheus_answers
@@ -64,6 +66,11 @@ FLEET_POLL_INTERVAL = POLL_INTERVAL
 # deadlines under the suite's load.
 SCRAPE_INTERVAL_S = int(POLL_INTERVAL)
 SCRAPE_INTERVAL = f"{SCRAPE_INTERVAL_S}s"
+# Both engines evaluate the rules once per scrape too: a second evaluation between two
+# scrapes reads the same samples, and at 1 s the node and fabric groups each took 3.5 s
+# of Prometheus' time per round over the fleet's 6,500 NVLink error series, so neither
+# engine kept up with its groups while another test ran beside this one.
+EVALUATION_INTERVAL = SCRAPE_INTERVAL
 # Sample alignment: the engines scrape each agent at different moments and an agent's
 # value changes at each poll, and a recorded series (node, then rack) is evaluated by
 # each engine's own rule loop a second or more after its input; so VictoriaMetrics'
@@ -113,8 +120,11 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sharded]:
             [recording, rules / alerts_build.PROMETHEUS_ALERTS],
             SCRAPE_INTERVAL,
             notify=False,
+            evaluation_interval=EVALUATION_INTERVAL,
         )
-        path.start([recording, rules / alerts_build.VMALERT_ALERTS], SCRAPE_INTERVAL, "1s")
+        path.start(
+            [recording, rules / alerts_build.VMALERT_ALERTS], SCRAPE_INTERVAL, EVALUATION_INTERVAL
+        )
         every = f'count(up{{job="nvwatch"}} == 1) == {len(profiles)}'
         wait_for("prometheus scrapes every agent", lambda: stack.query(every), 90)
         wait_for("both shards together write every agent", lambda: path.query(every), 90)
@@ -140,6 +150,37 @@ def _matches(alert: dict[str, Any], fault: Fault) -> bool:
         and labels.get("instance") == f"dgx-{fault.node:03d}"
         and labels.get("cluster") == "faults"
         and all(labels.get(k) == v for k, v in fault.labels.items())
+    )
+
+
+def _delivery_trail(sharded: Sharded, names: str) -> str:
+    """Where undelivered alerts were lost: when vmalert had them firing (seconds before
+    now), what Alertmanager holds of them, and what vmalert logged about sending."""
+    now = time.time()
+    firing = f'ALERTS{{cluster="faults", alertname=~"{names}", alertstate="firing"}}'
+    seen: dict[str, list[float]] = {}
+    for at, series in range_query(sharded.vm_url, firing, now - 600, now, 1.0, 20).items():
+        for one in series:
+            seen.setdefault(one["metric"]["alertname"], []).append(at)
+    spans = {
+        name: (round(now - min(ts)), round(now - max(ts)), len(ts)) for name, ts in seen.items()
+    }
+    url = f"{sharded.stack.alertmanager_url}/api/v2/alerts"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        held = [
+            (a["labels"].get("alertname"), a["status"]["state"], a.get("startsAt"), a.get("endsAt"))
+            for a in json.load(answer)
+            if re.fullmatch(names, a["labels"].get("alertname", ""))
+        ]
+    log = sharded.stack.workdir / "vmalert.log"
+    said = [
+        line[:300]
+        for line in log.read_text(errors="replace").splitlines()
+        if re.search("notif|alertmanager|send", line, re.I) and "flag " not in line
+    ]
+    return (
+        f"firing on VictoriaMetrics from/to (s ago): {spans}; held by Alertmanager: {held}; "
+        f"vmalert said: {said[-5:]}"
     )
 
 
@@ -169,7 +210,8 @@ def test_each_fault_pages_through_vmalert(sharded: Sharded) -> None:
         ]
         raise AssertionError(
             f"{exc}: not delivered: {missing}; seen on VictoriaMetrics {on_vm}, "
-            f"on Prometheus {on_prom}; notifications of them: {notified}"
+            f"on Prometheus {on_prom}; notifications of them: {notified}; "
+            f"{_delivery_trail(sharded, names)}"
         ) from None
     firing = stack.receiver.firing()
     healthy = [a["labels"] for a in firing if a["labels"].get("cluster") == "healthy"]

@@ -68,6 +68,14 @@ class Sharded:
             # Prometheus' lookback too), shrunk with the test's other durations: a dead
             # shard's `up` must be gone in seconds
             "datasource.queryStep": "15s",
+            # vmalert tells Alertmanager a firing alert ends 4 x max(interval, resend
+            # delay) after its group's scheduled evaluation: 8 s at the test's 2 s groups,
+            # which a rule late in a group that a loaded machine takes longer to evaluate
+            # outlives, so its alert reached Alertmanager already ended and was never
+            # notified (NvwatchIbLinkDowned firing for 186 s, none at Alertmanager). 15 s
+            # makes it 60 s, as the shipped 1 m interval gives 4 min; resolutions are sent
+            # at once whatever the delay.
+            "rule.resendDelay": "15s",
         }
         argv = vmalert_argv(endpoint, rule_files, vm.url, self.stack.alertmanager_url, flags)
         self.stack.spawn("vmalert", argv)

@@ -11,6 +11,7 @@ job --job-store slurm` prints the job's figures from sacct.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -90,6 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 NVWATCH, "serve", "--simulate", "dgx-h100", "--sources", "nvml",
                 "--attribution", "slurm", "--hpc-job-mapping-dir", str(cluster.map_dir),
                 "--listen", agent_at.address, "--interval", "1",
+                "--attribution-interval", f"{ATTRIBUTION_S}s",
             ],
             stdout=subprocess.DEVNULL,
             stderr=(work / "agent.log").open("wb"),
@@ -114,6 +116,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             stop(agent)
 
 
+# how often the agent re-reads the job-mapping directory (its default is 10 s)
+ATTRIBUTION_S = 2
+
+
 def _submit(stack: Stack, *options: str) -> str:
     return stack.cluster.run(
         "sbatch", "--parsable", f"--account={ACCOUNT}", "--output=/dev/null", *options
@@ -129,7 +135,8 @@ def _alloc_series(stack: Stack, job: str) -> int:
 def finished(stack: Stack) -> tuple[str, dict[str, Any]]:
     """A 2-GPU job run to its end, stored by the epilog; its summary from Prometheus once
     its allocation series has ended."""
-    job = _submit(stack, "--gres=gpu:2", "--wrap=sleep 15")
+    # held back a few seconds, so its queue wait is one a wrong sign or unit would show
+    job = _submit(stack, "--gres=gpu:2", "--begin=now+5", "--wrap=sleep 15")
     wait_for(f"job {job} seen holding 2 GPUs", lambda: _alloc_series(stack, job) == 2, 90)
     wait_for(f"job {job} completed", lambda: stack.sacct(job, "State") == "COMPLETED", 120)
     wait_for(
@@ -164,11 +171,20 @@ def test_after_prometheus_forgot_sacct_answers_with_the_same_figures(
     assert kept.returncode == 0, kept.stderr
     stored = json.loads(kept.stdout)
     assert stored["source"] == "Slurm AdminComment (sacct), stored at the job's end"
-    # the epilog ran as the job ended; the agent's allocation series outlived it by the
-    # slurmd epilog's removal of the mapping file and a poll: a few seconds at most
+    # the epilog ran as the job ended; the agent's allocation series outlived it until
+    # attribution re-read the mapping directory the slurmd epilog had emptied, and a poll
+    # and a scrape carried that (a second of slack for a loaded machine)
     assert stored["start"] == live["start"]
-    assert abs(stored["end"] - live["end"]) <= 5
+    assert abs(stored["end"] - live["end"]) <= ATTRIBUTION_S + 1 + 1 + 1
     assert stored["gpu_count"] == live["gpu_count"] == 2
+    # the queue wait is Slurm's to know: sacct's Submit and Start, in its own text format
+    submit, started = (
+        datetime.datetime.fromisoformat(stack.sacct(job, f)).timestamp()
+        for f in ("Submit", "Start")
+    )
+    assert started - submit >= 5
+    assert stored["queue_wait_s"] == pytest.approx(started - submit, rel=0.005)
+    assert live["queue_wait_s"] is None  # Prometheus alone does not know it
     assert [(g["instance"], g["gpu"]) for g in stored["gpus"]] == [
         (g["instance"], g["gpu"]) for g in live["gpus"]
     ]
@@ -183,6 +199,7 @@ def test_after_prometheus_forgot_sacct_answers_with_the_same_figures(
     assert (rows[job]["partition"], rows[job]["gpu_count"]) == ("debug", 2)
     text = stack.nvwatch("job", job, "--job-store", "slurm")
     assert text.returncode == 0 and f"job {job} " in text.stdout
+    assert f"after {started - submit:.0f} s in the queue" in text.stdout
     assert text.stdout.rstrip().endswith(
         "source: Slurm AdminComment (sacct), stored at the job's end"
     )
