@@ -27,17 +27,21 @@ from nvwatch.dashboards.builder import (
 )
 from nvwatch.dashboards.jobs_stragglers import JobScope, stragglers_row
 from nvwatch.dashboards.links import JOBS, NODE, DataLink, from_label, label_value
+from nvwatch.mixin import job_verdicts as v
 from nvwatch.mixin.config import MixinConfig
+from nvwatch.mixin.job_verdicts import WORDS
 
 THERMAL_REASONS = "hw_thermal_slowdown|sw_thermal_slowdown"
 POWER_REASONS = "sw_power_cap"
 # Verdict codes of the verdict table, most urgent first (the first that holds is shown).
+# The words are nvwatch job's (mixin/job_verdicts.py): the same condition reads the same
+# on the dashboard as in a job's notes.
 VERDICTS = (
-    (1, "allocated but idle", "red"),
-    (2, "thermally throttled", "red"),
-    (3, "power-capped", "orange"),
-    (4, "memory-bound", "orange"),
-    (0, "busy, no bottleneck seen", "green"),
+    (1, WORDS[v.IDLE_GPUS], "red"),
+    (2, WORDS[v.THERMAL], "red"),
+    (3, WORDS[v.POWER_CAPPED], "orange"),
+    (4, WORDS[v.MEMORY_BOUND], "orange"),
+    (0, WORDS[v.BUSY], "green"),
 )
 # the owner labels per-job panels keep: a Slurm job and its user, or a Kubernetes pod
 _OWNER = "job_id, user, namespace, pod"
@@ -112,12 +116,13 @@ def _verdict_row(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "table",
         "Verdict per job",
-        "What held each job back over its life in the range, per node it ran on: allocated "
-        f"but idle (mean utilization below {cfg.gpu_allocated_idle_utilization:.0%}), "
-        "thermally throttled or power-capped (the clock-event reason active on one of its "
-        f"GPUs more than {cfg.job_throttled_ratio:.0%} of the time), memory-bound (device "
-        f"memory busy more than {cfg.job_memory_bound_ratio:.0%} of the time), else busy. "
-        "The first that holds is shown; the panels below show why.",
+        "What held each job back over its life in the range, per node it ran on, in the "
+        "words of nvwatch job's notes: GPUs held but idle (mean utilization below "
+        f"{cfg.gpu_allocated_idle_utilization:.0%}), thermally throttled or power-capped "
+        "(the clock-event reason active on one of its GPUs more than "
+        f"{cfg.job_throttled_ratio:.0%} of the time), memory-bound (device memory busy more "
+        f"than {cfg.job_memory_bound_ratio:.0%} of the time), else busy. The first that "
+        "holds is shown; the panels below show why.",
         "none",
         [Q(verdict(cfg), instant=True, table=True)],
         mappings=mappings,

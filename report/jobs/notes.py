@@ -7,6 +7,7 @@ import dataclasses
 
 from nvwatch.alerts.recording_straggler import POWER_REASONS as POWER_PATTERN
 from nvwatch.alerts.recording_straggler import THERMAL_REASONS as THERMAL_PATTERN
+from nvwatch.mixin import job_verdicts as v
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.report.jobs.model import GpuUse, JobSummary, Note
 
@@ -29,8 +30,8 @@ def notes_for(
         _idle(summary.gpus, cfg, hours),
         _low_utilization(summary, cfg, cluster_median, hours),
         _small_memory(summary.gpus, cfg, hours),
-        _throttled(summary.gpus, cfg, hours, POWER_REASONS, "power-capped", "at its power cap"),
-        _throttled(summary.gpus, cfg, hours, THERMAL_REASONS, "thermal", "thermally throttled"),
+        _throttled(summary.gpus, cfg, hours, POWER_REASONS, v.POWER_CAPPED, "at its power cap"),
+        _throttled(summary.gpus, cfg, hours, THERMAL_REASONS, v.THERMAL, "thermally throttled"),
         _straggler(stragglers, hours, summary.gpu_count, cfg),
         _idle_fabric(summary, cfg),
     ]
@@ -45,7 +46,7 @@ def _idle(gpus: tuple[GpuUse, ...], cfg: MixinConfig, hours: float) -> Note | No
         return None
     names = ", ".join(f"{g.instance}/{g.gpu}" for g in idle[:8]) + ("..." if len(idle) > 8 else "")
     return Note(
-        "idle-gpus",
+        v.IDLE_GPUS,
         f"did not use {len(idle)} of its {len(gpus)} GPUs ({names}): ask for fewer",
         f"mean utilization below {floor:.0%} (gpu_allocated_idle_utilization)",
         len(idle) * hours,
@@ -59,7 +60,7 @@ def _low_utilization(
     if util is None or median is None or median <= 0 or util >= fraction * median:
         return None
     return Note(
-        "low-utilization",
+        v.LOW_UTILIZATION,
         f"its GPUs were {util:.0%} busy against {median:.0%} for the GPUs other jobs held "
         "over the same time: look at its data loading and batch size",
         f"below {fraction:.0%} of the other jobs' median (job_low_utilization_fraction)",
@@ -80,7 +81,7 @@ def _small_memory(gpus: tuple[GpuUse, ...], cfg: MixinConfig, hours: float) -> N
     fits = next((name for share, name in MIG_SLICES if peak <= share), None)
     where = f"a {fits} MIG slice ({peak * total / 2**30:.1f} GiB peak)" if fits else "a smaller GPU"
     return Note(
-        "small-memory",
+        v.SMALL_MEMORY,
         f"its busiest GPU used {peak:.0%} of its memory at most: it would fit {where}",
         f"memory peak below {cfg.job_small_memory_ratio:.0%} (job_small_memory_ratio)",
         len(gpus) * hours,
@@ -120,7 +121,7 @@ def _straggler(
         for a in alerts[:4]
     )
     return Note(
-        "straggler",
+        v.STRAGGLER,
         f"one rank held the whole job back: {named}; the other ranks waited for it",
         "NvwatchJobStraggler fired during its life",
         gpu_count * hours,
@@ -136,7 +137,7 @@ def _idle_fabric(summary: JobSummary, cfg: MixinConfig) -> Note | None:
     if per_node >= cfg.job_ib_idle_bytes_per_s:
         return None
     return Note(
-        "idle-infiniband",
+        v.IDLE_INFINIBAND,
         f"it ran on {len(nodes)} nodes but their InfiniBand moved {per_node / 1e6:.2f} MB/s "
         "per node: it could run on fewer nodes, or its ranks did not talk",
         f"below {cfg.job_ib_idle_bytes_per_s / 1e6:g} MB/s per node (job_ib_idle_bytes_per_s)",

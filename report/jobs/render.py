@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 
+from nvwatch.mixin.job_verdicts import words
 from nvwatch.report.jobs.model import EXCLUSIVE, J_PER_KWH, GpuUse, JobSummary
 
 METHODS = {
@@ -53,7 +54,7 @@ def render_text(summary: JobSummary, source: str) -> str:
         ]
     lines += ["", "notes:" if s.notes else "notes: none (no threshold was crossed)"]
     for note in s.notes:
-        lines.append(f"  - {note.text}")
+        lines.append(f"  - {words(note.code)}: {note.text}")
         lines.append(f"    [{note.code}: {note.threshold}; {note.gpu_hours:.1f} GPU-hours]")
     lines += ["", f"source: {source}"]
     return "\n".join(lines) + "\n"
@@ -117,7 +118,7 @@ def render_list(summaries: list[JobSummary]) -> str:
     lines = [header]
     for s in sorted(summaries, key=lambda s: (s.end, s.job_id)):
         worst = s.notes[0] if s.notes else None
-        note = f"{worst.code}: {worst.text}" if worst else "-"
+        note = f"{words(worst.code)}: {worst.text}" if worst else "-"
         lines.append(
             f"{s.job_id:<12} {s.user[:10]:<10} {s.account[:10]:<10} {s.partition[:10]:<10} "
             f"{s.gpu_count:>4} {s.gpu_hours:>7.1f} {_pct(s.utilization):>5} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from nvwatch.mixin.job_verdicts import IDLE_GPUS, words
 from nvwatch.report.jobs.model import J_PER_KWH, JobSummary
 from nvwatch.report.model import Column, Number, Section, Table
 
@@ -32,7 +33,7 @@ def jobs(summaries: Iterable[JobSummary], source: str) -> Section:
         )
         return section
     total = sum(s.gpu_hours for s in chosen)
-    idle = sum(n.gpu_hours for s in chosen for n in s.notes if n.code == "idle-gpus")
+    idle = sum(n.gpu_hours for s in chosen for n in s.notes if n.code == IDLE_GPUS)
     section.numbers = {
         "jobs": Number("jobs with a summary", float(len(chosen)), "count"),
         "gpu_hours": Number("GPU-hours they held", total, "h"),
@@ -87,7 +88,7 @@ def _by(
             sum(s.gpu_hours for s in members),
         ]
         if idle:
-            row.append(sum(n.gpu_hours for s in members for n in s.notes if n.code == "idle-gpus"))
+            row.append(sum(n.gpu_hours for s in members for n in s.notes if n.code == IDLE_GPUS))
         row.append(sum(energy) / J_PER_KWH if energy else None)
         rows.append(row)
     columns = [
@@ -121,7 +122,7 @@ def _notes(chosen: list[JobSummary]) -> Table:
             Column("gpu_hours", "GPU-hours", "h"),
             Column("example", "costliest job"),
         ],
-        [[c, count[c], cost[c], worst[c][1]] for c in top],
+        [[words(c), count[c], cost[c], worst[c][1]] for c in top],
     )
 
 
@@ -131,7 +132,7 @@ def _finding(chosen: list[JobSummary], total: float, idle: float) -> str:
     by_account: dict[str, float] = defaultdict(float)
     for s in chosen:
         by_account[s.account or "(none)"] += sum(
-            n.gpu_hours for n in s.notes if n.code == "idle-gpus"
+            n.gpu_hours for n in s.notes if n.code == IDLE_GPUS
         )
     account = max(by_account, key=lambda a: by_account[a])
     return (

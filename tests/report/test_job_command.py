@@ -197,7 +197,7 @@ def test_jobs_lists_the_stored_jobs_one_line_each_with_filters(
     ]
     assert rows[0][6] == "10%" and rows[1][6] == "79%"
     # 4711's costliest note: the straggler held all 12 GPUs for its hour
-    assert rows[1][9] == "straggler:"
+    assert rows[1][9:15] == ["a", "straggler", "held", "it", "back:", "one"]
     assert [r[0] for r in _jobs(store, "--since", "1d", "--user", "bob")] == ["4712"]
     assert [r[0] for r in _jobs(store, "--since", "1d", "--account", "ml")] == ["4711"]
     assert [r[0] for r in _jobs(store, "--since", "1d", "--partition", "h100")] == ["4711"]

@@ -73,7 +73,8 @@ def test_efficiency_bands_accounts_partitions_and_notes() -> None:
     assert [r[4] for r in accounts.rows] == [12.0, 1.0]  # nodes' share, else GPUs' own
     assert [r[:3] for r in partitions.rows] == [["h100", 2, 20.0], ["shared", 1, 6.0]]
     assert [r[:3] for r in notes.rows] == [
-        ["idle-gpus", 2, 7.0], ["small-memory", 1, 6.0], ["low-utilization", 1, 2.8],
+        ["GPUs held but idle", 2, 7.0], ["memory fits a smaller GPU", 1, 6.0],
+        ["utilization far below other jobs'", 1, 2.8],
     ]  # fmt: skip
     assert notes.rows[0][3] == "1: idle-gpus words"  # the costliest job of the note
 
