@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from nvwatch.agent.cli.options import option
-from nvwatch.agent.cli.prometheus_options import prometheus_client_options, prometheus_connection
+from nvwatch.agent.cli.prometheus_options import PrometheusFlags, prometheus_client_options
 from nvwatch.common.durations import parse_duration
 from nvwatch.common.http_connection import Connection, ConnectionSetupError
 from nvwatch.report.errors import ReportError
@@ -72,12 +72,7 @@ def job_command(
     lookback: str,
     cluster: str | None,
     config_path: str | None,
-    basic_auth_user: str | None,
-    basic_auth_password_file: str | None,
-    bearer_token_file: str | None,
-    ca_file: str | None,
-    insecure_skip_verify: bool,
-    timeout: float,
+    prometheus: PrometheusFlags,
 ) -> None:
     """Summarise one job: its GPUs' utilization, memory, power and throttling, its
     traffic, its energy (GPUs' counters and its share of its nodes' BMC power) and notes
@@ -97,15 +92,7 @@ def job_command(
             raise click.UsageError("name --prometheus, --job-store, or both")
         summary, source = None, ""
         if url is not None:
-            connection = prometheus_connection(
-                url,
-                basic_auth_user=basic_auth_user,
-                basic_auth_password_file=basic_auth_password_file,
-                bearer_token_file=bearer_token_file,
-                ca_file=ca_file,
-                insecure_skip_verify=insecure_skip_verify,
-                timeout=timeout,
-            )
+            connection = prometheus.connection(url)
             try:
                 summary, source = _from_prometheus(connection, cfg, job_id, lookback_s, cluster)
             except JobNotFound as err:
@@ -113,11 +100,11 @@ def job_command(
                     _no_summary(str(err))
         if summary is not None and partition:
             summary = dataclasses.replace(summary, partition=partition)
-        if summary is not None and (store or store_spec is not None):
-            summary = _with_queue_wait(summary, open_store(store_spec or "slurm"), store)
+        target = open_store(store_spec or "slurm") if store or store_spec is not None else None
+        if summary is not None and target is not None:
+            summary = _with_queue_wait(summary, target, store)
         if store:
-            assert summary is not None
-            target = open_store(store_spec or "slurm")
+            assert summary is not None and target is not None
             target.put(job_id, summary.to_dict())
             click.echo(f"stored job {job_id}'s summary in the {target.description}", err=True)
             return

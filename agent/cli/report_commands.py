@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from nvwatch.agent.cli.options import option
-from nvwatch.agent.cli.prometheus_options import prometheus_client_options, prometheus_connection
+from nvwatch.agent.cli.prometheus_options import PrometheusFlags, prometheus_client_options
 from nvwatch.common.http_connection import ConnectionSetupError
 from nvwatch.common.outputs import output_directory
 from nvwatch.report.errors import ReportError
@@ -57,12 +57,7 @@ def report_command(
     config_path: str | None,
     job_store: str | None,
     out: str,
-    basic_auth_user: str | None,
-    basic_auth_password_file: str | None,
-    bearer_token_file: str | None,
-    ca_file: str | None,
-    insecure_skip_verify: bool,
-    timeout: float,
+    prometheus: PrometheusFlags,
 ) -> None:
     """Write report.html, report.json and CSVs: utilization, users, power, thermal,
     fabric and health over a range, from the nvwatch series in Prometheus."""
@@ -79,15 +74,7 @@ def report_command(
 
     try:
         options = ReportOptions(
-            connection=prometheus_connection(
-                url,
-                basic_auth_user=basic_auth_user,
-                basic_auth_password_file=basic_auth_password_file,
-                bearer_token_file=bearer_token_file,
-                ca_file=ca_file,
-                insecure_skip_verify=insecure_skip_verify,
-                timeout=timeout,
-            ),
+            connection=prometheus.connection(url),
             range_text=range_text,
             end_text=end_text,
             step_text=step_text,
