@@ -32,6 +32,7 @@ from tests.processes import stop
 
 TIME_SCALE = 20.0  # the 30 s onset comes 1.5 s into the run
 INTERVAL = 0.5
+SHARE_WINDOW, SHARE_SAMPLES = "10s", 6
 
 
 def test_every_node_has_its_own_bmc_on_loopback() -> None:
@@ -152,12 +153,22 @@ def test_prometheus_probes_each_bmc_and_joins_it_with_its_node(tmp_path: Path) -
             assert wait_for("every BMC probed", bmc_up, 60) == {
                 "dgx-000": 1.0, "dgx-001": 1.0, "dgx-lost": 0.0
             }  # fmt: skip
-            share = "sum by (cluster, instance) (nvwatch_gpu_power_watts) / on (cluster, instance) "
-            share += "nvwatch_bmc_power_watts{method='dcmi'}"
-            joined = wait_for(
-                "the join", lambda: len(r := instant_query(endpoint.url, share)) == 2 and r, 60
+            # both sides averaged over the same window: a GPU reading and a BMC reading
+            # scraped a second or two apart differ by what the GPUs did in between
+            node_power = "nvwatch_bmc_power_watts{method='dcmi'}"
+            sampled = f"count_over_time({node_power}[{SHARE_WINDOW}]) >= {SHARE_SAMPLES}"
+            wait_for(
+                "a window of BMC samples",
+                lambda: len(instant_query(endpoint.url, sampled)) == 2,
+                60,
             )
-            assert all(0.1 < float(r["value"][1]) < 0.9 for r in joined)
+            gpus = f"avg_over_time(nvwatch_gpu_power_watts[{SHARE_WINDOW}])"
+            share = f"sum by (cluster, instance) ({gpus}) / on (cluster, instance) "
+            share += f"avg_over_time({node_power}[{SHARE_WINDOW}])"
+            joined = instant_query(endpoint.url, share)
+            shares = {r["metric"]["instance"]: float(r["value"][1]) for r in joined}
+            assert shares.keys() == {"dgx-000", "dgx-001"}
+            assert all(0.1 < value < 0.9 for value in shares.values()), shares
             failed = instant_query(endpoint.url, "nvwatch_bmc_power_supply_failed == 1")
             assert [(r["metric"]["instance"], r["metric"]["sensor"]) for r in failed] == [
                 ("dgx-001", "PSU2 Status")
