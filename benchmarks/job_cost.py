@@ -1,6 +1,6 @@
 """What a job's summary costs where it runs: in slurmctld's path at every job's end.
 
-    python -m benchmarks.job_cost [--hours 24] [--runs 5] [--stored 2000]
+    python -m benchmarks.job_cost [--hours 24] [--runs 5] [--history-nodes 124]
                                   [--out docs/job-cost.md]
 
 Writes the series of one 64-GPU job (8 DGX nodes x 8 GPUs, every series `nvwatch job`
@@ -9,7 +9,10 @@ into a fresh TSDB and serves it with Prometheus on 127.0.0.1. Then it times the 
 the slurmctld epilog runs, `nvwatch job ID --prometheus URL --store --job-store dir:X`,
 end to end as a new process (Python's start included), --runs times; measures the
 stored summary's size as the AdminComment would hold it; and times `nvwatch jobs --since
-30d` over --stored summaries in a job store. Budget: 2 s per summary at 64 GPUs, 4 KB.
+30d` over a month of the --history-nodes cluster's jobs in a job store: every job `simulate
+history` runs there in 30 days (the placed ones and those drawn from its distributions),
+with its id, user, account and times, each stored as the 64-GPU summary (an upper bound:
+most held fewer GPUs). Budget: 2 s per summary at 64 GPUs, 4 KB.
 A function, not a timed test: the suite never fails on speed.
 """
 
@@ -31,6 +34,8 @@ if __package__ in (None, ""):
 
 from benchmarks.common import cpu_model, tool_version
 from nvwatch.report.jobs.codec import LIMIT_BYTES, encode_within
+from nvwatch.sim.history.jobs import JobEpisode
+from nvwatch.sim.history.plan import plan_history
 from tests.history.backfill import backfill, serve_tsdb
 from tests.report.job_series import SeriesWriter
 
@@ -48,6 +53,7 @@ class JobCost:
     summary_seconds: list[float]
     summary_bytes: int
     stored: int
+    history_nodes: int
     list_seconds: float
 
 
@@ -93,7 +99,20 @@ def write_job(path: Path, first: float, hours: float) -> int:
     return samples
 
 
-def run(hours: float, runs: int, stored: int) -> JobCost:
+def month_of_jobs(nodes: int, end: float) -> tuple[JobEpisode, ...]:
+    """Every job a 30-day history of `nodes` nodes ending at `end` runs."""
+    return plan_history(nodes=nodes, days=30, step=float(STEP_S), end=end).job_episodes
+
+
+def store_month(store: Path, summary: dict[str, object], jobs: tuple[JobEpisode, ...]) -> None:
+    """`summary` stored once per job of the month, as that job (id, owner, life)."""
+    for job in jobs:
+        mine = {**summary, "job_id": job.job_id, "user": job.user, "account": job.account}
+        mine |= {"start": job.start, "end": job.end}
+        (store / f"{job.job_id}.json").write_text(json.dumps(mine))
+
+
+def run(hours: float, runs: int, history_nodes: int) -> JobCost:
     with tempfile.TemporaryDirectory(prefix="nvwatch-job-cost-") as scratch:
         work = Path(scratch)
         first = float(int(time.time()) - hours * 3600 - 600)
@@ -113,14 +132,16 @@ def run(hours: float, runs: int, stored: int) -> JobCost:
                 seconds.append(time.perf_counter() - began)
         summary = json.loads((store / f"{JOB_ID}.json").read_text())
         size = len(encode_within(summary, limit=10**9))
-        for i in range(stored):  # a month of jobs in a store: copies under their own ids
-            (store / f"{i + 1}.json").write_text(json.dumps({**summary, "job_id": str(i + 1)}))
+        (store / f"{JOB_ID}.json").unlink()
+        month = month_of_jobs(history_nodes, time.time() - 600)
+        store_month(store, summary, month)
         began = time.perf_counter()
         subprocess.run(
             [*NVWATCH, "jobs", "--since", "30d", "--job-store", f"dir:{store}"],
             check=True, capture_output=True, timeout=600,
         )  # fmt: skip
-        return JobCost(hours, samples, seconds, size, stored, time.perf_counter() - began)
+        listed = time.perf_counter() - began
+        return JobCost(hours, samples, seconds, size, len(month), history_nodes, listed)
 
 
 def render(cost: JobCost, argv: str) -> str:
@@ -144,8 +165,9 @@ def render(cost: JobCost, argv: str) -> str:
             f"{BUDGET_S:g} s: {'within' if worst <= BUDGET_S else '**over**'} |",
             f"| its summary as an AdminComment | {cost.summary_bytes:,} bytes | "
             f"{LIMIT_BYTES:,} bytes: {'within' if cost.summary_bytes <= LIMIT_BYTES else '**over**: rows dropped'} |",  # noqa: E501
-            f"| `nvwatch jobs --since 30d` over {cost.stored:,} stored {NODES * GPUS}-GPU "
-            f"summaries | {cost.list_seconds:.2f} s | |",
+            f"| `nvwatch jobs --since 30d` over the {cost.stored:,} jobs of a month of the "
+            f"{cost.history_nodes}-node simulated history, each stored as that "
+            f"{NODES * GPUS}-GPU summary | {cost.list_seconds:.2f} s | |",
             "",
         ]
     )
@@ -155,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--stored", type=int, default=2000)
+    parser.add_argument("--history-nodes", type=int, default=124)
     parser.add_argument("--out", type=Path, default=Path("docs/job-cost.md"))
     args = parser.parse_args(argv)
-    cost = run(args.hours, args.runs, args.stored)
-    flags = f"--hours {args.hours:g} --runs {args.runs} --stored {args.stored}"
+    cost = run(args.hours, args.runs, args.history_nodes)
+    flags = f"--hours {args.hours:g} --runs {args.runs} --history-nodes {args.history_nodes}"
     args.out.write_text(render(cost, flags), encoding="utf-8")
     print(f"job_cost: wrote {args.out}")
     return 0

@@ -115,10 +115,12 @@ def _stragglers(r: Results) -> list[str]:
         "",
         "## The job-straggler rules (measured)",
         "",
-        f"The fleet ran {r.sync_jobs} synchronous data-parallel job(s) of up to "
-        f"{r.nodes_per_job} nodes holding every GPU, so the straggler rules compared "
-        "every GPU with its job's others (their warm-up shortened to a minute so that "
-        "they compared for the whole run; the offset costs the same at any length). "
+        f"The fleet ran {r.sync_jobs} job(s) of up to {r.nodes_per_job} nodes holding "
+        "every GPU, so the straggler rules compared every GPU with its job's others "
+        "(their warm-up shortened to a minute so that they compared for the whole run; "
+        "the offset costs the same at any length). The jobs are allocated but not "
+        "synchronised: simulating every rank's steps took this machine's two cores at "
+        "124 nodes, and a rule's cost is the series it joins, not their values. "
         f"They wrote {_n(r.straggler_rule_series)} series "
         f"({r.straggler_rule_series / gpus:.1f} per GPU, measured, counted in the series "
         "per node above). Each group against its evaluation interval "

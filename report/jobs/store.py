@@ -4,7 +4,9 @@
 accounting database with `sacctmgr update job` (as jobstats does: slurmctld's epilog runs
 as SlurmUser, which may; `scontrol update` refuses a job that has finished) and reads it
 back with `sacct`, so it lasts as long as the site's accounting does. A site without
-slurmdbd names a directory instead: one JSON file per job.
+slurmdbd names a directory instead: one JSON file per job. Its queue wait comes from
+slurmctld itself (`scontrol show job`), which keeps a finished job for MinJobAge (5
+minutes by default), long enough for the epilog that stores the summary.
 
 Neither store overwrites what another tool wrote: an AdminComment that holds anything
 but an nvwatch summary (jobstats' `JS1:` among them) is left alone, with one line saying
@@ -133,8 +135,14 @@ class DirectoryStore:
         return data
 
     def queue_wait(self, job_id: str, *, wait_for_record: bool) -> float | None:
-        """A directory knows nothing of the queue."""
-        return None
+        """Seconds from the job's submission to its start as slurmctld still has them;
+        None where it does not (no Slurm here, or the job is past MinJobAge)."""
+        argv = ["scontrol", "-o", "show", "job", check_job_id(job_id)]
+        try:
+            out = _run(argv, {"SLURM_TIME_FORMAT": "%s"})
+        except StoreError:  # not a Slurm site, or a job slurmctld has forgotten
+            return None
+        return scontrol_queue_wait(out)
 
     def select(self, wanted: Wanted) -> list[dict[str, Any]]:
         found = []
@@ -239,6 +247,20 @@ class SlurmStore:
         if state.split()[:1] == ["PENDING"]:
             raise JobNotStored(f"job {job_id} is still pending: nothing to summarise yet")
         return comment.strip()
+
+
+def scontrol_queue_wait(out: str) -> float | None:
+    """Start less submit time of `scontrol -o show job` output in Unix seconds; None for
+    a job that has not started (StartTime is then a forecast, or Unknown)."""
+    fields = dict(re.findall(r"(\w+)=(\S*)", out.splitlines()[0] if out.strip() else ""))
+    submit, start, state = (
+        fields.get("SubmitTime", ""),
+        fields.get("StartTime", ""),
+        fields.get("JobState", ""),
+    )
+    if state == "PENDING" or not (submit.isdigit() and start.isdigit()):
+        return None
+    return max(0.0, float(int(start) - int(submit)))
 
 
 def _queue_state(job_id: str) -> str:

@@ -9,7 +9,7 @@ GPU of a job runs nothing. Power, energy, temperature and clocks then follow fro
 GPU model as for any workload. Between jobs it runs `outside`: the node's own workload
 (training, or nothing on an idle node), or nothing where another GPU of the node is held
 by a job (a Slurm node is given to one job's allocation, the rest idle unless another
-job holds them).
+job holds them), or nothing on a node of drawn jobs (job_mix.py), between them.
 
 An HCA port reads the same timeline in its `ib` view: it carries a job's all-reduce only
 when the job's inter-node traffic takes InfiniBand (a multi-node job that uses it); a
@@ -135,10 +135,17 @@ class TimelineWorkload(Workload):
 
 
 def timeline(
-    base: Workload, name: str, spans: Sequence[Span], *, ib: bool = False
+    base: Workload,
+    name: str,
+    spans: Sequence[Span],
+    *,
+    ib: bool = False,
+    outside: JobLoad | None = None,
 ) -> TimelineWorkload:
-    """`base` (its seed and timing) running `spans`; between them what `base` runs."""
-    outside = IDLE if base.kind == "idle" else BUSY
+    """`base` (its seed and timing) running `spans`; between them `outside`, by default
+    what `base` runs."""
+    if outside is None:
+        outside = IDLE if base.kind == "idle" else BUSY
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(Workload) if f.init}
     fields["kind"] = "training"
     fields["cold_start"] = False

@@ -23,7 +23,9 @@ holds. What each job should make `nvwatch job` say is listed with it (`notes`):
 
 Positions are fractions of the range (as the episodes'), rounded to the step grid, with
 at least one step each; every job keeps off its nodes' fault episodes but the power cap
-it is meant to meet. A history given static `--job`s runs those instead.
+it is meant to meet. The nodes no episode and no placed job names run jobs drawn from
+stated distributions (job_mix.py), whose notes no plan states. A history given static
+`--job`s runs those instead.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from nvwatch.sim.node.node import SimulatedNode
 
 FIRST_JOB_ID = 500_001
+DRAWN = "drawn"  # the kind of a job drawn by job_mix.py
 LOW_UTILIZATION = 0.25  # of the time computing: a starved data loader
 SMALL_MEMORY_SHARE = 0.06  # of the board: a 1g MIG slice would hold it
 
@@ -130,10 +133,15 @@ class JobEpisode:
 def plan_jobs(
     specs: Sequence[NodeSpec], first: float, span: float, step: float
 ) -> tuple[JobEpisode, ...]:
-    """The default jobs over the nodes of a history starting at `first`."""
+    """The placed jobs over the nodes of a history starting at `first`."""
     return tuple(
         _episode(number, p, specs, first, span, step) for number, p in enumerate(JOB_PLACEMENTS)
     )
+
+
+def placed_job_nodes(count: int) -> set[int]:
+    """The indexes of the nodes the placed jobs use in a history of `count` nodes."""
+    return {i % count for placement in JOB_PLACEMENTS for i in placement.nodes}
 
 
 def _episode(
@@ -176,19 +184,23 @@ def run_jobs(
     if not mine:
         return
     spans = _gpu_spans(mine, len(node.nvml.gpus), origin)
+    # a node of drawn jobs is a Slurm node given only to them: idle between them
+    outside = IDLE if any(job.kind == DRAWN for job in mine) else None
     # GPUs with the same timeline share one workload, so the GPU model computes its
     # means once per sub-step for all of them, as for a node's training GPUs
     shared: dict[tuple[Span, ...], str] = {}
     for gpu in node.nvml.gpus:
         key = tuple(spans[gpu.index])
         name = shared.setdefault(key, f"{spec.name}/{len(shared)}")
-        gpu.run(timeline(gpu.workload, name, key))
+        gpu.run(timeline(gpu.workload, name, key, outside=outside))
     for device in node.fabric.devices:
         railed = [g for g in range(len(node.nvml.gpus)) if rail(node.profile, g) == device]
         if railed:
             port = node.fabric.port(device)
             name = f"{spec.name}/{device}"
-            port.workload = timeline(port.workload, name, spans[railed[0]], ib=True)
+            port.workload = timeline(
+                port.workload, name, spans[railed[0]], ib=True, outside=outside
+            )
 
 
 def _gpu_spans(jobs: Sequence[JobEpisode], gpus: int, origin: float) -> list[list[Span]]:

@@ -12,8 +12,9 @@ nodes, so a test can ask for each one where it happened:
   page retired, then a GPU reset),
 - an agent down for a few hours (the node's hardware runs on; only `up` 0 is scraped),
 - an idle node (no job all month),
-and jobs of known efficiency (nvwatch.sim.history.jobs), and
-and what the nodes' BMCs see:
+jobs of known efficiency (nvwatch.sim.history.jobs) on those nodes, jobs drawn from
+stated distributions on the rest (nvwatch.sim.history.job_mix), and what the nodes' BMCs
+see:
 - a hot aisle on the last rack in the second week: its inlet air 12 °C warmer for about
   fourteen hours, above every class's envelope, not enough to slow a GPU,
 - a fan failure on a DGX-1 in the third week (a few hours until the fan is replaced; the
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from nvwatch.agent.config import ScenarioSpec
 from nvwatch.sim.fleet.jobs import FleetJob, check_jobs, sync_job_plans
 from nvwatch.sim.fleet.plan import FleetError, NodeSpec, expand_profiles, plan_fleet, rack_name
-from nvwatch.sim.history.jobs import JobEpisode, plan_jobs
+from nvwatch.sim.history.job_mix import drawn_episodes
+from nvwatch.sim.history.jobs import FIRST_JOB_ID, JobEpisode, placed_job_nodes, plan_jobs
 from nvwatch.sim.job.plan import SyncJobPlan
 from nvwatch.sim.profiles import get_profile
 
@@ -172,8 +174,21 @@ def plan_history(
     )
     check_jobs(jobs, [get_profile(name).gpu_count for name in profiles])
     episodes = tuple(_episode(p, specs, first, span) for p in PLACEMENTS)
-    job_episodes = () if jobs else plan_jobs(specs, first, span, step)
+    job_episodes = () if jobs else _default_jobs(specs, first, span, step, seed)
     return HistoryPlan(tuple(specs), first, last, step, episodes, tuple(jobs), job_episodes)
+
+
+def _default_jobs(
+    specs: Sequence[NodeSpec], first: float, span: float, step: float, seed: int
+) -> tuple[JobEpisode, ...]:
+    """The placed jobs, then the drawn ones on every node no episode or placed job uses
+    (numbered after the placed ones, as a queue that ran those first)."""
+    placed = plan_jobs(specs, first, span, step)
+    taken = {_node(p, len(specs)) for p in PLACEMENTS} | placed_job_nodes(len(specs))
+    free = [spec for spec in specs if spec.index not in taken]
+    steps = round(span / step)
+    first_id = FIRST_JOB_ID + len(placed)
+    return (*placed, *drawn_episodes(free, first, steps, step, seed, first_id))
 
 
 def _node(placement: Placement, count: int) -> int:

@@ -9,7 +9,8 @@ sample before the job); per node, the BMC's node energy (DCMI power x step, as
 truth_bmc.py integrates it), the job's share of it (1 where no other job held a GPU of
 the node during its life, else the GPUs it holds over the node's GPUs) and the bytes its
 HCA ports moved (their counters at `end` less at `start`). With each job, the notes it
-should make `nvwatch job` write, from its plan.
+should make `nvwatch job` write, from its plan; null for a drawn job (job_mix.py), whose
+notes follow from where its figures fall among the cluster's, which no plan states.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nvwatch.sim.history.jobs import JobEpisode
+from nvwatch.sim.history.jobs import DRAWN, JobEpisode
 from nvwatch.sim.history.series import Row
 from nvwatch.sim.history.truth_bmc import DCMI, POWER
 
@@ -70,12 +71,16 @@ class JobsTruth:
         ]
         self.nodes = [{n: NodeLife() for n in job.nodes} for job in jobs]
         self._gpu_of: dict[str, int | None] = {}
+        # a month of a large fleet holds tens of thousands of jobs: each sample looks at
+        # its own node's only
+        self._on_node: dict[str, list[tuple[int, JobEpisode]]] = defaultdict(list)
+        for index, job in enumerate(self.jobs):
+            for instance in job.nodes:
+                self._on_node[instance].append((index, job))
 
     def observe(self, instance: str, t: float, rows: Sequence[Row]) -> None:
         """The rows written for `instance` at Unix time `t`."""
-        for index, job in enumerate(self.jobs):
-            if instance not in job.nodes:
-                continue
+        for index, job in self._on_node.get(instance, ()):
             if job.runs_at(t):
                 self._sample(index, instance, rows)
             elif job.runs_at(t + self.step):  # the sample before its life: counters' base
@@ -144,7 +149,7 @@ class JobsTruth:
             "energy_counter_joules": _total(g["energy_counter_joules"] for g in gpus),
             "node_energy_joules": sum(n["job_energy_joules"] for n in nodes),
             "ib_bytes": sum(n["ib_bytes"] for n in nodes),
-            "notes": list(job.notes),
+            "notes": None if job.kind == DRAWN else list(job.notes),
             "nodes": nodes,
             "gpus": gpus,
         }
@@ -153,9 +158,8 @@ class JobsTruth:
         job, life = self.jobs[index], self.nodes[index][instance]
         others = [
             other.job_id
-            for other in self.jobs
+            for _, other in self._on_node[instance]
             if other is not job
-            and instance in other.nodes
             and other.start < job.end
             and job.start < other.end
         ]

@@ -161,7 +161,8 @@ def test_sync_jobs_hold_every_node_once_in_jobs_of_two_or_more() -> None:
     jobs = sync_jobs(124, 8)
     assert len(jobs) == 16
     assert jobs[0].startswith("0-7:all,id=") and jobs[-1].startswith("120-123:all,id=")
-    assert len({j.split("id=")[1] for j in jobs}) == 16
+    assert all(j.endswith(",sync=no") for j in jobs)
+    assert len({j.split("id=")[1].split(",")[0] for j in jobs}) == 16
     covered = []
     for job in jobs:
         first, last = job.split(":")[0].split("-")

@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 
 from nvwatch.report.jobs.codec import StoreError
-from nvwatch.report.jobs.store import DirectoryStore, JobNotStored, SlurmStore, open_store
+from nvwatch.report.jobs.store import (
+    DirectoryStore,
+    JobNotStored,
+    SlurmStore,
+    open_store,
+    scontrol_queue_wait,
+)
 from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
 
@@ -191,3 +197,26 @@ def test_a_slurmdbd_that_does_not_answer_is_sacct_s_own_line(
             call()
         assert str(caught.value).startswith("sacct failed: sacct: error: ")
         assert "Connection refused" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_directory_store_without_slurm_knows_no_queue_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: not a Slurm site
+    assert DirectoryStore(tmp_path).queue_wait("4711", wait_for_record=False) is None
+
+
+def test_the_queue_wait_is_read_from_scontrols_times() -> None:
+    """`scontrol -o show job` with SLURM_TIME_FORMAT=%s, as slurmctld prints a job that
+    ran and one still pending (its StartTime then a forecast)."""
+    ran = (
+        "JobId=77 JobName=wrap UserId=root(0) JobState=COMPLETED Reason=None "
+        "SubmitTime=1764380000 EligibleTime=1764380005 StartTime=1764380007 "
+        "EndTime=1764380022 Partition=debug"
+    )
+    assert scontrol_queue_wait(ran) == 7.0
+    pending = ran.replace("JobState=COMPLETED", "JobState=PENDING")
+    assert scontrol_queue_wait(pending) is None
+    unknown = ran.replace("StartTime=1764380007", "StartTime=Unknown")
+    assert scontrol_queue_wait(unknown) is None
+    assert scontrol_queue_wait("") is None

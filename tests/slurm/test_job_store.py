@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from nvwatch.report.jobs.codec import StoreError
-from nvwatch.report.jobs.store import JobNotStored, SlurmStore
+from nvwatch.report.jobs.store import DirectoryStore, JobNotStored, SlurmStore
 from tests.conftest import require_tool
 from tests.e2e.loopback import Endpoint, wait_for
 from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
@@ -157,6 +157,26 @@ def test_the_epilog_keeps_the_summary_in_the_admin_comment(
     comment = stack.sacct(job, "AdminComment")
     # sacctmgr stores it lowercased (Slurm 22.05): the codec reads it either way
     assert comment.upper().startswith("NVW1:") and len(comment) <= 4096
+
+
+def test_a_directory_store_takes_the_queue_wait_from_slurmctld(
+    stack: Stack,
+    finished: tuple[str, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A site without slurmdbd: slurmctld still holds the job for MinJobAge after it ends,
+    when the epilog stores its summary."""
+    job, _ = finished
+    monkeypatch.setenv("SLURM_CONF", stack.cluster.env["SLURM_CONF"])
+    store = DirectoryStore(tmp_path)
+    submit, started = (
+        datetime.datetime.fromisoformat(stack.sacct(job, f)).timestamp()
+        for f in ("Submit", "Start")
+    )
+    assert started - submit >= 5
+    assert store.queue_wait(job, wait_for_record=False) == started - submit
+    assert store.queue_wait("999999", wait_for_record=False) is None  # slurmctld never had it
 
 
 def test_after_prometheus_forgot_sacct_answers_with_the_same_figures(
