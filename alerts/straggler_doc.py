@@ -167,7 +167,9 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "value and the score) plus two per job and signal; every join is many-to-one "
         "on the job or the GPU, never rank by rank. On a fleet of 1,000 DGX H100 whose "
         "GPUs all run multi-GPU jobs, that is about 8,000 x 6 x 2 GPU series and "
-        "8,000 x 2 x 2 port series: some 130,000, against the fleet's two million.",
+        "8,000 x 2 x 2 port series: some 130,000, against the fleet's two million. "
+        "docs/scale.md measures them on the 124-node fleet: the series they write per GPU "
+        "and each group's evaluation time against its interval.",
         "",
         "What the rules cannot see: the legacy 32-bit port_xmit_wait saturates within "
         "minutes on a congested port (then its rate reads 0: the port stops standing "
