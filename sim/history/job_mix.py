@@ -135,9 +135,7 @@ class _Schedule:
             self.best_of[node, size] = min((max(free[g] for g in block), block) for block in blocks)
 
 
-def draw_jobs(
-    free: Sequence[NodeSpec], steps: int, step: float, seed: int
-) -> tuple[DrawnJob, ...]:
+def draw_jobs(free: Sequence[NodeSpec], steps: int, step: float, seed: int) -> tuple[DrawnJob, ...]:
     """The jobs the nodes `free` run over a range of `steps` steps, in order of start."""
     if not free:
         return ()

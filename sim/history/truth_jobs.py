@@ -159,9 +159,7 @@ class JobsTruth:
         others = [
             other.job_id
             for _, other in self._on_node[instance]
-            if other is not job
-            and other.start < job.end
-            and job.start < other.end
+            if other is not job and other.start < job.end and job.start < other.end
         ]
         held = len(job.gpus)
         share = 1.0 if not others else held / self.node_gpus[instance]

@@ -60,9 +60,10 @@ def test_drawn_jobs_run_only_where_nothing_is_placed(month: HistoryPlan) -> None
 
 
 def test_lengths_sizes_and_duty_follow_the_stated_distributions(month: HistoryPlan) -> None:
-    """As sim/history/job_mix.py states them: a log-normal length of median 4 h, sigma 1.2, at most 3
-    days; 30 % of the jobs on one GPU, 25 % on a whole node, 10 % on several; duty a
-    Beta(2.2, 1.3), mean 0.63; a tenth of the jobs holding several GPUs use one."""
+    """As sim/history/job_mix.py states them: a log-normal length of median 4 h, sigma
+    1.2, at most 3 days; 30 % of the jobs on one GPU, 25 % on a whole node, 10 % on
+    several; duty a Beta(2.2, 1.3), mean 0.63; a tenth of the jobs holding several GPUs
+    use one."""
     jobs = _drawn(month)
     assert len(jobs) > 5000  # about 90 a node a month
     ended = [_hours(j) for j in jobs if j.end < month.end]  # the range cuts the last ones
