@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -60,6 +60,9 @@ def _end(text: str | None) -> float | None:
 @click.option("--end", "end_text", metavar="TIME",
               help="End of the range drawn: unix seconds or 2026-11-01T00:00:00Z "
               "[default: now].")  # fmt: skip
+@click.option("--dashboard", "only", multiple=True, metavar="NAME",
+              help="Draw only this dashboard (its file name, with or without .json); "
+              "repeat for more [default: every one].")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Exit 1 when a panel has no data.")
 @click.option("--check-maxima", is_flag=True,
               help="Exit 1 when a panel shows more than its hardware's published maximum "
@@ -73,6 +76,7 @@ def dashboards_preview(
     variables: tuple[str, ...],
     mixin_config: str | None,
     end_text: str | None,
+    only: tuple[str, ...],
     strict: bool,
     check_maxima: bool,
 ) -> None:
@@ -92,7 +96,7 @@ def dashboards_preview(
     from nvwatch.dashboards.build import build_all
     from nvwatch.dashboards.preview import PreviewError, Prometheus, preview
 
-    dashboards = build_all(_mixin_config(mixin_config))
+    dashboards = _chosen(build_all(_mixin_config(mixin_config)), only)
     out_dir = output_directory(out)
     prometheus = Prometheus(url)
     at = time.time() if end is None else end
@@ -116,6 +120,22 @@ def dashboards_preview(
                 click.echo(f"{name}: no data in panel {panel.title!r}", err=True)
     if (strict and empty) or beyond:
         raise SystemExit(1)
+
+
+def _chosen(
+    dashboards: dict[str, dict[str, Any]], only: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """The dashboards --dashboard names (all of them when it names none)."""
+    if not only:
+        return dashboards
+    wanted = {name if name.endswith(".json") else f"{name}.json" for name in only}
+    unknown = sorted(wanted - dashboards.keys())
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(unknown)}: not a dashboard; choose from {', '.join(sorted(dashboards))}",
+            param_hint="--dashboard",
+        )
+    return {name: d for name, d in dashboards.items() if name in wanted}
 
 
 def _beyond_maxima(

@@ -175,6 +175,11 @@ CASES = [
         (*FLEET, "--nodes", "2", "--base-port", "{busy}", "--duration", "5s"),
         "cannot listen on 127.0.0.1:{busy}: Address already in use",
     ),
+    Case(
+        "dashboards preview of a dashboard that does not exist",
+        (*PREVIEW, "--dashboard", "nvwatch-capacity"),
+        "nvwatch-capacity.json: not a dashboard; choose from",
+    ),
     # outputs
     *_out_cases(),
     Case(
