@@ -33,7 +33,7 @@ def jobs(summaries: Iterable[JobSummary], source: str) -> Section:
         )
         return section
     total = sum(s.gpu_hours for s in chosen)
-    idle = sum(n.gpu_hours for s in chosen for n in s.notes if n.code == IDLE_GPUS)
+    idle = _idle_gpu_hours(chosen)
     section.numbers = {
         "jobs": Number("jobs with a summary", float(len(chosen)), "count"),
         "gpu_hours": Number("GPU-hours they held", total, "h"),
@@ -88,7 +88,7 @@ def _by(
             sum(s.gpu_hours for s in members),
         ]
         if idle:
-            row.append(sum(n.gpu_hours for s in members for n in s.notes if n.code == IDLE_GPUS))
+            row.append(_idle_gpu_hours(members))
         row.append(sum(energy) / J_PER_KWH if energy else None)
         rows.append(row)
     columns = [
@@ -126,14 +126,17 @@ def _notes(chosen: list[JobSummary]) -> Table:
     )
 
 
+def _idle_gpu_hours(summaries: Iterable[JobSummary]) -> float:
+    """GPU-hours the jobs held on GPUs they never used (their idle-gpus notes)."""
+    return sum(n.gpu_hours for s in summaries for n in s.notes if n.code == IDLE_GPUS)
+
+
 def _finding(chosen: list[JobSummary], total: float, idle: float) -> str:
     if not idle:
         return f"The {len(chosen)} jobs with a summary used every GPU they held."
     by_account: dict[str, float] = defaultdict(float)
     for s in chosen:
-        by_account[s.account or "(none)"] += sum(
-            n.gpu_hours for n in s.notes if n.code == IDLE_GPUS
-        )
+        by_account[s.account or "(none)"] += _idle_gpu_hours([s])
     account = max(by_account, key=lambda a: by_account[a])
     return (
         f"Jobs held {idle:,.0f} GPU-hours ({idle / total:.0%} of their {total:,.0f}) on GPUs "

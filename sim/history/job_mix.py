@@ -56,6 +56,8 @@ USERS = (
     ("ivo", "speech"), ("jun", "bio"), ("kai", "robotics"), ("lea", "nlp"),
 )  # fmt: skip
 _SEED_SALT = 0x10B5
+_SIZE_WEIGHTS = tuple(weight for *_, weight in SIZES)
+_USER_WEIGHTS = tuple(1 / rank for rank in range(1, len(USERS) + 1))
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,12 @@ class _Schedule:
         self.gpus = {spec.index: get_profile(spec.profile).gpu_count for spec in free}
         self.step, self.rng = step, rng
         self.free_at = {n: [self.gap() for _ in range(self.gpus[n])] for n in self.nodes}
-        self.sizes = sorted({size for size, _, _ in SIZES if size})
+        # each size's aligned blocks of GPUs on a node of each GPU count
+        self.blocks = {
+            (count, size): _blocks(count, size)
+            for count in set(self.gpus.values())
+            for size in {size for size, _, _ in SIZES if size}
+        }
         self.best_of: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self.first_free: dict[int, int] = {}  # the step a node's first GPU is free at
         self.all_free: dict[int, int] = {}  # ... and its last
@@ -129,10 +136,15 @@ class _Schedule:
         """Each size's earliest start on `node`: its aligned block free first."""
         free, count = self.free_at[node], self.gpus[node]
         self.first_free[node], self.all_free[node] = min(free), max(free)
-        for size in self.sizes:
-            width = min(size, count)
-            blocks = [tuple(range(b, b + width)) for b in range(0, count - width + 1, width)]
-            self.best_of[node, size] = min((max(free[g] for g in block), block) for block in blocks)
+        for (gpus, size), blocks in self.blocks.items():
+            if gpus == count:
+                self.best_of[node, size] = min((max(free[g] for g in b), b) for b in blocks)
+
+
+def _blocks(count: int, size: int) -> list[tuple[int, ...]]:
+    """The aligned blocks of `size` GPUs (all of them, on a smaller node) of `count`."""
+    width = min(size, count)
+    return [tuple(range(b, b + width)) for b in range(0, count - width + 1, width)]
 
 
 def draw_jobs(free: Sequence[NodeSpec], steps: int, step: float, seed: int) -> tuple[DrawnJob, ...]:
@@ -154,7 +166,7 @@ def draw_jobs(free: Sequence[NodeSpec], steps: int, step: float, seed: int) -> t
 
 
 def _size(rng: random.Random) -> tuple[int, int]:
-    size, whole, _ = rng.choices(SIZES, weights=[w for *_, w in SIZES])[0]
+    size, whole, _ = rng.choices(SIZES, weights=_SIZE_WEIGHTS)[0]
     return size, whole
 
 
@@ -171,8 +183,7 @@ def _job(
     infiniband = len(nodes) > 1 and rng.random() >= NO_IB_SHARE
     load = JobLoad(rng.betavariate(*DUTY_BETA), memory, infiniband)
     busy = 1 if len(gpus) > 1 and rng.random() < ONE_USED_SHARE else len(gpus)
-    weights = [1 / rank for rank in range(1, len(USERS) + 1)]
-    user, account = rng.choices(USERS, weights=weights)[0]
+    user, account = rng.choices(USERS, weights=_USER_WEIGHTS)[0]
     return DrawnJob(nodes, gpus, begin, end, load, busy, user, account)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -99,10 +98,11 @@ def test_one_seed_draws_one_month() -> None:
         plan = plan_history(nodes=12, days=7, step=STEP_S, end=END, seed=seed)
         return [(j.job_id, j.nodes, j.gpus, j.start, j.end) for j in _drawn(plan)]
 
-    assert drawn(4) == drawn(4)
-    assert drawn(4) != drawn(5)
-    ids = [int(job[0]) for job in drawn(4)]
-    starts = [job[3] for job in drawn(4)]
+    month = drawn(4)
+    assert drawn(4) == month
+    assert drawn(5) != month
+    ids = [int(job[0]) for job in month]
+    starts = [job[3] for job in month]
     assert ids == sorted(ids) and starts == sorted(starts)  # numbered as they started
 
 
@@ -184,6 +184,6 @@ def test_the_truth_splits_a_shared_nodes_energy_by_gpus_held(written: Written) -
         assert node["job_energy_joules"] == pytest.approx(node["share"] * whole)
 
 
-def test_a_six_node_history_draws_nothing(tmp_path: Path) -> None:
+def test_a_six_node_history_draws_nothing() -> None:
     """Every node of the smallest history has an episode or a placed job."""
     assert _drawn(plan_history(nodes=6, days=2, step=STEP_S, end=END)) == []
