@@ -5,8 +5,9 @@ accounting database with `sacctmgr update job` (as jobstats does: slurmctld's ep
 as SlurmUser, which may; `scontrol update` refuses a job that has finished) and reads it
 back with `sacct`, so it lasts as long as the site's accounting does. A site without
 slurmdbd names a directory instead: one JSON file per job. Its queue wait comes from
-slurmctld itself (`scontrol show job`), which keeps a finished job for MinJobAge (5
-minutes by default), long enough for the epilog that stores the summary.
+slurmctld itself (`scontrol show job`, where Slurm's configuration is found), which keeps
+a finished job for MinJobAge (5 minutes by default), long enough for the epilog that
+stores the summary.
 
 Neither store overwrites what another tool wrote: an AdminComment that holds anything
 but an nvwatch summary (jobstats' `JS1:` among them) is left alone, with one line saying
@@ -29,6 +30,7 @@ from nvwatch.report.jobs.codec import StoreError, decode, encode_within, is_jobs
 
 SLURM = "slurm"
 COMMAND_TIMEOUT_S = 30.0
+DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 # slurmctld hands a finished job's record to slurmdbd a moment after its epilog starts
 RECORD_WAIT_S = 10.0
 # a job id as Slurm prints one: 1234, an array task 1234_7, a het component 1234+1
@@ -136,8 +138,10 @@ class DirectoryStore:
 
     def queue_wait(self, job_id: str, *, wait_for_record: bool) -> float | None:
         """Seconds from the job's submission to its start as slurmctld still has them;
-        None where it does not (no Slurm here, or the job is past MinJobAge)."""
+        None where it does not (no Slurm configured here, or the job is past MinJobAge)."""
         argv = ["scontrol", "-o", "show", "job", check_job_id(job_id)]
+        if not slurm_configured():
+            return None
         try:
             out = _run(argv, {"SLURM_TIME_FORMAT": "%s"})
         except StoreError:  # not a Slurm site, or a job slurmctld has forgotten
@@ -247,6 +251,14 @@ class SlurmStore:
         if state.split()[:1] == ["PENDING"]:
             raise JobNotStored(f"job {job_id} is still pending: nothing to summarise yet")
         return comment.strip()
+
+
+def slurm_configured() -> bool:
+    """Whether Slurm's configuration is here: SLURM_CONF, or the file at its default
+    path, as on the controller whose epilog stores summaries. Without either, Slurm's
+    commands run configless and ask DNS for a controller: not a question to send off
+    this machine for a job's queue wait."""
+    return bool(os.environ.get("SLURM_CONF")) or DEFAULT_SLURM_CONF.is_file()
 
 
 def scontrol_queue_wait(out: str) -> float | None:

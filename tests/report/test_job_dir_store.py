@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from nvwatch.report.jobs import store as store_module
 from nvwatch.report.jobs.codec import StoreError
 from nvwatch.report.jobs.store import (
     DirectoryStore,
@@ -203,7 +204,27 @@ def test_a_directory_store_without_slurm_knows_no_queue_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: not a Slurm site
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     assert DirectoryStore(tmp_path).queue_wait("4711", wait_for_record=False) is None
+
+
+def test_without_slurms_configuration_scontrol_is_never_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configless, scontrol would ask DNS for a controller: no SLURM_CONF and no file at
+    the default path, and the store does not run it."""
+    called = tmp_path / "called"
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\n: > {called}\necho JobState=COMPLETED\n")  # builtins only
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(store_module, "DEFAULT_SLURM_CONF", tmp_path / "absent.conf")
+    assert DirectoryStore(tmp_path).queue_wait("4711", wait_for_record=False) is None
+    assert not called.exists()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))  # configured: asked
+    assert DirectoryStore(tmp_path).queue_wait("4711", wait_for_record=False) is None
+    assert called.exists()
 
 
 def test_the_queue_wait_is_read_from_scontrols_times() -> None:
