@@ -25,36 +25,48 @@ SHARED_SESSION_FIXTURES = {
     "tests/report/test_number_formats.py": "synthetic_report",
 }
 
-# Files that each run a whole simulated fleet in the test process, scraped every second or
-# two by real Prometheus, VictoriaMetrics and vmagents: one of them takes most of two
-# cores, and two at once on the two workers starved both past their alert deadlines (the
-# round's start failed the same way). They go to one worker, one after the other.
-ONE_FLEET_AT_A_TIME = {
-    "tests/e2e/test_sharded_vm.py": "fleet_e2e",
-    "tests/e2e/test_restart_matrix.py": "fleet_e2e",
-    "tests/e2e/test_fleet_e2e.py": "fleet_e2e",
-    "tests/e2e/test_stragglers_e2e.py": "fleet_e2e",
+# Files that each run a whole simulated fleet, scraped every second or few by real
+# Prometheus (and in the first lane VictoriaMetrics and vmagents): the first lane's fleets
+# of 17 to 40 agents take most of two cores, and two of them at once starved both past
+# their alert deadlines. Each lane goes to one worker, its files one after the other, so
+# at most one large and one small fleet run at a time whatever the number of workers.
+FLEET_LANES = {
+    "tests/e2e/test_sharded_vm.py": "large_fleets",
+    "tests/e2e/test_restart_matrix.py": "large_fleets",
+    "tests/e2e/test_fleet_e2e.py": "large_fleets",
+    "tests/e2e/test_stragglers_e2e.py": "large_fleets",
+    "tests/preview/test_dashboard_preview.py": "small_fleets",
+    "tests/deploy/test_local_stack.py": "small_fleets",
+    "tests/e2e/test_bmc_e2e.py": "small_fleets",
 }
 
 
 # The files that take longest, mostly waiting on time (alert `for:` windows, a block
-# reload, a sharded scrape settling), longest first (pytest --durations on two cores).
-# Workers take them first, so the suite does not end with one of them running alone.
+# reload, a health check's interval), longest first (per-file totals of a full run);
+# a lane starts where its first file stands. Workers take them first, so the suite does
+# not end with one of them running alone.
 LONGEST_FIRST = (
     "tests/e2e/test_sharded_vm.py",
     "tests/e2e/test_restart_matrix.py",
     "tests/e2e/test_fleet_e2e.py",
     "tests/e2e/test_stragglers_e2e.py",
-    "tests/history/test_readme_backfill.py",
-    "tests/history/test_backfilled_history.py",
-    "tests/report/test_report_history.py",
     "tests/preview/test_dashboard_preview.py",
     "tests/deploy/test_local_stack.py",
-    "tests/release/test_release.py",
-    "tests/benchmarks/test_benchmarks.py",
+    "tests/e2e/test_bmc_e2e.py",
+    "tests/history/test_readme_backfill.py",
+    "tests/slurm/test_healthcheck.py",
+    "tests/slurm/test_job_store.py",
+    "tests/slurm/test_queue_alerts.py",
+    "tests/history/test_backfilled_history.py",
+    "tests/report/test_report_history.py",
     "tests/real_gpu/test_check.py",
-    "tests/benchmarks/test_peer_cost.py",
+    "tests/benchmarks/test_benchmarks.py",
+    "tests/release/test_release.py",
     "tests/agent/test_server_soak.py",
+    "tests/sim/test_scenario_syntax.py",
+    "tests/mixin/test_promtool.py",
+    "tests/stragglers/test_evaluate.py",
+    "tests/benchmarks/test_peer_cost.py",
 )
 
 
@@ -68,7 +80,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Whole test files to each worker, as `--dist loadfile` does (a module-scoped daemon
     starts once), except that the files of SHARED_SESSION_FIXTURES go together; handed
     out in collection order (LONGEST_FIRST), not xdist's most-tests-first; the files of
-    ONE_FLEET_AT_A_TIME go together as well."""
+    FLEET_LANES go together as well."""
     from xdist.scheduler import LoadScopeScheduling
 
     config.option.loadscopereorder = False
@@ -76,7 +88,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class FilesAndSharedFixtures(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return SHARED_SESSION_FIXTURES.get(path) or ONE_FLEET_AT_A_TIME.get(path, path)
+            return SHARED_SESSION_FIXTURES.get(path) or FLEET_LANES.get(path, path)
 
     return FilesAndSharedFixtures(config, log)
 
