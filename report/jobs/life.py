@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import statistics
 from dataclasses import dataclass
 
 from nvwatch.mixin.config import MixinConfig
@@ -214,8 +215,8 @@ def _ms(seconds: float) -> str:
 
 
 def _interval(client: PrometheusClient, alloc: str, first: float, seconds: int) -> float:
-    """The scrape interval of the allocation series: the smallest gap between two of its
-    samples from `first` on (0 where the job was seen once)."""
+    """The scrape interval of the allocation series, from the gaps between its samples
+    from `first` on (0 where the job was seen once)."""
     found = client.query(f"{alloc}[{seconds + 1}s]", first + seconds)
     gaps = [
         b - a
@@ -223,7 +224,12 @@ def _interval(client: PrometheusClient, alloc: str, first: float, seconds: int) 
         for a, b in itertools.pairwise(sorted(float(t) for t, _ in values))
         if b > a
     ]
-    return min(gaps, default=0.0)
+    if not gaps:
+        return 0.0
+    # each gap is the interval and a loaded Prometheus's jitter (a scrape 15 ms late), and
+    # which gaps a query sees changes with when it runs (at the job's end, or later): the
+    # low median, to the two figures scrape intervals are set in, reads the same whenever
+    return float(f"{statistics.median_low(gaps):.2g}")
 
 
 def cluster_matcher(cfg: MixinConfig, cluster: str) -> str:
