@@ -33,7 +33,16 @@ if __package__ in (None, ""):
 
 import yaml
 
-from benchmarks.common import REPO_ROOT, cpu_model, scratch_dir, tool_version
+from benchmarks.cardinality import BEGIN as CARDINALITY_BEGIN
+from benchmarks.cardinality import END as CARDINALITY_END
+from benchmarks.common import (
+    REPO_ROOT,
+    cpu_model,
+    scratch_dir,
+    section_of,
+    tool_version,
+    with_section,
+)
 from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
 from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name, sync_jobs
@@ -249,6 +258,14 @@ def _vm_flushed_rows(url: str) -> float:
     )
 
 
+def with_cardinality(out: Path, text: str) -> str:
+    """`text` with `out`'s cardinality section (benchmarks/cardinality.py writes it),
+    carried over as it is."""
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    kept = section_of(old, CARDINALITY_BEGIN, CARDINALITY_END)
+    return text if kept is None else with_section(text, kept, CARDINALITY_BEGIN, CARDINALITY_END)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="measuring time (default 10)")
@@ -261,16 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.render:
-        args.out.write_text(
-            render(from_json(json.loads(args.render.read_text()))), encoding="utf-8"
-        )
+        text = render(from_json(json.loads(args.render.read_text())))
+        args.out.write_text(with_cardinality(args.out, text), encoding="utf-8")
         return 0
     if args.minutes <= 0 or args.nodes < 1:
         parser.error("--minutes and --nodes must be positive")
     results = run(args.minutes, args.nodes, not args.no_vm)
     if args.json:
         args.json.write_text(json.dumps(dataclasses.asdict(results), indent=1, default=sorted))
-    args.out.write_text(render(results), encoding="utf-8")
+    args.out.write_text(with_cardinality(args.out, render(results)), encoding="utf-8")
     print(f"scale: wrote {args.out}")
     return 0
 

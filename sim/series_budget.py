@@ -38,7 +38,7 @@ from nvwatch.agent.sources import Source
 from nvwatch.agent.sources.bmc.reading import Target
 from nvwatch.agent.sources.host import HostSource
 from nvwatch.agent.sources.infiniband import InfinibandSource
-from nvwatch.agent.sources.infiniband_parse import SATURATION_FLAGGED
+from nvwatch.agent.sources.infiniband_parse import SATURATION_FLAGGED, hw_counter_selection
 from nvwatch.agent.sources.nvml.processes import MAX_PROCESSES
 from nvwatch.agent.sources.nvml.source import NvmlSource
 from nvwatch.sim import nvml as sim_nvml
@@ -75,20 +75,27 @@ def render_profile(
     with_host: bool = False,
     process_file: ProcessFile | None = None,
     mig: str | None = None,
+    nvlink_detail: str = "link",
+    ib_hw_counters: str = "default",
+    seed: int = 7,
 ) -> str:
     """The whole exposition of a simulated `profile` after two polls a minute apart.
 
     `root` holds the node's sysfs tree; `process_file` adds processes to its GPUs; `mig`
-    partitions them (a --mig layout).
+    partitions them (a --mig layout); `nvlink_detail` and `ib_hw_counters` are serve's
+    --nvlink-detail and --ib-hw-counters; `seed` the simulation's (its serials, UUIDs).
     """
     clock = ManualClock(0.0)
-    node = SimulatedNode(profile, seed=7, clock=clock, sysfs_root=root, mig=mig)
+    node = SimulatedNode(profile, seed=seed, clock=clock, sysfs_root=root, mig=mig)
     node.nvml.process_file = process_file
     sim_nvml.install(node.nvml)
     # the NVML source on the simulation's clock too: GPM needs 100 ms between samples,
     # and real time between two quick polls would make that a coin toss
-    nvml = NvmlSource(clock=clock)
-    sources: list[Source] = [nvml, InfinibandSource(root, gpu_bus_ids=nvml.gpu_bus_ids)]
+    nvml = NvmlSource(clock=clock, nvlink_detail=nvlink_detail)
+    infiniband = InfinibandSource(
+        root, gpu_bus_ids=nvml.gpu_bus_ids, hw_counters=hw_counter_selection(ib_hw_counters)
+    )
+    sources: list[Source] = [nvml, infiniband]
     if with_host:  # the real host's readings: not golden, but they are part of the contract
         sources.append(HostSource())
     poller = Poller(sources, interval=60, timeout=30, prepare=prepare)
@@ -151,10 +158,25 @@ class Budget:
         return sum(n for name, n in self.per_family.items() if name.startswith(prefix))
 
 
-def measure(profile: str, root: Path, mig: str | None = None) -> Budget:
+def measure(
+    profile: str,
+    root: Path,
+    mig: str | None = None,
+    nvlink_detail: str = "link",
+    ib_hw_counters: str = "default",
+) -> Budget:
     """Render `profile` (host source included, as `serve` runs it) and count its series;
-    with `mig`, partitioned so (the row is named `profile --mig LAYOUT`)."""
-    series = parse_series(render_profile(profile, root, with_host=True, mig=mig))
+    with `mig`, partitioned so (the row is named `profile --mig LAYOUT`); at serve's
+    --nvlink-detail and --ib-hw-counters settings given."""
+    text = render_profile(
+        profile,
+        root,
+        with_host=True,
+        mig=mig,
+        nvlink_detail=nvlink_detail,
+        ib_hw_counters=ib_hw_counters,
+    )
+    series = parse_series(text)
     per_family = Counter(s.name for s in series)
     gpus = sum(1 for s in series if s.name == "nvwatch_gpu_up")
     return Budget(
