@@ -10,17 +10,10 @@ from typing import Any
 import pytest
 
 from benchmarks.real_gpu import smi
-from benchmarks.real_gpu.assumptions import (
-    CONFIRMED,
-    INCONCLUSIVE,
-    ONE_GPU,
-    WRONG,
-    Finding,
-    nvlink_speed,
-    pcie_unit,
-    violation_ns,
-)
+from benchmarks.real_gpu.assumptions import pcie_unit, violation_ns
 from benchmarks.real_gpu.evidence import Evidence
+from benchmarks.real_gpu.finding import CONFIRMED, INCONCLUSIVE, ONE_GPU, WRONG, Finding
+from benchmarks.real_gpu.nvlink_assumptions import nvlink_speed
 
 NVLINK_S = """GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1b2c)
 \t Link 0: 26.562 GB/s
