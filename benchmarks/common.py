@@ -20,6 +20,22 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def source_path(filename: str) -> str:
+    """A code path readers can find: the checkout's file relative to the repository (the
+    editable install reaches it through a tree of links in build/, which are followed), a
+    library's from its package down."""
+    path = Path(filename)
+    with contextlib.suppress(OSError):
+        path = path.resolve()
+    parts = path.parts
+    for marker in ("site-packages", "dist-packages"):  # a library, even in the checkout's .venv
+        if marker in parts:
+            return "/".join(parts[parts.index(marker) + 1 :])
+    if path.is_relative_to(REPO_ROOT):
+        return str(path.relative_to(REPO_ROOT))
+    return filename if len(parts) < 2 else "/".join(parts[-2:])
+
+
 def percentile(values: Sequence[float], pct: float) -> float:
     """Nearest-rank percentile: an observed value, never an interpolation between two."""
     if not values:

@@ -8,12 +8,11 @@ import pstats
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 
 from prometheus_client.exposition import generate_latest
 
-from benchmarks.common import percentile
+from benchmarks.common import percentile, source_path
 from benchmarks.harness import Harness, PollTimes, simulated_agent
 from nvwatch.agent.exposition.families import FamilySet
 from nvwatch.agent.exposition.render import (
@@ -29,7 +28,6 @@ from nvwatch.agent.poller import Snapshot, SourceStatus
 PROFILES = ("dgx1-v100", "dgx-a100", "dgx-h100", "dgx2")
 
 # profiled file names are shown relative to the checkout
-_REPO = str(Path(__file__).resolve().parents[1]) + "/"
 
 
 @dataclass(frozen=True)
@@ -145,7 +143,7 @@ def _split(profiler: cProfile.Profile, what: str, polls: int, top: int) -> Profi
     for (filename, line, function), (_cc, _nc, tottime, _ct, _callers) in entries.items():
         category = _category(filename, function)
         shares[category] = shares.get(category, 0.0) + tottime
-        short = filename.split("/site-packages/")[-1].removeprefix(_REPO)
+        short = filename if filename == "~" else source_path(filename)
         rows.append((f"{short}:{line}({function})", tottime / polls))
     total = sum(shares.values()) or 1.0
     rows.sort(key=lambda r: r[1], reverse=True)

@@ -22,12 +22,11 @@ import sys
 import time
 import tracemalloc
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from benchmarks.common import REPO_ROOT
+from benchmarks.common import REPO_ROOT, source_path
 
 if TYPE_CHECKING:
     from benchmarks.harness import Harness
@@ -261,24 +260,12 @@ def _site_growth(
 ) -> SiteGrowth:
     frame = stat.traceback[0]
     return SiteGrowth(
-        site=f"{_short(frame.filename)}:{frame.lineno}",
+        site=f"{source_path(frame.filename)}:{frame.lineno}",
         first_kib=(stat.size - stat.size_diff) / KIB,
         last_kib=stat.size / KIB,
         count_diff=stat.count_diff,
         mid_kib=None if at_mid is None else at_mid.get((frame.filename, frame.lineno), 0.0),
     )
-
-
-def _short(filename: str) -> str:
-    """A path readers can find: relative to the repository, or from the package down."""
-    path = Path(filename)
-    if path.is_relative_to(REPO_ROOT):
-        return str(path.relative_to(REPO_ROOT))
-    parts = path.parts
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts:
-            return "/".join(parts[parts.index(marker) + 1 :])
-    return "/".join(parts[-2:])
 
 
 def _start_worker(
