@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.sim.ports import free_port
 from tests.attribution.kubelet_server import Pod, fake_kubelet
+from tests.attribution.test_agent import Series, series_of
 from tests.processes import stop
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "nvwatch.service"
@@ -35,8 +35,6 @@ MODES = ("seccomp", "prctl")
 WRITABLE_EXECUTABLE = (
     "import mmap; mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)"
 )
-
-Series = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def _under(mode: str, argv: list[str]) -> list[str]:
@@ -82,14 +80,6 @@ def _scrape(port: int, web: Path, password: str) -> tuple[int, str]:
         client.close()
 
 
-def _series(text: str) -> Series:
-    found: Series = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    return found
-
-
 @pytest.fixture
 def agent_port(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[str]]]]:
     processes: list[subprocess.Popen[str]] = []
@@ -106,7 +96,7 @@ def _poll(process: subprocess.Popen[str], port: int, web: Path, done: object) ->
         assert process.poll() is None, process.communicate()[1]
         try:
             status, body = _scrape(port, web, password)
-            series = _series(body) if status == 200 else {}
+            series = series_of(body) if status == 200 else {}
         except ConnectionError:
             series = {}
         if done(series):  # type: ignore[operator]
