@@ -52,7 +52,7 @@ from nvwatch.sim.gpu.scenarios import XID_STORM_BURST
 from nvwatch.sim.node.node import known_scenarios
 from nvwatch.sim.profiles import get_profile
 from tests.conftest import require_tool
-from tests.e2e.conftest import POLL_INTERVAL, SCRAPE_INTERVAL, TIME_SCALE, mixin_config
+from tests.e2e.conftest import POLL_INTERVAL, TIME_SCALE, mixin_config
 from tests.e2e.loopback import wait_for
 from tests.e2e.stack import Receiver, Stack
 
@@ -350,6 +350,7 @@ PROMETHEUS_ALERT_FLAGS = (
 # Scrape 1 s + evaluation 1 s + group_wait 1 s, two samples for a rate, and two shared
 # cores: how much later than its for: an alert may reach the webhook.
 FIRE_MARGIN_S = 20.0
+SCRAPE_AT_POLL = f"{POLL_INTERVAL:g}s"
 RESOLVE_MARGIN_S = 20.0
 # after a restart, how long resolve notifications get to arrive once every alert that
 # should fire is firing again in Prometheus
@@ -758,7 +759,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stack.start_prometheus(
             prometheus,
             [rules / alerts_build.PROMETHEUS_ALERTS, rules / alerts_build.PROMETHEUS_RECORDING],
-            SCRAPE_INTERVAL,
+            # once a poll, as the sharded-VM test: a second scrape between two polls reads
+            # nothing new, and a scrape's 1 s timeout ran out under load on two cores (a
+            # healthy agent's NvwatchAgentDown went pending); at 2 s its timeout is 2 s
+            SCRAPE_AT_POLL,
             PROMETHEUS_ALERT_FLAGS,
         )
         result.prometheus_ready = time.monotonic()
