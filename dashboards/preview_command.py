@@ -106,7 +106,7 @@ def dashboards_preview(
                 dashboards, prometheus, out_dir, range_s=range_s, scrape_s=scrape_s,
                 chosen=chosen, end=at,
             )  # fmt: skip
-        beyond = _beyond_maxima(drawn, prometheus, at, range_s) if check_maxima else []
+        beyond = _beyond_maxima(drawn, prometheus, at, range_s, scrape_s) if check_maxima else []
     except PreviewError as exc:
         raise click.ClickException(str(exc)) from exc
     for finding in beyond:
@@ -139,9 +139,13 @@ def _chosen(
 
 
 def _beyond_maxima(
-    drawn: dict[str, list[PanelResult]], prometheus: Prometheus, at: float, range_s: float
+    drawn: dict[str, list[PanelResult]],
+    prometheus: Prometheus,
+    at: float,
+    range_s: float,
+    scrape_s: float,
 ) -> list[Beyond]:
     from nvwatch.dashboards.preview import drawn_series
     from nvwatch.dashboards.preview_maxima import Fleet, beyond_maxima
 
-    return beyond_maxima(drawn_series(drawn), Fleet.read(prometheus, at), range_s)
+    return beyond_maxima(drawn_series(drawn), Fleet.read(prometheus, at), range_s, scrape_s)

@@ -14,6 +14,13 @@ reads. The devices come from the Prometheus drawn: each GPU's model from
 `nvwatch_gpu_info`, each port's line rate from `nvwatch_ib_port_rate_bytes_per_second`
 (the rate its sysfs states), each job's GPUs from `nvwatch_gpu_allocation_info`.
 A figure may exceed its maximum by TOLERANCE (sampling and rounding) before it counts.
+
+A rate of a counter may read more, by what polling allows (`sampling_slack`): an agent
+serves the value of its last poll, so a poll that runs late under load leaves one scrape
+with the previous value and the next with the new one. A `rate(...[w])` then holds one
+poll's increment more than its samples' span: a GPU held down 100 % of the time reads
+133 % over four 2 s scrapes. Given the scrape interval (an agent polls at the interval it
+is scraped at), such a figure may exceed its maximum by that one poll as well.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from nvwatch.common.durations import DurationError, parse_duration
 from nvwatch.dashboards.preview_panels import Series
 
 TOLERANCE = 1.05
@@ -35,6 +43,8 @@ PCIE_X16_BYTES = {
     5: 16 * 32e9 * 128 / 130 / 8,
 }
 _METRIC = re.compile(r"nvwatch[a-z0-9_:]*")
+# a counter's rate over a range selector written into the query: rate(x[1m]), increase(...)
+_RATE_WINDOW = re.compile(r"\b(?:rate|increase)\([^\[\]]*\[([0-9a-z]+)\]")
 _SCOPE_LABELS = ("instance", "gpu", "rack", "cluster", "node_class")
 _PORT_LABELS = ("instance", "device", "port", "rack", "cluster", "node_class")
 
@@ -258,8 +268,30 @@ class Drawn:
     series: Series
 
 
-def beyond_maxima(drawn: Iterable[Drawn], fleet: Fleet, range_s: float) -> list[Beyond]:
-    """Every drawn series whose largest value exceeds its scope's maximum."""
+def sampling_slack(expr: str, scrape_s: float | None) -> float:
+    """How far above the truth polling can make `expr` read: a counter's rate over a
+    window of w seconds spans at least w - scrape between its samples, and may hold one
+    poll (a scrape interval) more than that span; 1 for anything else."""
+    if scrape_s is None:
+        return 1.0
+    windows = []
+    for text in _RATE_WINDOW.findall(expr):
+        try:
+            windows.append(parse_duration(text, "rate window"))
+        except DurationError:
+            continue  # a Grafana variable left unexpanded: no window to reason from
+    if not windows:
+        return 1.0
+    span = min(windows) - scrape_s
+    # a window of one scrape or less holds at most two samples: the rate can be anything
+    return math.inf if span <= 0 else (span + scrape_s) / span
+
+
+def beyond_maxima(
+    drawn: Iterable[Drawn], fleet: Fleet, range_s: float, scrape_s: float | None = None
+) -> list[Beyond]:
+    """Every drawn series whose largest value exceeds its scope's maximum; with
+    `scrape_s`, a counter's rate may exceed it by one poll too (`sampling_slack`)."""
     found = []
     for item in drawn:
         measured = _quantity(item.expr, item.unit)
@@ -270,7 +302,7 @@ def beyond_maxima(drawn: Iterable[Drawn], fleet: Fleet, range_s: float) -> list[
         if not fleet.gpus_of(item.series.labels):
             continue  # a scope with no GPU known (a controller's series): nothing to bound
         maximum = quantity.maximum(fleet, item.series.labels, directions, range_s)
-        if max(values) > maximum * TOLERANCE:
+        if max(values) > maximum * TOLERANCE * sampling_slack(item.expr, scrape_s):
             found.append(
                 Beyond(item.dashboard, item.panel, item.series.legend, quantity.name,
                        max(values), maximum)

@@ -278,7 +278,7 @@ def test_at_real_time_no_figure_exceeds_the_hardware(stack: Stack, tmp_path: Pat
     empty = [f"{name}: {p.title}" for name, panels in drawn.items() for p in panels if p.empty]
     assert empty == [], "panels with no data"
     beyond = beyond_maxima(drawn_series(drawn), HardwareFleet.read(prometheus, end),
-                           REAL_TIME_RANGE_S)  # fmt: skip
+                           REAL_TIME_RANGE_S, scrape_s=POLL_INTERVAL)  # fmt: skip
     assert not beyond, "\n".join(b.line() for b in beyond)
     energy = {p.title: p for p in drawn["nvwatch-power-cooling.json"]}[
         "Energy in the time range: nodes vs GPUs"

@@ -135,3 +135,32 @@ def test_a_finding_is_one_line_naming_the_panel_and_both_figures(fleet: Fleet) -
     assert finding.line() == (
         "d.json: panel 'panel', s: NVLink bytes/s 7.8e+11 above the hardware's maximum 1.5e+11"
     )
+
+
+THROTTLE = "rate(nvwatch_gpu_throttle_seconds_total[8s])"
+
+
+def _late_poll_rate() -> float:
+    """What Prometheus' rate() reads over 8 s of 2 s scrapes of a GPU throttled all the
+    time, when one poll ran late: the scrape at 0 s still served the poll before (-2 s of
+    counter), the ones at 2, 4 and 6 s each the poll just before them."""
+    samples = [(0.0, -2.0), (2.0, 2.0), (4.0, 4.0), (6.0, 6.0)]
+    (t0, v0), (t1, v1) = samples[0], samples[-1]
+    return (v1 - v0) / (t1 - t0)  # extrapolated to the window's ends: the same ratio
+
+
+def test_a_late_poll_may_lift_a_rate_by_one_poll_over_its_window(fleet: Fleet) -> None:
+    gpu = {"instance": "dgx-0", "gpu": "0"}
+    late = _late_poll_rate()
+    assert late == pytest.approx(4 / 3)
+    sampled = _drawn(THROTTLE, "s", gpu, late)
+    # without the scrape interval a share above one GPU's second per second is beyond it
+    assert [b.maximum for b in beyond_maxima([sampled], fleet, 300.0)] == [1.0]
+    assert beyond_maxima([sampled], fleet, 300.0, scrape_s=2.0) == []
+    # two late polls are more than polling explains; so is one over a minute's window
+    assert beyond_maxima([_drawn(THROTTLE, "s", gpu, 1.6)], fleet, 300.0, scrape_s=2.0)
+    minute = THROTTLE.replace("[8s]", "[1m]")
+    assert beyond_maxima([_drawn(minute, "s", gpu, late)], fleet, 300.0, scrape_s=2.0)
+    # a gauge is served as polled: no slack
+    assert beyond_maxima([_drawn("nvwatch_gpu_power_watts", "watt", gpu, 400.0)], fleet, 300.0,
+                         scrape_s=2.0)  # fmt: skip
