@@ -57,7 +57,8 @@ def test_300_slowloris_connections_cost_no_thread_and_no_lasting_memory() -> Non
         with slowloris(served.port, 300) as held:
             assert wait_until(lambda: served.server.http_state().connections_open >= 300)
             during = sorted(_scrape_seconds(served.port) for _ in range(20))
-            assert threading.active_count() == threads
+            # none more: a thread left by an earlier test of this worker may end meanwhile
+            assert threading.active_count() <= threads
             held[0].sendall(b"1\r\nConnection: close\r\n\r\n")  # one that finishes is served
             assert statuses(read_until_closed(held[0], 5)) == [200]
         assert wait_until(lambda: served.server.http_state().connections_open == 0)
