@@ -46,6 +46,8 @@ from benchmarks.common import (
 from benchmarks.scale import measure as m
 from benchmarks.scale.report import PanelTime, Results, from_json, render
 from benchmarks.scale.stack import CLUSTER, Placed, Stack, node_name, sync_jobs
+from benchmarks.thousand.section import BEGIN as THOUSAND_BEGIN
+from benchmarks.thousand.section import END as THOUSAND_END
 from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.recording_straggler import straggler_groups
 from nvwatch.common.durations import parse_duration
@@ -259,11 +261,14 @@ def _vm_flushed_rows(url: str) -> float:
 
 
 def with_cardinality(out: Path, text: str) -> str:
-    """`text` with `out`'s cardinality section (benchmarks/cardinality.py writes it),
-    carried over as it is."""
+    """`text` with `out`'s sections that other benchmarks write (benchmarks/cardinality.py,
+    benchmarks/thousand), carried over as they are."""
     old = out.read_text(encoding="utf-8") if out.exists() else ""
-    kept = section_of(old, CARDINALITY_BEGIN, CARDINALITY_END)
-    return text if kept is None else with_section(text, kept, CARDINALITY_BEGIN, CARDINALITY_END)
+    for begin, end in ((CARDINALITY_BEGIN, CARDINALITY_END), (THOUSAND_BEGIN, THOUSAND_END)):
+        kept = section_of(old, begin, end)
+        if kept is not None:
+            text = with_section(text, kept, begin, end)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,6 +54,7 @@ LONGEST_FIRST = (
     "tests/deploy/test_local_stack.py",
     "tests/e2e/test_bmc_e2e.py",
     "tests/history/test_readme_backfill.py",
+    "tests/benchmarks/test_thousand.py",
     "tests/slurm/test_healthcheck.py",
     "tests/slurm/test_job_store.py",
     "tests/slurm/test_queue_alerts.py",

@@ -53,6 +53,8 @@ class BulkResult:
     samples: int
     seconds: float
     profiles: dict[str, int]
+    # each node's last two samples, template rows in order: where a live slice goes on
+    tails: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def node_specs(plan: BulkPlan) -> list[NodeSpec]:
@@ -75,11 +77,13 @@ def write_bulk_history(
     times_s = (grid.start_ms + grid.step_ms * np.arange(grid.count)) / 1000.0
     writer = BlockWriter(out, grid)
     batch = _Batch(writer)
+    tails = {}
     for done, spec in enumerate(specs, start=1):
         template = templates[spec.profile]
         load = node_load(np.random.default_rng(spec.seed), template.gpus, grid.count, plan.step_s)
         values = node_values(template, moving[spec.profile], load, times_s, plan.step_s)
         batch.add(node_series(template, spec), values)
+        tails[spec.name] = (values[:, max(0, grid.count - 2)].copy(), values[:, -1].copy())
         if progress is not None:
             progress(done, len(specs))
     batch.flush()
@@ -87,7 +91,8 @@ def write_bulk_history(
     series = len(writer.labels)
     return BulkResult(block, len(specs), series, series * grid.count,
                       time.perf_counter() - started,
-                      {p: sum(1 for s in specs if s.profile == p) for p in templates})  # fmt: skip
+                      {p: sum(1 for s in specs if s.profile == p) for p in templates},
+                      tails)  # fmt: skip
 
 
 class _Batch:

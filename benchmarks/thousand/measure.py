@@ -1,0 +1,100 @@
+"""What a thousand nodes cost each engine: every dashboard panel's query timed over 1 h
+and 24 h as Grafana sends it (every node selected), and every rule group's evaluation
+time as the engine itself reports it.
+
+A query that fails (Prometheus refuses one that would load more than its
+`--query.max-samples` into memory, 50 million by default) is recorded with its error,
+not retried: that is what a Grafana user would see.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import urllib.error
+from dataclasses import asdict, dataclass
+
+from benchmarks.scale import measure as m
+from nvwatch.mixin.config import MixinConfig
+
+REPEAT_BELOW_S = 5.0  # a query faster than this is timed three times (the median kept)
+QUERY_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class PanelTiming:
+    dashboard: str
+    title: str
+    range_s: int
+    seconds: float  # the median of the runs, or the one run
+    worst: float
+    error: str = ""
+
+
+def time_panels(
+    url: str, cluster: str, scrape_s: int, ranges: tuple[int, ...]
+) -> list[PanelTiming]:
+    """Every panel query of every dashboard, over each range ending now."""
+    out = []
+    for query in m.panel_queries(MixinConfig()):
+        for range_s in ranges:
+            out.append(_timed(url, query, cluster, range_s, scrape_s))
+    return out
+
+
+def _timed(url: str, query: m.PanelQuery, cluster: str, range_s: int, scrape_s: int) -> PanelTiming:
+    step = m.step_for(range_s, scrape_s)
+    expr = m.fill(query.expr, cluster, range_s, step, scrape_s)
+    runs: list[float] = []
+    while len(runs) < m.QUERY_REPEATS:
+        end = time.time()
+        began = time.perf_counter()
+        try:
+            _send(url, query.instant, expr, end, range_s, step)
+        except (RuntimeError, urllib.error.HTTPError, TimeoutError, OSError) as exc:
+            seconds = time.perf_counter() - began
+            return PanelTiming(query.dashboard, query.title, range_s, seconds, seconds,
+                               _reason(exc))  # fmt: skip
+        runs.append(time.perf_counter() - began)
+        if runs[0] >= REPEAT_BELOW_S:
+            break
+    return PanelTiming(query.dashboard, query.title, range_s, statistics.median(runs), max(runs))
+
+
+def _send(url: str, instant: bool, expr: str, end: float, range_s: int, step: int) -> None:
+    if instant:
+        m.api(url, "/api/v1/query", {"query": expr, "time": f"{end:.3f}"}, QUERY_TIMEOUT_S)
+    else:
+        params = {"query": expr, "start": f"{end - range_s:.3f}", "end": f"{end:.3f}"}
+        m.api(url, "/api/v1/query_range", {**params, "step": f"{step}s"}, QUERY_TIMEOUT_S)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        body = exc.read().decode(errors="replace")
+        return f"HTTP {exc.code}: {body[:200]}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+@dataclass(frozen=True)
+class GroupCost:
+    group: str
+    seconds: float  # the median of the evaluations read
+    interval_s: float
+
+    @property
+    def share(self) -> float:
+        return self.seconds / self.interval_s
+
+
+def rule_costs(readings: list[dict[str, float]], intervals: dict[str, float]) -> list[GroupCost]:
+    """Each group's median over several readings of its evaluation time."""
+    groups = sorted({g for r in readings for g in r})
+    return [
+        GroupCost(g, statistics.median(r[g] for r in readings if g in r), intervals.get(g, 60.0))
+        for g in groups
+    ]
+
+
+def as_dicts(items: list[PanelTiming] | list[GroupCost]) -> list[dict[str, object]]:
+    return [asdict(item) for item in items]

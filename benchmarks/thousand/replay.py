@@ -1,0 +1,118 @@
+"""Cheap replaying targets: the live minutes after a bulk history, so that Prometheus
+scrapes a thousand nodes and evaluates its rules over them as it would on a real fleet.
+
+One HTTP server on loopback answers `/node/<name>/metrics` for every node with the
+series the bulk history wrote for it: gauges hold their last value, counters go on at
+their last step's rate, so rates over the join of history and live data stay what the
+history ended with. A node's text is a list of prefixes made once and values formatted
+per scrape: a thousand nodes at 30 s is 33 scrapes a second, a small share of a core.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from nvwatch.sim.bulk.templates import Template, node_series
+from nvwatch.sim.fleet.plan import NodeSpec, node_labels
+
+# labels Prometheus adds from the scrape (job) or the target group (the rest)
+_TARGET_LABELS = frozenset({"__name__", "job", "cluster", "rack", "node_class", "instance"})
+
+
+@dataclass(frozen=True)
+class ReplayNode:
+    prefixes: tuple[str, ...]
+    last: npt.NDArray[np.float64]
+    per_second: npt.NDArray[np.float64]  # counters' last rate, 0 for everything else
+    since: float  # the history's last sample, unix seconds
+
+    def text(self, now: float) -> bytes:
+        values = self.last + self.per_second * max(0.0, now - self.since)
+        lines = [p + repr(v) for p, v in zip(self.prefixes, values.tolist(), strict=True)]
+        return ("\n".join(lines) + "\n").encode()
+
+
+def replay_node(
+    template: Template,
+    spec: NodeSpec,
+    tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    step_s: float,
+    since: float,
+) -> ReplayNode:
+    prefixes = []
+    for labels in node_series(template, spec):
+        name = dict(labels)["__name__"]
+        own = ",".join(f'{k}="{_escaped(v)}"' for k, v in labels if k not in _TARGET_LABELS)
+        prefixes.append(f"{name}{{{own}}} " if own else f"{name} ")
+    previous, last = tail
+    counters = np.array([kind == "counter" for kind in template.kinds])
+    per_second = np.where(counters, (last - previous) / step_s, 0.0)
+    return ReplayNode(tuple(prefixes), last, per_second, since)
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class ReplayServer:
+    """Serves every node on one loopback port until `close()`."""
+
+    def __init__(self, nodes: dict[str, ReplayNode]) -> None:
+        self.nodes = nodes
+        self.scrapes = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                parts = self.path.strip("/").split("/")
+                node = server.nodes.get(parts[1]) if len(parts) == 3 else None
+                if node is None:
+                    self.send_error(404)
+                    return
+                body = node.text(time.time())
+                server.scrapes += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return  # a thousand scrapes a minute: no line each
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="replay", daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"{host}:{port}"
+
+    def write_targets(self, specs: list[NodeSpec], directory: Path) -> Path:
+        """file_sd groups: every node at this server, under its own path and labels."""
+        groups = [
+            {
+                "targets": [self.address],
+                "labels": {**node_labels(s), "__metrics_path__": f"/node/{s.name}/metrics"},
+            }
+            for s in specs
+        ]
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "replay.json"
+        path.write_text(json.dumps(groups))
+        return path
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)

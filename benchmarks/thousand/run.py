@@ -1,0 +1,303 @@
+"""A thousand nodes for a day, measured: the bulk history written into a Prometheus
+block, then each engine in turn (Prometheus, then VictoriaMetrics fed the same block by
+vmctl) scraping the live minutes from replaying targets and evaluating the mixin's
+rules, with every dashboard panel timed over 1 h and 24 h.
+
+`python -m benchmarks.thousand.run --nodes 1000 --hours 24` writes the figures as JSON
+(`--json`) and its section of docs/scale.md (`--out`); `--nodes 50 --hours 1` is the
+small version tests/benchmarks runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import resource
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.common import stop
+from benchmarks.scale import measure as m
+from benchmarks.scale.stack import Stack
+from benchmarks.thousand import measure as t
+from benchmarks.thousand.replay import ReplayServer, replay_node
+from nvwatch.alerts import build as alerts_build
+from nvwatch.common.durations import parse_duration
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.bulk.write import (
+    CLUSTER,
+    BulkPlan,
+    BulkResult,
+    node_specs,
+    profile_templates,
+    write_bulk_history,
+)
+from tests.e2e.loopback import Endpoint
+from tests.e2e.service_commands import (
+    prometheus_argv,
+    prometheus_config,
+    victoria_metrics_argv,
+    vmagent_argv,
+    vmagent_scrape_config,
+    vmalert_argv,
+    write_yaml,
+)
+
+RANGES_S = (3600, 86400)
+WRITING_MARGIN = 1.15  # the index, templates and block's closing beyond the nodes' chunks
+RULE_READINGS = 4  # each group's evaluation time read after each of its first four
+
+
+@dataclass
+class Figures:
+    nodes: int
+    hours: float
+    scrape_s: int
+    nvlink_detail: str
+    date: str = field(default_factory=lambda: datetime.date.today().isoformat())
+    generation: dict[str, Any] = field(default_factory=dict)
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def generate(plan: BulkPlan, data: Path) -> tuple[BulkResult, dict[str, Any]]:
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    began = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        if done % 100 == 0 or done == total:
+            print(f"thousand: {done}/{total} nodes, {time.perf_counter() - began:.0f} s",
+                  flush=True)  # fmt: skip
+
+    result = write_bulk_history(plan, data, progress)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    block_bytes = m.du_bytes(result.block)
+    return result, {
+        "seconds": result.seconds,
+        "cpu_seconds": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "peak_rss_mb": after.ru_maxrss / 1024,
+        "series": result.series,
+        "samples": result.samples,
+        "block_bytes": block_bytes,
+        "profiles": result.profiles,
+    }
+
+
+def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[ReplayServer, Path]:
+    templates = profile_templates(plan)
+    since = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
+    specs = node_specs(plan)
+    nodes = {
+        s.name: replay_node(templates[s.profile], s, result.tails[s.name], plan.step_s, since)
+        for s in specs
+    }
+    server = ReplayServer(nodes)
+    targets = work / "targets"
+    server.write_targets(specs, targets)
+    return server, targets
+
+
+def rules(work: Path) -> Path:
+    directory = work / "rules"
+    alerts_build.write(directory, MixinConfig())
+    return directory
+
+
+def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
+                       scrape_s: int, rule_readings: int) -> dict[str, Any]:  # fmt: skip
+    endpoint = Endpoint.free()
+    rule_files = [rule_dir / alerts_build.PROMETHEUS_RECORDING,
+                  rule_dir / alerts_build.PROMETHEUS_ALERTS]  # fmt: skip
+    config = prometheus_config(
+        rule_files=rule_files,
+        targets=targets, scrape_interval=f"{scrape_s}s", scrape_timeout="20s",
+        evaluation_interval="1m",
+    )  # fmt: skip
+    path = write_yaml(stack.workdir / "prometheus.yml", config)
+    url = endpoint.url
+    began = time.perf_counter()
+    stack.spawn("prometheus", prometheus_argv("prometheus", path, data, endpoint),
+                f"{url}/-/ready")  # fmt: skip
+    ready_s = time.perf_counter() - began
+    readings = _rule_readings(
+        url, "prometheus_rule_group_iterations_total",
+        lambda: m.rule_group_seconds(m.scrape_metrics(url)), rule_groups(rule_files),
+        rule_readings,
+    )  # fmt: skip
+    costs = t.rule_costs(readings, rule_groups(rule_files))
+    panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
+    metrics = m.scrape_metrics(url)
+    figures = {
+        "ready_seconds": ready_s,
+        "head_series": m.one(metrics, "prometheus_tsdb_head_series"),
+        "rules": t.as_dicts(costs),
+        "panels": t.as_dicts(panels),
+        "peak_rss_mb": stack.sampler.peaks.get("prometheus", 0.0),
+    }
+    stop(stack.processes.pop("prometheus"))
+    return figures
+
+
+def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: Path,
+                             scrape_s: int, rule_readings: int) -> dict[str, Any]:  # fmt: skip
+    vm_endpoint = Endpoint.free()
+    vm = vm_endpoint.url
+    vm_argv = victoria_metrics_argv(vm_endpoint, stack.workdir / "vm-data")
+    stack.spawn("victoria-metrics", vm_argv, f"{vm}/health")
+    began = time.perf_counter()
+    vmctl = (
+        f"vmctl prometheus --prom-snapshot={shlex.quote(str(data))} --vm-addr={vm} -s "
+        "--prom-concurrency=2 --vm-concurrency=2 --vm-disable-progress-bar"
+    )
+    # vmctl insists on a terminal even when silent: util-linux's script gives it one
+    done = subprocess.run(["script", "-qec", vmctl, "/dev/null"], capture_output=True,
+                          stdin=subprocess.DEVNULL, text=True, timeout=4 * 3600)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"vmctl failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+    import_s = time.perf_counter() - began
+    scrape_path = write_yaml(stack.workdir / "vmagent.yml",
+                             vmagent_scrape_config(targets, f"{scrape_s}s", "20s"))  # fmt: skip
+    agent = Endpoint.free()
+    stack.spawn("vmagent", vmagent_argv(0, agent, scrape_path, vm, stack.workdir / "vmagent"),
+                f"{agent.url}/health")  # fmt: skip
+    alert = Endpoint.free()
+    rule_files = [rule_dir / alerts_build.PROMETHEUS_RECORDING,
+                  rule_dir / alerts_build.VMALERT_ALERTS]  # fmt: skip
+    # alerts go to a closed loopback port: what fires is not measured here
+    vmalert = vmalert_argv(alert, rule_files, vm, "http://127.0.0.1:9")
+    stack.spawn("vmalert", vmalert, f"{alert.url}/health")
+    readings = _rule_readings(
+        alert.url, "vmalert_iteration_duration_seconds_count",
+        lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), rule_groups(rule_files),
+        rule_readings,
+    )  # fmt: skip
+    costs = t.rule_costs(readings, rule_groups(rule_files))
+    panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
+    return {
+        "import_seconds": import_s,
+        "data_bytes": m.du_bytes(stack.workdir / "vm-data"),
+        "rules": t.as_dicts(costs),
+        "panels": t.as_dicts(panels),
+        "peak_rss_mb": stack.sampler.peaks.get("victoria-metrics", 0.0),
+    }
+
+
+def _rule_readings(
+    url: str, iterations: str, read: Any, groups: Iterable[str], count: int
+) -> list[dict[str, float]]:
+    """`count` readings of every group's evaluation time, each once every group has
+    been evaluated once more (the engine's own `iterations` counter, by group)."""
+    readings = []
+    deadline = time.monotonic() + 90 * (count + 1)
+    for done in range(1, count + 1):
+        while _least_iterations(url, iterations, groups) < done:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url}: rule groups not evaluated {done} times in time")
+            time.sleep(2)
+        readings.append(read())
+    return readings
+
+
+def _least_iterations(url: str, family: str, groups: Iterable[str]) -> float:
+    counts: dict[str, float] = {}
+    for labels, value in m.scrape_metrics(url).get(family, []):
+        group = labels.get("rule_group", labels.get("group", "")).rsplit(";", 1)[-1]
+        counts[group] = counts.get(group, 0.0) + value
+    return min(counts.get(g, 0.0) for g in groups)
+
+
+def rule_groups(rule_files: list[Path]) -> dict[str, float]:
+    """Every group of the rule files, with its evaluation interval (the global minute
+    where it names none)."""
+    return {
+        group["name"]: parse_duration(group.get("interval", "1m"))
+        for path in rule_files
+        for group in yaml.safe_load(path.read_text())["groups"]
+    }
+
+
+def writing_seconds(nodes: int, hours: float, scrape_s: int, nvlink_detail: str,
+                    work: Path) -> float:  # fmt: skip
+    """How long writing the history will take, from a trial of one node per profile:
+    the history then ends about when the replaying targets take over, with neither a
+    gap before them nor minutes of it still to come (Prometheus refuses a scraped
+    sample older than its newest block's end)."""
+    marks: list[float] = []
+    trial = BulkPlan(3, time.time(), hours, scrape_s, nvlink_detail)
+    write_bulk_history(trial, work / "trial", lambda done, total: marks.append(time.perf_counter()))
+    shutil.rmtree(work / "trial")
+    per_node = (marks[-1] - marks[0]) / (len(marks) - 1)
+    return per_node * nodes * WRITING_MARGIN
+
+
+def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
+        nvlink_detail: str, rule_readings: int = RULE_READINGS,
+        parent: Path | None = None) -> Figures:  # fmt: skip
+    """The whole measurement in a directory of its own on disk (a day of a thousand
+    nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after."""
+    figures = Figures(nodes, hours, scrape_s, nvlink_detail)
+    work = Path(tempfile.mkdtemp(prefix="nvwatch-thousand-", dir=parent))
+    stack = Stack(work)
+    server = None
+    try:
+        # Prometheus' data directory; vmctl reads its blocks afterwards (the history's
+        # block is left as written: a day-long block is past every compaction range)
+        data = work / "prometheus-data"
+        end = time.time() + writing_seconds(nodes, hours, scrape_s, nvlink_detail, work)
+        plan = BulkPlan(nodes, end, hours, scrape_s, nvlink_detail)
+        result, figures.generation = generate(plan, data)
+        server, targets = start_replay(plan, result, work)
+        rule_dir = rules(work)
+        stack.sampler.start()
+        if "prometheus" in engines:
+            figures.engines["prometheus"] = measure_prometheus(
+                stack, data, targets, rule_dir, scrape_s, rule_readings
+            )
+        if "victoria-metrics" in engines:
+            figures.engines["victoria-metrics"] = measure_victoria_metrics(
+                stack, data, targets, rule_dir, scrape_s, rule_readings
+            )
+    finally:
+        stack.close()
+        if server is not None:
+            server.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--scrape", type=int, default=30, help="scrape interval, seconds")
+    parser.add_argument("--nvlink-detail", default="link", choices=("link", "gpu"))
+    parser.add_argument("--engines", default="prometheus,victoria-metrics")
+    parser.add_argument("--rule-readings", type=int, default=RULE_READINGS)
+    parser.add_argument("--workdir", type=Path, help="parent of the scratch directory")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--out", type=Path, help="write the section of this document")
+    args = parser.parse_args(argv)
+    figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
+                  args.nvlink_detail, args.rule_readings, args.workdir)  # fmt: skip
+    raw = json.dumps(figures.__dict__, indent=1, default=str)
+    if args.json:
+        args.json.write_text(raw + "\n")
+    if args.out:
+        from benchmarks.thousand.section import write_section
+
+        write_section(args.out, figures.__dict__)
+    print(raw if not args.json else f"thousand: figures in {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

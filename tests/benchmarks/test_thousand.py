@@ -1,0 +1,107 @@
+"""benchmarks/thousand at a size CI holds: twenty nodes for an hour, through both engines,
+so the 1,000-node benchmark cannot rot; and its replaying targets on their own."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.scale.measure import panel_queries
+from benchmarks.thousand.replay import ReplayServer, replay_node
+from benchmarks.thousand.run import RANGES_S, Figures, run
+from benchmarks.thousand.section import section
+from nvwatch.mixin.config import MixinConfig
+from nvwatch.sim.bulk.templates import render_template
+from nvwatch.sim.bulk.write import BulkPlan, node_specs
+from tests.conftest import require_tool
+
+# both engines start, scrape and evaluate every group at least once: about 2.5 minutes
+pytestmark = pytest.mark.timeout(600)
+
+
+def _scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def test_replaying_target_goes_on_where_the_history_ended() -> None:
+    """Counters at their last step's rate, gauges as they were, the node's own labels
+    (target labels are Prometheus' to add)."""
+    template = render_template("dgx-a100")
+    spec = node_specs(BulkPlan(nodes=1, end_s=0, hours=1, step_s=30))[0]
+    previous = template.first.copy()
+    last = template.first.copy()
+    energy = [i for i, n in enumerate(template.names) if n == "nvwatch_gpu_energy_joules_total"]
+    last[energy] += 300.0 * 30  # 300 W for the last 30 s step
+    since = time.time()
+    server = ReplayServer({spec.name: replay_node(template, spec, (previous, last), 30.0, since)})
+    try:
+        url = f"http://{server.address}/node/{spec.name}/metrics"
+        began = time.monotonic()
+        first = _scrape(url)
+        time.sleep(0.2)
+        later = _scrape(url)
+        elapsed = time.monotonic() - began
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"http://{server.address}/node/nobody/metrics", timeout=10)
+    finally:
+        server.close()
+    assert sum(len(v) for v in first.values()) == len(template)
+    joules = first["nvwatch_gpu_energy_joules_total"]
+    assert len(joules) == 8 and all("instance" not in dict(k) for k in joules)
+    for labels, value in joules.items():
+        gained = later["nvwatch_gpu_energy_joules_total"][labels] - value
+        # 300 W for the time between the two scrapes: at least the sleep, at most all
+        assert 300.0 * 0.2 <= gained <= 300.0 * elapsed
+    power = first["nvwatch_gpu_power_watts"]
+    assert power == later["nvwatch_gpu_power_watts"]
+
+
+@pytest.fixture(scope="module")
+def figures() -> Figures:
+    for tool in ("prometheus", "victoria-metrics", "vmctl", "vmagent", "vmalert"):
+        require_tool(tool)
+    return run(nodes=20, hours=1, scrape_s=30, engines=("prometheus", "victoria-metrics"),
+               nvlink_detail="link", rule_readings=1)  # fmt: skip
+
+
+def test_the_history_is_every_node_s_series_for_the_range(figures: Figures) -> None:
+    g = figures.generation
+    assert sum(g["profiles"].values()) == 20
+    assert g["samples"] == g["series"] * 120  # an hour at 30 s
+    assert g["block_bytes"] < g["samples"] * 3  # XOR chunks: bytes, not tens, per sample
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoria-metrics"])
+def test_each_engine_ran_every_rule_group_and_answered_every_panel(
+    figures: Figures, engine: str
+) -> None:
+    measured = figures.engines[engine]
+    assert measured["rules"] and all(r["seconds"] > 0 for r in measured["rules"])
+    panels = measured["panels"]
+    assert len(panels) == len(panel_queries(MixinConfig())) * len(RANGES_S)
+    assert [p for p in panels if p["error"]] == []
+
+
+def test_the_live_minutes_are_scraped(figures: Figures) -> None:
+    # the replaying targets' series in the head, beside the recording rules' outputs
+    assert figures.engines["prometheus"]["head_series"] >= figures.generation["series"]
+    assert figures.engines["victoria-metrics"]["import_seconds"] > 0
+
+
+def test_the_section_states_every_group_and_the_generation(figures: Figures) -> None:
+    text = section(figures.__dict__)
+    for r in figures.engines["prometheus"]["rules"]:
+        assert f"| {r['group']} |" in text
+    assert f"{figures.generation['series']:,} series" in text
+    assert np.isfinite(figures.generation["seconds"])
