@@ -11,10 +11,12 @@ per scrape: a thousand nodes at 30 s is 33 scrapes a second, a small share of a 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -98,21 +100,51 @@ class ReplayServer:
         host, port = self.httpd.server_address[:2]
         return f"{host}:{port}"
 
-    def write_targets(self, specs: list[NodeSpec], directory: Path) -> Path:
-        """file_sd groups: every node at this server, under its own path and labels."""
-        groups = [
-            {
-                "targets": [self.address],
-                "labels": {**node_labels(s), "__metrics_path__": f"/node/{s.name}/metrics"},
-            }
-            for s in specs
-        ]
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "replay.json"
-        path.write_text(json.dumps(groups))
-        return path
-
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=10)
+
+
+class ReplayProcess:
+    """A ReplayServer in a process of its own (forked, so the nodes are not copied):
+    in the benchmark's process, reading a large query answer holds the interpreter
+    while Prometheus waits on scrapes, and scrapes time out."""
+
+    def __init__(self, nodes: dict[str, ReplayNode]) -> None:
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, args=(nodes, theirs), daemon=True)
+        self.process.start()
+        if not ours.poll(60):
+            self.close()
+            raise RuntimeError("the replaying targets did not start")
+        self.address: str = ours.recv()
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(10)
+
+
+def _serve(nodes: dict[str, ReplayNode], parent: Connection) -> None:
+    server = ReplayServer(nodes)
+    parent.send(server.address)
+    server.thread.join()
+
+
+def write_targets(address: str, specs: list[NodeSpec], directory: Path) -> Path:
+    """file_sd groups: every node at `address`, under its own path and labels."""
+    groups = [
+        {
+            "targets": [address],
+            "labels": {**node_labels(s), "__metrics_path__": f"/node/{s.name}/metrics"},
+        }
+        for s in specs
+    ]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "replay.json"
+    path.write_text(json.dumps(groups))
+    return path
