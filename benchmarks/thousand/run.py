@@ -31,6 +31,7 @@ from benchmarks.scale import measure as m
 from benchmarks.scale.stack import Stack
 from benchmarks.thousand import measure as t
 from benchmarks.thousand.replay import ReplayProcess, replay_node, write_targets
+from benchmarks.thousand.section import this_machine
 from nvwatch.alerts import build as alerts_build
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
@@ -68,6 +69,7 @@ class Figures:
     date: str = field(default_factory=lambda: datetime.date.today().isoformat())
     generation: dict[str, Any] = field(default_factory=dict)
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=this_machine)
 
 
 def generate(plan: BulkPlan, data: Path) -> tuple[BulkResult, dict[str, Any]]:
@@ -292,7 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="parent of the scratch directory")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--out", type=Path, help="write the section of this document")
+    parser.add_argument("--render", type=Path, help="write --out from this --json's figures")
     args = parser.parse_args(argv)
+    if args.render:
+        if not args.out:
+            parser.error("--render needs --out")
+        from benchmarks.thousand.section import write_section
+
+        write_section(args.out, json.loads(args.render.read_text()))
+        return 0
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir)  # fmt: skip
     raw = json.dumps(figures.__dict__, indent=1, default=str)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,7 @@ def _run(figures: dict[str, Any]) -> list[str]:
         f"## {nodes:,} nodes for {hours:g} h (measured)",
         "",
         f"`python -m benchmarks.thousand.run --nodes {nodes} --hours {hours:g} --scrape "
-        f"{scrape} --out docs/scale.md`, {figures['date']}, on this machine "
-        f"({os.cpu_count()} cores, {platform.machine()}). {nodes:,} nodes ({mix}; four to a "
+        f"{scrape} --out docs/scale.md`, {figures['date']}. {nodes:,} nodes ({mix}; four to a "
         f"rack), `--nvlink-detail {figures['nvlink_detail']}`, every series each profile's "
         f"agent renders, scraped every {scrape} s: {g['series']:,} series, "
         f"{g['samples']:,} samples.",
@@ -60,10 +58,11 @@ def _run(figures: dict[str, Any]) -> list[str]:
         *_gap(g, scrape),
     ]
     engines = figures["engines"]
+    lines += _machine(figures)
     if "prometheus" in engines:
         p = engines["prometheus"]
         lines.append(
-            f"Prometheus opened the block and answered in {p['ready_seconds']:.0f} s, held "
+            f"Prometheus opened the block and answered in {p['ready_seconds']:.1f} s, held "
             f"{p['head_series']:,.0f} live series (the replaying targets' minutes and the "
             f"rules' outputs) and peaked at {p['peak_rss_mb'] / 1024:.1f} GiB RSS."
         )
@@ -77,16 +76,46 @@ def _run(figures: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _machine(figures: dict[str, Any]) -> list[str]:
+    """The machine's limits, and what they left out."""
+    machine = figures.get("machine") or this_machine()
+    missing = [name for key, name in ENGINES.items() if key not in figures["engines"]]
+    left_out = (
+        f" {' and '.join(missing)} did not run at this size here (`--engines`): the "
+        "machine holds one engine with a thousand nodes' live series at a time, and "
+        "tests/benchmarks/test_thousand.py runs both at 20 nodes."
+        if missing
+        else ""
+    )
+    return [
+        f"The machine: {machine['cores']} cores and {machine['memory_gib']:.0f} GiB of "
+        "memory, shared by the engine, the replaying targets (a process of their own) and "
+        f"the benchmark; the engines ran one after the other.{left_out}",
+        "",
+    ]
+
+
+def this_machine() -> dict[str, Any]:
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return {"cores": os.cpu_count(), "memory_gib": pages / 2**30}
+
+
 def _gap(generation: dict[str, Any], scrape_s: int) -> list[str]:
     """The history's end against the live minutes' start, where they are apart."""
     gap = generation.get("live_from", 0.0) - generation.get("history_end", 0.0)
     if "live_from" not in generation or abs(gap) <= scrape_s:
         return []
-    where = "before" if gap > 0 else "after"
+    foreseen = "(the writing time was foreseen from a trial of one node per profile)"
+    if gap > 0:
+        return [
+            f"The history ended {gap / 60:.1f} min before the replaying targets took over "
+            f"{foreseen}: the 1 h queries read that much less data.",
+            "",
+        ]
     return [
-        f"The history ended {abs(gap) / 60:.1f} min {where} the replaying targets took "
-        "over (the writing time was foreseen from a trial of one node per profile): the "
-        "1 h queries read that much less data.",
+        f"The history ended {-gap / 60:.1f} min after the replaying targets took over "
+        f"{foreseen}: Prometheus refused their samples of those minutes, older than its "
+        "newest block's end, and every query read the history's there.",
         "",
     ]
 

@@ -3,18 +3,21 @@ so the 1,000-node benchmark cannot rot; and its replaying targets on their own."
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
 from benchmarks.thousand.replay import ReplayServer, replay_node
 from benchmarks.thousand.run import RANGES_S, Figures, run
-from benchmarks.thousand.section import section
+from benchmarks.thousand.section import BEGIN, END, section
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.bulk.templates import render_template
 from nvwatch.sim.bulk.write import BulkPlan, node_specs
@@ -105,3 +108,13 @@ def test_the_section_states_every_group_and_the_generation(figures: Figures) -> 
         assert f"| {r['group']} |" in text
     assert f"{figures.generation['series']:,} series" in text
     assert np.isfinite(figures.generation["seconds"])
+
+
+def test_docs_scale_section_is_rendered_from_the_committed_figures() -> None:
+    """docs/scale.md's 1,000-node section is what its figures (docs/scale-thousand.json,
+    written by the run) render to: edited by hand, it would differ."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    figures = json.loads((docs / "scale-thousand.json").read_text())
+    committed = section_of((docs / "scale.md").read_text(), BEGIN, END)
+    assert committed == section(figures)
+    assert figures["nodes"] == 1000 and figures["hours"] == 24
