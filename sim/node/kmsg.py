@@ -57,9 +57,13 @@ def xid_message(pci: str, xid: int) -> str:
 class SimulatedKernelLog:
     """The node's /dev/kmsg as a file: a few boot records, then one record per XID."""
 
-    def __init__(self, profile: Profile, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, profile: Profile, clock: Callable[[], float], directory: Path | None = None
+    ) -> None:
         self.profile = profile
-        fd, name = tempfile.mkstemp(prefix=f"nvwatch-sim-{profile.name}-", suffix=".kmsg")
+        fd, name = tempfile.mkstemp(
+            prefix=f"nvwatch-sim-{profile.name}-", suffix=".kmsg", dir=directory
+        )
         os.close(fd)
         self.path = Path(name)
         self._boot = clock() - UPTIME_AT_START_S

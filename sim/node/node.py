@@ -179,8 +179,11 @@ class SimulatedNode:
                 shutil.rmtree(self.sysfs_root, ignore_errors=True)
             raise
         # the node's /dev/kmsg, for the agent's --kmsg-path: the XIDs its GPUs raise
-        # (made last, so a failure above leaves no file behind)
-        self.kernel_log = SimulatedKernelLog(self.profile, clock)
+        # (made last, so a failure above leaves no file behind), beside its sysfs tree:
+        # in the directory of a tree it was given, which its owner removes even where
+        # the node is never closed (a test that never closed one left a file in /tmp on
+        # every suite run)
+        self.kernel_log = SimulatedKernelLog(self.profile, clock, self.sysfs_root.parent)
         self.nvml.event_sinks.append(self.kernel_log.on_event)
         self.kmsg_path = self.kernel_log.path
         self.workers = WorkerProcesses(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import random
 import re
 import signal
 import socket
@@ -24,7 +25,7 @@ import pytest
 import yaml
 
 from nvwatch.dashboards.build import DASHBOARDS
-from nvwatch.sim.ports import LOOPBACK, free_port
+from nvwatch.sim.ports import LOOPBACK
 from tests.conftest import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +50,18 @@ class Running:
 BASE_PORTS = 4
 
 
-def _consecutive_free_ports() -> int:
-    """A port p with the BASE_PORTS - 1 after it free as well, in at most 20 tries."""
-    for _ in range(20):
-        port = free_port()
-        if all(_free(port + i) for i in range(1, BASE_PORTS)):
+def _stable_ports(count: int) -> int:
+    """A port p with the `count` - 1 after it free as well, below the kernel's ephemeral
+    range: the test starts the stack again on the same ports, and a port from the range
+    can meanwhile be the source port of any connection on the machine (a parallel
+    test's), which made the second start fail with "Address already in use"."""
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(ephemeral_low // 2, ephemeral_low - count)
+        if all(_free(port + i) for i in range(count)):
             return port
-    raise AssertionError(f"no {BASE_PORTS} consecutive free ports on loopback")
+    raise AssertionError(f"no {count} consecutive free ports on loopback below {ephemeral_low}")
 
 
 def _free(port: int) -> bool:
@@ -115,12 +121,13 @@ def stack(tmp_path: Path) -> Iterator[Running]:
     # 2x: the NVLink fault (and its XID) comes at 25 s, after Prometheus' first scrapes
     require_tool("prometheus")
     require_tool("prometheus-alertmanager", "alertmanager")
-    ports = [free_port() for _ in range(3)]
+    # the three servers' ports, then the nodes' BASE_PORTS
+    first = _stable_ports(3 + BASE_PORTS)
     flags = (
-        f"--prometheus-port={ports[0]}",
-        f"--alertmanager-port={ports[1]}",
-        f"--receiver-port={ports[2]}",
-        f"--base-port={_consecutive_free_ports()}",
+        f"--prometheus-port={first}",
+        f"--alertmanager-port={first + 1}",
+        f"--receiver-port={first + 2}",
+        f"--base-port={first + 3}",
     )
     process, lines = _start(tmp_path, "--time-scale=2", *flags)
     try:
