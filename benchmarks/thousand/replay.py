@@ -69,7 +69,6 @@ class ReplayServer:
 
     def __init__(self, nodes: dict[str, ReplayNode]) -> None:
         self.nodes = nodes
-        self.scrapes = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -80,7 +79,6 @@ class ReplayServer:
                     self.send_error(404)
                     return
                 body = node.text(time.time())
-                server.scrapes += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))

@@ -31,7 +31,7 @@ from benchmarks.scale import measure as m
 from benchmarks.scale.stack import Stack
 from benchmarks.thousand import measure as t
 from benchmarks.thousand.replay import ReplayProcess, replay_node, write_targets
-from benchmarks.thousand.section import this_machine
+from benchmarks.thousand.section import this_machine, write_section
 from nvwatch.alerts import build as alerts_build
 from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
@@ -40,7 +40,6 @@ from nvwatch.sim.bulk.write import (
     BulkPlan,
     BulkResult,
     node_specs,
-    profile_templates,
     write_bulk_history,
 )
 from tests.e2e.loopback import Endpoint
@@ -96,7 +95,7 @@ def generate(plan: BulkPlan, data: Path) -> tuple[BulkResult, dict[str, Any]]:
 
 
 def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[ReplayProcess, Path]:
-    templates = profile_templates(plan)
+    templates = result.templates
     since = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
     specs = node_specs(plan)
     nodes = {
@@ -131,12 +130,12 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     stack.spawn("prometheus", prometheus_argv("prometheus", path, data, endpoint),
                 f"{url}/-/ready")  # fmt: skip
     ready_s = time.perf_counter() - began
+    groups = rule_groups(rule_files)
     readings = _rule_readings(
         url, "prometheus_rule_group_iterations_total",
-        lambda: m.rule_group_seconds(m.scrape_metrics(url)), rule_groups(rule_files),
-        rule_readings,
+        lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
     )  # fmt: skip
-    costs = t.rule_costs(readings, rule_groups(rule_files))
+    costs = t.rule_costs(readings, groups)
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
     metrics = m.scrape_metrics(url)
     figures = {
@@ -178,12 +177,12 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     # alerts go to a closed loopback port: what fires is not measured here
     vmalert = vmalert_argv(alert, rule_files, vm, "http://127.0.0.1:9")
     stack.spawn("vmalert", vmalert, f"{alert.url}/health")
+    groups = rule_groups(rule_files)
     readings = _rule_readings(
         alert.url, "vmalert_iteration_duration_seconds_count",
-        lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), rule_groups(rule_files),
-        rule_readings,
+        lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), groups, rule_readings,
     )  # fmt: skip
-    costs = t.rule_costs(readings, rule_groups(rule_files))
+    costs = t.rule_costs(readings, groups)
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
     return {
         "import_seconds": import_s,
@@ -236,13 +235,10 @@ def writing_seconds(nodes: int, hours: float, scrape_s: int, nvlink_detail: str,
     neither a gap before them nor minutes of it still to come (Prometheus refuses a
     scraped sample older than its newest block's end)."""
     trial = BulkPlan(TRIAL_NODES, time.time(), hours, scrape_s, nvlink_detail)
-    began = time.perf_counter()
-    profile_templates(trial)
-    rendering = time.perf_counter() - began
     written = write_bulk_history(trial, work / "trial")
     shutil.rmtree(work / "trial")
-    per_node = max(0.0, written.seconds - rendering) / TRIAL_NODES
-    return rendering + per_node * nodes * WRITING_MARGIN
+    per_node = max(0.0, written.seconds - written.render_seconds) / TRIAL_NODES
+    return written.render_seconds + per_node * nodes * WRITING_MARGIN
 
 
 def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
@@ -299,8 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         if not args.out:
             parser.error("--render needs --out")
-        from benchmarks.thousand.section import write_section
-
         write_section(args.out, json.loads(args.render.read_text()))
         return 0
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
@@ -309,8 +303,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(raw + "\n")
     if args.out:
-        from benchmarks.thousand.section import write_section
-
         write_section(args.out, figures.__dict__)
     print(raw if not args.json else f"thousand: figures in {args.json}")
     return 0

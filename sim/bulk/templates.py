@@ -18,13 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvwatch.sim.fleet.plan import NodeSpec, node_labels
 from nvwatch.sim.series_budget import render_profile
+from nvwatch.sim.tsdb.index import Labels
 
 # label values new on every node (docs/scale.md's cardinality section measures which)
 OWN_LABELS = ("uuid", "serial", "node_guid")
 SCRAPE_JOB = "nvwatch"  # the `job` label deploy/'s scrape configuration gives the agents
 _HEX = "0123456789abcdef"
-
-Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from nvwatch.sim.bulk.load import node_load
-from nvwatch.sim.bulk.templates import Labels, Template, node_series, render_template
+from nvwatch.sim.bulk.templates import Template, node_series, render_template
 from nvwatch.sim.bulk.values import moving_series, node_values
 from nvwatch.sim.fleet.plan import NodeSpec, node_name, rack_name
 from nvwatch.sim.history.plan import mixed_profiles
 from nvwatch.sim.tsdb.block import BlockWriter
+from nvwatch.sim.tsdb.index import Labels
 from nvwatch.sim.tsdb.xor import Grid
 
 CLUSTER = "bulk"
@@ -55,6 +56,8 @@ class BulkResult:
     profiles: dict[str, int]
     # each node's last two samples, template rows in order: where a live slice goes on
     tails: dict[str, tuple[np.ndarray, np.ndarray]]
+    templates: dict[str, Template]  # the profiles' renders the nodes were made from
+    render_seconds: float  # of `seconds`, rendering the templates (once, whatever the size)
 
 
 def node_specs(plan: BulkPlan) -> list[NodeSpec]:
@@ -72,6 +75,7 @@ def write_bulk_history(
     started = time.perf_counter()
     specs = node_specs(plan)
     templates = profile_templates(plan)
+    render_seconds = time.perf_counter() - started
     moving = {p: moving_series(t) for p, t in templates.items()}
     grid = plan.grid
     times_s = (grid.start_ms + grid.step_ms * np.arange(grid.count)) / 1000.0
@@ -92,7 +96,7 @@ def write_bulk_history(
     return BulkResult(block, len(specs), series, series * grid.count,
                       time.perf_counter() - started,
                       {p: sum(1 for s in specs if s.profile == p) for p in templates},
-                      tails)  # fmt: skip
+                      tails, templates, render_seconds)  # fmt: skip
 
 
 class _Batch:
@@ -118,7 +122,7 @@ class _Batch:
 
 
 def profile_templates(plan: BulkPlan) -> dict[str, Template]:
-    """The templates `plan`'s nodes are made from (for a test to compare with)."""
+    """The templates `plan`'s nodes are made from: each of its profiles rendered once."""
     return {
         p: render_template(p, plan.nvlink_detail, plan.ib_hw_counters)
         for p in sorted({s.profile for s in node_specs(plan)})
