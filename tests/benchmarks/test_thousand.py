@@ -72,7 +72,8 @@ def test_replaying_target_goes_on_where_the_history_ended() -> None:
 
 @pytest.fixture(scope="module")
 def figures() -> Figures:
-    for tool in ("prometheus", "victoria-metrics", "vmctl", "vmagent", "vmalert"):
+    # script (util-linux) gives vmctl the terminal it insists on
+    for tool in ("prometheus", "victoria-metrics", "vmctl", "vmagent", "vmalert", "script"):
         require_tool(tool)
     return run(nodes=20, hours=1, scrape_s=30, engines=("prometheus", "victoria-metrics"),
                nvlink_detail="link", rule_readings=1)  # fmt: skip
