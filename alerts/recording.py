@@ -117,15 +117,44 @@ def node_group(cfg: MixinConfig) -> RecordingGroup:
             "nvwatch_ib_port_receive_bytes:rate", rate("nvwatch_ib_port_receive_bytes_total", ib)
         ),
         per_node("nvwatch_ib_port_errors:rate", rate("nvwatch_ib_port_errors_total", ib)),
-        per_node("nvwatch_nvlink_errors:rate", rate("nvwatch_nvlink_errors_total", s())),
-        per_node(
-            "nvwatch_nvlink_transmit_bytes:rate", rate("nvwatch_nvlink_transmit_bytes_total", s())
+    )
+    return RecordingGroup("nvwatch-node.rules", rules)
+
+
+# Links with errors: the error rate of each link and type, recorded only where it is
+# above 0. The rate over every link of every type is the costliest read of the mixin (a
+# DGX H100 has 576 such series; a thousand nodes, half a million, several seconds per
+# evaluation), so it is computed once here, and the node rule, the alert and the
+# straggler signal read the few links that have errors instead of computing it again.
+LINKS_WITH_ERRORS = "link:nvwatch_nvlink_errors:rate"
+
+
+def nvlink_group(cfg: MixinConfig) -> RecordingGroup:
+    """The NVLink rules, a group of their own: with every link of a fleet they cost as
+    much as every other per-node rule together, and a group runs its rules one after the
+    other, within its interval."""
+    by = f"{cfg.cluster_label}, {cfg.rack_label}, {cfg.node_class_label}, {cfg.instance_label}"
+    s = cfg.sel
+    rules = (
+        RecordingRule(
+            LINKS_WITH_ERRORS, f"rate(nvwatch_nvlink_errors_total{s()}[{cfg.rate_window}]) > 0"
         ),
         # `== bool 0` keeps a 0 for nodes with every link up, so a sum over nodes is a
         # number rather than an empty result
-        per_node("nvwatch_nvlink_down:sum", f"nvwatch_nvlink_up{s()} == bool 0"),
+        RecordingRule(
+            "instance:nvwatch_nvlink_down:sum", f"sum by ({by}) (nvwatch_nvlink_up{s()} == bool 0)"
+        ),
+        # 0 for a node whose links have no errors: every node with links has the rule above
+        RecordingRule(
+            "instance:nvwatch_nvlink_errors:rate",
+            f"sum by ({by}) ({LINKS_WITH_ERRORS})\nor instance:nvwatch_nvlink_down:sum * 0",
+        ),
+        RecordingRule(
+            "instance:nvwatch_nvlink_transmit_bytes:rate",
+            f"sum by ({by}) (rate(nvwatch_nvlink_transmit_bytes_total{s()}[{cfg.rate_window}]))",
+        ),
     )
-    return RecordingGroup("nvwatch-node.rules", rules)
+    return RecordingGroup("nvwatch-nvlink.rules", rules)
 
 
 def cluster_group(cfg: MixinConfig) -> RecordingGroup:
@@ -203,6 +232,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
     return (
         expectation_group(cfg),
         node_group(cfg),
+        nvlink_group(cfg),
         cluster_group(cfg),
         bmc_group(cfg),
         attribution_group(cfg),

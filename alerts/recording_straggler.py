@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nvwatch.alerts.recording import RecordingGroup, RecordingRule
+from nvwatch.alerts.recording import LINKS_WITH_ERRORS, RecordingGroup, RecordingRule
 from nvwatch.alerts.recording_attribution import WHOLE_GPU
 from nvwatch.mixin.config import MixinConfig
 
@@ -242,7 +242,15 @@ def link_signals(cfg: MixinConfig) -> tuple[Signal, ...]:
     """PCIe and NVLink of each GPU: structural (width, links up, errors) and traffic."""
     s, w, g = cfg.sel, cfg.rate_window, gpu_on(cfg)
     current = s('kind="current"')
-    retries = s('type=~"replay|recovery"')
+    links_up = Signal(
+        "job_gpu",
+        "nvwatch_nvlink_up",
+        "sum",
+        on_rank(cfg, f"sum by ({g}) (nvwatch_nvlink_up{s()})"),
+        higher_is_worse=False,
+        floor=1,
+        load=False,
+    )
     return (
         # bandwidth in halvings: every PCIe generation from Gen2 on doubles a lane's rate;
         # the best of the window, since an idle GPU trains its link down by design
@@ -259,23 +267,17 @@ def link_signals(cfg: MixinConfig) -> tuple[Signal, ...]:
             floor=cfg.straggler_link_halvings,
             load=False,
         ),
-        Signal(
-            "job_gpu",
-            "nvwatch_nvlink_up",
-            "sum",
-            on_rank(cfg, f"sum by ({g}) (nvwatch_nvlink_up{s()})"),
-            higher_is_worse=False,
-            floor=1,
-            load=False,
-        ),
+        links_up,
         Signal(
             "job_gpu",
             "nvwatch_nvlink_errors",
             "rate",
             # replays and recoveries: the retransmissions and retraining that cost a link
-            # its bandwidth (a CRC error shows as a replay); two of the five types, so
-            # two fifths of the series a sum of all would read
-            on_rank(cfg, f"sum by ({g}) (rate(nvwatch_nvlink_errors_total{retries}[{w}]))"),
+            # its bandwidth (a CRC error shows as a replay), from the links recorded with
+            # errors; 0 for a rank whose links have none (the rule above, evaluated
+            # first, has every rank with links)
+            on_rank(cfg, f'sum by ({g}) ({LINKS_WITH_ERRORS}{{type=~"replay|recovery"}})')
+            + f"\nor {links_up.record} * 0",
             higher_is_worse=True,
             floor=cfg.nvlink_error_rate_per_second,
             load=False,

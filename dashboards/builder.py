@@ -121,8 +121,13 @@ def _thresholds(steps: Steps) -> dict[str, Any]:
     return {"mode": "absolute", "steps": [{"color": c, "value": v} for v, c in steps]}
 
 
-def variable(cfg: MixinConfig, name: str, label: str, *, multi: bool = True) -> g.Template:
-    """A label_values() variable scoped by the variables before it."""
+def variable(
+    cfg: MixinConfig, name: str, label: str, *, multi: bool = True, offer_all: bool | None = None
+) -> g.Template:
+    """A label_values() variable scoped by the variables before it. `offer_all` (by
+    default as `multi`) adds "All", which Grafana then selects when the dashboard opens;
+    without it Grafana selects the first value."""
+    include_all = multi if offer_all is None else offer_all
     scope = [cfg.job_selector]
     if name != cfg.cluster_label:
         scope.append(f'{cfg.cluster_label}=~"$cluster"')
@@ -135,8 +140,8 @@ def variable(cfg: MixinConfig, name: str, label: str, *, multi: bool = True) -> 
         label=label,
         query=f"label_values({metric}{{{', '.join(scope)}}}, {name})",
         multi=multi,
-        includeAll=multi,
-        allValue=".*" if multi else None,
+        includeAll=include_all,
+        allValue=".*" if include_all else None,
         refresh=2,
         sort=1,
     )

@@ -1,5 +1,10 @@
-"""The InfiniBand fabric dashboard: throughput against line rate, congestion, errors, link
-state and rate, saturated counters and GPU affinity of the selected nodes' ports."""
+"""The InfiniBand fabric dashboard: the fleet's racks and worst nodes from the recording
+rules, then throughput against line rate, congestion, errors, link state and rate,
+saturated counters and GPU affinity of the selected nodes' ports.
+
+The per-port panels read every port of the nodes selected; a fleet's ten thousand ports
+over a day is more than a query answers within seconds, so the node variable offers no
+"All" and the dashboard opens on one node, under the fleet-wide row."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from nvwatch.dashboards.builder import (
     variable,
 )
 from nvwatch.dashboards.links import INFINIBAND, NODE, DataLink, carry, from_label, label_value
+from nvwatch.dashboards.nvlink import FLEET_WORST
 from nvwatch.mixin.config import MixinConfig
 
 _STATES = [
@@ -164,7 +170,30 @@ def _racks(grid: Grid, cfg: MixinConfig) -> None:
             Q(f"rack:nvwatch_ib_port_transmit_bytes:rate{c}", rack + " tx"),
             Q(f"rack:nvwatch_ib_port_receive_bytes:rate{c}", rack + " rx"),
         ],
-        w=24,
+        w=12,
+    )
+    grid.add(
+        "timeseries",
+        f"Nodes with the most port errors (worst {FLEET_WORST}, every node)",
+        "Port errors per second of each node (every type, every port), from the per-node "
+        f"recording rule over the chosen clusters; the {FLEET_WORST} highest at each point, "
+        "only nodes with errors. Click a node to see its ports below.",
+        "cps",
+        [
+            Q(
+                f"topk({FLEET_WORST}, instance:nvwatch_ib_port_errors:rate{c} > 0)",
+                legend(cfg.instance_label),
+            )
+        ],
+        w=12,
+        steps=t.above(cfg.ib_error_rate_per_second),
+        links=[
+            DataLink(
+                INFINIBAND,
+                f"InfiniBand of {label_value(cfg.instance_label)}",
+                (carry("cluster"), from_label("instance", cfg.instance_label)),
+            )
+        ],
     )
 
 
@@ -183,12 +212,14 @@ def infiniband(cfg: MixinConfig) -> g.Dashboard:
         cfg,
         INFINIBAND,
         "nvwatch / InfiniBand fabric",
+        "Throughput per rack and the fleet's nodes with the most port errors, then the "
         "InfiniBand ports of the selected nodes: throughput against line rate, congestion, "
-        "errors, link state and rate, saturated counters and GPU affinity.",
+        "errors, link state and rate, saturated counters and GPU affinity. It opens on one "
+        'node (no "All": every port of a fleet over a day is too much to draw).',
         _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster"),
-            variable(cfg, cfg.instance_label, "Node"),
+            variable(cfg, cfg.instance_label, "Node", offer_all=False),
         ],
         time_from="now-3h",
     )

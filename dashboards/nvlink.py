@@ -1,5 +1,10 @@
-"""The NVLink fabric dashboard: traffic per link, links down, errors and peers of the
-selected nodes' GPUs."""
+"""The NVLink fabric dashboard: the fleet's worst nodes from the per-node recording rules,
+then traffic per link, links down, errors and peers of the selected nodes' GPUs.
+
+The per-link panels read every link of the nodes selected: 144 series a DGX H100, a
+hundred thousand and more for a whole fleet, which no query answers within seconds and
+no one reads. So the node variable offers no "All" and the dashboard opens on one node;
+the fleet row above the per-link panels is what answers "where" across every node."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from nvwatch.dashboards.builder import (
     Grid,
     PanelRow,
     Q,
+    cluster_scope,
     dashboard,
     legend,
     node_matchers,
@@ -40,6 +46,46 @@ def _to_node(cfg: MixinConfig) -> DataLink:
 
 def _link_legend(cfg: MixinConfig) -> str:
     return legend(cfg.instance_label) + " GPU {{gpu}} link {{link}}"
+
+
+FLEET_WORST = 20  # nodes a fleet panel lists: the worst, by its own measure
+
+
+def _to_nodes_links(cfg: MixinConfig) -> DataLink:
+    """From a node's series in a fleet panel to this dashboard for that node."""
+    return DataLink(
+        NVLINK,
+        f"NVLink of {label_value(cfg.instance_label)}",
+        (carry("cluster"), from_label("instance", cfg.instance_label)),
+    )
+
+
+def _fleet(grid: Grid, cfg: MixinConfig) -> None:
+    c, node = cluster_scope(cfg), legend(cfg.instance_label)
+    grid.add(
+        "timeseries",
+        f"Nodes with the most NVLink errors (worst {FLEET_WORST}, every node)",
+        "NVLink CRC, replay and recovery errors per second of each node, from the per-node "
+        f"recording rule, over the chosen clusters; the {FLEET_WORST} highest at each "
+        "point, only nodes with errors. Click a node to see its links below.",
+        "cps",
+        [Q(f"topk({FLEET_WORST}, instance:nvwatch_nvlink_errors:rate{c} > 0)", node)],
+        w=12,
+        steps=t.above(cfg.nvlink_error_rate_per_second),
+        links=[_to_nodes_links(cfg)],
+    )
+    grid.add(
+        "timeseries",
+        f"Nodes with links down (worst {FLEET_WORST}, every node)",
+        "Inactive NVLink links of each node, from the per-node recording rule; only nodes "
+        "with any. Click a node to see which GPU's links.",
+        "none",
+        [Q(f"topk({FLEET_WORST}, instance:nvwatch_nvlink_down:sum{c} > 0)", node)],
+        w=12,
+        steps=t.ANY_BAD,
+        links=[_to_nodes_links(cfg)],
+        min_=0,
+    )
 
 
 def _traffic(grid: Grid, cfg: MixinConfig) -> None:
@@ -153,6 +199,7 @@ def _peers(grid: Grid, cfg: MixinConfig) -> None:
 
 # Top to bottom, as the grid lays them out.
 _PANELS: tuple[PanelRow, ...] = (
+    _fleet,
     _traffic,
     _link_counts,
     _errors_and_load,
@@ -165,11 +212,13 @@ def nvlink(cfg: MixinConfig) -> g.Dashboard:
         cfg,
         NVLINK,
         "nvwatch / NVLink fabric",
-        "NVLink links of the selected nodes: traffic per link, links down, errors, peers.",
+        "The fleet's nodes with the most NVLink errors and links down, then the links of "
+        "the selected nodes: traffic per link, links down, errors, peers. It opens on one "
+        'node (no "All": every link of a fleet is too many series to draw).',
         _PANELS,
         [
             variable(cfg, cfg.cluster_label, "Cluster"),
-            variable(cfg, cfg.instance_label, "Node"),
+            variable(cfg, cfg.instance_label, "Node", offer_all=False),
             variable(cfg, "gpu", "GPU"),
         ],
         time_from="now-3h",

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nvwatch.alerts.recording import EXPECTED_IB_PORTS, EXPECTED_IB_RATE, EXPECTED_NVLINKS
+from nvwatch.alerts.recording import (
+    EXPECTED_IB_PORTS,
+    EXPECTED_IB_RATE,
+    EXPECTED_NVLINKS,
+    LINKS_WITH_ERRORS,
+)
 from nvwatch.alerts.rules.base import (
     Alert,
     AlertGroup,
@@ -84,8 +89,8 @@ def nvlink_links_missing(cfg: MixinConfig) -> Alert:
 def nvlink_errors(cfg: MixinConfig) -> Alert:
     return Alert(
         "NvwatchNvlinkErrors",
-        f"rate(nvwatch_nvlink_errors_total{cfg.sel()}[{cfg.rate_window}])"
-        f" > {cfg.nvlink_error_rate_per_second:g}",
+        # the links' rates recorded once (only links with errors), not computed again
+        f"{LINKS_WITH_ERRORS} > {cfg.nvlink_error_rate_per_second:g}",
         cfg.for_default,
         Severity.WARNING,
         "NVLink link is logging data-link errors.",

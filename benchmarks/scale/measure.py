@@ -69,17 +69,48 @@ class PanelQuery:
     title: str
     expr: str
     instant: bool
+    # the dashboard's variables that offer no "All" (Grafana selects their first value
+    # when the dashboard opens), each with its label_values() query
+    narrowed: tuple[tuple[str, str], ...] = ()
 
 
 def panel_queries(cfg: MixinConfig) -> list[PanelQuery]:
     out = []
     for name, dash in build_all(cfg).items():
+        narrowed = _narrowed_variables(dash, cfg)
         for panel in dash["panels"]:
             for target in panel["targets"]:
-                out.append(
-                    PanelQuery(name, panel["title"], target["expr"], bool(target.get("instant")))
-                )
+                instant = bool(target.get("instant"))
+                out.append(PanelQuery(name, panel["title"], target["expr"], instant, narrowed))
     return out
+
+
+def _narrowed_variables(dash: dict[str, Any], cfg: MixinConfig) -> tuple[tuple[str, str], ...]:
+    """The query variables without "All", the cluster aside (the benchmark names it)."""
+    return tuple(
+        (v["name"], v["query"]["query"])
+        for v in dash["templating"]["list"]
+        if v.get("type") == "query" and not v.get("includeAll") and v["name"] != "cluster"
+    )
+
+
+_LABEL_VALUES = re.compile(r"label_values\((.*), *(\w+)\)$", re.S)
+
+
+def first_values(url: str, query: PanelQuery, cluster: str) -> dict[str, str]:
+    """The value Grafana selects for each narrowed variable of the query's dashboard: the
+    first of its label_values(), sorted (every variable here sorts alphabetically)."""
+    chosen: dict[str, str] = {}
+    for name, definition in query.narrowed:
+        found = _LABEL_VALUES.match(definition)
+        if found is None:
+            raise ValueError(f"variable {name}: not a label_values() query: {definition}")
+        matcher = _substitute(found.group(1), {"cluster": cluster, **chosen})
+        values = api(url, f"/api/v1/label/{found.group(2)}/values", {"match[]": matcher})
+        if not values:
+            raise RuntimeError(f"variable {name}: {matcher} has no {found.group(2)}")
+        chosen[name] = sorted(values)[0]
+    return chosen
 
 
 def step_for(range_s: int, scrape_s: int) -> int:
@@ -87,25 +118,39 @@ def step_for(range_s: int, scrape_s: int) -> int:
     return max(scrape_s, -(-raw // scrape_s) * scrape_s)
 
 
-def fill(expr: str, cluster: str, range_s: int, step_s: int, scrape_s: int) -> str:
-    """Grafana's variables and macros: every node, every GPU, the panel's range."""
+def fill(
+    expr: str,
+    cluster: str,
+    range_s: int,
+    step_s: int,
+    scrape_s: int,
+    chosen: dict[str, str] | None = None,
+) -> str:
+    """Grafana's variables and macros: every node, every GPU, the panel's range; a
+    variable in `chosen` (one without "All") as chosen."""
     values = {
-        "cluster": cluster,
         "instance": ".*",
         "gpu": ".*",
+        **(chosen or {}),
+        "cluster": cluster,
         # Grafana: max(4 x scrape interval, step + scrape interval)
         "__rate_interval": f"{max(4 * scrape_s, step_s + scrape_s)}s",
         "__interval": f"{step_s}s",
         "__range_s": str(range_s),
         "__range": f"{range_s}s",
     }
-    for name in sorted(values, key=len, reverse=True):
-        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    expr = _substitute(expr, values)
     # every other dashboard variable (the jobs dashboard's $user, $job_id) is a label
     # matcher: "All"
     expr = re.sub(r"\$\{?(?!__)\w+\}?", ".*", expr)
     if re.search(r"\$\{?\w", expr):
         raise ValueError(f"unfilled variable in {expr}")
+    return expr
+
+
+def _substitute(expr: str, values: dict[str, str]) -> str:
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
     return expr
 
 

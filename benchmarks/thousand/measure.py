@@ -1,6 +1,7 @@
 """What a thousand nodes cost each engine: every dashboard panel's query timed over 1 h
-and 24 h as Grafana sends it (every node selected), and every rule group's evaluation
-time as the engine itself reports it.
+and 24 h as Grafana sends it when the dashboard opens (every node selected, or the first
+node where the dashboard offers no "All"), and every rule group's evaluation time as the
+engine itself reports it.
 
 A query that fails (Prometheus refuses one that would load more than its
 `--query.max-samples` into memory, 50 million by default) is recorded with its error,
@@ -32,6 +33,8 @@ class PanelTiming:
     worst: float
     answer_bytes: int  # the JSON a client (Grafana) receives
     error: str = ""
+    # the variables the dashboard narrows to one value, as selected ("instance=node-0001")
+    selection: str = ""
 
 
 def time_panels(
@@ -39,15 +42,20 @@ def time_panels(
 ) -> list[PanelTiming]:
     """Every panel query of every dashboard, over each range ending now."""
     out = []
+    chosen: dict[str, dict[str, str]] = {}
     for query in m.panel_queries(MixinConfig()):
+        if query.dashboard not in chosen:
+            chosen[query.dashboard] = m.first_values(url, query, cluster)
         for range_s in ranges:
-            out.append(_timed(url, query, cluster, range_s, scrape_s))
+            out.append(_timed(url, query, cluster, range_s, scrape_s, chosen[query.dashboard]))
     return out
 
 
-def _timed(url: str, query: m.PanelQuery, cluster: str, range_s: int, scrape_s: int) -> PanelTiming:
+def _timed(url: str, query: m.PanelQuery, cluster: str, range_s: int, scrape_s: int,
+           chosen: dict[str, str]) -> PanelTiming:  # fmt: skip
     step = m.step_for(range_s, scrape_s)
-    expr = m.fill(query.expr, cluster, range_s, step, scrape_s)
+    expr = m.fill(query.expr, cluster, range_s, step, scrape_s, chosen)
+    selection = ", ".join(f"{name}={value}" for name, value in sorted(chosen.items()))
     runs: list[float] = []
     answer = 0
     while len(runs) < m.QUERY_REPEATS:
@@ -58,12 +66,12 @@ def _timed(url: str, query: m.PanelQuery, cluster: str, range_s: int, scrape_s: 
         except (RuntimeError, urllib.error.HTTPError, TimeoutError, OSError) as exc:
             seconds = time.perf_counter() - began
             return PanelTiming(query.dashboard, query.title, range_s, seconds, seconds, 0,
-                               _reason(exc))  # fmt: skip
+                               _reason(exc), selection)  # fmt: skip
         runs.append(time.perf_counter() - began)
         if runs[0] >= REPEAT_BELOW_S:
             break
     return PanelTiming(query.dashboard, query.title, range_s, statistics.median(runs), max(runs),
-                       answer)  # fmt: skip
+                       answer, "", selection)  # fmt: skip
 
 
 def _send(url: str, instant: bool, expr: str, end: float, range_s: int, step: int) -> int:
