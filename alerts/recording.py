@@ -127,6 +127,7 @@ def node_group(cfg: MixinConfig) -> RecordingGroup:
 # evaluation), so it is computed once here, and the node rule, the alert and the
 # straggler signal read the few links that have errors instead of computing it again.
 LINKS_WITH_ERRORS = "link:nvwatch_nvlink_errors:rate"
+GPU_NVLINK_TRANSMIT = "gpu:nvwatch_nvlink_transmit_bytes:rate"
 
 
 def nvlink_group(cfg: MixinConfig) -> RecordingGroup:
@@ -149,9 +150,16 @@ def nvlink_group(cfg: MixinConfig) -> RecordingGroup:
             "instance:nvwatch_nvlink_errors:rate",
             f"sum by ({by}) ({LINKS_WITH_ERRORS})\nor instance:nvwatch_nvlink_down:sum * 0",
         ),
+        # each GPU's NVLink traffic, once: the node's rule, the straggler signal and the
+        # jobs dashboard add up or join these 8 series a node instead of 144 links
+        RecordingRule(
+            GPU_NVLINK_TRANSMIT,
+            f"sum by ({by}, gpu) "
+            f"(rate(nvwatch_nvlink_transmit_bytes_total{s()}[{cfg.rate_window}]))",
+        ),
         RecordingRule(
             "instance:nvwatch_nvlink_transmit_bytes:rate",
-            f"sum by ({by}) (rate(nvwatch_nvlink_transmit_bytes_total{s()}[{cfg.rate_window}]))",
+            f"sum by ({by}) ({GPU_NVLINK_TRANSMIT})",
         ),
     )
     return RecordingGroup("nvwatch-nvlink.rules", rules)
@@ -226,6 +234,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
     # live in their own modules, which build on this one's types
     from nvwatch.alerts.recording_attribution import attribution_group
     from nvwatch.alerts.recording_bmc import bmc_group
+    from nvwatch.alerts.recording_jobs import jobs_group
     from nvwatch.alerts.recording_scheduler import scheduler_group
     from nvwatch.alerts.recording_straggler import straggler_groups
 
@@ -236,6 +245,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
         cluster_group(cfg),
         bmc_group(cfg),
         attribution_group(cfg),
+        jobs_group(cfg),
         scheduler_group(cfg),
         *straggler_groups(cfg),
     )

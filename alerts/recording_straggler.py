@@ -25,7 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nvwatch.alerts.recording import LINKS_WITH_ERRORS, RecordingGroup, RecordingRule
+from nvwatch.alerts.recording import (
+    GPU_NVLINK_TRANSMIT,
+    LINKS_WITH_ERRORS,
+    RecordingGroup,
+    RecordingRule,
+)
 from nvwatch.alerts.recording_attribution import WHOLE_GPU
 from nvwatch.mixin.config import MixinConfig
 
@@ -286,7 +291,7 @@ def link_signals(cfg: MixinConfig) -> tuple[Signal, ...]:
             "job_gpu",
             "nvwatch_nvlink_transmit_bytes",
             "rate",
-            on_rank(cfg, f"sum by ({g}) (rate(nvwatch_nvlink_transmit_bytes_total{s()}[{w}]))"),
+            on_rank(cfg, f"sum by ({g}) ({GPU_NVLINK_TRANSMIT})"),
             higher_is_worse=False,
             floor=cfg.straggler_nvlink_throughput_deficit,
             per_node=True,

@@ -1,18 +1,20 @@
 """The jobs dashboard: pick a user or a job, see its GPUs over the job's life and a verdict.
 
-Every panel joins the GPU series with `nvwatch_gpu_allocation_info` at query time, with
-the allocation on the many side (`allocation * on(cluster, instance, gpu) group_left ()
-series`): a GPU shared by two jobs then gives one result per job instead of failing the
-whole query, and the result carries the job's labels for the legend. The allocation
-series exists only while the job holds the GPU, so a panel shows the job's life and
-nothing before or after it. MIG instances are left out (their allocation names the
+The per-GPU panels and the verdict read the jobs recording rules (alerts/recording_jobs):
+each GPU a job holds, joined once a minute with `nvwatch_gpu_allocation_info` and
+carrying the job's labels. Joined at query time instead, every GPU of the fleet was
+evaluated at every step, held or not (45 s for a day's verdicts at a thousand nodes). A
+recorded series exists only while the job holds the GPU, so a panel shows the job's life
+and nothing before or after it. MIG instances are left out (their allocation names the
 instance, whose series NVML reports apart from the GPU's; the node dashboard has them).
+The panels show one point a minute, the rules' interval.
 """
 
 from __future__ import annotations
 
 from grafanalib import core as g
 
+from nvwatch.alerts import recording_jobs as held
 from nvwatch.alerts.recording_attribution import WHOLE_GPU, allocated, busy
 from nvwatch.common.durations import parse_duration
 from nvwatch.dashboards import thresholds as t
@@ -31,8 +33,6 @@ from nvwatch.mixin import job_verdicts as v
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.mixin.job_verdicts import WORDS
 
-THERMAL_REASONS = "hw_thermal_slowdown|sw_thermal_slowdown"
-POWER_REASONS = "sw_power_cap"
 # Verdict codes of the verdict table, most urgent first (the first that holds is shown).
 # The words are nvwatch job's (mixin/job_verdicts.py): the same condition reads the same
 # on the dashboard as in a job's notes.
@@ -57,41 +57,25 @@ def _allocation(cfg: MixinConfig) -> str:
     )
 
 
-def _gpu_key(cfg: MixinConfig) -> str:
-    return f"{cfg.cluster_label}, {cfg.instance_label}, gpu"
+def _held(record: str, cfg: MixinConfig) -> str:
+    """A jobs recording rule's series of the chosen jobs: one per GPU each holds."""
+    return record + (f'{{{cfg.cluster_label}=~"$cluster", user=~"$user", job_id=~"$job_id"}}')
 
 
-def per_job_gpu(cfg: MixinConfig, series: str) -> str:
-    """`series` (one per GPU) of each GPU the chosen jobs hold, with the job's labels."""
-    return f"{_allocation(cfg)}\n  * on ({_gpu_key(cfg)}) group_left ()\n  {series}"
-
-
-def _gpu_series(cfg: MixinConfig, name: str, *matchers: str) -> str:
-    return name + cfg.sel(f'{cfg.cluster_label}=~"$cluster"', *matchers)
-
-
-def _over_life(cfg: MixinConfig, series: str, across_gpus: str = "avg") -> str:
-    """The mean of `series` (one per GPU) over the time each chosen job held that GPU in
-    the dashboard's range, then `across_gpus` over the job's GPUs on each node: the join,
-    evaluated at every step, exists only while the job holds the GPU."""
+def _over_life(cfg: MixinConfig, record: str, across_gpus: str = "avg") -> str:
+    """The mean of a recorded per-GPU series over the time each chosen job held that GPU
+    in the dashboard's range, then `across_gpus` over the job's GPUs on each node."""
     by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
-    life = f"avg_over_time(({per_job_gpu(cfg, series)})[$__range:$__interval])"
-    return f"{across_gpus} by ({by}) ({life})"
-
-
-def _reason_active(cfg: MixinConfig, reasons: str) -> str:
-    """1 while any of `reasons` holds a GPU's clocks down, per GPU."""
-    active = _gpu_series(cfg, "nvwatch_gpu_clock_event_active", 'reason=~"' + reasons + '"')
-    return f"max by ({_gpu_key(cfg)}) ({active})"
+    return f"{across_gpus} by ({by}) (avg_over_time({_held(record, cfg)}[$__range]))"
 
 
 def verdict(cfg: MixinConfig) -> str:
     """The verdict code of each chosen job on each node (VERDICTS), the first that holds."""
-    util = _over_life(cfg, _gpu_series(cfg, "nvwatch_gpu_utilization_ratio"))
-    memory = _over_life(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_utilization_ratio"))
+    util = _over_life(cfg, held.OWNER_UTILIZATION)
+    memory = _over_life(cfg, held.OWNER_MEMORY_BUSY)
     # one throttled GPU sets the pace of a multi-GPU job: the worst GPU decides
-    thermal = _over_life(cfg, _reason_active(cfg, THERMAL_REASONS), "max")
-    power = _over_life(cfg, _reason_active(cfg, POWER_REASONS), "max")
+    thermal = _over_life(cfg, held.OWNER_THERMAL, "max")
+    power = _over_life(cfg, held.OWNER_POWER_CAP, "max")
     branches = (
         f"({util} < {cfg.gpu_allocated_idle_utilization:g}) * 0 + 1",
         f"({thermal} > {cfg.job_throttled_ratio:g}) * 0 + 2",
@@ -190,7 +174,7 @@ def _activity_row(grid: Grid, cfg: MixinConfig) -> None:
         "holds and does not use (NvwatchGpuAllocatedIdle after "
         f"{cfg.gpu_allocated_idle_for}); one GPU below the others waits on them.",
         "percentunit",
-        [Q(per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_utilization_ratio")), _GPU_LEGEND)],
+        [Q(_held(held.OWNER_UTILIZATION, cfg), _GPU_LEGEND)],
         steps=t.utilization(cfg),
         min_=0,
         max_=1,
@@ -202,7 +186,7 @@ def _activity_row(grid: Grid, cfg: MixinConfig) -> None:
         "Device memory in use on each of the job's GPUs. Memory held while utilization is "
         "near 0 is a job that loaded its model and waits.",
         "bytes",
-        [Q(per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_used_bytes")), _GPU_LEGEND)],
+        [Q(_held(held.OWNER_MEMORY_USED, cfg), _GPU_LEGEND)],
         min_=0,
         w=8,
     )
@@ -212,16 +196,26 @@ def _activity_row(grid: Grid, cfg: MixinConfig) -> None:
         "Board power of each of the job's GPUs. Flat at the power limit with "
         "sw_power_cap active is a power-capped job.",
         "watt",
-        [Q(per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_power_watts")), _GPU_LEGEND)],
+        [Q(_held(held.OWNER_POWER, cfg), _GPU_LEGEND)],
         min_=0,
         w=8,
     )
 
 
 def _throttle_row(grid: Grid, cfg: MixinConfig) -> None:
-    for title, reasons, what in (
-        ("Thermal slowdown active", THERMAL_REASONS, "a cooling problem, not the job's"),
-        ("Power cap active", POWER_REASONS, "the job draws what the board's limit allows"),
+    for title, reasons, record, what in (
+        (
+            "Thermal slowdown active",
+            held.THERMAL_REASONS,
+            held.OWNER_THERMAL,
+            "a cooling problem, not the job's",
+        ),
+        (
+            "Power cap active",
+            held.POWER_REASONS,
+            held.OWNER_POWER_CAP,
+            "the job draws what the board's limit allows",
+        ),
     ):
         grid.add(
             "timeseries",
@@ -229,7 +223,7 @@ def _throttle_row(grid: Grid, cfg: MixinConfig) -> None:
             f"1 while {reasons.replace('|', ' or ')} holds the clocks of one of the job's "
             f"GPUs down: {what}.",
             "none",
-            [Q(per_job_gpu(cfg, _reason_active(cfg, reasons)), _GPU_LEGEND)],
+            [Q(_held(record, cfg), _GPU_LEGEND)],
             steps=t.ANY_WARN,
             min_=0,
             max_=1,
@@ -242,12 +236,7 @@ def _throttle_row(grid: Grid, cfg: MixinConfig) -> None:
         f"(utilization.memory). Above {cfg.job_memory_bound_ratio:.0%} for the job's life "
         "the verdict is memory-bound.",
         "percentunit",
-        [
-            Q(
-                per_job_gpu(cfg, _gpu_series(cfg, "nvwatch_gpu_memory_utilization_ratio")),
-                _GPU_LEGEND,
-            )
-        ],
+        [Q(_held(held.OWNER_MEMORY_BUSY, cfg), _GPU_LEGEND)],
         min_=0,
         max_=1,
         w=8,
@@ -255,17 +244,13 @@ def _throttle_row(grid: Grid, cfg: MixinConfig) -> None:
 
 
 def _fabric_row(grid: Grid, cfg: MixinConfig) -> None:
-    nvlink = (
-        f"sum by ({_gpu_key(cfg)}) "
-        f"(rate({_gpu_series(cfg, 'nvwatch_nvlink_transmit_bytes_total')}[$__rate_interval]))"
-    )
     grid.add(
         "timeseries",
         "NVLink transmit per GPU",
         "Bytes per second each of the job's GPUs sends over all its NVLink links: the "
         "job's all-reduce traffic inside the node.",
         "Bps",
-        [Q(per_job_gpu(cfg, nvlink), _GPU_LEGEND)],
+        [Q(_held(held.OWNER_NVLINK_TRANSMIT, cfg), _GPU_LEGEND)],
         min_=0,
     )
     node = f"{cfg.cluster_label}, {cfg.instance_label}"

@@ -28,6 +28,7 @@ VARIABLES = {
     "$job_id": ".*",
 }
 LABELS = 'job="nvwatch", cluster="c1"'
+RECORDING_RULES = Path(__file__).parents[2] / "alerts" / "generated" / "nvwatch-recording.yaml"
 
 
 def _gpu(instance: str, gpu: int, metric: str, values: str, extra: str = "") -> dict[str, str]:
@@ -95,12 +96,17 @@ def _expected(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def _promtool_test(
-    promtool: str, tmp_path: Path, series: list[dict[str, str]], cases: list[dict[str, Any]]
+    promtool: str,
+    tmp_path: Path,
+    series: list[dict[str, str]],
+    cases: list[dict[str, Any]],
+    rules: Path | None = None,
 ) -> None:
-    """promtool evaluates each case's expression over `series` (no rules) at 10m."""
+    """promtool evaluates each case's expression over `series` at 10m, with the rules
+    of the file `rules` evaluated every minute (none without it)."""
     (tmp_path / "empty.yaml").write_text("groups: []\n")
     test = {
-        "rule_files": ["empty.yaml"],
+        "rule_files": [str(rules) if rules else "empty.yaml"],
         "evaluation_interval": "1m",
         "tests": [
             {
@@ -130,8 +136,11 @@ def _with_variables(expr: str, variables: dict[str, str]) -> str:
 
 
 def test_verdict_per_job(promtool: str, cfg: MixinConfig, tmp_path: Path) -> None:
+    """The verdict reads the jobs recording rules, which the generated file records from
+    the hand-made series."""
     expr = _with_variables(verdict(cfg), VARIABLES)
-    _promtool_test(promtool, tmp_path, _series(), [{"expr": expr, "exp_samples": _expected(cfg)}])
+    cases = [{"expr": expr, "exp_samples": _expected(cfg)}]
+    _promtool_test(promtool, tmp_path, _series(), cases, RECORDING_RULES)
 
 
 # --- the stragglers row ----------------------------------------------------------------

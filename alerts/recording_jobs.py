@@ -1,0 +1,53 @@
+"""Recording rules for the jobs dashboard: each GPU a job holds, with the job's labels.
+
+The dashboard's verdict and per-GPU panels join `nvwatch_gpu_allocation_info` with a GPU
+series. Joined at query time, the GPU side is evaluated for every GPU of the fleet at
+every step of the range, held or not: with a thousand nodes, 45 s for a day's verdict
+table. Recorded here once a minute, only the GPUs some job holds are kept, and a panel
+reads them with the job's labels already on.
+
+The allocation is the many side of each join (a GPU shared by two jobs gives one result
+per job), and a recorded series exists only while the job holds the GPU, so a mean over
+a range is the mean over the job's life in it, as the query-time join gave.
+"""
+
+from __future__ import annotations
+
+from nvwatch.alerts.recording import GPU_NVLINK_TRANSMIT, RecordingGroup, RecordingRule
+from nvwatch.alerts.recording_attribution import WHOLE_GPU
+from nvwatch.mixin.config import MixinConfig
+
+THERMAL_REASONS = "hw_thermal_slowdown|sw_thermal_slowdown"
+POWER_REASONS = "sw_power_cap"
+
+OWNER_UTILIZATION = "owner_gpu:nvwatch_gpu_utilization_ratio"
+OWNER_MEMORY_BUSY = "owner_gpu:nvwatch_gpu_memory_utilization_ratio"
+OWNER_MEMORY_USED = "owner_gpu:nvwatch_gpu_memory_used_bytes"
+OWNER_POWER = "owner_gpu:nvwatch_gpu_power_watts"
+OWNER_THERMAL = "owner_gpu:nvwatch_gpu_thermal_slowdown_active"
+OWNER_POWER_CAP = "owner_gpu:nvwatch_gpu_power_cap_active"
+OWNER_NVLINK_TRANSMIT = "owner_gpu:nvwatch_nvlink_transmit_bytes:rate"
+
+
+def jobs_group(cfg: MixinConfig) -> RecordingGroup:
+    gpu = f"{cfg.cluster_label}, {cfg.instance_label}, gpu"
+    held = f"nvwatch_gpu_allocation_info{cfg.sel(WHOLE_GPU)}"
+
+    def on_held(record: str, per_gpu: str) -> RecordingRule:
+        return RecordingRule(record, f"{held}\n  * on ({gpu}) group_left ()\n  {per_gpu}")
+
+    def reason_active(reasons: str) -> str:
+        """1 while any of `reasons` holds the GPU's clocks down."""
+        active = "nvwatch_gpu_clock_event_active" + cfg.sel(f'reason=~"{reasons}"')
+        return f"max by ({gpu}) ({active})"
+
+    rules = (
+        on_held(OWNER_UTILIZATION, f"nvwatch_gpu_utilization_ratio{cfg.sel()}"),
+        on_held(OWNER_MEMORY_BUSY, f"nvwatch_gpu_memory_utilization_ratio{cfg.sel()}"),
+        on_held(OWNER_MEMORY_USED, f"nvwatch_gpu_memory_used_bytes{cfg.sel()}"),
+        on_held(OWNER_POWER, f"nvwatch_gpu_power_watts{cfg.sel()}"),
+        on_held(OWNER_THERMAL, reason_active(THERMAL_REASONS)),
+        on_held(OWNER_POWER_CAP, reason_active(POWER_REASONS)),
+        on_held(OWNER_NVLINK_TRANSMIT, f"sum by ({gpu}) ({GPU_NVLINK_TRANSMIT})"),
+    )
+    return RecordingGroup("nvwatch-jobs.rules", rules)
