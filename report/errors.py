@@ -5,3 +5,9 @@ from __future__ import annotations
 
 class ReportError(Exception):
     """The report cannot be made: Prometheus unreachable or refusing, no data in the range."""
+
+
+class TooManySamples(ReportError):
+    """The server refused a query for the samples it would hold at once (Prometheus'
+    --query.max-samples, VictoriaMetrics' -search.maxSamplesPerQuery); the same query
+    over part of the range holds fewer."""

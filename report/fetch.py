@@ -1,7 +1,11 @@
 """Run the report's queries against Prometheus, a few at a time, with a progress bar.
 
 A 30-day range over a large fleet takes Prometheus seconds per query; running four at
-once keeps its cores busy without crowding out the dashboards people are using.
+once keeps its cores busy without crowding out the dashboards people are using. A query
+the server refuses for the samples it would hold at once (a per-port counter of a
+thousand nodes, before its sum) is asked again in two halves of its range, and so on:
+each step's value reads only its own window, so the halves' answers put end to end are
+the whole range's answer, as a query frontend splits a long range.
 """
 
 from __future__ import annotations
@@ -10,13 +14,14 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
 from nvwatch.agent.threads import thread_pool
+from nvwatch.report.errors import TooManySamples
 from nvwatch.report.frame import Frame
-from nvwatch.report.prom import PrometheusClient
+from nvwatch.report.prom import PrometheusClient, RangeResult
 from nvwatch.report.queries import Query
 from nvwatch.report.window import Window
 
@@ -65,8 +70,36 @@ def _progress_bar(total: int, stream: TextIO | None) -> Iterator[Callable[[str],
 
 def _run(client: PrometheusClient, query: Query, window: Window) -> Frame:
     if query.static:
-        result = client.query_range(query.expr, window.static_first, window.end, window.static_step)
+        result = split_range(
+            client, query.expr, window.static_first, window.end, window.static_step
+        )
         return Frame.from_result(result, window, single=True)
     first = window.start + window.step
-    result = client.query_range(query.expr, first, window.end, window.step)
+    result = split_range(client, query.expr, first, window.end, window.step)
     return Frame.from_result(result, window)
+
+
+def split_range(
+    client: PrometheusClient, expr: str, first: float, last: float, step: float
+) -> RangeResult:
+    """`expr` at every step from `first` to `last`; a range the server refuses for its
+    samples in two halves (each asked the same way), down to a single step."""
+    try:
+        return client.query_range(expr, first, last, step)
+    except TooManySamples:
+        steps = round((last - first) / step)
+        if steps < 1:
+            raise
+        middle = first + (steps // 2) * step
+        early = split_range(client, expr, first, middle, step)
+        late = split_range(client, expr, middle + step, last, step)
+    return _end_to_end(early, late)
+
+
+def _end_to_end(early: RangeResult, late: RangeResult) -> RangeResult:
+    """Each series' points of `early`, then of `late` (a series may be in one only)."""
+    points: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[list[Any]]]] = {}
+    for labels, values in (*early.series, *late.series):
+        key = tuple(sorted(labels.items()))
+        points.setdefault(key, (labels, []))[1].extend(values)
+    return RangeResult(list(points.values()))

@@ -21,7 +21,10 @@ from nvwatch.common.http_connection import (
     auth_headers,
     ssl_context,
 )
-from nvwatch.report.errors import ReportError
+from nvwatch.report.errors import ReportError, TooManySamples
+
+# how each server says a query would hold more samples than it allows
+_TOO_MANY_SAMPLES = ("too many samples", "maxSamplesPerQuery")
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def _payload(body: bytes, expr: str) -> dict[str, Any]:
     except ValueError:
         raise ReportError("Prometheus answered something that is not JSON") from None
     if answer.get("status") != "success":
-        raise ReportError(f"Prometheus rejected {_short(expr)}: {answer.get('error', answer)}")
+        raise _rejected(expr, str(answer.get("error", answer)))
     data: dict[str, Any] = answer["data"]
     return data
 
@@ -110,8 +113,13 @@ def _http_error(err: urllib.error.HTTPError, expr: str, base: str) -> ReportErro
     except (ValueError, OSError):
         message = err.reason
     if err.code in (400, 422):
-        return ReportError(f"Prometheus rejected {_short(expr)}: {message}")
+        return _rejected(expr, str(message))
     return ReportError(f"Prometheus at {base} failed (HTTP {err.code}): {message}")
+
+
+def _rejected(expr: str, message: str) -> ReportError:
+    kind = TooManySamples if any(m in message for m in _TOO_MANY_SAMPLES) else ReportError
+    return kind(f"Prometheus rejected {_short(expr)}: {message}")
 
 
 def _short(expr: str) -> str:

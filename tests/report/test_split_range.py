@@ -1,0 +1,111 @@
+"""A report query the server refuses for its samples is asked in parts of its range, and
+the parts put end to end are the answer: checked against a real Prometheus whose
+--query.max-samples refuses the whole range, step by step against its instant answers."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+
+import numpy as np
+import pytest
+
+from nvwatch.common.http_connection import Connection
+from nvwatch.report.errors import ReportError, TooManySamples
+from nvwatch.report.fetch import split_range
+from nvwatch.report.prom import PrometheusClient, RangeResult
+from nvwatch.sim.tsdb.block import BlockWriter
+from nvwatch.sim.tsdb.xor import Grid
+from tests.conftest import require_tool
+from tests.e2e.loopback import Endpoint, wait_for
+from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
+from tests.processes import stop
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+STEP_S = 30
+SAMPLES = 240  # two hours
+PORTS = 40
+# the whole range's points before the sum (40 series x 120 steps) are over this limit;
+# a quarter of the range is under it
+MAX_SAMPLES = 2_000
+EXPR = "sum by (instance) (max_over_time(port_errors_total[1m]))"
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> str:
+    binary = require_tool("prometheus")
+    work = tmp_path_factory.mktemp("split")
+    writer = BlockWriter(work / "data", Grid(START_MS, STEP_S * 1000, SAMPLES))
+    rng = np.random.default_rng(3)
+    labels = [(("__name__", "port_errors_total"), ("instance", f"n{k % 4}"), ("port", str(k)))
+              for k in range(PORTS)]  # fmt: skip
+    writer.add(labels, np.cumsum(rng.integers(0, 5, (PORTS, SAMPLES)), axis=1).astype(float))
+    writer.close()
+    (work / "targets").mkdir()
+    config = prometheus_config(rule_files=[], targets=work / "targets", scrape_interval="1h",
+                               scrape_timeout="10s", evaluation_interval="1h")  # fmt: skip
+    endpoint = Endpoint.free()
+    extra = ["--storage.tsdb.retention.time=100y", f"--query.max-samples={MAX_SAMPLES}"]
+    argv = prometheus_argv(binary, write_yaml(work / "p.yml", config), work / "data", endpoint,
+                           extra)  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("Prometheus ready", lambda: _ready(endpoint.url), timeout=60)
+        yield endpoint.url
+    finally:
+        stop(process)
+
+
+def _ready(url: str) -> bool | None:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as answer:
+            return answer.status == 200 or None
+    except OSError:
+        return None
+
+
+def test_the_parts_of_a_refused_range_are_its_steps_answers(prometheus: str) -> None:
+    client = PrometheusClient(Connection(prometheus))
+    first = START_MS / 1000 + 60
+    last = first + (SAMPLES // 2 - 2) * 60  # every step's window inside the data
+    with pytest.raises(TooManySamples, match="too many samples"):
+        client.query_range(EXPR, first, last, 60)
+    whole = split_range(client, EXPR, first, last, 60)
+    got = {labels["instance"]: values for labels, values in whole.series}
+    assert sorted(got) == ["n0", "n1", "n2", "n3"]
+    steps = [first + 60 * k for k in range(SAMPLES // 2 - 1)]
+    for values in got.values():
+        assert [t for t, _ in values] == pytest.approx(steps)  # each step once, in order
+    for at in steps[::7]:
+        for labels, (_, value) in client.query(EXPR, at):
+            assert dict(got[labels["instance"]])[at] == value
+
+
+class _Refusing(PrometheusClient):
+    """Refuses any range of more than `most` steps; answers one series, the step times."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.answered: list[tuple[float, float]] = []
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> RangeResult:
+        if (end - start) / step + 1 > self.most:
+            raise TooManySamples("Prometheus rejected x: too many samples")
+        self.answered.append((start, end))
+        points = [[start + step * k, "1"] for k in range(round((end - start) / step) + 1)]
+        return RangeResult([({"instance": "n"}, points)])
+
+
+def test_halving_covers_every_step_once() -> None:
+    client = _Refusing(most=3)
+    result = split_range(client, "x", 0.0, 990.0, 10.0)
+    ((_, points),) = result.series
+    assert [t for t, _ in points] == [10.0 * k for k in range(100)]
+    # the parts answered: each within the limit, end to end
+    assert all((end - start) / 10 + 1 <= 3 for start, end in client.answered)
+    assert [s for s, _ in client.answered[1:]] == [e + 10 for _, e in client.answered[:-1]]
+
+
+def test_a_single_step_still_refused_is_the_one_line_error() -> None:
+    with pytest.raises(ReportError, match="too many samples"):
+        split_range(_Refusing(most=0), "x", 0.0, 90.0, 10.0)
