@@ -5,7 +5,9 @@ alert's runbook_url names."""
 
 from __future__ import annotations
 
+from nvwatch.alerts.recording import nvlink_doc_lines
 from nvwatch.alerts.recording_attribution import doc_lines as gpu_hours_doc
+from nvwatch.alerts.recording_jobs import doc_lines as jobs_doc_lines
 from nvwatch.alerts.recording_scheduler import doc_lines as queue_doc
 from nvwatch.alerts.rules import Alert, AlertGroup, alert_groups
 from nvwatch.alerts.rules.base import Kind
@@ -160,11 +162,13 @@ def _production_groups(cfg: MixinConfig) -> tuple[AlertGroup, ...]:
 
 
 def render_docs(cfg: MixinConfig) -> str:
-    """docs/alerts.md: the index of the runbooks, the XID table, the GPU-hours, the
-    queue and the straggler rules."""
+    """docs/alerts.md: the index of the runbooks, the XID table, the NVLink, GPU-hours,
+    jobs, queue and straggler rules."""
     lines = [*_INTRO, "", *_summary_table(_production_groups(cfg))]
     lines += _xid_table(cfg)
+    lines += nvlink_doc_lines(cfg)
     lines += gpu_hours_doc(cfg)
+    lines += jobs_doc_lines(cfg)
     lines += queue_doc(cfg)
     lines += straggler_doc(cfg)
     return "\n".join(lines) + "\n"

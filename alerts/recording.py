@@ -123,7 +123,7 @@ def node_group(cfg: MixinConfig) -> RecordingGroup:
 
 # Links with errors: the error rate of each link and type, recorded only where it is
 # above 0. The rate over every link of every type is the costliest read of the mixin (a
-# DGX H100 has 576 such series; a thousand nodes, half a million, several seconds per
+# DGX H100 has 720 such series; a thousand nodes, half a million, several seconds per
 # evaluation), so it is computed once here, and the node rule, the alert and the
 # straggler signal read the few links that have errors instead of computing it again.
 LINKS_WITH_ERRORS = "link:nvwatch_nvlink_errors:rate"
@@ -163,6 +163,32 @@ def nvlink_group(cfg: MixinConfig) -> RecordingGroup:
         ),
     )
     return RecordingGroup("nvwatch-nvlink.rules", rules)
+
+
+def nvlink_doc_lines(cfg: MixinConfig) -> list[str]:
+    """The NVLink group's section of docs/alerts.md."""
+    return [
+        "",
+        "## NVLink, read once (recording rules)",
+        "",
+        "The group `nvwatch-nvlink.rules` reads the per-link NVLink series once per "
+        f"evaluation interval ({cfg.evaluation_interval}): a DGX H100 has 144 links and "
+        "720 error series, a thousand nodes half a million, and three rules rating them "
+        "each cost seconds. The node rules, NvwatchNvlinkErrors, the straggler signals "
+        "and the jobs rules read these instead.",
+        "",
+        "| rule | labels | value |",
+        "|---|---|---|",
+        f"| `{LINKS_WITH_ERRORS}` | the link's (node, GPU, link, type) | errors per second "
+        f"over {cfg.rate_window}, only where above 0 |",
+        f"| `{GPU_NVLINK_TRANSMIT}` | `cluster`, `rack`, `node_class`, `instance`, `gpu` | "
+        f"bytes per second the GPU sends over all its links, over {cfg.rate_window} |",
+        "| `instance:nvwatch_nvlink_errors:rate` | the node's | the links' error rates "
+        "added up; 0 for a node whose links have none |",
+        "| `instance:nvwatch_nvlink_transmit_bytes:rate` | the node's | its GPUs' "
+        "transmit rates added up |",
+        "| `instance:nvwatch_nvlink_down:sum` | the node's | links inactive |",
+    ]
 
 
 def cluster_group(cfg: MixinConfig) -> RecordingGroup:

@@ -51,3 +51,32 @@ def jobs_group(cfg: MixinConfig) -> RecordingGroup:
         on_held(OWNER_NVLINK_TRANSMIT, f"sum by ({gpu}) ({GPU_NVLINK_TRANSMIT})"),
     )
     return RecordingGroup("nvwatch-jobs.rules", rules)
+
+
+def doc_lines(cfg: MixinConfig) -> list[str]:
+    """The jobs rules' section of docs/alerts.md."""
+    rows = (
+        (OWNER_UTILIZATION, "the GPU's utilization"),
+        (OWNER_MEMORY_BUSY, "the share of time its memory was read or written"),
+        (OWNER_MEMORY_USED, "its memory used, bytes"),
+        (OWNER_POWER, "its board power, watts"),
+        (OWNER_THERMAL, f"1 while {THERMAL_REASONS.replace('|', ' or ')} holds its clocks"),
+        (OWNER_POWER_CAP, f"1 while {POWER_REASONS} holds its clocks"),
+        (OWNER_NVLINK_TRANSMIT, "bytes per second it sends over all its NVLink links"),
+    )
+    return [
+        "",
+        "## Each GPU a job holds (recording rules)",
+        "",
+        "With GPU attribution on, the group `nvwatch-jobs.rules` records every "
+        f"evaluation interval ({cfg.evaluation_interval}), for each whole GPU a job or pod "
+        "holds, one of the GPU's series with the allocation's labels: what the jobs "
+        "dashboard's verdict and per-GPU panels read. A series exists while the job "
+        "holds the GPU; a GPU two owners share has one per owner. Recorded, a day of "
+        "verdicts reads the GPUs jobs held; joined at query time it read every GPU of "
+        "the fleet at every step (45 s at a thousand nodes, docs/scale.md).",
+        "",
+        "| rule | labels | value |",
+        "|---|---|---|",
+        *(f"| `{name}` | the allocation's (node, GPU, owner) | {what} |" for name, what in rows),
+    ]
