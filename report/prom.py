@@ -87,6 +87,11 @@ class PrometheusClient:
             raise _http_error(err, expr, self._base) from None
         except OSError as err:  # URLError, refused connections and timeouts are all OSError
             reason = getattr(err, "reason", err)
+            if isinstance(reason, TimeoutError):
+                raise ReportError(
+                    f"Prometheus at {self._base} did not answer within "
+                    f"{self._connection.timeout_seconds:g} s (--timeout): {_short(expr)}"
+                ) from None
             raise ReportError(f"cannot reach Prometheus at {self._base}: {reason}") from None
         return _payload(body, expr)
 

@@ -11,13 +11,17 @@ not retried: that is what a Grafana user would see.
 from __future__ import annotations
 
 import statistics
+import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
+from typing import Any
 
+from benchmarks.common import nvwatch_command, stop
 from benchmarks.scale import measure as m
+from benchmarks.scale.stack import Stack
 from nvwatch.mixin.config import MixinConfig
 
 REPEAT_BELOW_S = 5.0  # a query faster than this is timed three times (the median kept)
@@ -120,3 +124,34 @@ def rule_costs(readings: list[dict[str, float]], intervals: dict[str, float]) ->
 
 def as_dicts(items: list[PanelTiming] | list[GroupCost]) -> list[dict[str, object]]:
     return [asdict(item) for item in items]
+
+
+REPORT_TIMEOUT_S = 3600.0
+
+
+def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
+                end: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """`nvwatch report` over `hours` up to `end` (now), as its users run it, as process
+    `name`: wall seconds, its peak RSS (sampled), and its one-line error if it failed."""
+    out = stack.workdir / name
+    argv = [*nvwatch_command(), "report", "--prometheus", url, "--range", f"{hours:g}h",
+            "--cluster", cluster, "--out", str(out)]  # fmt: skip
+    if end is not None:
+        argv += ["--end", f"{end:.0f}"]
+    began = time.perf_counter()
+    stack.spawn(name, argv)
+    process = stack.processes.pop(name)
+    try:
+        code = process.wait(timeout=REPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stop(process)
+        code = -1
+    seconds = time.perf_counter() - began
+    log = (stack.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()
+    return {
+        "seconds": seconds,
+        "peak_rss_mb": stack.sampler.peaks.get(name, 0.0),
+        "returncode": code,
+        "error": (log[-1] if log else "no output") if code else "",
+        "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
+    }

@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from nvwatch.sim.bulk.templates import Template, node_series
 from nvwatch.sim.fleet.plan import NodeSpec, node_labels
+from nvwatch.sim.tsdb.index import Labels
 
 # labels Prometheus adds from the scrape (job) or the target group (the rest)
 _TARGET_LABELS = frozenset({"__name__", "job", "cluster", "rack", "node_class", "instance"})
@@ -48,16 +50,22 @@ def replay_node(
     tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
     step_s: float,
     since: float,
+    running: Sequence[Labels] = (),
 ) -> ReplayNode:
-    prefixes = []
-    for labels in node_series(template, spec):
-        name = dict(labels)["__name__"]
-        own = ",".join(f'{k}="{_escaped(v)}"' for k, v in labels if k not in _TARGET_LABELS)
-        prefixes.append(f"{name}{{{own}}} " if own else f"{name} ")
+    """Node `spec` going on from `tail`, with the allocations of its `running` job."""
+    prefixes = [_prefix(labels) for labels in (*node_series(template, spec), *running)]
     previous, last = tail
     counters = np.array([kind == "counter" for kind in template.kinds])
     per_second = np.where(counters, (last - previous) / step_s, 0.0)
-    return ReplayNode(tuple(prefixes), last, per_second, since)
+    held = np.ones(len(running))  # an allocation's value is always 1
+    return ReplayNode(tuple(prefixes), np.concatenate([last, held]),
+                      np.concatenate([per_second, np.zeros(len(running))]), since)  # fmt: skip
+
+
+def _prefix(labels: Labels) -> str:
+    name = dict(labels)["__name__"]
+    own = ",".join(f'{k}="{_escaped(v)}"' for k, v in labels if k not in _TARGET_LABELS)
+    return f"{name}{{{own}}} " if own else f"{name} "
 
 
 def _escaped(value: str) -> str:

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from benchmarks.common import stop
 from benchmarks.scale import measure as m
 from benchmarks.scale.stack import Stack
 from benchmarks.thousand import measure as t
+from benchmarks.thousand import recorded as r
 from benchmarks.thousand.replay import ReplayProcess, replay_node, write_targets
 from benchmarks.thousand.section import this_machine, write_section
 from nvwatch.alerts import build as alerts_build
@@ -55,8 +56,11 @@ from tests.e2e.service_commands import (
 
 RANGES_S = (3600, 86400)
 TRIAL_NODES = 3  # one of each profile of the mix
-WRITING_MARGIN = 1.1  # a larger index sorts and writes a little slower per series
+# a larger index sorts and writes a little slower per series; a history that ends early
+# leaves a gap before the live minutes, one that ends late is waited for
+WRITING_MARGIN = 1.0
 RULE_READINGS = 4  # each group's evaluation time read after each of its first four
+RULE_INTERVAL_S = 60  # the mixin's evaluation interval, which the engines run at
 
 
 @dataclass
@@ -91,6 +95,7 @@ def generate(plan: BulkPlan, data: Path) -> tuple[BulkResult, dict[str, Any]]:
         "samples": result.samples,
         "block_bytes": block_bytes,
         "profiles": result.profiles,
+        "jobs": result.jobs,
     }
 
 
@@ -99,7 +104,14 @@ def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[Replay
     since = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
     specs = node_specs(plan)
     nodes = {
-        s.name: replay_node(templates[s.profile], s, result.tails[s.name], plan.step_s, since)
+        s.name: replay_node(
+            templates[s.profile],
+            s,
+            result.tails[s.name],
+            plan.step_s,
+            since,
+            result.running[s.name],
+        )
         for s in specs
     }
     server = ReplayProcess(nodes)
@@ -115,18 +127,19 @@ def rules(work: Path) -> Path:
 
 
 def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
-                       scrape_s: int, rule_readings: int) -> dict[str, Any]:  # fmt: skip
+                       scrape_s: int, rule_readings: int, history_start: float,
+                       hours: float) -> dict[str, Any]:  # fmt: skip
     endpoint = Endpoint.free()
     rule_files = [rule_dir / alerts_build.PROMETHEUS_RECORDING,
                   rule_dir / alerts_build.PROMETHEUS_ALERTS]  # fmt: skip
     config = prometheus_config(
         rule_files=rule_files,
         targets=targets, scrape_interval=f"{scrape_s}s", scrape_timeout="20s",
-        evaluation_interval="1m",
+        evaluation_interval=f"{RULE_INTERVAL_S}s",
     )  # fmt: skip
     path = write_yaml(stack.workdir / "prometheus.yml", config)
     url = endpoint.url
-    began = time.perf_counter()
+    began, started_at = time.perf_counter(), time.time()
     stack.spawn("prometheus", prometheus_argv("prometheus", path, data, endpoint),
                 f"{url}/-/ready")  # fmt: skip
     ready_s = time.perf_counter() - began
@@ -136,10 +149,15 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
         lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
     )  # fmt: skip
     costs = t.rule_costs(readings, groups)
+    # the rules' series over the history, before the live minutes' first evaluation
+    recorded = recorded_history(url, data, history_start, started_at)
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
+    report = t.report_cost(stack, url, CLUSTER, hours, "report-prometheus")
     metrics = m.scrape_metrics(url)
     figures = {
         "ready_seconds": ready_s,
+        "recorded_history": recorded,
+        "report": report,
         "head_series": m.one(metrics, "prometheus_tsdb_head_series"),
         "rules": t.as_dicts(costs),
         "panels": t.as_dicts(panels),
@@ -149,22 +167,61 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     return figures
 
 
-def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: Path,
-                             scrape_s: int, rule_readings: int) -> dict[str, Any]:  # fmt: skip
-    vm_endpoint = Endpoint.free()
-    vm = vm_endpoint.url
-    vm_argv = victoria_metrics_argv(vm_endpoint, stack.workdir / "vm-data")
-    stack.spawn("victoria-metrics", vm_argv, f"{vm}/health")
+def recorded_history(url: str, out: Path, start_s: float, end_s: float,
+                     load: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The stand-in for the rules' series over the history (benchmarks/thousand/recorded)
+    as a block in `out` (Prometheus' data directory loads it itself; `load` gives it to
+    another engine), once the engine answers from it and holds it as it will."""
     began = time.perf_counter()
+    series = r.recorded_now(url)
+    grid = r.rule_grid(start_s, end_s, RULE_INTERVAL_S)
+    blocks = None if load else r.blocks_loaded(url)
+    block = r.write_recorded_history(series, grid, out)
+    if load is not None:
+        load(block)
+    written_s = time.perf_counter() - began
+    figures = {
+        "series": len(series),
+        "samples": len(series) * grid.count,
+        "write_seconds": written_s,
+        "load_seconds": r.wait_loaded(url, grid),
+    }
+    if blocks is not None:
+        # Prometheus merges a block overlapping another (vertical compaction), as a
+        # day's own blocks hold the rules' series beside the scraped ones: timed after
+        figures["merge_seconds"] = r.wait_merged(url, blocks)
+    return figures
+
+
+# the series an agent exports: a recording rule's name has a colon, and each engine
+# records its own (Prometheus' blocks hold its rules' series by the time vmctl reads them)
+SCRAPED_NAMES = "[^:]*"
+
+
+def vmctl_import(blocks: Path, vm: str, names: str = SCRAPED_NAMES) -> None:
+    """The series named as the regular expression `names` from every block in the
+    directory `blocks` into VictoriaMetrics at `vm`."""
     vmctl = (
-        f"vmctl prometheus --prom-snapshot={shlex.quote(str(data))} --vm-addr={vm} -s "
-        "--prom-concurrency=2 --vm-concurrency=2 --vm-disable-progress-bar"
+        f"vmctl prometheus --prom-snapshot={shlex.quote(str(blocks))} --vm-addr={vm} -s "
+        "--prom-concurrency=2 --vm-concurrency=2 --vm-disable-progress-bar "
+        f"--prom-filter-label=__name__ --prom-filter-label-value={shlex.quote(names)}"
     )
     # vmctl insists on a terminal even when silent: util-linux's script gives it one
     done = subprocess.run(["script", "-qec", vmctl, "/dev/null"], capture_output=True,
                           stdin=subprocess.DEVNULL, text=True, timeout=4 * 3600)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"vmctl failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: Path,
+                             scrape_s: int, rule_readings: int, history_start: float,
+                             hours: float) -> dict[str, Any]:  # fmt: skip
+    vm_endpoint = Endpoint.free()
+    vm = vm_endpoint.url
+    vm_argv = victoria_metrics_argv(vm_endpoint, stack.workdir / "vm-data")
+    stack.spawn("victoria-metrics", vm_argv, f"{vm}/health")
+    began = time.perf_counter()
+    vmctl_import(data, vm)
     import_s = time.perf_counter() - began
     scrape_path = write_yaml(stack.workdir / "vmagent.yml",
                              vmagent_scrape_config(targets, f"{scrape_s}s", "20s"))  # fmt: skip
@@ -176,6 +233,7 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
                   rule_dir / alerts_build.VMALERT_ALERTS]  # fmt: skip
     # alerts go to a closed loopback port: what fires is not measured here
     vmalert = vmalert_argv(alert, rule_files, vm, "http://127.0.0.1:9")
+    rules_from = time.time()
     stack.spawn("vmalert", vmalert, f"{alert.url}/health")
     groups = rule_groups(rule_files)
     readings = _rule_readings(
@@ -183,9 +241,16 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), groups, rule_readings,
     )  # fmt: skip
     costs = t.rule_costs(readings, groups)
+    standing_in = stack.workdir / "recorded-vm"
+    standing_in.mkdir()
+    recorded = recorded_history(vm, standing_in, history_start, rules_from,
+                                lambda block: vmctl_import(block.parent, vm, ".*"))  # fmt: skip
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
+    report = t.report_cost(stack, vm, CLUSTER, hours, "report-victoria-metrics")
     return {
         "import_seconds": import_s,
+        "recorded_history": recorded,
+        "report": report,
         "data_bytes": m.du_bytes(stack.workdir / "vm-data"),
         "rules": t.as_dicts(costs),
         "panels": t.as_dicts(panels),
@@ -257,20 +322,26 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         end = time.time() + writing_seconds(nodes, hours, scrape_s, nvlink_detail, work)
         plan = BulkPlan(nodes, end, hours, scrape_s, nvlink_detail)
         result, figures.generation = generate(plan, data)
+        history_end = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
+        # a history written faster than foreseen ends after now: Prometheus would refuse
+        # every live sample, and the rules' outputs, older than its newest block's end
+        time.sleep(max(0.0, history_end + 1.0 - time.time()))
         server, targets = start_replay(plan, result, work)
         # where the history ends and the live minutes begin: apart by a gap, if any
-        figures.generation["history_end"] = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
+        figures.generation["history_end"] = history_end
         figures.generation["live_from"] = time.time()
         rule_dir = rules(work)
         stack.sampler.start()
         if "prometheus" in engines:
             figures.engines["prometheus"] = measure_prometheus(
-                stack, data, targets, rule_dir, scrape_s, rule_readings
-            )
+                stack, data, targets, rule_dir, scrape_s, rule_readings,
+                plan.grid.start_ms / 1000.0, hours,
+            )  # fmt: skip
         if "victoria-metrics" in engines:
             figures.engines["victoria-metrics"] = measure_victoria_metrics(
-                stack, data, targets, rule_dir, scrape_s, rule_readings
-            )
+                stack, data, targets, rule_dir, scrape_s, rule_readings,
+                plan.grid.start_ms / 1000.0, hours,
+            )  # fmt: skip
     finally:
         stack.close()
         if server is not None:

@@ -20,8 +20,10 @@ NOISE = 0.03  # per-sample spread of a busy GPU's load
 
 def node_load(
     rng: np.random.Generator, gpus: int, samples: int, step_s: float
-) -> npt.NDArray[np.float64]:
-    """The load (0..1) of each of a node's `gpus` at each of `samples` steps."""
+) -> tuple[npt.NDArray[np.float64], list[tuple[int, int]]]:
+    """The load (0..1) of each of a node's `gpus` at each of `samples` steps, and the
+    jobs: each one's first step and the step after its last."""
+    jobs = []
     busy = np.zeros(samples, dtype=bool)
     level = np.zeros((gpus, samples))
     position = 0
@@ -31,8 +33,9 @@ def node_load(
         length = max(1, round(rng.exponential(mean) / step_s))
         end = min(samples, position + length)
         if running:
+            jobs.append((position, end))
             busy[position:end] = True
             level[:, position:end] = rng.uniform(*BUSY_LEVEL, size=(gpus, 1))
         position, running = end, not running
     noisy = level + rng.normal(0.0, NOISE, size=(gpus, samples))
-    return np.where(busy, np.clip(noisy, 0.0, 1.0), 0.0)
+    return np.where(busy, np.clip(noisy, 0.0, 1.0), 0.0), jobs

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nvwatch.sim.bulk.jobs import FIRST_JOB_ID, allocations
 from nvwatch.sim.bulk.load import node_load
 from nvwatch.sim.bulk.templates import Template, node_series, render_template
 from nvwatch.sim.bulk.values import moving_series, node_values
@@ -58,6 +59,9 @@ class BulkResult:
     tails: dict[str, tuple[np.ndarray, np.ndarray]]
     templates: dict[str, Template]  # the profiles' renders the nodes were made from
     render_seconds: float  # of `seconds`, rendering the templates (once, whatever the size)
+    # each node's allocation series of the job still running at the range's end
+    running: dict[str, list[Labels]]
+    jobs: int
 
 
 def node_specs(plan: BulkPlan) -> list[NodeSpec]:
@@ -81,22 +85,30 @@ def write_bulk_history(
     times_s = (grid.start_ms + grid.step_ms * np.arange(grid.count)) / 1000.0
     writer = BlockWriter(out, grid)
     batch = _Batch(writer)
-    tails = {}
+    tails, running = {}, {}
+    job_id, span_samples = FIRST_JOB_ID, 0
     for done, spec in enumerate(specs, start=1):
         template = templates[spec.profile]
-        load = node_load(np.random.default_rng(spec.seed), template.gpus, grid.count, plan.step_s)
+        rng = np.random.default_rng(spec.seed)
+        load, jobs = node_load(rng, template.gpus, grid.count, plan.step_s)
         values = node_values(template, moving[spec.profile], load, times_s, plan.step_s)
         batch.add(node_series(template, spec), values)
         tails[spec.name] = (values[:, max(0, grid.count - 2)].copy(), values[:, -1].copy())
+        held = allocations(template, spec, jobs, job_id)
+        for labels, first, end in held:
+            writer.add_span(labels, first, end)
+            span_samples += end - first + (end < grid.count)  # the staleness marker
+        running[spec.name] = [labels for labels, _, end in held if end == grid.count]
+        job_id += len(jobs)
         if progress is not None:
             progress(done, len(specs))
     batch.flush()
     block = writer.close()
-    series = len(writer.labels)
-    return BulkResult(block, len(specs), series, series * grid.count,
-                      time.perf_counter() - started,
+    series, samples = writer.series, len(writer.labels) * grid.count + span_samples
+    return BulkResult(block, len(specs), series, samples, time.perf_counter() - started,
                       {p: sum(1 for s in specs if s.profile == p) for p in templates},
-                      tails, templates, render_seconds)  # fmt: skip
+                      tails, templates, render_seconds, running,
+                      job_id - FIRST_JOB_ID)  # fmt: skip
 
 
 class _Batch:

@@ -9,7 +9,7 @@ and a series' number is its 16-byte-aligned offset over 16.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -48,14 +48,15 @@ class _File:
         self.write(struct.pack(">I", len(body)) + body + crc32c(body))
 
 
+# A series' chunks: each one's first and last sample's time, and where it lies in the
+# chunk files (segment << 32 | offset)
+ChunkMetas = tuple[Sequence[tuple[int, int]], Sequence[int]]
+
+
 def write_index(
-    path: Path,
-    labels: Sequence[Labels],
-    chunk_times: Sequence[tuple[int, int]],
-    chunk_refs: npt.NDArray[np.uint64],
+    path: Path, labels: Sequence[Labels], chunks_of: Callable[[int], ChunkMetas]
 ) -> None:
-    """The index of series `labels[i]`, each with one chunk per `chunk_times` entry
-    (its first and last sample's time) at `chunk_refs[i]` in the chunk files."""
+    """The index of series `labels[i]`, each with the chunks `chunks_of(i)`."""
     order = sorted(range(len(labels)), key=labels.__getitem__)
     symbols = sorted({text for pairs in labels for pair in pairs for text in pair})
     symbol_of = {text: number for number, text in enumerate(symbols)}
@@ -65,7 +66,7 @@ def write_index(
         toc = [out.offset]
         out.section(_symbol_table(symbols))
         toc.append(out.offset)
-        refs = [_write_series(out, labels[i], symbol_of, chunk_times, chunk_refs[i]) for i in order]
+        refs = [_write_series(out, labels[i], symbol_of, *chunks_of(i)) for i in order]
         postings = _postings([labels[i] for i in order], refs)
         toc.append(out.offset)
         label_offsets = _write_label_indices(out, postings, symbol_of)
@@ -92,7 +93,7 @@ def _write_series(
     labels: Labels,
     symbol_of: dict[str, int],
     chunk_times: Sequence[tuple[int, int]],
-    refs: npt.NDArray[np.uint64],
+    refs: Sequence[int],
 ) -> int:
     """One series entry at the next 16-byte boundary; its number (offset / 16)."""
     out.align(16)
@@ -101,7 +102,7 @@ def _write_series(
     parts.extend(uvarint(symbol_of[name]) + uvarint(symbol_of[value]) for name, value in labels)
     parts.append(uvarint(len(chunk_times)))
     previous_max = previous_ref = 0
-    for position, ((mint, maxt), ref) in enumerate(zip(chunk_times, refs.tolist(), strict=True)):
+    for position, ((mint, maxt), ref) in enumerate(zip(chunk_times, refs, strict=True)):
         if position == 0:
             parts.append(varint(mint) + uvarint(maxt - mint) + uvarint(ref))
         else:

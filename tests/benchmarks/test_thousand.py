@@ -82,7 +82,11 @@ def figures() -> Figures:
 def test_the_history_is_every_node_s_series_for_the_range(figures: Figures) -> None:
     g = figures.generation
     assert sum(g["profiles"].values()) == 20
-    assert g["samples"] == g["series"] * 120  # an hour at 30 s
+    # an hour at 30 s for every series but the jobs' allocations (8 GPUs a job), which
+    # hold samples for their job's life only
+    allocations = 8 * g["jobs"]
+    assert g["jobs"] > 0
+    assert (g["series"] - allocations) * 120 < g["samples"] < g["series"] * 120
     assert g["block_bytes"] < g["samples"] * 3  # XOR chunks: bytes, not tens, per sample
 
 
@@ -95,6 +99,39 @@ def test_each_engine_ran_every_rule_group_and_answered_every_panel(
     panels = measured["panels"]
     assert len(panels) == len(panel_queries(MixinConfig())) * len(RANGES_S)
     assert [p for p in panels if p["error"]] == []
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoria-metrics"])
+def test_the_rules_series_stand_in_over_the_history(figures: Figures, engine: str) -> None:
+    """Every series the engine's rules recorded, over the history at the rules' minute,
+    answered by the engine before the panels were timed (the run waits for it)."""
+    recorded = figures.engines[engine]["recorded_history"]
+    # per node at least its instance-level rules; the rack and cluster roll-ups besides
+    assert recorded["series"] > 20 * 10
+    minutes = recorded["samples"] / recorded["series"]
+    assert minutes == int(minutes) and 50 <= minutes <= 62  # the hour, to the live minutes
+    assert recorded["load_seconds"] >= 0
+
+
+def test_a_dashboard_without_all_is_timed_on_its_first_node(figures: Figures) -> None:
+    """As Grafana opens it: the node, NVLink and InfiniBand dashboards on the first node
+    by name; every other with every node."""
+    selection = {p["dashboard"]: p["selection"] for p in figures.engines["prometheus"]["panels"]}
+    first = min(s.name for s in node_specs(BulkPlan(nodes=20, end_s=0, hours=1, step_s=30)))
+    for name in ("nvwatch-node.json", "nvwatch-nvlink.json", "nvwatch-infiniband.json"):
+        assert selection[name] == f"instance={first}"
+    assert selection["nvwatch-cluster-overview.json"] == ""
+    assert selection["nvwatch-jobs.json"] == ""
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoria-metrics"])
+def test_the_report_ran_over_the_history(figures: Figures, engine: str) -> None:
+    report = figures.engines[engine]["report"]
+    assert (report["returncode"], report["error"]) == (0, "")
+    assert {"report.html", "report.json"} <= set(report["files"])
+    assert "| " + ("Prometheus" if engine == "prometheus" else "VictoriaMetrics") in section(
+        figures.__dict__
+    )
 
 
 def test_the_live_minutes_are_scraped(figures: Figures) -> None:

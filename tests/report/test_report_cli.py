@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -90,6 +91,17 @@ def tls_prometheus(
 def test_the_report_shows_progress_on_stderr(synthetic_report: SyntheticReport) -> None:
     assert "querying Prometheus" in synthetic_report.stderr
     assert "wrote" in synthetic_report.stderr
+
+
+def test_a_prometheus_that_does_not_answer_in_time(tmp_path: Path) -> None:
+    """A server that takes the connection and never answers (a query too slow for the
+    fleet) is a line naming --timeout, not "cannot reach"."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshakes; nothing reads
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        line = one_line_error(nvwatch(*report_args(url, tmp_path, "--timeout", "1")))
+    assert f"Prometheus at {url} did not answer within 1 s (--timeout)" in line
 
 
 def test_an_unreachable_prometheus(tmp_path: Path) -> None:

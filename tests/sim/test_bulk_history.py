@@ -5,6 +5,7 @@ is its power added up, memory used and free make its total, counters only grow).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import defaultdict
 
@@ -25,8 +26,10 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[BulkPlan, Dumped]
     data = tmp_path_factory.mktemp("bulk")
     plan = BulkPlan(nodes=3, end_s=time.time(), hours=2, step_s=STEP_S)
     result = write_bulk_history(plan, data)
-    assert result.nodes == 3 and result.samples == result.series * 120
-    return plan, _dump(promtool, data)
+    dumped = _dump(promtool, data)
+    assert result.nodes == 3 and result.series == len(dumped)
+    assert result.samples == sum(len(samples) for samples in dumped.values())
+    return plan, dumped
 
 
 def _family(dumped: Dumped, name: str) -> dict[Labels, list[float]]:
@@ -100,3 +103,40 @@ def test_counters_grow_and_ratios_stay_within_one(history: tuple[BulkPlan, Dumpe
     tdp = _by(_family(dumped, "nvwatch_gpu_power_tdp_watts"), "instance", "gpu")
     power = _by(_family(dumped, "nvwatch_gpu_power_watts"), "instance", "gpu")
     assert all(max(watts) <= tdp[gpu][0] for gpu, watts in power.items())
+
+
+def test_a_job_holds_its_node_s_gpus_exactly_while_they_are_busy(
+    history: tuple[BulkPlan, Dumped],
+) -> None:
+    """An allocation series per GPU per job, as the agent's Slurm attribution exports
+    it: present at the steps the GPU is busy and no other, ending stale; one job id for
+    the node's GPUs at a time, never another node's; the GPU's own uuid."""
+    _, dumped = history
+    busy: dict[tuple[str, str], set[int]] = defaultdict(set)
+    uuid = {}
+    for labels, samples in dumped.items():
+        own = dict(labels)
+        if own["__name__"] == "nvwatch_gpu_utilization_ratio":
+            busy[(own["instance"], own["gpu"])] = {t for t, v in samples if v > 0}
+        if own["__name__"] == "nvwatch_gpu_up":
+            uuid[(own["instance"], own["gpu"])] = own["uuid"]
+    held: dict[tuple[str, str], set[int]] = defaultdict(set)
+    jobs_of: dict[str, set[str]] = defaultdict(set)
+    at: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for labels, samples in dumped.items():
+        own = dict(labels)
+        if own["__name__"] != "nvwatch_gpu_allocation_info":
+            continue
+        gpu = (own["instance"], own["gpu"])
+        assert own["uuid"] == uuid[gpu] and own["scheduler"] == "slurm" and own["user"]
+        times = {t for t, v in samples if not math.isnan(v)}
+        assert not times & held[gpu]  # one job at a time
+        held[gpu] |= times
+        jobs_of[own["instance"]].add(own["job_id"])
+        for t in times:
+            at[(own["instance"], t)].add(own["job_id"])
+    assert held, "no job in two hours of three nodes"
+    assert {gpu: held.get(gpu, set()) for gpu in busy} == busy
+    assert all(len(jobs) == 1 for jobs in at.values())
+    nodes = list(jobs_of.values())
+    assert all(not a & b for a, b in itertools.combinations(nodes, 2))

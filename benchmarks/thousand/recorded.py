@@ -1,0 +1,93 @@
+"""The recording rules' series over the history, for panels that read them over a day.
+
+The history holds what the agents export, not what the rules record from it: a panel
+reading a recorded series over 24 h would read the live minutes only, and its time would
+be a lower bound. Evaluating every rule over a day of a thousand nodes (promtool's
+`create-blocks-from rules`) costs the engine about a range query per rule per two hours,
+hours on this machine. This module writes a stand-in instead: every series the rules
+recorded in the live minutes, as the engine returns them (name and labels), extended
+back over the history at the rules' interval into a block of its own, each holding its
+live value with a per cent of noise (a constant would compress to nothing and decode
+faster than a real series). A panel then reads as many recorded series and samples as
+after a day of rules; the values over the history are the live ones, not the history's.
+A job's series (the jobs rules, one per GPU a job holds) stand in as the jobs running
+now, held over the whole day: about the samples of a day of jobs on a busy fleet, in
+fewer, longer series than the day's jobs would leave.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.scale import measure as m
+from nvwatch.sim.tsdb.block import BlockWriter
+from nvwatch.sim.tsdb.index import Labels
+from nvwatch.sim.tsdb.xor import Grid
+
+RECORDED = '{__name__=~".+:.+"}'  # level:metric:operations, as every rule is named
+NOISE = 0.01
+BATCH = 8_000
+
+
+def recorded_now(url: str) -> list[tuple[Labels, float]]:
+    """Every recorded series the engine holds now, with its value."""
+    out = []
+    for series in m.query(url, RECORDED):
+        labels = tuple(sorted(series["metric"].items()))
+        out.append((labels, float(series["value"][1])))
+    if not out:
+        raise RuntimeError(f"{url}: no recorded series to hold over the history")
+    return out
+
+
+def rule_grid(start_s: float, end_s: float, interval_s: int) -> Grid:
+    """The rules' evaluation times from `start_s` to before `end_s`, aligned."""
+    step_ms = interval_s * 1000
+    first = -(-int(start_s * 1000) // step_ms) * step_ms
+    count = max(2, (int(end_s * 1000) - first) // step_ms)
+    return Grid(first, step_ms, count)
+
+
+def write_recorded_history(
+    series: list[tuple[Labels, float]], grid: Grid, out: Path, seed: int = 1
+) -> Path:
+    """A block under `out` with each recorded series on `grid`: its value, noisy."""
+    rng = np.random.default_rng(seed)
+    writer = BlockWriter(out, grid)
+    for first in range(0, len(series), BATCH):
+        part = series[first : first + BATCH]
+        held = np.array([value for _, value in part])[:, None]
+        noise = 1.0 + rng.uniform(-NOISE, NOISE, size=(len(part), grid.count))
+        writer.add([labels for labels, _ in part], held * noise)
+    return writer.close()
+
+
+def wait_loaded(url: str, grid: Grid, timeout_s: float = 300.0) -> float:
+    """Seconds until the engine answers from the block (Prometheus loads a block put
+    in its data directory within a minute); RuntimeError past `timeout_s`."""
+    began = time.monotonic()
+    middle = grid.time_ms(grid.count // 2) / 1000.0
+    params = {"query": f"count({RECORDED})", "time": f"{middle:.3f}"}
+    while time.monotonic() - began < timeout_s:
+        if m.api(url, "/api/v1/query", params)["result"]:
+            return time.monotonic() - began
+        time.sleep(2)
+    raise RuntimeError(f"{url}: the recorded series' block not loaded in {timeout_s:.0f} s")
+
+
+def blocks_loaded(url: str) -> float:
+    return m.one(m.scrape_metrics(url), "prometheus_tsdb_blocks_loaded")
+
+
+def wait_merged(url: str, blocks: float, timeout_s: float = 1800.0) -> float:
+    """Seconds until Prometheus holds no more blocks than `blocks` again: it merged the
+    one added with the one it overlaps; RuntimeError past `timeout_s`."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if blocks_loaded(url) <= blocks:
+            return time.monotonic() - began
+        time.sleep(5)
+    raise RuntimeError(f"{url}: the recorded series' block not merged in {timeout_s:.0f} s")
