@@ -4,8 +4,7 @@ the parts put end to end are the answer: checked against a real Prometheus whose
 
 from __future__ import annotations
 
-import subprocess
-import urllib.request
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -16,10 +15,7 @@ from nvwatch.report.fetch import split_range
 from nvwatch.report.prom import PrometheusClient, RangeResult
 from nvwatch.sim.tsdb.block import BlockWriter
 from nvwatch.sim.tsdb.xor import Grid
-from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, wait_for
-from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
-from tests.processes import stop
+from tests.prometheus_on_blocks import prometheus_on
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 STEP_S = 30
@@ -32,8 +28,7 @@ EXPR = "sum by (instance) (max_over_time(port_errors_total[1m]))"
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> str:
-    binary = require_tool("prometheus")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("split")
     writer = BlockWriter(work / "data", Grid(START_MS, STEP_S * 1000, SAMPLES))
     rng = np.random.default_rng(3)
@@ -41,27 +36,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> str:
               for k in range(PORTS)]  # fmt: skip
     writer.add(labels, np.cumsum(rng.integers(0, 5, (PORTS, SAMPLES)), axis=1).astype(float))
     writer.close()
-    (work / "targets").mkdir()
-    config = prometheus_config(rule_files=[], targets=work / "targets", scrape_interval="1h",
-                               scrape_timeout="10s", evaluation_interval="1h")  # fmt: skip
-    endpoint = Endpoint.free()
-    extra = ["--storage.tsdb.retention.time=100y", f"--query.max-samples={MAX_SAMPLES}"]
-    argv = prometheus_argv(binary, write_yaml(work / "p.yml", config), work / "data", endpoint,
-                           extra)  # fmt: skip
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for("Prometheus ready", lambda: _ready(endpoint.url), timeout=60)
-        yield endpoint.url
-    finally:
-        stop(process)
-
-
-def _ready(url: str) -> bool | None:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as answer:
-            return answer.status == 200 or None
-    except OSError:
-        return None
+    with prometheus_on(work / "data", work, f"--query.max-samples={MAX_SAMPLES}") as url:
+        yield url
 
 
 def test_the_parts_of_a_refused_range_are_its_steps_answers(prometheus: str) -> None:

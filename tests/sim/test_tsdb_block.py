@@ -22,9 +22,7 @@ import pytest
 from nvwatch.sim.tsdb.block import BlockWriter, new_ulid
 from nvwatch.sim.tsdb.xor import Grid, uvarint, varint
 from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, wait_for
-from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
-from tests.processes import stop
+from tests.prometheus_on_blocks import prometheus_on
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 _LINE = re.compile(r"^\{(.*)\} (\S+) (-?\d+)$")
@@ -125,43 +123,23 @@ def test_a_series_of_part_of_the_range_ends_stale(tmp_path: Path) -> None:
 def test_prometheus_stops_seeing_a_span_at_its_end(tmp_path: Path) -> None:
     """The marker is Prometheus' staleness NaN: a query one step after a span's last
     sample finds nothing, where a plain NaN (or no marker) would answer for 5 minutes."""
-    binary = require_tool("prometheus")
     grid = Grid(START_MS, 30_000, 250)
     writer = BlockWriter(tmp_path / "data", grid)
     writer.add_span((("__name__", "held"), ("job_id", "early")), 0, 5)
     writer.add_span((("__name__", "held"), ("job_id", "to_the_end")), 200, 250)
     writer.close()
-    endpoint = Endpoint.free()
-    (tmp_path / "targets").mkdir()
-    config = prometheus_config(rule_files=[], targets=tmp_path / "targets",
-                               scrape_interval="1h", scrape_timeout="10s",
-                               evaluation_interval="1h")  # fmt: skip
-    argv = prometheus_argv(binary, write_yaml(tmp_path / "p.yml", config), tmp_path / "data",
-                           endpoint, ["--storage.tsdb.retention.time=100y"])  # fmt: skip
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for("Prometheus ready", lambda: _ready(endpoint.url), timeout=60)
+    with prometheus_on(tmp_path / "data", tmp_path) as url:
 
         def held_at(index: int) -> set[str]:
             at = grid.time_ms(index) / 1000
             query = urllib.parse.urlencode({"query": "held", "time": f"{at:.3f}"})
-            with urllib.request.urlopen(f"{endpoint.url}/api/v1/query?{query}") as answer:
+            with urllib.request.urlopen(f"{url}/api/v1/query?{query}") as answer:
                 body = json.load(answer)
             return {r["metric"]["job_id"] for r in body["data"]["result"]}
 
         assert held_at(4) == {"early"}
         assert held_at(5) == set()  # the marker, one step after the last sample
         assert held_at(249) == {"to_the_end"}
-    finally:
-        stop(process)
-
-
-def _ready(url: str) -> bool | None:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as answer:
-            return answer.status == 200 or None
-    except OSError:
-        return None
 
 
 def test_promtool_analyzes_the_index(tmp_path: Path) -> None:
