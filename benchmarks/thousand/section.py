@@ -227,9 +227,10 @@ def _selected(figures: dict[str, Any]) -> str:
         return "Every node is selected."
     return (
         f"Every node is selected, except on {narrowed}: their node variable offers no "
-        '"All" (every link or port of a fleet is more series than a query answers within '
-        "seconds or a graph shows), and Grafana opens them on the first node; their "
-        "fleet-wide rows read the per-node recording rules."
+        '"All", and Grafana opens them on the first node (the node dashboard shows one '
+        "node by design; on the NVLink and InfiniBand dashboards every link or port of a "
+        "fleet is more series than a query answers within seconds or a graph shows, and "
+        "their fleet-wide rows read the per-node recording rules)."
     )
 
 
