@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from nvwatch.alerts.recording import GPU_NVLINK_TRANSMIT, RecordingGroup, RecordingRule
 from nvwatch.alerts.recording_attribution import WHOLE_GPU
+from nvwatch.alerts.recording_straggler import THERMAL_REASONS
 from nvwatch.mixin.config import MixinConfig
 
-THERMAL_REASONS = "hw_thermal_slowdown|sw_thermal_slowdown"
+# the software power cap only (the straggler rules' POWER_REASONS also count the board's
+# power brake)
 POWER_REASONS = "sw_power_cap"
 
 OWNER_UTILIZATION = "owner_gpu:nvwatch_gpu_utilization_ratio"

@@ -20,6 +20,7 @@ from nvwatch.dashboards.builder import (
     dashboard,
     legend,
     node_matchers,
+    node_series_link,
     rate,
     variable,
 )
@@ -187,13 +188,7 @@ def _racks(grid: Grid, cfg: MixinConfig) -> None:
         ],
         w=12,
         steps=t.above(cfg.ib_error_rate_per_second),
-        links=[
-            DataLink(
-                INFINIBAND,
-                f"InfiniBand of {label_value(cfg.instance_label)}",
-                (carry("cluster"), from_label("instance", cfg.instance_label)),
-            )
-        ],
+        links=[node_series_link(cfg, INFINIBAND, "InfiniBand")],
     )
 
 

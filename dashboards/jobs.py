@@ -16,6 +16,7 @@ from grafanalib import core as g
 
 from nvwatch.alerts import recording_jobs as held
 from nvwatch.alerts.recording_attribution import WHOLE_GPU, allocated, busy
+from nvwatch.alerts.recording_straggler import THERMAL_REASONS
 from nvwatch.common.durations import parse_duration
 from nvwatch.dashboards import thresholds as t
 from nvwatch.dashboards.builder import (
@@ -59,7 +60,7 @@ def _allocation(cfg: MixinConfig) -> str:
 
 def _held(record: str, cfg: MixinConfig) -> str:
     """A jobs recording rule's series of the chosen jobs: one per GPU each holds."""
-    return record + (f'{{{cfg.cluster_label}=~"$cluster", user=~"$user", job_id=~"$job_id"}}')
+    return f'{record}{{{cfg.cluster_label}=~"$cluster", user=~"$user", job_id=~"$job_id"}}'
 
 
 def _over_life(cfg: MixinConfig, record: str, across_gpus: str = "avg") -> str:
@@ -206,7 +207,7 @@ def _throttle_row(grid: Grid, cfg: MixinConfig) -> None:
     for title, reasons, record, what in (
         (
             "Thermal slowdown active",
-            held.THERMAL_REASONS,
+            THERMAL_REASONS,
             held.OWNER_THERMAL,
             "a cooling problem, not the job's",
         ),

@@ -20,6 +20,7 @@ from nvwatch.dashboards.builder import (
     dashboard,
     legend,
     node_matchers,
+    node_series_link,
     rate,
     variable,
 )
@@ -51,15 +52,6 @@ def _link_legend(cfg: MixinConfig) -> str:
 FLEET_WORST = 20  # nodes a fleet panel lists: the worst, by its own measure
 
 
-def _to_nodes_links(cfg: MixinConfig) -> DataLink:
-    """From a node's series in a fleet panel to this dashboard for that node."""
-    return DataLink(
-        NVLINK,
-        f"NVLink of {label_value(cfg.instance_label)}",
-        (carry("cluster"), from_label("instance", cfg.instance_label)),
-    )
-
-
 def _fleet(grid: Grid, cfg: MixinConfig) -> None:
     c, node = cluster_scope(cfg), legend(cfg.instance_label)
     grid.add(
@@ -72,7 +64,7 @@ def _fleet(grid: Grid, cfg: MixinConfig) -> None:
         [Q(f"topk({FLEET_WORST}, instance:nvwatch_nvlink_errors:rate{c} > 0)", node)],
         w=12,
         steps=t.above(cfg.nvlink_error_rate_per_second),
-        links=[_to_nodes_links(cfg)],
+        links=[node_series_link(cfg, NVLINK, "NVLink")],
     )
     grid.add(
         "timeseries",
@@ -83,7 +75,7 @@ def _fleet(grid: Grid, cfg: MixinConfig) -> None:
         [Q(f"topk({FLEET_WORST}, instance:nvwatch_nvlink_down:sum{c} > 0)", node)],
         w=12,
         steps=t.ANY_BAD,
-        links=[_to_nodes_links(cfg)],
+        links=[node_series_link(cfg, NVLINK, "NVLink")],
         min_=0,
     )
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests.conftest import require_tool
-from tests.e2e.loopback import Endpoint, wait_for
+from tests.e2e.loopback import Endpoint, answers_ok, wait_for
 from tests.e2e.service_commands import prometheus_argv, prometheus_config, write_yaml
 from tests.processes import stop
 
@@ -28,15 +27,7 @@ def prometheus_on(data: Path, work: Path, *extra: str) -> Iterator[str]:
                            ["--storage.tsdb.retention.time=100y", *extra])  # fmt: skip
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for("Prometheus ready", lambda: _ready(endpoint.url), timeout=60)
+        wait_for("Prometheus ready", lambda: answers_ok(f"{endpoint.url}/-/ready"), timeout=60)
         yield endpoint.url
     finally:
         stop(process)
-
-
-def _ready(url: str) -> bool | None:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as answer:
-            return answer.status == 200 or None
-    except OSError:
-        return None

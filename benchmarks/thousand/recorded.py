@@ -26,6 +26,7 @@ from benchmarks.scale import measure as m
 from nvwatch.sim.tsdb.block import BlockWriter
 from nvwatch.sim.tsdb.index import Labels
 from nvwatch.sim.tsdb.xor import Grid
+from tests.e2e.loopback import wait_for
 
 RECORDED = '{__name__=~".+:.+"}'  # level:metric:operations, as every rule is named
 NOISE = 0.01
@@ -67,15 +68,16 @@ def write_recorded_history(
 
 def wait_loaded(url: str, grid: Grid, timeout_s: float = 300.0) -> float:
     """Seconds until the engine answers from the block (Prometheus loads a block put
-    in its data directory within a minute); RuntimeError past `timeout_s`."""
+    in its data directory within a minute); an error past `timeout_s`."""
     began = time.monotonic()
     middle = grid.time_ms(grid.count // 2) / 1000.0
     params = {"query": f"count({RECORDED})", "time": f"{middle:.3f}"}
-    while time.monotonic() - began < timeout_s:
-        if m.api(url, "/api/v1/query", params)["result"]:
-            return time.monotonic() - began
-        time.sleep(2)
-    raise RuntimeError(f"{url}: the recorded series' block not loaded in {timeout_s:.0f} s")
+
+    def answers() -> bool:
+        return bool(m.api(url, "/api/v1/query", params)["result"])
+
+    wait_for(f"{url} to answer from the recorded series' block", answers, timeout_s, every=2)
+    return time.monotonic() - began
 
 
 def blocks_loaded(url: str) -> float:
@@ -84,10 +86,8 @@ def blocks_loaded(url: str) -> float:
 
 def wait_merged(url: str, blocks: float, timeout_s: float = 1800.0) -> float:
     """Seconds until Prometheus holds no more blocks than `blocks` again: it merged the
-    one added with the one it overlaps; RuntimeError past `timeout_s`."""
+    one added with the one it overlaps; an error past `timeout_s`."""
     began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if blocks_loaded(url) <= blocks:
-            return time.monotonic() - began
-        time.sleep(5)
-    raise RuntimeError(f"{url}: the recorded series' block not merged in {timeout_s:.0f} s")
+    wait_for(f"{url} to merge the recorded series' block",
+             lambda: blocks_loaded(url) <= blocks, timeout_s, every=5)  # fmt: skip
+    return time.monotonic() - began
