@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from nvwatch.alerts.recording_straggler import THERMAL_REASONS
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.report.window import Window
-
-THERMAL_REASONS = "sw_thermal_slowdown|hw_thermal_slowdown"
 
 
 @dataclass(frozen=True)
