@@ -39,9 +39,11 @@ RATE_WINDOW_STEPS = 2
 def backfill_config(cfg: MixinConfig, step_seconds: float) -> MixinConfig:
     """`cfg` evaluated once per step, with every rate window at least two steps long."""
     window = max(parse_duration(cfg.rate_window, "rate_window"), RATE_WINDOW_STEPS * step_seconds)
+    report = max(parse_duration(cfg.report_interval, "report_interval"), step_seconds)
     return cfg.with_overrides(
         rate_window=prometheus_duration(window),
         evaluation_interval=prometheus_duration(step_seconds),
+        report_interval=prometheus_duration(report),
     )
 
 
@@ -100,7 +102,7 @@ def backfill_rules(cfg: MixinConfig, step_seconds: float) -> dict[str, Any]:
         "groups": [
             {
                 "name": group.name,
-                "interval": tuned.evaluation_interval,
+                "interval": group.interval_in(tuned),
                 "rules": [
                     {"record": rule.record, "expr": inline(rule.expr, recorded)}
                     for rule in group.rules

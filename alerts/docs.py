@@ -8,6 +8,7 @@ from __future__ import annotations
 from nvwatch.alerts.recording import nvlink_doc_lines
 from nvwatch.alerts.recording_attribution import doc_lines as gpu_hours_doc
 from nvwatch.alerts.recording_jobs import doc_lines as jobs_doc_lines
+from nvwatch.alerts.recording_report import doc_lines as report_doc_lines
 from nvwatch.alerts.recording_scheduler import doc_lines as queue_doc
 from nvwatch.alerts.rules import Alert, AlertGroup, alert_groups
 from nvwatch.alerts.rules.base import Kind
@@ -169,6 +170,7 @@ def render_docs(cfg: MixinConfig) -> str:
     lines += nvlink_doc_lines(cfg)
     lines += gpu_hours_doc(cfg)
     lines += jobs_doc_lines(cfg)
+    lines += report_doc_lines(cfg)
     lines += queue_doc(cfg)
     lines += straggler_doc(cfg)
     return "\n".join(lines) + "\n"

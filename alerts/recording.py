@@ -24,6 +24,9 @@ EXPECTED_IB_RATE = "nvwatch:node_class_expected_ib_rate_bytes_per_second"
 INLET_MAX = "nvwatch:node_class_inlet_max_celsius"
 MAX_POWER = "nvwatch:node_class_max_power_watts"
 SUPPLIES_FOR_REDUNDANCY = "nvwatch:node_class_power_supplies_for_redundancy"
+# a node's GPU memory in use and GPU power, as shares of its total and TDP
+NODE_MEMORY_USED_RATIO = "instance:nvwatch_gpu_memory_used:ratio"
+NODE_POWER_TDP_RATIO = "instance:nvwatch_gpu_power_tdp:ratio"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,10 @@ class RecordingRule:
 class RecordingGroup:
     name: str
     rules: tuple[RecordingRule, ...]
+    interval: str | None = None  # None: the config's evaluation_interval
+
+    def interval_in(self, cfg: MixinConfig) -> str:
+        return self.interval or cfg.evaluation_interval
 
 
 def _static_vector(cfg: MixinConfig, value_of: dict[str, float]) -> str:
@@ -117,6 +124,18 @@ def node_group(cfg: MixinConfig) -> RecordingGroup:
             "nvwatch_ib_port_receive_bytes:rate", rate("nvwatch_ib_port_receive_bytes_total", ib)
         ),
         per_node("nvwatch_ib_port_errors:rate", rate("nvwatch_ib_port_errors_total", ib)),
+        # the node's share of its GPU memory and of its TDP, from the sums above (this
+        # group's rules run in order): a range's peak is then one series per node read
+        # at each evaluation, not two joined at every step of a subquery
+        RecordingRule(
+            NODE_MEMORY_USED_RATIO,
+            "instance:nvwatch_gpu_memory_used_bytes:sum"
+            " / instance:nvwatch_gpu_memory_total_bytes:sum",
+        ),
+        RecordingRule(
+            NODE_POWER_TDP_RATIO,
+            "instance:nvwatch_gpu_power_watts:sum / instance:nvwatch_gpu_power_tdp_watts:sum",
+        ),
     )
     return RecordingGroup("nvwatch-node.rules", rules)
 
@@ -261,6 +280,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
     from nvwatch.alerts.recording_attribution import attribution_group
     from nvwatch.alerts.recording_bmc import bmc_group
     from nvwatch.alerts.recording_jobs import jobs_group
+    from nvwatch.alerts.recording_report import report_groups
     from nvwatch.alerts.recording_scheduler import scheduler_group
     from nvwatch.alerts.recording_straggler import straggler_groups
 
@@ -272,6 +292,7 @@ def recording_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
         bmc_group(cfg),
         attribution_group(cfg),
         jobs_group(cfg),
+        *report_groups(cfg),
         scheduler_group(cfg),
         *straggler_groups(cfg),
     )

@@ -29,6 +29,10 @@ OWNER_POWER = "owner_gpu:nvwatch_gpu_power_watts"
 OWNER_THERMAL = "owner_gpu:nvwatch_gpu_thermal_slowdown_active"
 OWNER_POWER_CAP = "owner_gpu:nvwatch_gpu_power_cap_active"
 OWNER_NVLINK_TRANSMIT = "owner_gpu:nvwatch_nvlink_transmit_bytes:rate"
+# the mean over a job's GPUs on each node: what the verdict table reads for every job of
+# the range, an eighth of the series of its GPUs'
+OWNER_NODE_UTILIZATION = "owner:nvwatch_gpu_utilization_ratio:avg"
+OWNER_NODE_MEMORY_BUSY = "owner:nvwatch_gpu_memory_utilization_ratio:avg"
 
 
 def jobs_group(cfg: MixinConfig) -> RecordingGroup:
@@ -51,6 +55,9 @@ def jobs_group(cfg: MixinConfig) -> RecordingGroup:
         on_held(OWNER_THERMAL, reason_active(THERMAL_REASONS)),
         on_held(OWNER_POWER_CAP, reason_active(POWER_REASONS)),
         on_held(OWNER_NVLINK_TRANSMIT, f"sum by ({gpu}) ({GPU_NVLINK_TRANSMIT})"),
+        # read back from this group's own rules above, evaluated before these
+        RecordingRule(OWNER_NODE_UTILIZATION, f"avg without (gpu, uuid) ({OWNER_UTILIZATION})"),
+        RecordingRule(OWNER_NODE_MEMORY_BUSY, f"avg without (gpu, uuid) ({OWNER_MEMORY_BUSY})"),
     )
     return RecordingGroup("nvwatch-jobs.rules", rules)
 
@@ -65,6 +72,10 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         (OWNER_THERMAL, f"1 while {THERMAL_REASONS.replace('|', ' or ')} holds its clocks"),
         (OWNER_POWER_CAP, f"1 while {POWER_REASONS} holds its clocks"),
         (OWNER_NVLINK_TRANSMIT, "bytes per second it sends over all its NVLink links"),
+    )
+    per_node = (
+        (OWNER_NODE_UTILIZATION, "the mean utilization of the job's GPUs on the node"),
+        (OWNER_NODE_MEMORY_BUSY, "the mean share of time their memory was busy"),
     )
     return [
         "",
@@ -81,4 +92,5 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "| rule | labels | value |",
         "|---|---|---|",
         *(f"| `{name}` | the allocation's (node, GPU, owner) | {what} |" for name, what in rows),
+        *(f"| `{name}` | the allocation's but the GPU's | {what} |" for name, what in per_node),
     ]

@@ -86,7 +86,7 @@ def prometheus_recording(cfg: MixinConfig) -> JsonDict:
         "groups": [
             {
                 "name": group.name,
-                "interval": cfg.evaluation_interval,
+                "interval": group.interval_in(cfg),
                 "rules": [{"record": r.record, "expr": r.expr} for r in group.rules],
             }
             for group in recording_groups(cfg)

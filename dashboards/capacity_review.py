@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grafanalib import core as g
 
+from nvwatch.alerts.recording import NODE_MEMORY_USED_RATIO, NODE_POWER_TDP_RATIO
 from nvwatch.dashboards import thresholds as t
 from nvwatch.dashboards.builder import (
     Grid,
@@ -148,12 +149,10 @@ def _idlest_and_busiest(grid: Grid, cfg: MixinConfig) -> None:
 
 def _node_headroom(grid: Grid, cfg: MixinConfig) -> None:
     node = legend(cfg.instance_label)
-    hbm = _peak_share(
-        cfg, "instance", "nvwatch_gpu_memory_used_bytes:sum", "nvwatch_gpu_memory_total_bytes:sum"
-    )
-    power = _peak_share(
-        cfg, "instance", "nvwatch_gpu_power_watts:sum", "nvwatch_gpu_power_tdp_watts:sum"
-    )
+    # recorded shares: every evaluation's value, as peak_in_range reads its subquery
+    c = cluster_scope(cfg)
+    hbm = f"max_over_time({NODE_MEMORY_USED_RATIO}{c}[$__range])"
+    power = f"max_over_time({NODE_POWER_TDP_RATIO}{c}[$__range])"
     grid.add(
         "bargauge",
         "HBM headroom per node (least first)",

@@ -64,16 +64,19 @@ def _held(record: str, cfg: MixinConfig) -> str:
 
 
 def _over_life(cfg: MixinConfig, record: str, across_gpus: str = "avg") -> str:
-    """The mean of a recorded per-GPU series over the time each chosen job held that GPU
+    """The mean of a recorded series over the time each job of the chosen users held it
     in the dashboard's range, then `across_gpus` over the job's GPUs on each node."""
     by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
-    return f"{across_gpus} by ({by}) (avg_over_time({_held(record, cfg)}[$__range]))"
+    users = f'{record}{{{cfg.cluster_label}=~"$cluster", user=~"$user"}}'
+    return f"{across_gpus} by ({by}) (avg_over_time({users}[$__range]))"
 
 
 def verdict(cfg: MixinConfig) -> str:
-    """The verdict code of each chosen job on each node (VERDICTS), the first that holds."""
-    util = _over_life(cfg, held.OWNER_UTILIZATION)
-    memory = _over_life(cfg, held.OWNER_MEMORY_BUSY)
+    """The verdict code of each job of the chosen users on each node (VERDICTS), the
+    first that holds."""
+    # the mean over the job's GPUs on a node, recorded: the mean of their means
+    util = _over_life(cfg, held.OWNER_NODE_UTILIZATION)
+    memory = _over_life(cfg, held.OWNER_NODE_MEMORY_BUSY)
     # one throttled GPU sets the pace of a multi-GPU job: the worst GPU decides
     thermal = _over_life(cfg, held.OWNER_THERMAL, "max")
     power = _over_life(cfg, held.OWNER_POWER_CAP, "max")
@@ -101,7 +104,8 @@ def _verdict_row(grid: Grid, cfg: MixinConfig) -> None:
     grid.add(
         "table",
         "Verdict per job",
-        "What held each job back over its life in the range, per node it ran on, in the "
+        "What held each job of the chosen users back over its life in the range, per "
+        "node it ran on (every job, whichever the Job variable shows), in the "
         "words of nvwatch job's notes: GPUs held but idle (mean utilization below "
         f"{cfg.gpu_allocated_idle_utilization:.0%}), thermally throttled or power-capped "
         "(the clock-event reason active on one of its GPUs more than "
@@ -157,7 +161,10 @@ def _gpus_row(grid: Grid, cfg: MixinConfig) -> None:
         "table",
         "GPUs of the chosen jobs",
         "The GPUs each chosen job holds now: node, GPU index and UUID, job, user and "
-        "account (Slurm) or pod and namespace (Kubernetes).",
+        "account (Slurm) or pod and namespace (Kubernetes). The Job variable has no All "
+        "and opens on the first job of the range: every GPU of every job of a fleet is "
+        "more series than a query answers in seconds or a graph shows; pick jobs from "
+        "the verdict table.",
         "none",
         [Q(_allocation(cfg), instant=True, table=True)],
         transformations=HIDE_TIME_AND_VALUE,
@@ -285,22 +292,24 @@ def _stragglers_row(grid: Grid, cfg: MixinConfig) -> None:
 def _job_variables(cfg: MixinConfig) -> list[g.Template]:
     base = [cfg.job_selector, f'{cfg.cluster_label}=~"$cluster"', WHOLE_GPU]
 
-    def owner(name: str, label: str, scope: list[str]) -> g.Template:
+    def owner(name: str, label: str, scope: list[str], *, every: bool) -> g.Template:
         return g.Template(
             name=name,
             label=label,
             query=f"label_values(nvwatch_gpu_allocation_info{{{', '.join(scope)}}}, {name})",
             multi=True,
-            includeAll=True,
-            allValue=".*",
+            includeAll=every,
+            allValue=".*" if every else None,
             refresh=2,
             sort=1,
         )
 
     return [
         variable(cfg, cfg.cluster_label, "Cluster"),
-        owner("user", "User", base),
-        owner("job_id", "Job", [*base, 'user=~"$user"']),
+        owner("user", "User", base, every=True),
+        # no "All": every GPU of every job of a busy fleet is more series than a query
+        # answers in seconds or a graph shows (docs/scale.md); Grafana opens on the first
+        owner("job_id", "Job", [*base, 'user=~"$user"'], every=False),
     ]
 
 
@@ -320,9 +329,9 @@ def jobs(cfg: MixinConfig) -> g.Dashboard:
         cfg,
         JOBS,
         "nvwatch / Jobs",
-        "Pick a user or a job (GPU attribution: --attribution slurm|kubernetes): its GPUs, "
-        "their utilization, memory, power and fabric traffic over the job's life, a "
-        "verdict per job, and the rank that holds a synchronous job back.",
+        "A verdict for every job of the chosen users (GPU attribution: --attribution "
+        "slurm|kubernetes); pick jobs for their GPUs' utilization, memory, power and "
+        "fabric traffic over their lives, and the rank that holds a synchronous job back.",
         _PANELS,
         _job_variables(cfg),
     )

@@ -32,6 +32,7 @@ def runbook_file(alert_name: str) -> str:
 _WINDOWS = (
     "rate_window",
     "evaluation_interval",
+    "report_interval",
     "counter_gap_lookback",
     "pcie_degraded_window",
     "unscraped_memory",
@@ -307,6 +308,11 @@ class MixinConfig:
     counter_gap_lookback: str = "1d"
     # Rule group evaluation interval (Prometheus and Grafana).
     evaluation_interval: str = "1m"
+    # Interval of the nvwatch-report-*.rules groups: each of the capacity report's reads
+    # over this long, recorded once, so that a month of a large fleet is read from one
+    # sample per interval instead of every scrape. Longer makes the report cheaper and
+    # its shortest step (the report's resolution) coarser.
+    report_interval: str = "5m"
 
     # --- node classes ---------------------------------------------------------------
     node_classes: tuple[NodeClass, ...] = DEFAULT_NODE_CLASSES

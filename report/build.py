@@ -31,6 +31,7 @@ from nvwatch.report.sections.stragglers import stragglers
 from nvwatch.report.sections.thermal import thermal
 from nvwatch.report.sections.usage import usage
 from nvwatch.report.sections.utilization import utilization
+from nvwatch.report.source import Source, choose_source, interval_seconds
 from nvwatch.report.summary import executive_summary
 from nvwatch.report.window import Window, iso_time, make_window
 
@@ -45,6 +46,7 @@ class ReportOptions:
     config: MixinConfig
     out: Path
     job_store: str | None = None  # --job-store: the Jobs section reads its summaries
+    read: str = "auto"  # --read: nvwatch-report-*.rules' series, the scraped samples, or auto
 
 
 def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
@@ -58,10 +60,10 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
     except style.PlottingUnavailable as err:
         raise ReportError(str(err)) from None
     now = time.time()
-    window = make_window(options.range_text, options.end_text, options.step_text, now)
     client = PrometheusClient(options.connection)
+    window, source = _window_and_source(client, options, now)
     queries = [
-        *build_queries(options.config, window, options.cluster),
+        *build_queries(options.config, window, options.cluster, source.recorded),
         *bmc_queries(options.config, window, options.cluster),
         *scheduler_queries(options.config, window, options.cluster),
         *straggler_queries(options.config, window, options.cluster),
@@ -74,12 +76,28 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
             + (f", cluster {options.cluster!r}" if options.cluster else "")
             + ")"
         )
-    report = assemble(Context(options.config, window, frames), options, now)
+    if progress is not None:
+        print(f"read {source.words}", file=progress)
+    report = assemble(Context(options.config, window, frames), options, now, source)
     try:
         return write_report(report, options.out)
     except OSError as err:
         where = options.out if err.filename is None else err.filename
         raise ReportError(f"cannot write the report to {where}: {err.strerror}") from None
+
+
+def _window_and_source(
+    client: PrometheusClient, options: ReportOptions, now: float
+) -> tuple[Window, Source]:
+    """The window at a step the recorded series can serve, and the source chosen for it;
+    the scraped samples keep the finer step they allow."""
+    shortest = 0.0 if options.read == "raw" else interval_seconds(options.config)
+    args = (options.range_text, options.end_text, options.step_text, now)
+    window = make_window(*args, shortest_step=shortest)
+    source = choose_source(client, options.config, window, options.cluster, options.read)
+    if not source.recorded and shortest:
+        window = make_window(*args)
+    return window, source
 
 
 def jobs_in_range(ctx: Context, spec: str, cluster: str | None) -> Section:
@@ -98,7 +116,7 @@ def jobs_in_range(ctx: Context, spec: str, cluster: str | None) -> Section:
     return jobs(chosen, store.description)
 
 
-def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
+def assemble(ctx: Context, options: ReportOptions, now: float, source: Source) -> Report:
     allocs = allocations(ctx)
     sections = [
         utilization(ctx, allocs),
@@ -118,6 +136,7 @@ def assemble(ctx: Context, options: ReportOptions, now: float) -> Report:
     return Report(
         title=title,
         prometheus=options.connection.url,
+        read_from=source.words,
         cluster=options.cluster,
         start=window.start,
         end=window.end,

@@ -92,7 +92,7 @@ def render_html(report: Report) -> str:
         css=CSS,
         period=f"{iso_time(report.start)} to {iso_time(report.end)}",
         scope=scope,
-        source=escape(report.prometheus),
+        source=escape(f"{report.prometheus}, {report.read_from}"),
         summary="\n".join(f"<p>{escape(s)}</p>" for s in report.summary),
         sections="\n".join(_section(s) for s in report.sections),
         generated=iso_time(report.generated),

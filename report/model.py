@@ -99,6 +99,7 @@ class Section:
 class Report:
     title: str
     prometheus: str
+    read_from: str  # which of its series: recorded by the report rules, or scraped
     cluster: str | None
     start: float
     end: float
@@ -111,6 +112,7 @@ class Report:
         return {
             "title": self.title,
             "prometheus": self.prometheus,
+            "read_from": self.read_from,
             "cluster": self.cluster,
             "start": self.start,
             "end": self.end,

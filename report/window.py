@@ -89,23 +89,31 @@ class Window:
         return f"week of {iso_date(self.start + week * WEEK_SECONDS)}"
 
 
-def choose_step(range_seconds: float) -> float:
+def choose_step(range_seconds: float, shortest: float = 0.0) -> float:
+    """The smallest nice step of at most TARGET_POINTS over the range, and at least
+    `shortest` (the recorded series' interval when the report reads them)."""
     for step in NICE_STEPS:
-        if range_seconds / step <= TARGET_POINTS:
+        if range_seconds / step <= TARGET_POINTS and step >= shortest:
             return float(step)
     return float(NICE_STEPS[-1])
 
 
-def make_window(range_text: str, end_text: str | None, step_text: str | None, now: float) -> Window:
+def make_window(
+    range_text: str,
+    end_text: str | None,
+    step_text: str | None,
+    now: float,
+    shortest_step: float = 0.0,
+) -> Window:
     """The window `range_text` long ending at `end_text` (default now), aligned to the step.
 
     The end is rounded down to a whole step so the same arguments give the same numbers
-    whenever the report is run.
+    whenever the report is run. `shortest_step` bounds the chosen step, not a given one.
     """
     try:
         length = parse_duration(range_text, "--range", RANGE_BOUNDS)
         step = (
-            choose_step(length)
+            choose_step(length, shortest_step)
             if step_text is None
             else parse_duration(step_text, "--step", DurationBounds(15.0, 86400.0))
         )

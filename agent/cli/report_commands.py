@@ -46,6 +46,15 @@ from nvwatch.report.errors import ReportError
     help="Add a Jobs section from the job summaries kept here: `slurm` or dir:PATH "
     "(nvwatch job --store).",
 )
+@option(
+    "--read",
+    type=click.Choice(["auto", "rules", "raw"]),
+    default="auto",
+    show_default=True,
+    help="The series of the nvwatch-report-*.rules recording rules (one sample per "
+    "report_interval: fast over a month of a large fleet), the scraped samples, or the "
+    "rules' where they cover the whole window.",
+)
 @option("--out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
 @prometheus_client_options(timeout_s=120.0)
 def report_command(
@@ -56,6 +65,7 @@ def report_command(
     cluster: str | None,
     config_path: str | None,
     job_store: str | None,
+    read: str,
     out: str,
     prometheus: PrometheusFlags,
 ) -> None:
@@ -83,6 +93,7 @@ def report_command(
             # checked before the queries, which take minutes over a long range
             out=output_directory(out),
             job_store=job_store,
+            read=read,
         )
         written = run_report(options, progress=sys.stderr)
     except (ReportError, ConnectionSetupError) as err:

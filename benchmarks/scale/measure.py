@@ -106,6 +106,8 @@ def first_values(url: str, query: PanelQuery, cluster: str) -> dict[str, str]:
         if found is None:
             raise ValueError(f"variable {name}: not a label_values() query: {definition}")
         matcher = _substitute(found.group(1), {"cluster": cluster, **chosen})
+        # a variable with "All" before it (the jobs dashboard's user): every value
+        matcher = re.sub(r"\$\{?\w+\}?", ".*", matcher)
         values = api(url, f"/api/v1/label/{found.group(2)}/values", {"match[]": matcher})
         if not values:
             raise RuntimeError(f"variable {name}: {matcher} has no {found.group(2)}")

@@ -10,6 +10,7 @@ not retried: that is what a Grafana user would see.
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import time
@@ -132,7 +133,8 @@ REPORT_TIMEOUT_S = 3600.0
 def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
                 end: float | None = None) -> dict[str, Any]:  # fmt: skip
     """`nvwatch report` over `hours` up to `end` (now), as its users run it, as process
-    `name`: wall seconds, its peak RSS (sampled), and its one-line error if it failed."""
+    `name`: wall seconds, its peak RSS (sampled), which series it read, and its
+    one-line error if it failed."""
     out = stack.workdir / name
     argv = [*nvwatch_command(), "report", "--prometheus", url, "--range", f"{hours:g}h",
             "--cluster", cluster, "--out", str(out)]  # fmt: skip
@@ -148,7 +150,9 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
         code = -1
     seconds = time.perf_counter() - began
     log = (stack.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()
+    made = out / "report.json"
     return {
+        "read_from": json.loads(made.read_text())["read_from"] if made.is_file() else "",
         "seconds": seconds,
         "peak_rss_mb": stack.sampler.peaks.get(name, 0.0),
         "returncode": code,

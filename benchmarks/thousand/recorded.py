@@ -33,15 +33,20 @@ NOISE = 0.01
 BATCH = 8_000
 
 
-def recorded_now(url: str) -> list[tuple[Labels, float]]:
-    """Every recorded series the engine holds now, with its value."""
-    out = []
+def recorded_now(url: str, sparse: dict[float, list[str]]) -> list[tuple[Labels, float]]:
+    """Every recorded series the engine holds now, with its value. `sparse`: names the
+    rules record less often than the engine's lookback sees, by interval: each series'
+    last value within its interval and a minute."""
+    found: dict[Labels, float] = {}
     for series in m.query(url, RECORDED):
-        labels = tuple(sorted(series["metric"].items()))
-        out.append((labels, float(series["value"][1])))
-    if not out:
+        found[tuple(sorted(series["metric"].items()))] = float(series["value"][1])
+    for interval_s, names in sparse.items():
+        selector = '{__name__=~"' + "|".join(names) + '"}' + f"[{int(interval_s) + 60}s]"
+        for series in m.query(url, selector):  # a range selector: every sample in it
+            found[tuple(sorted(series["metric"].items()))] = float(series["values"][-1][1])
+    if not found:
         raise RuntimeError(f"{url}: no recorded series to hold over the history")
-    return out
+    return list(found.items())
 
 
 def rule_grid(start_s: float, end_s: float, interval_s: int) -> Grid:

@@ -19,22 +19,20 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from benchmarks.common import stop
 from benchmarks.scale import measure as m
 from benchmarks.scale.stack import Stack
 from benchmarks.thousand import measure as t
 from benchmarks.thousand import recorded as r
+from benchmarks.thousand import rule_timing as rt
 from benchmarks.thousand.replay import ReplayProcess, replay_node, write_targets
 from benchmarks.thousand.section import this_machine, write_section
 from nvwatch.alerts import build as alerts_build
-from nvwatch.common.durations import parse_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.bulk.write import (
     CLUSTER,
@@ -43,7 +41,8 @@ from nvwatch.sim.bulk.write import (
     node_specs,
     write_bulk_history,
 )
-from tests.e2e.loopback import Endpoint
+from nvwatch.sim.tsdb.index import Labels
+from tests.e2e.loopback import Endpoint, wait_for
 from tests.e2e.service_commands import (
     prometheus_argv,
     prometheus_config,
@@ -61,6 +60,7 @@ TRIAL_NODES = 3  # one of each profile of the mix
 WRITING_MARGIN = 1.0
 RULE_READINGS = 4  # each group's evaluation time read after each of its first four
 RULE_INTERVAL_S = 60  # the mixin's evaluation interval, which the engines run at
+VMAGENT_SHARDS = 2  # deploy/scale's vmagent@.service: -promscrape.cluster.membersCount
 
 
 @dataclass
@@ -69,6 +69,7 @@ class Figures:
     hours: float
     scrape_s: int
     nvlink_detail: str
+    report_interval: str = MixinConfig.report_interval  # the report rules' interval
     date: str = field(default_factory=lambda: datetime.date.today().isoformat())
     generation: dict[str, Any] = field(default_factory=dict)
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -120,9 +121,9 @@ def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[Replay
     return server, targets
 
 
-def rules(work: Path) -> Path:
+def rules(work: Path, report_interval: str) -> Path:
     directory = work / "rules"
-    alerts_build.write(directory, MixinConfig())
+    alerts_build.write(directory, MixinConfig(report_interval=report_interval))
     return directory
 
 
@@ -143,14 +144,15 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     stack.spawn("prometheus", prometheus_argv("prometheus", path, data, endpoint),
                 f"{url}/-/ready")  # fmt: skip
     ready_s = time.perf_counter() - began
-    groups = rule_groups(rule_files)
-    readings = _rule_readings(
+    groups = rt.rule_groups(rule_files)
+    readings = rt.rule_readings(
         url, "prometheus_rule_group_iterations_total",
         lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
     )  # fmt: skip
     costs = t.rule_costs(readings, groups)
     # the rules' series over the history, before the live minutes' first evaluation
-    recorded = recorded_history(url, data, history_start, started_at)
+    recorded = recorded_history(url, data, history_start, started_at,
+                                rt.recorded_intervals(rule_files))  # fmt: skip
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
     report = t.report_cost(stack, url, CLUSTER, hours, "report-prometheus")
     metrics = m.scrape_metrics(url)
@@ -168,23 +170,40 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
 
 
 def recorded_history(url: str, out: Path, start_s: float, end_s: float,
+                     intervals: dict[str, float],
                      load: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """The stand-in for the rules' series over the history (benchmarks/thousand/recorded)
-    as a block in `out` (Prometheus' data directory loads it itself; `load` gives it to
-    another engine), once the engine answers from it and holds it as it will."""
+    as blocks in `out`, each series at its group's interval (`intervals`, by name; the
+    rules' minute where unnamed): Prometheus' data directory loads them itself, `load`
+    gives the directory to another engine; once the engine answers from them and holds
+    them as it will."""
     began = time.perf_counter()
-    series = r.recorded_now(url)
-    grid = r.rule_grid(start_s, end_s, RULE_INTERVAL_S)
+    by_interval: dict[float, list[tuple[Labels, float]]] = {}
+    sparse: dict[float, list[str]] = {}
+    for name, interval_s in intervals.items():
+        if interval_s > RULE_INTERVAL_S:
+            sparse.setdefault(interval_s, []).append(name)
+    for labels, value in r.recorded_now(url, sparse):
+        name = dict(labels)["__name__"]
+        by_interval.setdefault(intervals.get(name, RULE_INTERVAL_S), []).append((labels, value))
     blocks = None if load else r.blocks_loaded(url)
-    block = r.write_recorded_history(series, grid, out)
+    grids = []
+    for interval_s, series in sorted(by_interval.items()):
+        grid = r.rule_grid(start_s, end_s, int(interval_s))
+        r.write_recorded_history(series, grid, out)
+        grids.append((grid, len(series)))
     if load is not None:
-        load(block)
+        load(out)
     written_s = time.perf_counter() - began
     figures = {
-        "series": len(series),
-        "samples": len(series) * grid.count,
+        "series": sum(count for _, count in grids),
+        "samples": sum(count * grid.count for grid, count in grids),
+        "intervals": [
+            {"interval_s": grid.step_ms / 1000.0, "series": count, "samples": count * grid.count}
+            for grid, count in grids
+        ],
         "write_seconds": written_s,
-        "load_seconds": r.wait_loaded(url, grid),
+        "load_seconds": sum(r.wait_loaded(url, grid) for grid, _ in grids),
     }
     if blocks is not None:
         # Prometheus merges a block overlapping another (vertical compaction), as a
@@ -213,6 +232,20 @@ def vmctl_import(blocks: Path, vm: str, names: str = SCRAPED_NAMES) -> None:
         raise RuntimeError(f"vmctl failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
+def every_target_scraped(url: str, targets: Path, timeout_s: float = 300.0) -> None:
+    """Once every replaying target has three samples in the engine: the history imported
+    from blocks ends minutes before the live minutes, and rules evaluated before every
+    node was scraped would record a part of the fleet (VictoriaMetrics answers a query
+    without its last 30 s, -search.latencyOffset: one scrape of 30 s may not show)."""
+    nodes = sum(len(json.loads(f.read_text())) for f in targets.glob("*.json"))
+
+    def scraped() -> bool:
+        answer = m.query(url, "count(count_over_time(up[5m]) >= 3)")
+        return bool(answer) and float(answer[0]["value"][1]) >= nodes
+
+    wait_for(f"{url} to hold a sample of each of {nodes} targets", scraped, timeout_s)
+
+
 def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: Path,
                              scrape_s: int, rule_readings: int, history_start: float,
                              hours: float) -> dict[str, Any]:  # fmt: skip
@@ -225,9 +258,12 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     import_s = time.perf_counter() - began
     scrape_path = write_yaml(stack.workdir / "vmagent.yml",
                              vmagent_scrape_config(targets, f"{scrape_s}s", "20s"))  # fmt: skip
-    agent = Endpoint.free()
-    stack.spawn("vmagent", vmagent_argv(0, agent, scrape_path, vm, stack.workdir / "vmagent"),
-                f"{agent.url}/health")  # fmt: skip
+    # both shards of deploy/scale's vmagent@.service, each scraping half the targets
+    for shard in range(VMAGENT_SHARDS):
+        agent = Endpoint.free()
+        argv = vmagent_argv(shard, agent, scrape_path, vm, stack.workdir / f"vmagent-{shard}")
+        stack.spawn(f"vmagent-{shard}", argv, f"{agent.url}/health")
+    every_target_scraped(vm, targets)
     alert = Endpoint.free()
     rule_files = [rule_dir / alerts_build.PROMETHEUS_RECORDING,
                   rule_dir / alerts_build.VMALERT_ALERTS]  # fmt: skip
@@ -235,8 +271,8 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     vmalert = vmalert_argv(alert, rule_files, vm, "http://127.0.0.1:9")
     rules_from = time.time()
     stack.spawn("vmalert", vmalert, f"{alert.url}/health")
-    groups = rule_groups(rule_files)
-    readings = _rule_readings(
+    groups = rt.rule_groups(rule_files)
+    readings = rt.rule_readings(
         alert.url, "vmalert_iteration_duration_seconds_count",
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), groups, rule_readings,
     )  # fmt: skip
@@ -244,7 +280,8 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     standing_in = stack.workdir / "recorded-vm"
     standing_in.mkdir()
     recorded = recorded_history(vm, standing_in, history_start, rules_from,
-                                lambda block: vmctl_import(block.parent, vm, ".*"))  # fmt: skip
+                                rt.recorded_intervals(rule_files),
+                                lambda blocks: vmctl_import(blocks, vm, ".*"))  # fmt: skip
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
     report = t.report_cost(stack, vm, CLUSTER, hours, "report-victoria-metrics")
     return {
@@ -255,40 +292,6 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
         "rules": t.as_dicts(costs),
         "panels": t.as_dicts(panels),
         "peak_rss_mb": stack.sampler.peaks.get("victoria-metrics", 0.0),
-    }
-
-
-def _rule_readings(
-    url: str, iterations: str, read: Any, groups: Iterable[str], count: int
-) -> list[dict[str, float]]:
-    """`count` readings of every group's evaluation time, each once every group has
-    been evaluated once more (the engine's own `iterations` counter, by group)."""
-    readings = []
-    deadline = time.monotonic() + 90 * (count + 1)
-    for done in range(1, count + 1):
-        while _least_iterations(url, iterations, groups) < done:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url}: rule groups not evaluated {done} times in time")
-            time.sleep(2)
-        readings.append(read())
-    return readings
-
-
-def _least_iterations(url: str, family: str, groups: Iterable[str]) -> float:
-    counts: dict[str, float] = {}
-    for labels, value in m.scrape_metrics(url).get(family, []):
-        group = labels.get("rule_group", labels.get("group", "")).rsplit(";", 1)[-1]
-        counts[group] = counts.get(group, 0.0) + value
-    return min(counts.get(g, 0.0) for g in groups)
-
-
-def rule_groups(rule_files: list[Path]) -> dict[str, float]:
-    """Every group of the rule files, with its evaluation interval (the global minute
-    where it names none)."""
-    return {
-        group["name"]: parse_duration(group.get("interval", "1m"))
-        for path in rule_files
-        for group in yaml.safe_load(path.read_text())["groups"]
     }
 
 
@@ -308,10 +311,11 @@ def writing_seconds(nodes: int, hours: float, scrape_s: int, nvlink_detail: str,
 
 def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         nvlink_detail: str, rule_readings: int = RULE_READINGS,
-        parent: Path | None = None) -> Figures:  # fmt: skip
+        parent: Path | None = None,
+        report_interval: str = MixinConfig.report_interval) -> Figures:  # fmt: skip
     """The whole measurement in a directory of its own on disk (a day of a thousand
     nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after."""
-    figures = Figures(nodes, hours, scrape_s, nvlink_detail)
+    figures = Figures(nodes, hours, scrape_s, nvlink_detail, report_interval)
     work = Path(tempfile.mkdtemp(prefix="nvwatch-thousand-", dir=parent))
     stack = Stack(work)
     server = None
@@ -330,7 +334,7 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         # where the history ends and the live minutes begin: apart by a gap, if any
         figures.generation["history_end"] = history_end
         figures.generation["live_from"] = time.time()
-        rule_dir = rules(work)
+        rule_dir = rules(work, report_interval)
         stack.sampler.start()
         if "prometheus" in engines:
             figures.engines["prometheus"] = measure_prometheus(
@@ -358,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvlink-detail", default="link", choices=("link", "gpu"))
     parser.add_argument("--engines", default="prometheus,victoria-metrics")
     parser.add_argument("--rule-readings", type=int, default=RULE_READINGS)
+    parser.add_argument("--report-interval", default=MixinConfig.report_interval,
+                        help="the report rules' interval (report_interval)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, help="parent of the scratch directory")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--out", type=Path, help="write the section of this document")
@@ -369,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.out, json.loads(args.render.read_text()))
         return 0
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
-                  args.nvlink_detail, args.rule_readings, args.workdir)  # fmt: skip
+                  args.nvlink_detail, args.rule_readings, args.workdir,
+                  args.report_interval)  # fmt: skip
     raw = json.dumps(figures.__dict__, indent=1, default=str)
     if args.json:
         args.json.write_text(raw + "\n")

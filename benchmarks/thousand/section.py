@@ -23,7 +23,13 @@ def write_section(path: Path, figures: dict[str, Any]) -> None:
 
 
 def section(figures: dict[str, Any]) -> str:
-    parts = [*_run(figures), *_rules(figures), *_panels(figures), *_report(figures)]
+    parts = [
+        *_run(figures),
+        *_rules(figures),
+        *_panels(figures),
+        *_report(figures),
+        *_past_one_server(figures),
+    ]
     return "\n".join([BEGIN, *parts, END, ""])
 
 
@@ -258,15 +264,19 @@ def _report(figures: dict[str, Any]) -> list[str]:
         f"### The capacity report at {figures['nodes']:,} nodes",
         "",
         f"`nvwatch report --range {hours:g}h` over the whole history, end to end (queries, "
-        "analysis, plots, files), its memory sampled every 5 s. Its step is the range over "
-        "720, so a longer range asks as many points of each query and the engine reads "
-        f"proportionally more samples: {MONTH_DAYS} days would read {MONTH_DAYS * 24 / hours:g} "
-        "times as many; the last column scales the measured time by that (an estimate: "
+        "analysis, plots, files), its memory sampled every 5 s; `read` is where the report "
+        "says it read its GPU, power, thermal, fabric and health figures (the report "
+        "rules' series, one sample per series and `report_interval`, when they hold every "
+        "GPU over the window, as the stand-in above does). The engine reads samples in "
+        f"proportion to the range: {MONTH_DAYS} days read {MONTH_DAYS * 24 / hours:g} times "
+        "as many, and the last column scales the whole measured time by that (an estimate "
+        "on the high side: analysis and plots grow with the report's points, 720 at most; "
         f"this machine holds {hours:g} h of {figures['nodes']:,} nodes, not "
         f"{MONTH_DAYS} days). Target: {REPORT_TARGET_S / 60:g} minutes.",
         "",
-        f"| engine | {hours:g} h (s) | peak RSS (MiB) | result | {MONTH_DAYS} days, scaled (min) |",
-        "|---|---|---|---|---|",
+        f"| engine | read | {hours:g} h (s) | peak RSS (MiB) | result "
+        f"| {MONTH_DAYS} days, scaled (min) |",
+        "|---|---|---|---|---|---|",
     ]
     for engine in engines:
         r = figures["engines"][engine]["report"]
@@ -279,7 +289,8 @@ def _report(figures: dict[str, Any]) -> list[str]:
             )
         scaled = "" if r["returncode"] else f"{r['seconds'] * MONTH_DAYS * 24 / hours / 60:.0f}"
         lines.append(
-            f"| {ENGINES[engine]} | {r['seconds']:.0f} | {r['peak_rss_mb']:.0f} | {result} "
+            f"| {ENGINES[engine]} | {r.get('read_from') or 'n/a'} | {r['seconds']:.0f} "
+            f"| {r['peak_rss_mb']:.0f} | {result} "
             f"| {scaled} |"
         )
     return [*lines, ""]
@@ -297,3 +308,43 @@ def _missed(panel: dict[str, Any]) -> bool:
     return bool(
         panel["error"] or panel["seconds"] > MEDIAN_TARGET_S or panel["worst"] > WORST_TARGET_S
     )
+
+
+def _past_one_server(figures: dict[str, Any]) -> list[str]:
+    """How a fleet grows past one server, with what this run measured of it."""
+    recorded = [
+        f"{ENGINES[e]} {figures['engines'][e]['report']['seconds']:.0f} s"
+        for e in ENGINES
+        if figures["engines"]
+        .get(e, {})
+        .get("report", {})
+        .get("read_from", "")
+        .startswith("nvwatch-report")
+        and not figures["engines"][e]["report"]["returncode"]
+    ]
+    measured = (
+        f"Read that way, this run's report took {' and '.join(recorded)} (above)."
+        if recorded
+        else "This run's report did not read them (above): no figure for it here."
+    )
+    return [
+        "### Past one server",
+        "",
+        "Two ways, both in deploy/scale. **vmagent shards into one VictoriaMetrics** (the "
+        "124-node measurement above, and this section's second engine): every node's "
+        "series in one store, so every rule, dashboard and report works unchanged, and "
+        "a job spanning racks is judged whole. **A Prometheus per rack or pod and a "
+        "global one** (`prometheus-global.yml`): each rack server scrapes its nodes and "
+        "evaluates every rule where the data is; the global server federates the "
+        "recorded series of a node, GPU, port, link or job owner, the alerts and the "
+        "small raw families (BMC, Slurm queue, GPU allocations), and evaluates the "
+        "roll-ups over many nodes again. The capacity report at the global server reads "
+        "the report rules' series, recorded on the rack servers, and gives the numbers "
+        "of one server holding every sample (tests/report/test_report_global_view.py "
+        f"compares them). {measured} Per-GPU, per-link and per-port series stay on the "
+        "rack servers (the node, NVLink and InfiniBand dashboards point there), and a "
+        "job whose nodes span racks is judged by each rack for its part: for such jobs "
+        "the VictoriaMetrics path is the one that holds them whole. The global server's "
+        "own cost was not measured here.",
+        "",
+    ]

@@ -175,16 +175,30 @@ def _ready(url: str, process: subprocess.Popen[bytes], log: Path) -> bool:
 
 
 def backfill_recording_rules(
-    url: str, tsdb: Path, workdir: Path, *, start: float, end: float, step: float
+    url: str,
+    tsdb: Path,
+    workdir: Path,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    config: Path | None = None,
+    only_groups: tuple[str, ...] = (),
 ) -> None:
     """The mixin's recording rules over the history `url` serves, as the README's flow
     makes them (`nvwatch alerts backfill-rules`, then promtool's rule backfill), their
-    blocks moved into `tsdb`: the server picks them up when next started on it."""
+    blocks moved into `tsdb`: the server picks them up when next started on it.
+    `config`: the mixin config file (default: the defaults); `only_groups`: those
+    groups alone (default: all)."""
     from nvwatch.alerts.backfill import backfill_rules
-    from nvwatch.mixin.config import MixinConfig
+    from nvwatch.mixin.config import load
 
+    made = backfill_rules(load(config), step)
+    if only_groups:
+        made["groups"] = [g for g in made["groups"] if g["name"] in only_groups]
+        assert len(made["groups"]) == len(only_groups), f"not all of {only_groups}"
     rules = workdir / "backfill-rules.yaml"
-    rules.write_text(yaml.safe_dump(backfill_rules(MixinConfig(), step)), encoding="utf-8")
+    rules.write_text(yaml.safe_dump(made), encoding="utf-8")
     blocks = workdir / "rule-blocks"
     hours = int((end - start) / 3600) + 48
     subprocess.run(

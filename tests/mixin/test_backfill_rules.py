@@ -48,10 +48,12 @@ def test_every_group_runs_once_per_step_and_rates_span_two_steps() -> None:
     groups = backfill_rules(MixinConfig(), STEP_S)["groups"]
     assert {g["interval"] for g in groups} == {"15m"}
     windows = {w for r in _rules() for w in re.findall(r"\[(\w+)\]", r["expr"])}
-    assert windows == {"30m"}
+    # and the report's reads other than rates, one step less a millisecond: each sample
+    # in one of them
+    assert windows == {"30m", "14m59s999ms"}
     # a window already longer than two steps stays as it is
     long = _rules(MixinConfig().with_overrides(rate_window="1h"))
-    assert {w for r in long for w in re.findall(r"\[(\w+)\]", r["expr"])} == {"1h"}
+    assert {w for r in long for w in re.findall(r"\[(\w+)\]", r["expr"])} == {"1h", "14m59s999ms"}
 
 
 @pytest.mark.parametrize(

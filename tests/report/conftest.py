@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import ssl
 import subprocess
 import time
@@ -61,17 +63,22 @@ class SyntheticReport:
 
 @pytest.fixture(scope="session")
 def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
-    promtool = require_tool("promtool")
     work = tmp_path_factory.mktemp("backfill")
     history = synthetic.build()
     queue = synthetic_queue.build_queue()
     synthetic_queue.add_scheduler_series(history, queue)
     tsdb = work / "tsdb"
+    write_blocks(history, work, tsdb)
+    return Backfill(tsdb, history, queue)
+
+
+def write_blocks(history: synthetic.History, work: Path, tsdb: Path, shift: float = 0.0) -> None:
+    """The history's samples, `shift` seconds later, as promtool's blocks in `tsdb`."""
     openmetrics = work / "history.om"
-    synthetic.write_openmetrics(history, openmetrics)
+    synthetic.write_openmetrics(history, openmetrics, shift)
     subprocess.run(
         [
-            promtool,
+            require_tool("promtool"),
             "tsdb",
             "create-blocks-from",
             # one block for the whole range: promtool reads its input once per block,
@@ -87,7 +94,6 @@ def backfill(tmp_path_factory: pytest.TempPathFactory) -> Backfill:
         timeout=300,
     )
     openmetrics.unlink()
-    return Backfill(tsdb, history, queue)
 
 
 @contextlib.contextmanager
@@ -169,6 +175,52 @@ def report_args(url: str, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def report_rule_blocks(synthetic_prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report rules over the synthetic history, backfilled as the README's flow
+    makes them (`nvwatch alerts backfill-rules`, promtool's rule backfill): a folder of
+    blocks for a server's data directory."""
+    from nvwatch.alerts.recording_report import FABRIC_GROUP, GPU_GROUP
+    from tests.history.backfill import backfill_recording_rules
+
+    work = tmp_path_factory.mktemp("report-rules")
+    blocks = work / "blocks"
+    blocks.mkdir()
+    backfill_recording_rules(
+        synthetic_prometheus,
+        blocks,
+        work,
+        start=synthetic.START,
+        end=synthetic.END,
+        step=synthetic.INTERVAL,
+        config=EXAMPLE_CONFIG,
+        only_groups=(GPU_GROUP, FABRIC_GROUP),
+    )
+    return blocks
+
+
+def link_blocks(source: Path, tsdb: Path) -> None:
+    """`source`'s blocks into the data directory `tsdb`, shared by hard links: a block is
+    never written again."""
+    for block in source.iterdir():
+        if (block / "meta.json").is_file():
+            shutil.copytree(block, tsdb / block.name, copy_function=os.link)
+
+
+@pytest.fixture(scope="session")
+def recorded_url(
+    backfill: Backfill, report_rule_blocks: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The synthetic history and its report rules' series: one server with every sample."""
+    work = tmp_path_factory.mktemp("recorded")
+    tsdb = work / "tsdb"
+    tsdb.mkdir()
+    link_blocks(backfill.tsdb, tsdb)
+    link_blocks(report_rule_blocks, tsdb)
+    with prometheus_serving(tsdb, work / "prometheus") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def synthetic_report(
     synthetic_prometheus: str, tmp_path_factory: pytest.TempPathFactory
 ) -> SyntheticReport:
@@ -177,3 +229,11 @@ def synthetic_report(
     assert result.exit_code == 0, result.output
     data = json.loads((out / "report.json").read_text())
     return SyntheticReport(out, data, synthetic_prometheus, result.stderr)
+
+
+@contextlib.contextmanager
+def report_json(url: str, out: Path, *extra: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """`nvwatch report` of the synthetic range at `url`: report.json and stderr."""
+    result = CliRunner().invoke(cli, report_args(url, out, *extra), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    yield json.loads((out / "report.json").read_text()), result.stderr

@@ -458,8 +458,11 @@ def _fans(node: Node, util: Array, gauge: Callable[..., None]) -> None:
         gauge("nvwatch_bmc_sensor_state", {"sensor": name, "type": "Fan"}, state)
 
 
-def openmetrics_lines(history: History, chunk: npt.NDArray[np.bool_]) -> Iterator[str]:
-    """The samples at TIMES[chunk] as OpenMetrics text: families contiguous, in time order."""
+def openmetrics_lines(
+    history: History, chunk: npt.NDArray[np.bool_], shift: float = 0.0
+) -> Iterator[str]:
+    """The samples at TIMES[chunk] (`shift` seconds later) as OpenMetrics text: families
+    contiguous, in time order."""
     families: dict[str, list[Series]] = {}
     for series in history.series:
         families.setdefault(series.family, []).append(series)
@@ -470,13 +473,13 @@ def openmetrics_lines(history: History, chunk: npt.NDArray[np.bool_]) -> Iterato
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(series.labels.items()) if v != "")
             prefix = f"{family}{suffix}{{{labels}}} "
             present = chunk & ~np.isnan(series.values)
-            times = TIMES[present] + series.offset
+            times = TIMES[present] + series.offset + shift
             for time, value in zip(times, series.values[present], strict=True):
                 yield f"{prefix}{value:.17g} {time:.0f}\n"
     yield "# EOF\n"
 
 
-def write_openmetrics(history: History, path: Path) -> None:
-    """The whole history as one OpenMetrics file."""
+def write_openmetrics(history: History, path: Path, shift: float = 0.0) -> None:
+    """The whole history as one OpenMetrics file, `shift` seconds later."""
     with path.open("w", encoding="utf-8") as handle:
-        handle.writelines(openmetrics_lines(history, np.ones(TIMES.size, dtype=bool)))
+        handle.writelines(openmetrics_lines(history, np.ones(TIMES.size, dtype=bool), shift))

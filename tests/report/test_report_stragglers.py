@@ -235,7 +235,8 @@ def test_the_summary_names_the_worst_culprit_node_and_what_to_do(
     assert finding.endswith(ACTIONS["thermal"] + ".")
     summary = executive_summary([section], "6 hours")
     assert summary[0] == finding
-    report = Report("t", prometheus, CLUSTER, START, END, 3600.0, END, summary, [section])
+    source = "scraped samples"
+    report = Report("t", prometheus, source, CLUSTER, START, END, 3600.0, END, summary, [section])
     written = write_report(report, tmp_path)
     data = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     by_node = data["sections"]["stragglers"]["tables"]["by_node"]["rows"]

@@ -1,0 +1,70 @@
+"""Reading each rule group's evaluation time from the engine, group by group at its own
+interval: the mixin's groups run every minute, the report's every `report_interval`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from benchmarks.scale import measure as m
+from nvwatch.common.durations import parse_duration
+
+SLACK_S = 90.0  # past an interval, how long a group may be late
+
+
+def rule_groups(rule_files: list[Path]) -> dict[str, float]:
+    """Every group of the rule files, with its evaluation interval (the global minute
+    where it names none)."""
+    return {
+        group["name"]: parse_duration(group.get("interval", "1m"))
+        for path in rule_files
+        for group in yaml.safe_load(path.read_text())["groups"]
+    }
+
+
+def recorded_intervals(rule_files: list[Path]) -> dict[str, float]:
+    """Each recorded series' name, with the interval its group records it at."""
+    return {
+        rule["record"]: parse_duration(group.get("interval", "1m"))
+        for path in rule_files
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+        if "record" in rule
+    }
+
+
+def rule_readings(
+    url: str,
+    iterations: str,
+    read: Callable[[], dict[str, float]],
+    groups: dict[str, float],
+    count: int,
+) -> list[dict[str, float]]:
+    """`count` readings of every group's evaluation time, one after each evaluation of
+    the groups of the shortest interval (the engine's own `iterations` counter, by
+    group), then one more once every group has been evaluated; a reading holds only
+    the groups evaluated by then (a group not yet run reads 0)."""
+    shortest = min(groups.values())
+    frequent = [g for g, seconds in groups.items() if seconds == shortest]
+    deadline = time.monotonic() + shortest * (count + 1) + max(groups.values()) + SLACK_S
+    readings = []
+    for done in range(1, count + 2):
+        wanted = frequent if done <= count else list(groups)
+        while min(_iterations(url, iterations, wanted).values()) < min(done, count):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url}: rule groups not evaluated {done} times in time")
+            time.sleep(2)
+        evaluated = _iterations(url, iterations, list(groups))
+        readings.append({g: s for g, s in read().items() if evaluated.get(g, 0.0) >= 1})
+    return readings
+
+
+def _iterations(url: str, family: str, groups: list[str]) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for labels, value in m.scrape_metrics(url).get(family, []):
+        group = labels.get("rule_group", labels.get("group", "")).rsplit(";", 1)[-1]
+        counts[group] = counts.get(group, 0.0) + value
+    return {g: counts.get(g, 0.0) for g in groups}

@@ -1,0 +1,135 @@
+"""The report read from nvwatch-report-*.rules' recorded series says what it says from the
+scraped samples.
+
+The synthetic history's report rules are backfilled the way the README's flow makes
+them (`nvwatch alerts backfill-rules`, promtool's rule backfill) into a copy of its
+blocks, and a Prometheus serves the copy. A recorded value stands for the interval
+before it, so a report step of recorded values holds the samples up to one interval
+before the step's own: the same history written one scrape later is what the recorded
+reads must give, query by query, series by series, step by step.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from nvwatch.agent.cli import cli
+from nvwatch.alerts.recording_report import REPORT_RULES, report_reads
+from nvwatch.common.http_connection import Connection
+from nvwatch.mixin.config import load
+from nvwatch.report.fetch import fetch_all
+from nvwatch.report.frame import Frame
+from nvwatch.report.prom import PrometheusClient
+from nvwatch.report.queries import build_queries
+from nvwatch.report.window import make_window
+from tests.report import synthetic
+from tests.report.conftest import (
+    EXAMPLE_CONFIG,
+    Backfill,
+    SyntheticReport,
+    prometheus_serving,
+    report_args,
+    report_json,
+    write_blocks,
+)
+
+# Reads of a rate: the samples' read rates each counter over a step, the rules over
+# each interval (at the backfill's 15-minute scrape, windows of two scrapes that
+# overlap), and a mean of those rates is the step's rate only where the counter grows
+# evenly: the synthetic fabric's traffic changes from scrape to scrape. In the window's
+# first step neither read has the sample before it that the rate starts from.
+RATE_TOLERANCE = 0.05
+EXACT = 1e-9
+
+
+@pytest.fixture(scope="module")
+def one_scrape_later(backfill: Backfill, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("later")
+    write_blocks(backfill.history, work, work / "tsdb", shift=synthetic.INTERVAL)
+    with prometheus_serving(work / "tsdb", work / "prometheus") as url:
+        yield url
+
+
+def test_each_recorded_read_gives_the_samples_read(
+    recorded_url: str, one_scrape_later: str, backfill: Backfill
+) -> None:
+    cfg = load(EXAMPLE_CONFIG)
+    window = make_window(f"{synthetic.DAYS}d", str(int(synthetic.END)), None, 0.0)
+    from_samples = _frames(one_scrape_later, build_queries(cfg, window, None), window)
+    recorded = _frames(recorded_url, build_queries(cfg, window, None, recorded=True), window)
+    written = {
+        s.family + ("_total" if s.kind == "counter" else "") for s in backfill.history.series
+    }
+    for read in report_reads():
+        frame = from_samples[read.name]
+        assert bool(len(frame)) == (read.metric in written), read.name
+        if read.fn == "rate":
+            _same_frame(
+                read.name, _after_first(frame), _after_first(recorded[read.name]), RATE_TOLERANCE
+            )
+        else:
+            _same_frame(read.name, frame, recorded[read.name], EXACT)
+
+
+def test_the_report_reads_the_rules(
+    recorded_url: str, synthetic_report: SyntheticReport, tmp_path: Path
+) -> None:
+    with report_json(recorded_url, tmp_path, "--read", "rules") as (data, stderr):
+        assert data["read_from"] == f"{REPORT_RULES} (one sample per 5m)"
+        assert f"read {REPORT_RULES}" in stderr
+    assert data["step_seconds"] == synthetic_report.data["step_seconds"]
+    assert data["sections"].keys() == synthetic_report.data["sections"].keys()
+
+
+def _frames(url: str, queries: Any, window: Any) -> dict[str, Frame]:
+    return fetch_all(PrometheusClient(Connection(url=url)), queries, window, progress=None)
+
+
+def _after_first(frame: Frame) -> Frame:
+    return Frame(frame.labels, frame.values[:, 1:])
+
+
+def _same_frame(name: str, expected: Frame, got: Frame, tolerance: float) -> None:
+    assert len(got) == len(expected), name
+    if not len(expected):
+        return
+    labels = sorted(expected.labels[0])
+    rows = dict(zip(expected.keys(labels), expected.values, strict=True))
+    got_rows = dict(zip(got.keys(labels), got.values, strict=True))
+    assert rows.keys() == got_rows.keys(), name
+    for key, row in rows.items():
+        assert np.array_equal(np.isnan(row), np.isnan(got_rows[key])), f"{name} {key}"
+        assert np.allclose(row, got_rows[key], rtol=tolerance, atol=1e-9, equal_nan=True), (
+            f"{name} {key}: {row} != {got_rows[key]}"
+        )
+
+
+def test_auto_reads_the_rules_when_they_cover_the_window(recorded_url: str, tmp_path: Path) -> None:
+    with report_json(recorded_url, tmp_path) as (data, _stderr):
+        assert data["read_from"].startswith(REPORT_RULES)
+
+
+def test_auto_reads_the_samples_where_no_rule_ran(synthetic_report: SyntheticReport) -> None:
+    """The session's history has no recorded series: the report says where it read."""
+    said = synthetic_report.data["read_from"]
+    assert said.startswith(f"scraped samples ({REPORT_RULES}' series hold 0 of the 16 GPUs")
+    assert "nvwatch alerts backfill-rules" in said
+    assert html.escape(said) in (synthetic_report.out / "report.html").read_text()
+
+
+def test_rules_alone_is_an_error_where_they_are_missing(
+    synthetic_prometheus: str, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        cli, report_args(synthetic_prometheus, tmp_path, "--read", "rules", "--range", "2d")
+    )
+    assert result.exit_code == 2  # the report's documented code for a report it cannot make
+    assert result.output.startswith(f"nvwatch: error: --read rules: {REPORT_RULES}' series hold")
+    assert "Traceback" not in result.output
