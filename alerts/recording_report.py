@@ -4,7 +4,7 @@ each of them once per `report_interval` (groups `nvwatch-report-gpu.rules` and
 
 Every read is `agg by (labels) (fn(metric{...}[window]))`: the report asks it at each of
 its steps with a window of one step. Over a month of a thousand nodes that reads every
-scrape of every GPU, link and port, tens of billions of samples, and takes an hour. The
+scrape of every GPU, link and port, tens of billions of samples: hours of a server. The
 rules read the same samples once, `report_interval` at a time, as they arrive; the
 report then folds the recorded values into its steps (a mean of equal-length means is
 the mean, a sum of counts the count, a maximum of maxima the maximum), reading one

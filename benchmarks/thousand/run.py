@@ -233,14 +233,14 @@ def vmctl_import(blocks: Path, vm: str, names: str = SCRAPED_NAMES) -> None:
 
 
 def every_target_scraped(url: str, targets: Path, timeout_s: float = 300.0) -> None:
-    """Once every replaying target has three samples in the engine: the history imported
+    """Once every replaying target has two samples in the engine: the history imported
     from blocks ends minutes before the live minutes, and rules evaluated before every
-    node was scraped would record a part of the fleet (VictoriaMetrics answers a query
-    without its last 30 s, -search.latencyOffset: one scrape of 30 s may not show)."""
+    node was scraped would record a part of the fleet (VictoriaMetrics answers without
+    its last 30 s, -search.latencyOffset: a target's first scrape may not show yet)."""
     nodes = sum(len(json.loads(f.read_text())) for f in targets.glob("*.json"))
 
     def scraped() -> bool:
-        answer = m.query(url, "count(count_over_time(up[5m]) >= 3)")
+        answer = m.query(url, "count(count_over_time(up[5m]) >= 2)")
         return bool(answer) and float(answer[0]["value"][1]) >= nodes
 
     wait_for(f"{url} to hold a sample of each of {nodes} targets", scraped, timeout_s)

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
+from benchmarks.thousand import rule_timing
 from benchmarks.thousand.replay import ReplayServer, replay_node
 from benchmarks.thousand.run import RANGES_S, Figures, run
 from benchmarks.thousand.section import BEGIN, END, section
@@ -171,3 +172,34 @@ def test_docs_scale_section_is_rendered_from_the_committed_figures() -> None:
     committed = section_of((docs / "scale.md").read_text(), BEGIN, END)
     assert committed == section(figures)
     assert figures["nodes"] == 1000 and figures["hours"] == 24
+
+
+def test_each_group_is_read_once_evaluated_at_its_own_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readings follow the minute groups; a 5-minute group first evaluated at 250 s is in
+    none of the four readings before it and in the one the wait for it adds."""
+    clock = [0.0]
+    first = {"minute": 10.0, "report": 250.0}
+    intervals = {"minute": 60.0, "report": 300.0}
+
+    def iterations(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {
+            "prometheus_rule_group_iterations_total": [
+                ({"rule_group": f"rules.yaml;{g}"}, max(0.0, (clock[0] - first[g]) // i + 1))
+                for g, i in intervals.items()
+            ]
+        }
+
+    def pause(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(rule_timing.m, "scrape_metrics", iterations)
+    monkeypatch.setattr(rule_timing, "now", lambda: clock[0])
+    monkeypatch.setattr(rule_timing, "pause", pause)
+    readings = rule_timing.rule_readings(
+        "http://127.0.0.1:9", "prometheus_rule_group_iterations_total",
+        lambda: {"minute": 1.0, "report": 0.0}, intervals, 4,
+    )  # fmt: skip
+    assert [sorted(r) for r in readings] == [["minute"]] * 4 + [["minute", "report"]]
+    assert 250.0 <= clock[0] < 260.0  # the fifth reading waited for the first evaluation
