@@ -87,10 +87,13 @@ class WindowedRead:
         level = "instance" if self.level == "node" else self.level
         return f"{level}:{self.metric.removesuffix('_total')}:{self.name}"
 
+    def per_series(self, cfg: MixinConfig, window: str, *more: str) -> str:
+        """`fn` over each scraped series, `more` matchers added."""
+        return f"{self.fn}({self.metric}{self.selector(cfg, *more)}[{window}])"
+
     def raw(self, cfg: MixinConfig, window: str, *more: str) -> str:
         """The read from the scraped samples, `more` matchers added."""
-        inner = f"{self.fn}({self.metric}{self.selector(cfg, *more)}[{window}])"
-        return f"{self.agg} by ({self.labels(cfg)}) ({inner})"
+        return f"{self.agg} by ({self.labels(cfg)}) ({self.per_series(cfg, window, *more)})"
 
     def recorded(self, cfg: MixinConfig, window: str, *more: str) -> str:
         """The same read from the rule's series."""
@@ -110,8 +113,7 @@ class WindowedRead:
         window = prometheus_duration(seconds)
         if self.aggregated_first:
             return RecordingRule(self.record(), self.raw(cfg, window))
-        inner = f"{self.fn}({self.metric}{self.selector(cfg)}[{window}])"
-        return RecordingRule(self.record(), inner)
+        return RecordingRule(self.record(), self.per_series(cfg, window))
 
 
 def report_reads() -> tuple[WindowedRead, ...]:

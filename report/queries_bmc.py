@@ -13,10 +13,8 @@ adding them up would count the node twice).
 
 from __future__ import annotations
 
-import json
-
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.report.queries import Query
+from nvwatch.report.queries import Query, cluster_matchers
 from nvwatch.report.window import Window
 
 INLET = 'entity="inlet"'
@@ -24,8 +22,7 @@ FAN_TYPE = 'type="Fan"'  # the sensor type as FreeIPMI (and ipmi_exporter) names
 
 
 def bmc_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> list[Query]:
-    # json.dumps quotes and escapes as PromQL's double-quoted strings do
-    extra = f"{cfg.cluster_label}={json.dumps(cluster)}" if cluster else ""
+    extra = ", ".join(cluster_matchers(cfg, cluster))
     node = f"{cfg.cluster_label}, {cfg.rack_label}, {cfg.node_class_label}, {cfg.instance_label}"
     step = window.step_text
 

@@ -17,13 +17,12 @@ value, and their increases are taken in numpy, resets included (frame.counter_ev
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.mixin.queue_promql import WAITING, per_partition, state, unmet
-from nvwatch.report.queries import Query
+from nvwatch.report.queries import Query, cluster_matchers
 from nvwatch.report.window import Window
 
 # Subquery resolution of the demand figures: a scheduler refresh (30 s by default) or two.
@@ -33,8 +32,7 @@ ACCOUNT_WAIT = "nvwatch_scheduler_account_wait_seconds_bucket"
 
 
 def scheduler_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> list[Query]:
-    # json.dumps quotes and escapes as PromQL's double-quoted strings do
-    extra = (f"{cfg.cluster_label}={json.dumps(cluster)}",) if cluster else ()
+    extra = cluster_matchers(cfg, cluster)
     part = f"{cfg.cluster_label}, partition"
     account = f"{cfg.cluster_label}, account"
     step = window.step_text

@@ -30,13 +30,11 @@ every interval of the range, tens of millions of samples for a month of a 1,000-
 
 from __future__ import annotations
 
-import json
-
 from nvwatch.alerts.recording_attribution import WHOLE_GPU
 from nvwatch.alerts.recording_straggler import SLOWDOWN, WITH_JOB_ID
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
-from nvwatch.report.queries import Query
+from nvwatch.report.queries import Query, cluster_matchers
 from nvwatch.report.window import Window
 
 ALERT = "NvwatchJobStraggler"
@@ -52,11 +50,10 @@ def evaluation_seconds(cfg: MixinConfig) -> float:
 
 
 def straggler_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> list[Query]:
-    # json.dumps quotes and escapes as PromQL's double-quoted strings do
-    extra = f"{cfg.cluster_label}={json.dumps(cluster)}" if cluster else ""
+    extra = ", ".join(cluster_matchers(cfg, cluster))
     interval = prometheus_duration(evaluation_seconds(cfg))
     # one step less a millisecond: a subquery point never sits on both ends of a step
-    sub = f"[{prometheus_duration(window.step - 0.001)}:{interval}]"
+    sub = f"[{window.read_span_text}:{interval}]"
     job = f"{cfg.cluster_label}, job_id"
     alerts = (
         "ALERTS{"

@@ -12,7 +12,6 @@ point. Two small queries: a few points of a count each.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from nvwatch.alerts.recording_report import REPORT_RULES, report_reads
@@ -20,6 +19,7 @@ from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.report.errors import ReportError
 from nvwatch.report.prom import PrometheusClient
+from nvwatch.report.queries import cluster_matchers
 from nvwatch.report.window import Window, iso_time
 
 CHOICES = ("auto", "rules", "raw")
@@ -73,7 +73,7 @@ def _first_shortfall(
     client: PrometheusClient, cfg: MixinConfig, window: Window, cluster: str | None
 ) -> str | None:
     """Where the recorded series hold fewer GPUs than the samples: a phrase, or None."""
-    extra = (f"{cfg.cluster_label}={json.dumps(cluster)}",) if cluster else ()
+    extra = cluster_matchers(cfg, cluster)
     # two intervals, or a step when longer: a history backfilled at a coarser interval
     # still has a sample in each probe's window
     lookback = prometheus_duration(max(2 * interval_seconds(cfg), window.step))

@@ -37,6 +37,13 @@ class Window:
         return prometheus_duration(self.step)
 
     @property
+    def read_span_text(self) -> str:
+        """One step less a millisecond, as PromQL writes a range: a sample (or subquery
+        point) on a step's edge falls in one step only, whether the server's ranges are
+        closed (Prometheus 2) or left-open (3)."""
+        return prometheus_duration(self.step - 0.001)
+
+    @property
     def static_step(self) -> float:
         """Step of the "static" queries (TDPs, line rates, thresholds): a day, or the
         range when shorter. A `max_over_time` over a whole month would load every sample

@@ -4,8 +4,9 @@ interval: the mixin's groups run every minute, the report's every `report_interv
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,22 +20,24 @@ now = time.monotonic
 pause = time.sleep
 
 
-def rule_groups(rule_files: list[Path]) -> dict[str, float]:
+def _groups(rule_files: list[Path]) -> Iterator[tuple[dict[str, Any], float]]:
     """Every group of the rule files, with its evaluation interval (the global minute
     where it names none)."""
-    return {
-        group["name"]: parse_duration(group.get("interval", "1m"))
-        for path in rule_files
-        for group in yaml.safe_load(path.read_text())["groups"]
-    }
+    for path in rule_files:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            yield group, parse_duration(group.get("interval", "1m"))
+
+
+def rule_groups(rule_files: list[Path]) -> dict[str, float]:
+    """Every group's name, with its evaluation interval."""
+    return {group["name"]: seconds for group, seconds in _groups(rule_files)}
 
 
 def recorded_intervals(rule_files: list[Path]) -> dict[str, float]:
     """Each recorded series' name, with the interval its group records it at."""
     return {
-        rule["record"]: parse_duration(group.get("interval", "1m"))
-        for path in rule_files
-        for group in yaml.safe_load(path.read_text())["groups"]
+        rule["record"]: seconds
+        for group, seconds in _groups(rule_files)
         for rule in group["rules"]
         if "record" in rule
     }
