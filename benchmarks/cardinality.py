@@ -16,12 +16,13 @@ docs/scale.md's measured table (the 124-node run) when it is there.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.common import REPO_ROOT, replace_section
@@ -67,6 +68,9 @@ class Cardinality:
     jobs_per_day: float
     rss_mb_per_100k: float | None
     seconds: float
+    # per --nvlink-detail: the costliest rule group's share of its interval on one
+    # Prometheus, per node, as the 1,000-node runs measured it
+    rule_share_per_node: dict[str, float] = field(default_factory=dict)
 
 
 def measure_settings(root: Path) -> list[SettingRow]:
@@ -128,6 +132,23 @@ def rss_per_100k(scale_md: Path) -> float | None:
     return float(found.group(1).replace(",", "")) if found else None
 
 
+THOUSAND_FIGURES = "scale-thousand*.json"  # the 1,000-node runs' figures beside scale.md
+
+
+def rule_share_per_node(docs: Path) -> dict[str, float]:
+    """The costliest rule group's share of its interval on Prometheus, per node, from
+    each 1,000-node run in `docs` by its --nvlink-detail (groups' cost grows with the
+    series they read, and those with the nodes)."""
+    found: dict[str, float] = {}
+    for path in sorted(docs.glob(THOUSAND_FIGURES)):
+        figures = json.loads(path.read_text(encoding="utf-8"))
+        rules = figures.get("engines", {}).get("prometheus", {}).get("rules", [])
+        if rules:
+            worst = max(r["seconds"] / r["interval_s"] for r in rules)
+            found[figures["nvlink_detail"]] = worst / figures["nodes"]
+    return found
+
+
 def collect(scale_md: Path) -> Cardinality:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="nvwatch-cardinality-") as scratch:
@@ -136,7 +157,13 @@ def collect(scale_md: Path) -> Cardinality:
         labels = label_growth(root)
     per_day, jobs = job_churn()
     return Cardinality(
-        rows, labels, per_day, jobs, rss_per_100k(scale_md), time.monotonic() - started
+        rows,
+        labels,
+        per_day,
+        jobs,
+        rss_per_100k(scale_md),
+        time.monotonic() - started,
+        rule_share_per_node(scale_md.parent),
     )
 
 

@@ -100,23 +100,28 @@ def _labels(result: Cardinality) -> list[str]:
     ]
 
 
+RULE_BUDGET = 0.10  # of a rule group's interval
+
+
 def _defaults(result: Cardinality) -> list[str]:
     h100 = {(r.nvlink_detail, r.ib_hw_counters): r for r in result.rows if r.profile == "dgx-h100"}
-    rss = result.rss_mb_per_100k
+    rss, shares = result.rss_mb_per_100k, result.rule_share_per_node
     lines = [
         "### Default per fleet size (DGX H100 nodes)",
         "",
-        "| nodes | setting | active series | Prometheus RSS | default |",
-        "|---|---|---|---|---|",
+        "| nodes | setting | active series | Prometheus RSS | costliest rule group | default |",
+        "|---|---|---|---|---|---|",
     ]
     for nodes in FLEETS:
-        chosen, chosen_mark = _chosen(nodes, h100, rss)
+        chosen, chosen_mark = _chosen(nodes, h100, rss, shares)
         for detail, counters in DEFAULT_ORDER:
             series = nodes * h100[(detail, counters)].ceiling
             memory = f"{series * rss / 1e5 / 1024:,.1f} GiB" if rss else "not measured"
+            share = f"{nodes * shares[detail]:.1%}" if detail in shares else "not measured"
             mark = chosen_mark if chosen == (detail, counters) else ""
             lines.append(
-                f"| {nodes:,} | `--nvlink-detail {detail}` | {series:,} | {memory} | {mark} |"
+                f"| {nodes:,} | `--nvlink-detail {detail}` | {series:,} | {memory} | {share} "
+                f"| {mark} |"
             )
     extra = h100[("link", "all")].ceiling - h100[("link", "default")].ceiling
     rule = (
@@ -127,8 +132,14 @@ def _defaults(result: Cardinality) -> list[str]:
             if rss
             else " (its memory per series was not measured: run benchmarks/scale_bench.py)"
         )
-        + "; where neither setting fits, `--nvlink-detail gpu` and more than one server "
-        "(*Past one server*). Per-link NVLink series are what find the one bad link of a "
+        + f", and whose costliest rule group takes at most {RULE_BUDGET:.0%} of its "
+        "interval there: its share per node on Prometheus as the 1,000-node runs below "
+        "measured it at each setting (docs/scale-thousand*.json; a group's cost grows with "
+        "the series it reads), on this machine's 2 cores; not measured, memory alone "
+        "decides. Where neither setting fits, `--nvlink-detail gpu` and more than one "
+        "server (*Past one server*): a Prometheus per rack or pod holds a few dozen nodes, "
+        "well within both, and VictoriaMetrics evaluated the per-link rules of 1,000 nodes "
+        "within budget. Per-link NVLink series are what find the one bad link of a "
         "GPU; per GPU they still show a GPU's errors and bandwidth, and the node "
         "dashboard's per-link panels then read one series per GPU. `--ib-hw-counters all` "
         f"is never a default: {extra:,} more series per node for counters a fabric engineer "
@@ -138,14 +149,20 @@ def _defaults(result: Cardinality) -> list[str]:
 
 
 def _chosen(
-    nodes: int, h100: dict[tuple[str, str], SettingRow], rss: float | None
+    nodes: int,
+    h100: dict[tuple[str, str], SettingRow],
+    rss: float | None,
+    shares: dict[str, float] | None = None,
 ) -> tuple[tuple[str, str] | None, str]:
-    """(the default setting, its mark): the first of DEFAULT_ORDER that one server holds,
-    else the least detailed, sharded."""
+    """(the default setting, its mark): the first of DEFAULT_ORDER that one server holds
+    and evaluates the rules of within budget (where measured), else the least detailed,
+    sharded."""
     if rss is None:
         return None, ""
+    shares = shares or {}
     for setting in DEFAULT_ORDER:
-        if nodes * h100[setting].ceiling * rss / 1e5 / 1024 <= SERVER_RSS_GIB:
+        held = nodes * h100[setting].ceiling * rss / 1e5 / 1024 <= SERVER_RSS_GIB
+        if held and nodes * shares.get(setting[0], 0.0) <= RULE_BUDGET:
             return setting, "**default**"
     return DEFAULT_ORDER[-1], "**default**, more than one server"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -33,6 +34,7 @@ from nvwatch.report.sections.usage import usage
 from nvwatch.report.sections.utilization import utilization
 from nvwatch.report.source import Source, choose_source, interval_seconds
 from nvwatch.report.summary import executive_summary
+from nvwatch.report.timings import Timings
 from nvwatch.report.window import Window, iso_time, make_window
 
 
@@ -47,6 +49,7 @@ class ReportOptions:
     out: Path
     job_store: str | None = None  # --job-store: the Jobs section reads its summaries
     read: str = "auto"  # --read: nvwatch-report-*.rules' series, the scraped samples, or auto
+    timings: Path | None = None  # --timings: where the report's time went, as JSON
 
 
 def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
@@ -60,15 +63,18 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
     except style.PlottingUnavailable as err:
         raise ReportError(str(err)) from None
     now = time.time()
+    timings = Timings()
     client = PrometheusClient(options.connection)
-    window, source = _window_and_source(client, options, now)
+    with timings.phase("source"):
+        window, source = _window_and_source(client, options, now)
     queries = [
         *build_queries(options.config, window, options.cluster, source.recorded),
         *bmc_queries(options.config, window, options.cluster),
         *scheduler_queries(options.config, window, options.cluster),
         *straggler_queries(options.config, window, options.cluster),
     ]
-    frames = fetch_all(client, queries, window, progress)
+    with timings.phase("queries"):
+        frames = fetch_all(client, queries, window, progress, timings)
     if not len(frames["gpu_up"]):
         raise ReportError(
             f"no nvwatch data between {iso_time(window.start)} and {iso_time(window.end)} at "
@@ -78,12 +84,16 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
         )
     if progress is not None:
         print(f"read {source.words}", file=progress)
-    report = assemble(Context(options.config, window, frames), options, now, source)
+    report = assemble(Context(options.config, window, frames), options, now, source, timings)
     try:
-        return write_report(report, options.out)
+        with timings.phase("writing"):
+            written = write_report(report, options.out)
+        if options.timings is not None:
+            timings.write(options.timings)
     except OSError as err:
         where = options.out if err.filename is None else err.filename
         raise ReportError(f"cannot write the report to {where}: {err.strerror}") from None
+    return written
 
 
 def _window_and_source(
@@ -116,21 +126,29 @@ def jobs_in_range(ctx: Context, spec: str, cluster: str | None) -> Section:
     return jobs(chosen, store.description)
 
 
-def assemble(ctx: Context, options: ReportOptions, now: float, source: Source) -> Report:
-    allocs = allocations(ctx)
-    sections = [
-        utilization(ctx, allocs),
-        usage(ctx, allocs),
-        demand(ctx),
-        power(ctx),
-        thermal(ctx),
-        cooling(ctx),
-        fabric(ctx),
-        health(ctx),
-        stragglers(ctx),
+def assemble(
+    ctx: Context, options: ReportOptions, now: float, source: Source, timings: Timings
+) -> Report:
+    with timings.phase("allocations"):
+        allocs = allocations(ctx)
+    makers: list[tuple[str, Callable[[], Section]]] = [
+        ("utilization", lambda: utilization(ctx, allocs)),
+        ("usage", lambda: usage(ctx, allocs)),
+        ("demand", lambda: demand(ctx)),
+        ("power", lambda: power(ctx)),
+        ("thermal", lambda: thermal(ctx)),
+        ("cooling", lambda: cooling(ctx)),
+        ("fabric", lambda: fabric(ctx)),
+        ("health", lambda: health(ctx)),
+        ("stragglers", lambda: stragglers(ctx)),
     ]
+    sections = []
+    for name, make in makers:
+        with timings.phase(f"section {name}"):  # its analysis and its plots
+            sections.append(make())
     if options.job_store is not None:
-        sections.append(jobs_in_range(ctx, options.job_store, options.cluster))
+        with timings.phase("section jobs"):
+            sections.append(jobs_in_range(ctx, options.job_store, options.cluster))
     window: Window = ctx.window
     title = "GPU capacity review" + (f": {options.cluster}" if options.cluster else "")
     return Report(

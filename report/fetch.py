@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
 from typing import Any, TextIO
@@ -23,6 +24,7 @@ from nvwatch.report.errors import TooManySamples
 from nvwatch.report.frame import Frame
 from nvwatch.report.prom import PrometheusClient, RangeResult
 from nvwatch.report.queries import Query
+from nvwatch.report.timings import QueryTiming, Timings
 from nvwatch.report.window import Window
 
 PARALLEL_QUERIES = 4
@@ -33,14 +35,16 @@ def fetch_all(
     queries: Sequence[Query],
     window: Window,
     progress: TextIO | None = sys.stderr,
+    timings: Timings | None = None,
 ) -> dict[str, Frame]:
-    """Every query's result as a Frame, by query name; the first ReportError stops it all."""
+    """Every query's result as a Frame, by query name; the first ReportError stops it all.
+    Each query's time goes to `timings` when given."""
     frames: dict[str, Frame] = {}
     with (
         thread_pool("nvwatch-report", PARALLEL_QUERIES) as pool,
         _progress_bar(len(queries), progress) as advance,
     ):
-        futures = {pool.submit(_run, client, q, window): q for q in queries}
+        futures = {pool.submit(_run, client, q, window, timings): q for q in queries}
         try:
             for future in as_completed(futures):
                 query = futures[future]
@@ -68,22 +72,33 @@ def _progress_bar(total: int, stream: TextIO | None) -> Iterator[Callable[[str],
         yield lambda name: bar.update(1, name)
 
 
-def _run(client: PrometheusClient, query: Query, window: Window) -> Frame:
+def _run(client: PrometheusClient, query: Query, window: Window, timings: Timings | None) -> Frame:
+    began = time.perf_counter()
+    sent: list[float] = []
     if query.static:
-        result = split_range(
-            client, query.expr, window.static_first, window.end, window.static_step
-        )
-        return Frame.from_result(result, window, single=True)
-    first = window.start + window.step
-    result = split_range(client, query.expr, first, window.end, window.step)
-    return Frame.from_result(result, window)
+        first, step = window.static_first, window.static_step
+    else:
+        first, step = window.start + window.step, window.step
+    result = split_range(client, query.expr, first, window.end, step, sent)
+    if timings is not None:
+        seconds = time.perf_counter() - began
+        timings.query(QueryTiming(query.name, seconds, len(result.series), len(sent)))
+    return Frame.from_result(result, window, single=query.static)
 
 
 def split_range(
-    client: PrometheusClient, expr: str, first: float, last: float, step: float
+    client: PrometheusClient,
+    expr: str,
+    first: float,
+    last: float,
+    step: float,
+    sent: list[float] | None = None,
 ) -> RangeResult:
     """`expr` at every step from `first` to `last`; a range the server refuses for its
-    samples in two halves (each asked the same way), down to a single step."""
+    samples in two halves (each asked the same way), down to a single step. `sent` gets
+    each request's first time, refused ones included."""
+    if sent is not None:
+        sent.append(first)
     try:
         return client.query_range(expr, first, last, step)
     except TooManySamples:
@@ -91,8 +106,8 @@ def split_range(
         if steps < 1:
             raise
         middle = first + (steps // 2) * step
-        early = split_range(client, expr, first, middle, step)
-        late = split_range(client, expr, middle + step, last, step)
+        early = split_range(client, expr, first, middle, step, sent)
+        late = split_range(client, expr, middle + step, last, step, sent)
     return _end_to_end(early, late)
 
 

@@ -56,6 +56,13 @@ from nvwatch.report.errors import ReportError
     "rules' where they cover the whole window.",
 )
 @option("--out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
+@option(
+    "--timings",
+    "timings_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write where the time went (each query, the analysis, the writing) as JSON.",
+)
 @prometheus_client_options(timeout_s=120.0)
 def report_command(
     url: str,
@@ -67,6 +74,7 @@ def report_command(
     job_store: str | None,
     read: str,
     out: str,
+    timings_path: str | None,
     prometheus: PrometheusFlags,
 ) -> None:
     """Write report.html, report.json and CSVs: utilization, users, power, thermal,
@@ -94,6 +102,7 @@ def report_command(
             out=output_directory(out),
             job_store=job_store,
             read=read,
+            timings=Path(timings_path) if timings_path else None,
         )
         written = run_report(options, progress=sys.stderr)
     except (ReportError, ConnectionSetupError) as err:

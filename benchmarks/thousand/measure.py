@@ -135,9 +135,9 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
     """`nvwatch report` over `hours` up to `end` (now), as its users run it, as process
     `name`: wall seconds, its peak RSS (sampled), which series it read, and its
     one-line error if it failed."""
-    out = stack.workdir / name
+    out, timings = stack.workdir / name, stack.workdir / f"{name}-timings.json"
     argv = [*nvwatch_command(), "report", "--prometheus", url, "--range", f"{hours:g}h",
-            "--cluster", cluster, "--out", str(out)]  # fmt: skip
+            "--cluster", cluster, "--out", str(out), "--timings", str(timings)]  # fmt: skip
     if end is not None:
         argv += ["--end", f"{end:.0f}"]
     began = time.perf_counter()
@@ -158,4 +158,19 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
         "returncode": code,
         "error": (log[-1] if log else "no output") if code else "",
         "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else [],
+        "timings": json.loads(timings.read_text()) if timings.is_file() else {},
     }
+
+
+SHORTER = 4  # the growth is measured against a report over this fraction of the range
+SHORTEST_HOURS = 1.0  # the shortest range `nvwatch report` makes
+
+
+def report_growth(stack: Stack, url: str, cluster: str, hours: float, name: str,
+                  end: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The report over `hours` and, for how its time grows with the range, over a
+    quarter of it (an hour at least) ending at the same time (under "shorter")."""
+    short_hours = max(hours / SHORTER, SHORTEST_HOURS)
+    shorter = report_cost(stack, url, cluster, short_hours, f"{name}-shorter", end)
+    whole = report_cost(stack, url, cluster, hours, name, end)
+    return {**whole, "shorter": {**shorter, "hours": short_hours}}

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.scale.stack import Stack
-from benchmarks.thousand.measure import report_cost
+from benchmarks.thousand.measure import report_growth
 from benchmarks.thousand.section import write_section
 from nvwatch.sim.bulk.write import CLUSTER
 from tests.e2e.loopback import Endpoint
@@ -37,7 +37,7 @@ def measure(data: Path, hours: float, end: float, parent: Path | None) -> dict[s
         argv = prometheus_argv("prometheus", write_yaml(work / "p.yml", config), data, endpoint)
         stack.sampler.start()
         stack.spawn("prometheus", argv, f"{endpoint.url}/-/ready")
-        cost = report_cost(stack, endpoint.url, CLUSTER, hours, "report-prometheus", end)
+        cost = report_growth(stack, endpoint.url, CLUSTER, hours, "report-prometheus", end)
     finally:
         stack.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -154,7 +154,7 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     recorded = recorded_history(url, data, history_start, started_at,
                                 rt.recorded_intervals(rule_files))  # fmt: skip
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
-    report = t.report_cost(stack, url, CLUSTER, hours, "report-prometheus")
+    report = t.report_growth(stack, url, CLUSTER, hours, "report-prometheus")
     metrics = m.scrape_metrics(url)
     figures = {
         "ready_seconds": ready_s,
@@ -283,7 +283,7 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
                                 rt.recorded_intervals(rule_files),
                                 lambda blocks: vmctl_import(blocks, vm, ".*"))  # fmt: skip
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
-    report = t.report_cost(stack, vm, CLUSTER, hours, "report-victoria-metrics")
+    report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics")
     return {
         "import_seconds": import_s,
         "recorded_history": recorded,
@@ -312,9 +312,12 @@ def writing_seconds(nodes: int, hours: float, scrape_s: int, nvlink_detail: str,
 def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         nvlink_detail: str, rule_readings: int = RULE_READINGS,
         parent: Path | None = None,
-        report_interval: str = MixinConfig.report_interval) -> Figures:  # fmt: skip
+        report_interval: str = MixinConfig.report_interval,
+        keep_data: Path | None = None) -> Figures:  # fmt: skip
     """The whole measurement in a directory of its own on disk (a day of a thousand
-    nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after."""
+    nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after;
+    `keep_data`: where Prometheus' data directory goes instead, to measure the report
+    again on it (benchmarks.thousand.report_again)."""
     figures = Figures(nodes, hours, scrape_s, nvlink_detail, report_interval)
     work = Path(tempfile.mkdtemp(prefix="nvwatch-thousand-", dir=parent))
     stack = Stack(work)
@@ -350,6 +353,8 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         stack.close()
         if server is not None:
             server.close()
+        if keep_data is not None and (work / "prometheus-data").is_dir():
+            shutil.move(work / "prometheus-data", keep_data)
         shutil.rmtree(work, ignore_errors=True)
     return figures
 
@@ -365,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-interval", default=MixinConfig.report_interval,
                         help="the report rules' interval (report_interval)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, help="parent of the scratch directory")
+    parser.add_argument("--keep-data", type=Path,
+                        help="move Prometheus' data directory here at the end")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--out", type=Path, help="write the section of this document")
     parser.add_argument("--render", type=Path, help="write --out from this --json's figures")
@@ -376,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,
-                  args.report_interval)  # fmt: skip
+                  args.report_interval, args.keep_data)  # fmt: skip
     raw = json.dumps(figures.__dict__, indent=1, default=str)
     if args.json:
         args.json.write_text(raw + "\n")

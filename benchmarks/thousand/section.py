@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import replace_section
+from benchmarks.thousand.report_section import report_lines
 from nvwatch.sim.bulk.load import BUSY_SHARE
 
 BEGIN = "<!-- thousand:begin -->"
@@ -27,7 +28,7 @@ def section(figures: dict[str, Any]) -> str:
         *_run(figures),
         *_rules(figures),
         *_panels(figures),
-        *_report(figures),
+        *report_lines(figures),
         *_past_one_server(figures),
     ]
     return "\n".join([BEGIN, *parts, END, ""])
@@ -249,51 +250,6 @@ def _narrowed(figures: dict[str, Any]) -> str:
         if p.get("selection")
     }
     return ", ".join(f"{name} ({selection})" for name, selection in sorted(chosen.items()))
-
-
-REPORT_TARGET_S = 300.0
-MONTH_DAYS = 30
-
-
-def _report(figures: dict[str, Any]) -> list[str]:
-    engines = [e for e in ENGINES if "report" in figures["engines"].get(e, {})]
-    if not engines:
-        return []
-    hours = figures["hours"]
-    lines = [
-        f"### The capacity report at {figures['nodes']:,} nodes",
-        "",
-        f"`nvwatch report --range {hours:g}h` over the whole history, end to end (queries, "
-        "analysis, plots, files), its memory sampled every 5 s; `read` is where the report "
-        "says it read its GPU, power, thermal, fabric and health figures (the report "
-        "rules' series, one sample per series and `report_interval`, when they hold every "
-        "GPU over the window, as the stand-in above does). The engine reads samples in "
-        f"proportion to the range: {MONTH_DAYS} days read {MONTH_DAYS * 24 / hours:g} times "
-        "as many, and the last column scales the whole measured time by that (an estimate "
-        "on the high side: analysis and plots grow with the report's points, 720 at most; "
-        f"this machine holds {hours:g} h of {figures['nodes']:,} nodes, not "
-        f"{MONTH_DAYS} days). Target: {REPORT_TARGET_S / 60:g} minutes.",
-        "",
-        f"| engine | read | {hours:g} h (s) | peak RSS (MiB) | result "
-        f"| {MONTH_DAYS} days, scaled (min) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for engine in engines:
-        r = figures["engines"][engine]["report"]
-        error = r["error"] if len(r["error"]) <= 240 else r["error"][:237] + "..."
-        result = f"failed: {error}" if r["returncode"] else f"{len(r['files'])} files"
-        if r.get("apart"):
-            result += (
-                f" (measured apart on {r['apart']}, on the run's Prometheus data kept aside, "
-                "over the history's day: `python -m benchmarks.thousand.report_again`)"
-            )
-        scaled = "" if r["returncode"] else f"{r['seconds'] * MONTH_DAYS * 24 / hours / 60:.0f}"
-        lines.append(
-            f"| {ENGINES[engine]} | {r.get('read_from') or 'n/a'} | {r['seconds']:.0f} "
-            f"| {r['peak_rss_mb']:.0f} | {result} "
-            f"| {scaled} |"
-        )
-    return [*lines, ""]
 
 
 def _panel_row(p: dict[str, Any]) -> str:

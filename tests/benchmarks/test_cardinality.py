@@ -4,6 +4,7 @@ and docs/scale.md's section holds what the benchmark measures now."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from benchmarks.cardinality import (
     SettingRow,
     label_growth,
     measure_settings,
+    rule_share_per_node,
 )
 from benchmarks.cardinality_section import _chosen, section
 from benchmarks.common import section_of
@@ -77,6 +79,26 @@ def test_the_default_is_the_most_detail_one_server_holds() -> None:
     sharded = _chosen(10_000, h100, 1_000.0)
     assert sharded[0] == ("gpu", "default") and "more than one server" in sharded[1]
     assert _chosen(1_000, h100, None) == (None, "")
+    # and whose costliest rule group stays within 10% of its interval: 17% at 1,000
+    # nodes per link is 2.1% at 124, 1% per GPU
+    shares = {"link": 0.17 / 1_000, "gpu": 0.01 / 1_000}
+    assert _chosen(124, h100, 1_000.0, shares)[0] == ("link", "default")
+    assert _chosen(1_000, h100, 1_000.0, shares)[0] == ("gpu", "default")
+    assert "more than one server" in _chosen(20_000, h100, 1_000.0, shares)[1]
+
+
+def test_rule_shares_come_from_the_thousand_node_runs(tmp_path: Path) -> None:
+    def figures(detail: str, nodes: int, seconds: list[float]) -> str:
+        rules = [{"group": f"g{k}", "seconds": s, "interval_s": 60.0}
+                 for k, s in enumerate(seconds)]  # fmt: skip
+        prometheus = {"prometheus": {"rules": rules}}
+        return json.dumps({"nvlink_detail": detail, "nodes": nodes, "engines": prometheus})
+
+    (tmp_path / "scale-thousand.json").write_text(figures("gpu", 1_000, [1.2, 3.0]))
+    (tmp_path / "scale-thousand-link.json").write_text(figures("link", 500, [6.0, 0.5]))
+    (tmp_path / "other.json").write_text("{}")
+    shares = rule_share_per_node(tmp_path)
+    assert shares == pytest.approx({"gpu": 0.05 / 1_000, "link": 0.1 / 500})
 
 
 def test_the_committed_section_holds_the_measured_figures(

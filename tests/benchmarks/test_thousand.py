@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
 from benchmarks.thousand import rule_timing
 from benchmarks.thousand.replay import ReplayServer, replay_node
+from benchmarks.thousand.report_section import estimate
 from benchmarks.thousand.run import RANGES_S, Figures, run
 from benchmarks.thousand.section import BEGIN, END, section
 from nvwatch.alerts.recording_report import REPORT_RULES
@@ -80,18 +82,19 @@ def figures() -> Figures:
         require_tool(tool)
     # the report rules every 2 minutes, not 5: their first evaluation comes sooner, and
     # the stand-in still holds series at two intervals
-    return run(nodes=20, hours=1, scrape_s=30, engines=("prometheus", "victoria-metrics"),
+    # two hours: the report over a quarter of the range is then its shortest, an hour
+    return run(nodes=20, hours=2, scrape_s=30, engines=("prometheus", "victoria-metrics"),
                nvlink_detail="link", rule_readings=1, report_interval="2m")  # fmt: skip
 
 
 def test_the_history_is_every_node_s_series_for_the_range(figures: Figures) -> None:
     g = figures.generation
     assert sum(g["profiles"].values()) == 20
-    # an hour at 30 s for every series but the jobs' allocations (8 GPUs a job), which
+    # two hours at 30 s for every series but the jobs' allocations (8 GPUs a job), which
     # hold samples for their job's life only
     allocations = 8 * g["jobs"]
     assert g["jobs"] > 0
-    assert (g["series"] - allocations) * 120 < g["samples"] < g["series"] * 120
+    assert (g["series"] - allocations) * 240 < g["samples"] < g["series"] * 240
     assert g["block_bytes"] < g["samples"] * 3  # XOR chunks: bytes, not tens, per sample
 
 
@@ -117,10 +120,10 @@ def test_the_rules_series_stand_in_over_the_history(figures: Figures, engine: st
     assert by_interval.keys() == {60.0, 120.0}  # the mixin's minute, the report's 2m
     for interval_s, held in by_interval.items():
         points = held["samples"] / held["series"]
-        # the hour and the minutes until the engine's rules started (for VictoriaMetrics
+        # the two hours and the minutes until the engine's rules started (for VictoriaMetrics
         # after Prometheus' turn, its import and three scrapes of every node), at that
         # interval
-        assert points == int(points) and 50 * 60 <= points * interval_s <= 70 * 60
+        assert points == int(points) and 110 * 60 <= points * interval_s <= 130 * 60
     # the report's reads: a series per GPU for the per-GPU reads, per node for the rest
     assert by_interval[120.0]["series"] > 20 * 8
     assert recorded["load_seconds"] >= 0
@@ -145,9 +148,43 @@ def test_the_report_ran_over_the_history(figures: Figures, engine: str) -> None:
     # the stand-in holds the report rules' series over the whole history
     assert report["read_from"] == f"{REPORT_RULES} (one sample per 5m)"
     assert {"report.html", "report.json"} <= set(report["files"])
-    assert "| " + ("Prometheus" if engine == "prometheus" else "VictoriaMetrics") in section(
-        figures.__dict__
-    )
+    # and over a quarter of the range, for how its time grows; each says where it went
+    shorter = report["shorter"]
+    assert (shorter["returncode"], shorter["hours"]) == (0, 1.0)
+    for made in (shorter, report):
+        timings = made["timings"]
+        assert {"source", "queries", "writing"} <= timings["phases"].keys()
+        assert timings["total_seconds"] <= made["seconds"]  # the process' start besides
+        assert {q["name"] for q in timings["queries"]} >= {"gpu_up", "bmc_power"}
+        assert all(q["series"] >= 0 and q["requests"] >= 1 for q in timings["queries"])
+    text = section(figures.__dict__)
+    name = "Prometheus" if engine == "prometheus" else "VictoriaMetrics"
+    assert f"| {name} | {report['read_from']} | 1 h |" in text
+    assert estimate(figures.__dict__, report) is not None
+
+
+def test_the_month_grows_reading_with_the_range_and_the_rest_with_the_points() -> None:
+    """6 h and 24 h at 5-minute steps (72 and 288 points); a month at one hour (720)."""
+
+    def made(hours: float, reading: float, wall: float, rss: float) -> dict[str, Any]:
+        phases = {"source": reading / 4, "queries": reading * 3 / 4, "writing": 1.0}
+        return {"returncode": 0, "seconds": wall, "peak_rss_mb": rss, "hours": hours,
+                "timings": {"phases": phases}}  # fmt: skip
+
+    whole = {**made(24, 40.0, 54.0, 900.0), "shorter": made(6, 10.0, 15.0, 300.0)}
+    month = estimate({"hours": 24, "report_interval": "5m"}, whole)
+    assert month is not None
+    # reading: 30 s more per 18 h -> 40 + 696 h x 30/18
+    assert month.reading_s == pytest.approx(40.0 + 696 * 30 / 18)
+    # the rest: 5 s at 72 points, 14 s at 288 -> 14 + 432 x 9/216
+    assert month.rest_s == pytest.approx(14.0 + 432 * 9 / 216)
+    assert month.peak_rss_mb == pytest.approx(900.0 + 432 * 600 / 216)
+    # a part measured faster over the longer range does not shrink
+    whole["shorter"] = made(6, 50.0, 60.0, 300.0)
+    month = estimate({"hours": 24, "report_interval": "5m"}, whole)
+    assert month is not None and month.reading_s == pytest.approx(40.0)
+    whole["returncode"] = 1
+    assert estimate({"hours": 24, "report_interval": "5m"}, whole) is None
 
 
 def test_the_live_minutes_are_scraped(figures: Figures) -> None:

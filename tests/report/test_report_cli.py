@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -15,8 +16,11 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from nvwatch.common.http_connection import Connection
+from nvwatch.report.prom import PrometheusClient
 from nvwatch.sim.ports import free_port
 from tests.agent.server_helpers import Certs, make_certs
+from tests.report import synthetic
 from tests.report.conftest import Backfill, SyntheticReport, prometheus_serving, report_args
 
 # the first test also waits for the session backfill
@@ -224,3 +228,29 @@ def test_a_bearer_token_is_sent(tmp_path: Path) -> None:
         thread.join(10)
     assert "Prometheus rejected" in line and "parse error" in line
     assert seen and set(seen) == {"Bearer s3cret-token"}
+
+
+def test_timings_say_where_the_time_went(synthetic_report: SyntheticReport, tmp_path: Path) -> None:
+    """Every query the report sent, with the series Prometheus answered it with; every
+    phase in the order it ran, and the total their sum."""
+    out, path = tmp_path / "out", tmp_path / "timings.json"
+    args = [*report_args(synthetic_report.url, out), "--timings", str(path)]
+    assert nvwatch(*args).returncode == 0
+    timings = json.loads(path.read_text())
+    phases = timings["phases"]
+    assert list(phases)[:3] == ["source", "queries", "allocations"]
+    assert list(phases)[-1] == "writing"
+    assert "section utilization" in phases and "section stragglers" in phases
+    assert timings["total_seconds"] == pytest.approx(sum(phases.values()), abs=0.01)
+    seconds = [q["seconds"] for q in timings["queries"]]
+    assert seconds == sorted(seconds, reverse=True)  # the slowest first
+    assert all(q["requests"] == 1 for q in timings["queries"])  # no range refused here
+    by_name = {q["name"]: q for q in timings["queries"]}
+    assert len(by_name) == len(timings["queries"])
+    # each query's series as the server answers: the GPUs' up series, one per GPU it holds
+    client = PrometheusClient(Connection(synthetic_report.url))
+    held = f"count(group by (instance, gpu) (last_over_time(nvwatch_gpu_up[{synthetic.DAYS}d])))"
+    [(_, (_, count))] = client.query(held, synthetic.END)
+    gpus = int(count)
+    assert by_name["gpu_up"]["series"] == gpus > 0
+    assert 0 < max(seconds) <= phases["queries"] + 0.01

@@ -46,7 +46,9 @@ def test_the_parts_of_a_refused_range_are_its_steps_answers(prometheus: str) -> 
     last = first + (SAMPLES // 2 - 2) * 60  # every step's window inside the data
     with pytest.raises(TooManySamples, match="too many samples"):
         client.query_range(EXPR, first, last, 60)
-    whole = split_range(client, EXPR, first, last, 60)
+    sent: list[float] = []
+    whole = split_range(client, EXPR, first, last, 60, sent)
+    assert len(sent) > 2 and sent[0] == first  # the refused whole range, then its parts
     got = {labels["instance"]: values for labels, values in whole.series}
     assert sorted(got) == ["n0", "n1", "n2", "n3"]
     steps = [first + 60 * k for k in range(SAMPLES // 2 - 1)]
