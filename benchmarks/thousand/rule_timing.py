@@ -53,20 +53,39 @@ def rule_readings(
     """`count` readings of every group's evaluation time, one after each evaluation of
     the groups of the shortest interval (the engine's own `iterations` counter, by
     group), then one more once every group has been evaluated; a reading holds only
-    the groups evaluated by then (a group not yet run reads 0)."""
+    the groups with an evaluation ended by then (a group not yet run reads 0)."""
     shortest = min(groups.values())
     frequent = [g for g, seconds in groups.items() if seconds == shortest]
     deadline = now() + shortest * (count + 1) + max(groups.values()) + SLACK_S
     readings = []
     for done in range(1, count + 2):
         wanted, times = (frequent, done) if done <= count else (list(groups), 1)
-        while min(_iterations(url, iterations, wanted).values()) < times:
+        while not _evaluated(url, iterations, wanted, times, read if done > count else None):
             if now() > deadline:
                 raise RuntimeError(f"{url}: rule groups not evaluated {done} times in time")
             pause(POLL_S)
         evaluated = _iterations(url, iterations, list(groups))
-        readings.append({g: s for g, s in read().items() if evaluated.get(g, 0.0) >= 1})
+        # a duration of 0: the group's first evaluation has begun, not ended
+        readings.append({g: s for g, s in read().items() if evaluated.get(g, 0.0) >= 1 and s > 0})
     return readings
+
+
+def _evaluated(
+    url: str,
+    iterations: str,
+    groups: list[str],
+    times: int,
+    read: Callable[[], dict[str, float]] | None,
+) -> bool:
+    """Whether each of `groups` began `times` evaluations and, with `read`, has a
+    duration: Prometheus counts an iteration as it begins, and a long group's first
+    duration is there only once that evaluation has ended."""
+    if min(_iterations(url, iterations, groups).values()) < times:
+        return False
+    if read is None:
+        return True
+    durations = read()
+    return all(durations.get(g, 0.0) > 0 for g in groups)
 
 
 def _iterations(url: str, family: str, groups: list[str]) -> dict[str, float]:

@@ -215,7 +215,9 @@ def test_each_group_is_read_once_evaluated_at_its_own_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Readings follow the minute groups; a 5-minute group first evaluated at 250 s is in
-    none of the four readings before it and in the one the wait for it adds."""
+    none of the four readings before it and in the one the wait for it adds, with the
+    duration of that evaluation: Prometheus counts it as it begins (at 250 s) and has
+    its duration as it ends (20 s later)."""
     clock = [0.0]
     first = {"minute": 10.0, "report": 250.0}
     intervals = {"minute": 60.0, "report": 300.0}
@@ -236,7 +238,11 @@ def test_each_group_is_read_once_evaluated_at_its_own_interval(
     monkeypatch.setattr(rule_timing, "pause", pause)
     readings = rule_timing.rule_readings(
         "http://127.0.0.1:9", "prometheus_rule_group_iterations_total",
-        lambda: {"minute": 1.0, "report": 0.0}, intervals, 4,
+        lambda: {"minute": 1.0 if clock[0] >= 15.0 else 0.0,
+                 "report": 20.0 if clock[0] >= 270.0 else 0.0}, intervals, 4,
     )  # fmt: skip
-    assert [sorted(r) for r in readings] == [["minute"]] * 4 + [["minute", "report"]]
-    assert 250.0 <= clock[0] < 260.0  # the fifth reading waited for the first evaluation
+    # the first reading comes as the minute group's first evaluation begins (at 10 s,
+    # ending at 15 s): it holds no duration of it
+    assert [sorted(r) for r in readings] == [[]] + [["minute"]] * 3 + [["minute", "report"]]
+    assert readings[-1]["report"] == 20.0
+    assert 270.0 <= clock[0] < 280.0  # the fifth reading waited for the first evaluation
