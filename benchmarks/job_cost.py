@@ -120,7 +120,7 @@ def run(hours: float, runs: int, history_nodes: int) -> JobCost:
         backfill(work / "job.om", work / "tsdb", days=hours / 24 + 1)
         (work / "job.om").unlink()
         store = work / "store"
-        with serve_tsdb(work / "tsdb", work, days=hours / 24 + 1, step=STEP_S) as url:
+        with serve_tsdb(work / "tsdb", work, step=STEP_S) as url:
             seconds = []
             for _ in range(runs):
                 began = time.perf_counter()

@@ -30,6 +30,7 @@ from benchmarks.scale.stack import Stack
 from benchmarks.thousand import measure as t
 from benchmarks.thousand import recorded as r
 from benchmarks.thousand import rule_timing as rt
+from benchmarks.thousand.federation import measure_federation
 from benchmarks.thousand.replay import ReplayProcess, replay_node, write_targets
 from benchmarks.thousand.section import this_machine, write_section
 from nvwatch.alerts import build as alerts_build
@@ -155,11 +156,13 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
                                 rt.recorded_intervals(rule_files))  # fmt: skip
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
     report = t.report_growth(stack, url, CLUSTER, hours, "report-prometheus")
+    federation = measure_federation(stack, endpoint, rule_dir)
     metrics = m.scrape_metrics(url)
     figures = {
         "ready_seconds": ready_s,
         "recorded_history": recorded,
         "report": report,
+        "federation": federation,
         "head_series": m.one(metrics, "prometheus_tsdb_head_series"),
         "rules": t.as_dicts(costs),
         "panels": t.as_dicts(panels),

@@ -300,7 +300,41 @@ def _past_one_server(figures: dict[str, Any]) -> list[str]:
         f"compares them). {measured} Per-GPU, per-link and per-port series stay on the "
         "rack servers (the node, NVLink and InfiniBand dashboards point there), and a "
         "job whose nodes span racks is judged by each rack for its part: for such jobs "
-        "the VictoriaMetrics path is the one that holds them whole. The global server's "
-        "own cost was not measured here.",
+        "the VictoriaMetrics path is the one that holds them whole.",
+        "",
+        *_federation(figures["engines"].get("prometheus", {}).get("federation")),
+    ]
+
+
+def _federation(f: dict[str, Any] | None) -> list[str]:
+    """The global server, measured beside this run's Prometheus (benchmarks/thousand/
+    federation.py)."""
+    if f is None:
+        return ["The global server's own cost was not measured in this run.", ""]
+    if "error" in f:
+        return [f"The global server could not be measured: {f['error']}", ""]
+    answer, scrapes = f["answer"], f["scrape_seconds"]
+    worst = max(f["rules"], key=lambda r: r["seconds"] / r["interval_s"])
+    return [
+        "The global server measured: `prometheus-global.yml` run beside this run's "
+        "Prometheus, which stands for every rack at once, its one target's scrape timeout "
+        "raised to 55 s for that (each rack of a real fleet answers for its share).",
+        "",
+        "| global server | |",
+        "|---|---|",
+        f"| one /federate answer, every rack together | {answer['seconds']:.1f} s, "
+        f"{answer['series']:,} series, {answer['bytes'] / 2**20:.0f} MiB |",
+        f"| its federation scrapes (each minute) | {_seconds_range(scrapes)} |",
+        f"| samples per scrape | {f['samples_scraped']:,.0f} |",
+        f"| series it holds | {f['head_series']:,.0f} |",
+        f"| costliest rule group | {worst['group']}, {worst['seconds']:.2f} s "
+        f"({worst['seconds'] / worst['interval_s']:.1%} of its interval) |",
+        f"| peak RSS | {f['peak_rss_mb'] / 1024:.1f} GiB |",
         "",
     ]
+
+
+def _seconds_range(values: list[float]) -> str:
+    if not values:
+        return "none recorded"
+    return f"{min(values):.1f}-{max(values):.1f} s ({len(values)} scrapes)"

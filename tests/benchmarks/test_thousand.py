@@ -187,6 +187,22 @@ def test_the_month_grows_reading_with_the_range_and_the_rest_with_the_points() -
     assert estimate({"hours": 24, "report_interval": "5m"}, whole) is None
 
 
+def test_the_global_server_federates_the_rack_server_s_recorded_series(
+    figures: Figures,
+) -> None:
+    """prometheus-global.yml beside the run's Prometheus: its federation answer holds
+    each node's recorded series, its scrapes took them in, its roll-ups were evaluated."""
+    f = figures.engines["prometheus"]["federation"]
+    assert "error" not in f, f.get("error")
+    assert f["answer"]["series"] > 20 * 8  # per GPU and per node, for 20 nodes
+    assert f["samples_scraped"] >= f["answer"]["series"] * 0.9  # the jobs come and go
+    assert len(f["scrape_seconds"]) >= 2 and all(s > 0 for s in f["scrape_seconds"])
+    assert f["head_series"] >= f["samples_scraped"]  # and its own roll-ups
+    assert {r["group"] for r in f["rules"]} >= {"nvwatch-cluster.rules", "nvwatch-node.rules"}
+    assert all(r["seconds"] > 0 for r in f["rules"])
+    assert "The global server measured" in section(figures.__dict__)
+
+
 def test_the_live_minutes_are_scraped(figures: Figures) -> None:
     # the replaying targets' series in the head, beside the recording rules' outputs
     assert figures.engines["prometheus"]["head_series"] >= figures.generation["series"]

@@ -29,10 +29,8 @@ import yaml
 from nvwatch.common.durations import prometheus_duration
 from nvwatch.sim.history.history import generate, truth_path_for
 from nvwatch.sim.history.plan import DAY_S, plan_history
-from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
-from tests.e2e.loopback import wait_for
-from tests.processes import stop
+from tests.prometheus_on_blocks import prometheus_on
 
 HOST = "127.0.0.1"
 # the suite's history: six nodes (every episode on its own node, three node classes),
@@ -127,51 +125,16 @@ def backfilled_prometheus(
     backfill(history, tsdb, days)
     history.unlink()  # gigabytes for a large fleet; the blocks hold it all
     truth = json.loads(truth_path_for(history).read_text(encoding="utf-8"))
-    with serve_tsdb(tsdb, workdir, days=days, step=step) as url:
+    with serve_tsdb(tsdb, workdir, step=step) as url:
         yield HistoryPrometheus(url, truth, workdir)
 
 
 @contextlib.contextmanager
-def serve_tsdb(tsdb: Path, workdir: Path, *, days: float, step: float) -> Iterator[str]:
-    """Prometheus on `tsdb` on a free loopback port, its lookback a little over one step;
-    yields its URL once it is ready, stops it on exit."""
-    prometheus = require_tool("prometheus")
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1m"}}), encoding="utf-8")
-    port = free_port(HOST)
-    log = workdir / "prometheus.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tsdb}",
-                # retention counts back from the newest sample; keep every block
-                f"--storage.tsdb.retention.time={int(days + 365)}d",
-                f"--query.lookback-delta={int(step + 60)}s",
-                f"--web.listen-address={HOST}:{port}",
-                "--log.level=warn",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        url = f"http://{HOST}:{port}"
-        wait_for("prometheus on the history ready", lambda: _ready(url, process, log), 60)
+def serve_tsdb(tsdb: Path, workdir: Path, *, step: float) -> Iterator[str]:
+    """Prometheus on `tsdb` (tests/prometheus_on_blocks), its lookback a little over one
+    step; yields its URL once it is ready, stops it on exit."""
+    with prometheus_on(tsdb, workdir, f"--query.lookback-delta={int(step + 60)}s") as url:
         yield url
-    finally:
-        stop(process)
-
-
-def _ready(url: str, process: subprocess.Popen[bytes], log: Path) -> bool:
-    if process.poll() is not None:
-        tail = log.read_text(errors="replace").splitlines()[-3:]
-        raise AssertionError("prometheus exited: " + " | ".join(tail))
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 def backfill_recording_rules(

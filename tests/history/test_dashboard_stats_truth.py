@@ -128,11 +128,11 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     samples = _parse(om)
     tsdb = workdir / "tsdb"
     backfill(om, tsdb, days)
-    with serve_tsdb(tsdb, workdir, days=days, step=STEP_S) as url:
+    with serve_tsdb(tsdb, workdir, step=STEP_S) as url:
         # promtool evaluates at start + k steps up to `end`, the last sample's step included
         end = plan.end + STEP_S / 2
         backfill_recording_rules(url, tsdb, workdir, start=plan.start, end=end, step=STEP_S)
-    with serve_tsdb(tsdb, workdir, days=days, step=STEP_S) as url:
+    with serve_tsdb(tsdb, workdir, step=STEP_S) as url:
         yield History(url, plan.start, plan.end, samples)
 
 

@@ -10,11 +10,7 @@ import contextlib
 import json
 import os
 import shutil
-import ssl
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
-from nvwatch.sim.ports import free_port
 from tests.conftest import require_tool
-from tests.processes import stop
+from tests.prometheus_on_blocks import prometheus_on
 from tests.report import synthetic, synthetic_queue
 
 HOST = "127.0.0.1"
@@ -96,64 +91,11 @@ def write_blocks(history: synthetic.History, work: Path, tsdb: Path, shift: floa
     openmetrics.unlink()
 
 
-@contextlib.contextmanager
-def prometheus_serving(tsdb: Path, workdir: Path, *extra: str, tls: bool = False) -> Iterator[str]:
-    """A Prometheus on `tsdb` (scraping nothing) on a free loopback port; its URL
-    (https when `tls`: its web config serves TLS)."""
-    binary = require_tool("prometheus")
-    port = free_port(HOST)
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1m\n")
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tsdb}",
-            # backfilled history is weeks old: keep it
-            "--storage.tsdb.retention.time=100y",
-            f"--web.listen-address={HOST}:{port}",
-            "--log.level=warn",
-            *extra,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"{'https' if tls else 'http'}://{HOST}:{port}"
-    try:
-        _wait_ready(url, process, workdir / "prometheus.log")
-        yield url
-    finally:
-        stop(process, 30)
-        log.close()
-
-
-def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"prometheus exited: {log.read_text(errors='replace')[-2000:]}")
-        # readiness only: checking the certificate is the tests' business
-        context = ssl._create_unverified_context() if url.startswith("https") else None
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2, context=context) as response:
-                if response.status == 200:
-                    return
-        except urllib.error.HTTPError as err:
-            if err.code == 401:  # behind basic auth: answering is ready enough
-                return
-        except OSError:
-            pass  # not listening yet
-        time.sleep(0.3)
-    raise AssertionError("prometheus not ready within 60 s")
-
-
 @pytest.fixture(scope="session")
 def synthetic_prometheus(
     backfill: Backfill, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    with prometheus_serving(backfill.tsdb, tmp_path_factory.mktemp("prometheus")) as url:
+    with prometheus_on(backfill.tsdb, tmp_path_factory.mktemp("prometheus")) as url:
         yield url
 
 
@@ -216,7 +158,7 @@ def recorded_url(
     tsdb.mkdir()
     link_blocks(backfill.tsdb, tsdb)
     link_blocks(report_rule_blocks, tsdb)
-    with prometheus_serving(tsdb, work / "prometheus") as url:
+    with prometheus_on(tsdb, work / "prometheus") as url:
         yield url
 
 

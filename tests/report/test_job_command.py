@@ -36,7 +36,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     history = work / "jobs.om"
     js.write_openmetrics(history, first)
     backfill(history, work / "tsdb", days=1)
-    with serve_tsdb(work / "tsdb", work, days=1, step=js.STEP_S) as url:
+    with serve_tsdb(work / "tsdb", work, step=js.STEP_S) as url:
         yield url, first
 
 

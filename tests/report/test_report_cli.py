@@ -20,8 +20,9 @@ from nvwatch.common.http_connection import Connection
 from nvwatch.report.prom import PrometheusClient
 from nvwatch.sim.ports import free_port
 from tests.agent.server_helpers import Certs, make_certs
+from tests.prometheus_on_blocks import prometheus_on
 from tests.report import synthetic
-from tests.report.conftest import Backfill, SyntheticReport, prometheus_serving, report_args
+from tests.report.conftest import Backfill, SyntheticReport, report_args
 
 # the first test also waits for the session backfill
 pytestmark = pytest.mark.timeout(600)
@@ -58,7 +59,7 @@ def _strict_copy(
     )
     web = work / "web.yml"
     web.write_text(web_config)
-    with prometheus_serving(
+    with prometheus_on(
         tsdb, work, f"--web.config.file={web}", "--query.max-samples=100", tls=tls
     ) as url:
         yield url

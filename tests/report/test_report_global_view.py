@@ -21,12 +21,12 @@ from nvwatch.alerts import build as alerts_build
 from nvwatch.alerts.recording_report import report_groups
 from nvwatch.mixin.config import load
 from tests.conftest import require_tool
+from tests.prometheus_on_blocks import prometheus_on
 from tests.report import synthetic
 from tests.report.conftest import (
     EXAMPLE_CONFIG,
     Backfill,
     link_blocks,
-    prometheus_serving,
     report_json,
     write_blocks,
 )
@@ -64,7 +64,7 @@ def global_url(
     history = synthetic.History(series=kept)
     write_blocks(history, work, tsdb)
     link_blocks(report_rule_blocks, tsdb)
-    with prometheus_serving(tsdb, work / "prometheus") as url:
+    with prometheus_on(tsdb, work / "prometheus") as url:
         yield url
 
 

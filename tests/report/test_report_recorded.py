@@ -29,12 +29,12 @@ from nvwatch.report.frame import Frame
 from nvwatch.report.prom import PrometheusClient
 from nvwatch.report.queries import build_queries
 from nvwatch.report.window import make_window
+from tests.prometheus_on_blocks import prometheus_on
 from tests.report import synthetic
 from tests.report.conftest import (
     EXAMPLE_CONFIG,
     Backfill,
     SyntheticReport,
-    prometheus_serving,
     report_args,
     report_json,
     write_blocks,
@@ -53,7 +53,7 @@ EXACT = 1e-9
 def one_scrape_later(backfill: Backfill, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("later")
     write_blocks(backfill.history, work, work / "tsdb", shift=synthetic.INTERVAL)
-    with prometheus_serving(work / "tsdb", work / "prometheus") as url:
+    with prometheus_on(work / "tsdb", work / "prometheus") as url:
         yield url
 
 

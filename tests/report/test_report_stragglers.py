@@ -172,7 +172,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     history = work / "history.om"
     history.write_text(_openmetrics(_history()), encoding="utf-8")
     backfill(history, work / "tsdb", days=1.0)
-    with serve_tsdb(work / "tsdb", work, days=1.0, step=60.0) as url:
+    with serve_tsdb(work / "tsdb", work, step=60.0) as url:
         yield url
 
 
