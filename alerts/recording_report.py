@@ -60,13 +60,16 @@ class WindowedRead:
     matchers: tuple[str, ...] = ()
     static: bool = False  # one value per series: TDPs, line rates, thresholds
     ib: bool = False  # an InfiniBand port series: the config's port selector applies
+    # one scraped series per kept label set (a GPU's up, a job's allocation of a GPU):
+    # the aggregation only drops the series' other labels
+    single: bool = False
 
     @property
     def aggregated_first(self) -> bool:
         """Whether the rule may record the aggregate: true when folding the aggregates
         gives what aggregating the folds gives."""
-        if self.static:
-            return True  # one value all along
+        if self.static or self.single:
+            return True  # one value all along, or one series to aggregate
         if self.fn == "rate" or self.fn == "avg_over_time":
             return self.agg in ("sum", "avg")
         if self.fn == "max_over_time" and self.agg == "sum":
@@ -96,9 +99,14 @@ class WindowedRead:
         return f"{self.agg} by ({self.labels(cfg)}) ({self.per_series(cfg, window, *more)})"
 
     def recorded(self, cfg: MixinConfig, window: str, *more: str) -> str:
-        """The same read from the rule's series."""
+        """The same read from the rule's series. Where the rule recorded the aggregate,
+        each of its series is one of the read's already: aggregating them again would
+        change nothing and cost the server a grouping at every step of every series
+        (several seconds a read at a thousand nodes)."""
         selector = "{" + ", ".join(more) + "}" if more else ""
         inner = f"{FOLD[self.fn]}({self.record()}{selector}[{window}])"
+        if self.aggregated_first:
+            return inner
         return f"{self.agg} by ({self.labels(cfg)}) ({inner})"
 
     def rule(self, cfg: MixinConfig) -> RecordingRule:
@@ -122,9 +130,11 @@ def report_reads() -> tuple[WindowedRead, ...]:
     thermal = f'reason=~"{THERMAL_REASONS}"'
     return (
         # --- inventory and utilization
-        WindowedRead("gpu_up", "avg_over_time", "nvwatch_gpu_up", "gpu"),
-        WindowedRead("gpu_samples", "count_over_time", "nvwatch_gpu_up", "gpu"),
-        WindowedRead("gpu_util", "avg_over_time", "nvwatch_gpu_utilization_ratio", "gpu"),
+        WindowedRead("gpu_up", "avg_over_time", "nvwatch_gpu_up", "gpu", single=True),
+        WindowedRead("gpu_samples", "count_over_time", "nvwatch_gpu_up", "gpu", single=True),
+        WindowedRead(
+            "gpu_util", "avg_over_time", "nvwatch_gpu_utilization_ratio", "gpu", single=True
+        ),
         *(
             WindowedRead(
                 f"class_{name}", "avg_over_time", f"nvwatch_gpu_{name}_ratio", "node", "avg"
@@ -137,6 +147,7 @@ def report_reads() -> tuple[WindowedRead, ...]:
             "nvwatch_gpu_allocation_info",
             "node",
             extra=ALLOCATION_LABELS,
+            single=True,
         ),
         # --- power
         WindowedRead("node_power", "avg_over_time", "nvwatch_gpu_power_watts", "node", "sum"),

@@ -20,18 +20,19 @@ report step:
 - the slowdown is `job:nvwatch_straggler_slowdown:ratio`, the value the alert itself
   fires with (ALERTS' sample is 1), summed over the same points.
 
-The job's GPUs are counted per step, `straggler_gpus`: whole GPUs with a job's
-nvwatch_gpu_allocation_info sample in the step, for jobs flagged in the step only (a
-small answer). GPU-hours are then flagged evaluations x interval x GPUs: exact for a job
-whose allocation does not change while it is flagged (a Slurm job's GPUs are fixed for its
-life). Counting GPUs inside the subquery instead would load every allocation series at
-every interval of the range, tens of millions of samples for a month of a 1,000-GPU fleet.
+The job's GPUs are counted per step, `straggler_gpus`: the largest count of its whole
+GPUs the straggler rules recorded in the step (`job:nvwatch_straggler_ranks:count`, one
+series per job the rules judge, which every flagged job is), for jobs flagged in the step
+only (a small answer). GPU-hours are then flagged evaluations x interval x GPUs: exact
+for a job whose allocation does not change while it is flagged (a Slurm job's GPUs are
+fixed for its life). Counting the allocation series instead (one per GPU of every job,
+flagged or not) read each GPU's every sample of the range: at a thousand nodes, most of
+the report's Stragglers time, growing with the range.
 """
 
 from __future__ import annotations
 
-from nvwatch.alerts.recording_attribution import WHOLE_GPU
-from nvwatch.alerts.recording_straggler import SLOWDOWN, WITH_JOB_ID
+from nvwatch.alerts.recording_straggler import RANKS, SLOWDOWN
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.report.queries import Query, cluster_matchers
@@ -62,8 +63,7 @@ def straggler_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> 
     )
     slowdown = f"max by ({job}) ({SLOWDOWN}{{{extra}}})"
     culprit = ", ".join((job, cfg.instance_label, *CULPRIT_LABELS, "cause"))
-    allocation = f"nvwatch_gpu_allocation_info{cfg.sel(extra, WHOLE_GPU, WITH_JOB_ID)}"
-    gpu = f"{job}, {cfg.instance_label}, gpu"
+    ranks = f"{RANKS}{{{extra}}}"
     queries = [
         # each alert series' firing evaluations per step: which culprits and causes a
         # job had, for the tables' detail
@@ -73,9 +73,7 @@ def straggler_queries(cfg: MixinConfig, window: Window, cluster: str | None) -> 
         ),
         Query(
             "straggler_gpus",
-            # distinct GPUs: two steps of one job on a GPU are one GPU held
-            f"count by ({job}) (group by ({gpu}) "
-            f"(count_over_time({allocation}[{window.step_text}])))\n"
+            f"max by ({job}) (max_over_time({ranks}[{window.step_text}]))\n"
             f"and on ({job}) group by ({job}) (count_over_time({alerts}[{window.step_text}]))",
         ),
     ]

@@ -131,7 +131,8 @@ REPORT_TIMEOUT_S = 3600.0
 
 
 def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
-                end: float | None = None) -> dict[str, Any]:  # fmt: skip
+                end: float | None = None,
+                step_s: float | None = None) -> dict[str, Any]:  # fmt: skip
     """`nvwatch report` over `hours` up to `end` (now), as its users run it, as process
     `name`: wall seconds, its peak RSS (sampled), which series it read, and its
     one-line error if it failed."""
@@ -140,6 +141,8 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
             "--cluster", cluster, "--out", str(out), "--timings", str(timings)]  # fmt: skip
     if end is not None:
         argv += ["--end", f"{end:.0f}"]
+    if step_s is not None:
+        argv += ["--step", f"{step_s:.0f}s"]
     began = time.perf_counter()
     stack.spawn(name, argv)
     process = stack.processes.pop(name)
@@ -153,6 +156,7 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
     made = out / "report.json"
     return {
         "read_from": json.loads(made.read_text())["read_from"] if made.is_file() else "",
+        "step_s": json.loads(made.read_text())["step_seconds"] if made.is_file() else 0.0,
         "seconds": seconds,
         "peak_rss_mb": stack.sampler.peaks.get(name, 0.0),
         "returncode": code,
@@ -164,13 +168,29 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
 
 SHORTER = 4  # the growth is measured against a report over this fraction of the range
 SHORTEST_HOURS = 1.0  # the shortest range `nvwatch report` makes
+COARSER = 3  # and against the whole range at this many times its step
+MONTH_DAYS = 30
 
 
 def report_growth(stack: Stack, url: str, cluster: str, hours: float, name: str,
-                  end: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """The report over `hours` and, for how its time grows with the range, over a
-    quarter of it (an hour at least) ending at the same time (under "shorter")."""
+                  end: float | None = None, month: bool = False) -> dict[str, Any]:  # fmt: skip
+    """The report over `hours` and, for how its time grows with the range and with its
+    points, over a quarter of it (an hour at least) ending at the same time ("shorter")
+    and over the whole range at a coarser step ("coarser"); with `month`, over 30 days
+    as well ("month": the engine holds the report rules' series for them)."""
     short_hours = max(hours / SHORTER, SHORTEST_HOURS)
     shorter = report_cost(stack, url, cluster, short_hours, f"{name}-shorter", end)
     whole = report_cost(stack, url, cluster, hours, name, end)
-    return {**whole, "shorter": {**shorter, "hours": short_hours}}
+    coarser = (
+        report_cost(stack, url, cluster, hours, f"{name}-coarser", end, whole["step_s"] * COARSER)
+        if whole["step_s"]
+        else None
+    )
+    month_hours = MONTH_DAYS * 24.0
+    made = report_cost(stack, url, cluster, month_hours, f"{name}-month", end) if month else None
+    return {
+        **whole,
+        "shorter": {**shorter, "hours": short_hours},
+        **({"coarser": {**coarser, "hours": hours}} if coarser else {}),
+        **({"month": {**made, "hours": month_hours}} if made else {}),
+    }

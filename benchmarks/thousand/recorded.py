@@ -18,7 +18,9 @@ fewer, longer series than the day's jobs would leave.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +32,8 @@ from tests.e2e.loopback import wait_for
 
 RECORDED = '{__name__=~".+:.+"}'  # level:metric:operations, as every rule is named
 NOISE = 0.01
-BATCH = 8_000
+CELLS = 8_000 * 1_440  # values written at once: 8,000 series of a day at a minute
+MINUTE_S = 60.0  # the rules' own interval, for a series no group names
 
 
 def recorded_now(url: str, sparse: dict[float, list[str]]) -> list[tuple[Labels, float]]:
@@ -63,8 +66,9 @@ def write_recorded_history(
     """A block under `out` with each recorded series on `grid`: its value, noisy."""
     rng = np.random.default_rng(seed)
     writer = BlockWriter(out, grid)
-    for first in range(0, len(series), BATCH):
-        part = series[first : first + BATCH]
+    batch = max(1, CELLS // grid.count)
+    for first in range(0, len(series), batch):
+        part = series[first : first + batch]
         held = np.array([value for _, value in part])[:, None]
         noise = 1.0 + rng.uniform(-NOISE, NOISE, size=(len(part), grid.count))
         writer.add([labels for labels, _ in part], held * noise)
@@ -96,3 +100,67 @@ def wait_merged(url: str, blocks: float, timeout_s: float = 1800.0) -> float:
     wait_for(f"{url} to merge the recorded series' block",
              lambda: blocks_loaded(url) <= blocks, timeout_s, every=5)  # fmt: skip
     return time.monotonic() - began
+
+
+def recorded_history(url: str, out: Path, start_s: float, end_s: float,
+                     intervals: dict[str, float],
+                     load: Callable[[Path], None] | None = None,
+                     before_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """The stand-in for the rules' series over the history as blocks in `out`, each
+    series at its group's interval (`intervals`, by name; the rules' minute where
+    unnamed), and the report rules' series (those of the groups slower than a minute)
+    for `before_s` before it as well, in a block of their own that overlaps nothing:
+    a month's report then reads a month of what it reads, the scraped samples holding
+    only the history's day. Prometheus' data directory loads them itself, `load` gives
+    the directory to another engine; once the engine answers from them and holds them
+    as it will."""
+    began = time.perf_counter()
+    by_interval: dict[float, list[tuple[Labels, float]]] = {}
+    sparse: dict[float, list[str]] = {}
+    for name, interval_s in intervals.items():
+        if interval_s > MINUTE_S:
+            sparse.setdefault(interval_s, []).append(name)
+    for labels, value in recorded_now(url, sparse):
+        name = dict(labels)["__name__"]
+        by_interval.setdefault(intervals.get(name, MINUTE_S), []).append((labels, value))
+    blocks = None if load else blocks_loaded(url)
+    grids = []
+    for interval_s, series in sorted(by_interval.items()):
+        grid = rule_grid(start_s, end_s, int(interval_s))
+        write_recorded_history(series, grid, out)
+        grids.append((grid, len(series)))
+    before = []
+    if before_s:
+        for interval_s, series in sorted(by_interval.items()):
+            if interval_s > MINUTE_S:
+                grid = rule_grid(start_s - before_s, start_s - interval_s, int(interval_s))
+                write_recorded_history(series, grid, out, seed=2)
+                before.append((grid, len(series)))
+    if load is not None:
+        load(out)
+    written_s = time.perf_counter() - began
+    figures = {
+        "series": sum(count for _, count in grids),
+        "samples": sum(count * grid.count for grid, count in grids),
+        "intervals": [
+            {"interval_s": grid.step_ms / 1000.0, "series": count, "samples": count * grid.count}
+            for grid, count in grids
+        ],
+        "before": [
+            {
+                "interval_s": grid.step_ms / 1000.0,
+                "series": count,
+                "samples": count * grid.count,
+                "hours": grid.step_ms * grid.count / 3.6e6,
+            }
+            for grid, count in before
+        ],
+        "write_seconds": written_s,
+        "load_seconds": sum(wait_loaded(url, grid) for grid, _ in [*grids, *before]),
+    }
+    if blocks is not None:
+        # Prometheus merges a block overlapping another (vertical compaction), as a
+        # day's own blocks hold the rules' series beside the scraped ones: timed after.
+        # The blocks before the history overlap nothing and stay as written.
+        figures["merge_seconds"] = wait_merged(url, blocks + len(before))
+    return figures

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,6 @@ from nvwatch.sim.bulk.write import (
     node_specs,
     write_bulk_history,
 )
-from nvwatch.sim.tsdb.index import Labels
 from tests.e2e.loopback import Endpoint, wait_for
 from tests.e2e.service_commands import (
     prometheus_argv,
@@ -61,6 +59,7 @@ TRIAL_NODES = 3  # one of each profile of the mix
 WRITING_MARGIN = 1.0
 RULE_READINGS = 4  # each group's evaluation time read after each of its first four
 RULE_INTERVAL_S = 60  # the mixin's evaluation interval, which the engines run at
+RETENTION = "--storage.tsdb.retention.time=90d"  # as deploy/scale's VictoriaMetrics
 VMAGENT_SHARDS = 2  # deploy/scale's vmagent@.service: -promscrape.cluster.membersCount
 
 
@@ -142,8 +141,9 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     path = write_yaml(stack.workdir / "prometheus.yml", config)
     url = endpoint.url
     began, started_at = time.perf_counter(), time.time()
-    stack.spawn("prometheus", prometheus_argv("prometheus", path, data, endpoint),
-                f"{url}/-/ready")  # fmt: skip
+    # the month of report rules' series before the history is kept (15 days by default)
+    argv = prometheus_argv("prometheus", path, data, endpoint, [RETENTION])
+    stack.spawn("prometheus", argv, f"{url}/-/ready")
     ready_s = time.perf_counter() - began
     groups = rt.rule_groups(rule_files)
     readings = rt.rule_readings(
@@ -152,10 +152,12 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     )  # fmt: skip
     costs = t.rule_costs(readings, groups)
     # the rules' series over the history, before the live minutes' first evaluation
-    recorded = recorded_history(url, data, history_start, started_at,
-                                rt.recorded_intervals(rule_files))  # fmt: skip
+    recorded = r.recorded_history(url, data, history_start, started_at,
+                                  rt.recorded_intervals(rule_files),
+                                  before_s=month_before(hours))  # fmt: skip
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
-    report = t.report_growth(stack, url, CLUSTER, hours, "report-prometheus")
+    report = t.report_growth(stack, url, CLUSTER, hours, "report-prometheus",
+                             month=bool(month_before(hours)))  # fmt: skip
     federation = measure_federation(stack, endpoint, rule_dir)
     metrics = m.scrape_metrics(url)
     figures = {
@@ -172,52 +174,15 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     return figures
 
 
-def recorded_history(url: str, out: Path, start_s: float, end_s: float,
-                     intervals: dict[str, float],
-                     load: Callable[[Path], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The stand-in for the rules' series over the history (benchmarks/thousand/recorded)
-    as blocks in `out`, each series at its group's interval (`intervals`, by name; the
-    rules' minute where unnamed): Prometheus' data directory loads them itself, `load`
-    gives the directory to another engine; once the engine answers from them and holds
-    them as it will."""
-    began = time.perf_counter()
-    by_interval: dict[float, list[tuple[Labels, float]]] = {}
-    sparse: dict[float, list[str]] = {}
-    for name, interval_s in intervals.items():
-        if interval_s > RULE_INTERVAL_S:
-            sparse.setdefault(interval_s, []).append(name)
-    for labels, value in r.recorded_now(url, sparse):
-        name = dict(labels)["__name__"]
-        by_interval.setdefault(intervals.get(name, RULE_INTERVAL_S), []).append((labels, value))
-    blocks = None if load else r.blocks_loaded(url)
-    grids = []
-    for interval_s, series in sorted(by_interval.items()):
-        grid = r.rule_grid(start_s, end_s, int(interval_s))
-        r.write_recorded_history(series, grid, out)
-        grids.append((grid, len(series)))
-    if load is not None:
-        load(out)
-    written_s = time.perf_counter() - began
-    figures = {
-        "series": sum(count for _, count in grids),
-        "samples": sum(count * grid.count for grid, count in grids),
-        "intervals": [
-            {"interval_s": grid.step_ms / 1000.0, "series": count, "samples": count * grid.count}
-            for grid, count in grids
-        ],
-        "write_seconds": written_s,
-        "load_seconds": sum(r.wait_loaded(url, grid) for grid, _ in grids),
-    }
-    if blocks is not None:
-        # Prometheus merges a block overlapping another (vertical compaction), as a
-        # day's own blocks hold the rules' series beside the scraped ones: timed after
-        figures["merge_seconds"] = r.wait_merged(url, blocks)
-    return figures
-
-
 # the series an agent exports: a recording rule's name has a colon, and each engine
 # records its own (Prometheus' blocks hold its rules' series by the time vmctl reads them)
 SCRAPED_NAMES = "[^:]*"
+
+
+def month_before(hours: float) -> float:
+    """How far before the history the report rules' series stand in, so the month's
+    report reads them over 30 days (and an hour, for the window's alignment)."""
+    return max(0.0, (t.MONTH_DAYS * 24 - hours + 1) * 3600.0)
 
 
 def vmctl_import(blocks: Path, vm: str, names: str = SCRAPED_NAMES) -> None:
@@ -282,11 +247,13 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     costs = t.rule_costs(readings, groups)
     standing_in = stack.workdir / "recorded-vm"
     standing_in.mkdir()
-    recorded = recorded_history(vm, standing_in, history_start, rules_from,
-                                rt.recorded_intervals(rule_files),
-                                lambda blocks: vmctl_import(blocks, vm, ".*"))  # fmt: skip
+    recorded = r.recorded_history(vm, standing_in, history_start, rules_from,
+                                  rt.recorded_intervals(rule_files),
+                                  lambda blocks: vmctl_import(blocks, vm, ".*"),
+                                  before_s=month_before(hours))  # fmt: skip
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
-    report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics")
+    report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics",
+                             month=bool(month_before(hours)))  # fmt: skip
     return {
         "import_seconds": import_s,
         "recorded_history": recorded,
@@ -378,11 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--out", type=Path, help="write the section of this document")
     parser.add_argument("--render", type=Path, help="write --out from this --json's figures")
+    parser.add_argument("--compared", action="store_true",
+                        help="--render them as the run at the other --nvlink-detail")  # fmt: skip
     args = parser.parse_args(argv)
     if args.render:
         if not args.out:
             parser.error("--render needs --out")
-        write_section(args.out, json.loads(args.render.read_text()))
+        write_section(args.out, json.loads(args.render.read_text()), args.compared)
         return 0
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,

@@ -19,8 +19,41 @@ ENGINES = {"prometheus": "Prometheus", "victoria-metrics": "VictoriaMetrics"}
 RANGE_NAMES = {3600: "1 h", 86400: "24 h"}
 
 
-def write_section(path: Path, figures: dict[str, Any]) -> None:
-    replace_section(path, section(figures), BEGIN, END)
+# the same fleet measured at the other --nvlink-detail, its figures in a file of their own
+COMPARED_BEGIN = "<!-- thousand-compared:begin -->"
+COMPARED_END = "<!-- thousand-compared:end -->"
+
+
+def write_section(path: Path, figures: dict[str, Any], compared: bool = False) -> None:
+    if compared:
+        replace_section(path, compared_section(figures), COMPARED_BEGIN, COMPARED_END)
+    else:
+        replace_section(path, section(figures), BEGIN, END)
+
+
+def compared_section(figures: dict[str, Any]) -> str:
+    """A run at another setting, beside the main one: what it held, its rule groups,
+    panels and report."""
+    g, engines = figures["generation"], figures["engines"]
+    peaks = ", ".join(
+        f"{ENGINES[e]} {engines[e]['peak_rss_mb'] / 1024:.1f} GiB" for e in ENGINES if e in engines
+    )
+    parts = [
+        f"## The same {figures['nodes']:,} nodes with `--nvlink-detail "
+        f"{figures['nvlink_detail']}` (measured)",
+        "",
+        f"`python -m benchmarks.thousand.run --nodes {figures['nodes']} --hours "
+        f"{figures['hours']:g} --scrape {figures['scrape_s']} --nvlink-detail "
+        f"{figures['nvlink_detail']}`, {figures['date']}, the same fleet mix and job model: "
+        f"{g['series']:,} series, {g['samples']:,} samples; peak RSS {peaks}. The "
+        "cardinality section's default per fleet size reads this run's costliest rule "
+        "group.",
+        "",
+        *_rules(figures),
+        *_panels(figures),
+        *report_lines(figures),
+    ]
+    return "\n".join([COMPARED_BEGIN, *parts, COMPARED_END, ""])
 
 
 def section(figures: dict[str, Any]) -> str:

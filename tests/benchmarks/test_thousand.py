@@ -20,7 +20,14 @@ from benchmarks.thousand import rule_timing
 from benchmarks.thousand.replay import ReplayServer, replay_node
 from benchmarks.thousand.report_section import estimate
 from benchmarks.thousand.run import RANGES_S, Figures, run
-from benchmarks.thousand.section import BEGIN, END, section
+from benchmarks.thousand.section import (
+    BEGIN,
+    COMPARED_BEGIN,
+    COMPARED_END,
+    END,
+    compared_section,
+    section,
+)
 from nvwatch.alerts.recording_report import REPORT_RULES
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.bulk.jobs import FIRST_JOB_ID
@@ -157,9 +164,16 @@ def test_the_report_ran_over_the_history(figures: Figures, engine: str) -> None:
         assert timings["total_seconds"] <= made["seconds"]  # the process' start besides
         assert {q["name"] for q in timings["queries"]} >= {"gpu_up", "bmc_power"}
         assert all(q["series"] >= 0 and q["requests"] >= 1 for q in timings["queries"])
+    # and over 30 days: the report rules' series stand in before the history too
+    month = report["month"]
+    assert (month["returncode"], month["error"], month["hours"]) == (0, "", 720.0)
+    assert month["read_from"] == report["read_from"] and month["step_s"] == 3600.0
+    before = figures.engines[engine]["recorded_history"]["before"]
+    assert [b["interval_s"] for b in before] == [120.0]  # the report rules' groups only
+    assert before[0]["hours"] >= 30 * 24 - 2
     text = section(figures.__dict__)
     name = "Prometheus" if engine == "prometheus" else "VictoriaMetrics"
-    assert f"| {name} | {report['read_from']} | 1 h |" in text
+    assert f"| {name} | {report['read_from']} | 1 h, step 5 min |" in text
     assert estimate(figures.__dict__, report) is not None
 
 
@@ -185,6 +199,25 @@ def test_the_month_grows_reading_with_the_range_and_the_rest_with_the_points() -
     assert month is not None and month.reading_s == pytest.approx(40.0)
     whole["returncode"] = 1
     assert estimate({"hours": 24, "report_interval": "5m"}, whole) is None
+
+
+def test_the_month_s_reading_is_a_part_per_point_and_a_part_per_hour() -> None:
+    """With the whole range also at three times the step: 24 h at 5 min (288 points)
+    reads in 40 s, at 15 min (96) in 20 s, 6 h at 5 min (72) in 10 s."""
+
+    def made(hours: float, step_s: float, reading: float) -> dict[str, Any]:
+        phases = {"source": 1.0, "queries": reading - 1.0}
+        return {"returncode": 0, "seconds": reading + 2, "peak_rss_mb": 100.0,
+                "hours": hours, "step_s": step_s, "timings": {"phases": phases}}  # fmt: skip
+
+    whole = {**made(24, 300, 40.0), "shorter": made(6, 300, 10.0),
+             "coarser": made(24, 900, 20.0)}  # fmt: skip
+    month = estimate({"hours": 24, "report_interval": "5m"}, whole)
+    assert month is not None
+    # 20 s per 192 points; of the 30 s from 6 h to 24 h, 216 points' 22.5 s, so 7.5 s
+    # per 18 h: a month (720 points, 720 h) is 40 + 432 x 20/192 + 696 x 7.5/18
+    assert month.reading_s == pytest.approx(40.0 + 45.0 + 290.0)
+    assert month.rest_s == pytest.approx(2.0)  # two seconds at every size
 
 
 def test_the_global_server_federates_the_rack_server_s_recorded_series(
@@ -225,6 +258,15 @@ def test_docs_scale_section_is_rendered_from_the_committed_figures() -> None:
     committed = section_of((docs / "scale.md").read_text(), BEGIN, END)
     assert committed == section(figures)
     assert figures["nodes"] == 1000 and figures["hours"] == 24
+    # the same fleet at the other --nvlink-detail, in a file and section of its own
+    others = sorted(docs.glob("scale-thousand-*.json"))
+    assert len(others) <= 1
+    for other in others:
+        compared = json.loads(other.read_text())
+        assert compared["nvlink_detail"] != figures["nvlink_detail"]
+        assert compared["nodes"] == figures["nodes"]
+        text = (docs / "scale.md").read_text()
+        assert section_of(text, COMPARED_BEGIN, COMPARED_END) == compared_section(compared)
 
 
 def test_each_group_is_read_once_evaluated_at_its_own_interval(

@@ -1,6 +1,7 @@
 """The report's Stragglers section against a small history written by hand: ALERTS as the
-rule manager writes them (pending, then firing), the jobs' allocations and the recorded
-slowdown, one sample a minute, backfilled with promtool into a real Prometheus.
+rule manager writes them (pending, then firing), the jobs' allocations, and the straggler
+rules' series of each job (its whole GPUs, its slowdown), one sample a minute, backfilled
+with promtool into a real Prometheus.
 
 Every expected figure is worked out below from what the history says, not from the code:
 
@@ -53,6 +54,7 @@ CLUSTER = "c1"
 # within each minute, where the scrape and the rule groups write (never on a step's edge)
 ALLOCATION_OFFSET, RECORDING_OFFSET, ALERT_OFFSET = 11.0, 5.0, 17.0
 SLOWDOWN = "job:nvwatch_straggler_slowdown:ratio"
+RANKS = "job:nvwatch_straggler_ranks:count"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,12 @@ def _allocations(job: str, gpus: dict[str, range], first: int, last: int) -> lis
         for node, numbers in gpus.items()
         for gpu in numbers
     ]
+
+
+def _ranks(job: str, whole_gpus: int, first: int, last: int) -> Series:
+    """The job's whole GPUs, as the straggler rules record them each minute it runs."""
+    samples = [(t, float(whole_gpus)) for t in _minutes(first, last, RECORDING_OFFSET)]
+    return Series(RANKS, {"cluster": CLUSTER, "job_id": job}, samples)
 
 
 def _slowdown(job: str, *spans: tuple[int, int, float]) -> Series:
@@ -134,6 +142,10 @@ def _history() -> list[Series]:
         *_allocations("103", {"n1": range(8)}, *whole),
         mig,
         *_allocations("104", {"n2": range(8)}, *whole),
+        _ranks("101", 16, *whole),
+        _ranks("102", 8, 60, 300),
+        _ranks("103", 8, *whole),  # its MIG instance is not a whole GPU
+        _ranks("104", 8, *whole),
         _slowdown("101", (FIRST_MINUTE, 50, 0.05), (50, 180, 0.25), (180, 360, 0.03)),
         _slowdown("102", (70, 150, 0.02), (150, 240, 0.10), (240, 300, 0.02)),
         _slowdown("103", (FIRST_MINUTE, 240, 0.01), (240, 300, 0.5), (300, 360, 0.01)),
