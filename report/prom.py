@@ -23,8 +23,10 @@ from nvwatch.common.http_connection import (
 )
 from nvwatch.report.errors import ReportError, TooManySamples
 
-# how each server says a query would hold more samples than it allows
-_TOO_MANY_SAMPLES = ("too many samples", "maxSamplesPerQuery")
+# how each server says a query would hold more samples than it allows: Prometheus'
+# --query.max-samples, VictoriaMetrics' -search.maxSamplesPerQuery and, for a subquery
+# of a long range, -search.maxPointsPerTimeseries (30,000: three weeks at a minute)
+_TOO_MANY_SAMPLES = ("too many samples", "maxSamplesPerQuery", "maxPointsPerTimeseries")
 
 
 @dataclass(frozen=True)

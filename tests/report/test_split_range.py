@@ -12,7 +12,7 @@ import pytest
 from nvwatch.common.http_connection import Connection
 from nvwatch.report.errors import ReportError, TooManySamples
 from nvwatch.report.fetch import split_range
-from nvwatch.report.prom import PrometheusClient, RangeResult
+from nvwatch.report.prom import PrometheusClient, RangeResult, _rejected
 from nvwatch.sim.tsdb.block import BlockWriter
 from nvwatch.sim.tsdb.xor import Grid
 from tests.prometheus_on_blocks import prometheus_on
@@ -87,3 +87,15 @@ def test_halving_covers_every_step_once() -> None:
 def test_a_single_step_still_refused_is_the_one_line_error() -> None:
     with pytest.raises(ReportError, match="too many samples"):
         split_range(_Refusing(most=0), "x", 0.0, 90.0, 10.0)
+
+
+def test_victoria_metrics_refusing_a_subquery_s_points_is_split_too() -> None:
+    """VictoriaMetrics' answer to a month's subquery at the rules' minute (its words, as
+    a 1,000-node benchmark run met them): a range to split, not a failure."""
+    message = (
+        'cannot execute query: cannot evaluate "avg_over_time((x > bool 0)[1h:1m])": too '
+        "many points for the given step=60000, start=1793390040000 and end=1795982460000: "
+        "43208; cannot exceed -search.maxPointsPerTimeseries=30000"
+    )
+    assert isinstance(_rejected("avg_over_time((x > bool 0)[1h:1m])", message), TooManySamples)
+    assert not isinstance(_rejected("x", "parse error: unexpected end"), TooManySamples)
