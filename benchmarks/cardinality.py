@@ -132,7 +132,7 @@ def rss_per_100k(scale_md: Path) -> float | None:
     return float(found.group(1).replace(",", "")) if found else None
 
 
-THOUSAND_FIGURES = "scale-thousand*.json"  # the 1,000-node runs' figures beside scale.md
+THOUSAND_FIGURES = "scale-thousand*.json"  # the 1,000-node runs' figures beside docs/scale.md
 
 
 def rule_share_per_node(docs: Path) -> dict[str, float]:
