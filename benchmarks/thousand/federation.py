@@ -24,6 +24,7 @@ import yaml
 from benchmarks.common import stop
 from benchmarks.scale import measure as m
 from benchmarks.scale.stack import Stack
+from benchmarks.thousand.recorded import MINUTE_S
 from benchmarks.thousand.rule_timing import rule_groups
 from nvwatch.alerts import build as alerts_build
 from tests.e2e.loopback import Endpoint, wait_for
@@ -34,7 +35,6 @@ ONE_TARGET_TIMEOUT = "55s"  # one target answers for every rack: most of the min
 SCRAPES = 2  # the global server's federation scrapes before it is read
 WAIT_S = 600.0
 NAME = "prometheus-global"
-MINUTE_S = 60.0
 
 
 def match_selectors() -> list[str]:

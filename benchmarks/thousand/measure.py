@@ -154,9 +154,10 @@ def report_cost(stack: Stack, url: str, cluster: str, hours: float, name: str,
     seconds = time.perf_counter() - began
     log = (stack.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()
     made = out / "report.json"
+    written = json.loads(made.read_text()) if made.is_file() else {}
     return {
-        "read_from": json.loads(made.read_text())["read_from"] if made.is_file() else "",
-        "step_s": json.loads(made.read_text())["step_seconds"] if made.is_file() else 0.0,
+        "read_from": written.get("read_from", ""),
+        "step_s": written.get("step_seconds", 0.0),
         "seconds": seconds,
         "peak_rss_mb": stack.sampler.peaks.get(name, 0.0),
         "returncode": code,

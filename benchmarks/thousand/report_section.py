@@ -1,12 +1,14 @@
 """The capacity report's part of the 1,000-node section: its time and memory over the
-history and over a quarter of it, where the time went (`nvwatch report --timings`), and
-a month estimated from how each part grew between the two.
+history, over a quarter of it, over the whole at a coarser step and over 30 days (the
+report rules' series standing in before the history), where the time went (`nvwatch
+report --timings`), and a month estimated from how each part grew, beside the month
+measured.
 
-What grows how: choosing the source and the queries read samples in proportion to the
-range (both reports have the same step below a day, so their points grow with it too: a
-line through the two is an upper bound for a month, whose step is coarser); the analysis,
-the plots and the files work on each series' points, so they grow with the number of
-points (720 at most: a month at one hour), and so does the report's memory.
+What grows how: reading the store (choosing the source and the queries) costs a part per
+point of each answer (the whole range at two steps tells it) and a part per hour of range
+(the samples read: the two ranges at one step); the analysis, the plots and the files
+work on each series' points, so they grow with the number of points (720 at most: a
+month at one hour), and so does the report's memory.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ TRIAL_NODES = 3  # one of each profile of the mix
 # leaves a gap before the live minutes, one that ends late is waited for
 WRITING_MARGIN = 1.0
 RULE_READINGS = 4  # each group's evaluation time read after each of its first four
-RULE_INTERVAL_S = 60  # the mixin's evaluation interval, which the engines run at
+RULE_INTERVAL_S = int(r.MINUTE_S)  # the mixin's evaluation interval, which the engines run at
 RETENTION = "--storage.tsdb.retention.time=90d"  # as deploy/scale's VictoriaMetrics
 VMAGENT_SHARDS = 2  # deploy/scale's vmagent@.service: -promscrape.cluster.membersCount
 
