@@ -220,6 +220,16 @@ def vmalert_group_seconds(
     return {g: sums[g] / counts[g] for g in sums if counts.get(g)}
 
 
+def vmalert_written_series(
+    metrics: dict[str, list[tuple[dict[str, str], float]]],
+) -> dict[str, float]:
+    """vmalert: the series each recorded name's rules wrote in their last evaluation."""
+    written: dict[str, float] = {}
+    for labels, v in metrics.get("vmalert_recording_rules_last_evaluation_samples", []):
+        written[labels["recording"]] = written.get(labels["recording"], 0.0) + v
+    return written
+
+
 def prometheus_snapshot_bytes(url: str, data_dir: Path) -> int:
     """Compact the head into a block (a TSDB snapshot) and measure that block's size."""
     req = urllib.request.Request(f"{url}/api/v1/admin/tsdb/snapshot", method="POST")

@@ -18,6 +18,7 @@ fewer, longer series than the day's jobs would leave.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ RECORDED = '{__name__=~".+:.+"}'  # level:metric:operations, as every rule is na
 NOISE = 0.01
 CELLS = 8_000 * 1_440  # values written at once: 8,000 series of a day at a minute
 MINUTE_S = 60.0  # the rules' own interval, for a series no group names
+Written = Callable[[], dict[str, float]]  # each recorded name's series, last evaluation
 
 
 def recorded_now(url: str, sparse: dict[float, list[str]]) -> list[tuple[Labels, float]]:
@@ -50,6 +52,30 @@ def recorded_now(url: str, sparse: dict[float, list[str]]) -> list[tuple[Labels,
     if not found:
         raise RuntimeError(f"{url}: no recorded series to hold over the history")
     return list(found.items())
+
+
+def held_once_written(url: str, sparse: dict[float, list[str]], written: Written,
+                      timeout_s: float = 300.0) -> list[tuple[Labels, float]]:  # fmt: skip
+    """`recorded_now` once the engine holds, of each name in `sparse`, as many series as
+    `written()` says the rules' last evaluation wrote: vmalert sends what it recorded
+    over remote write, and VictoriaMetrics answers with it seconds after the evaluation
+    ended; a slow group evaluated once by then would stand in with none of its series."""
+    names = [name for group in sparse.values() for name in group]
+    latest: list[tuple[Labels, float]] = []
+    short: list[str] = []
+
+    def held() -> bool:
+        latest[:] = recorded_now(url, sparse)
+        counts = Counter(dict(labels)["__name__"] for labels, _ in latest)
+        wanted = written()
+        short[:] = [
+            f"{n} {counts[n]} of {wanted[n]:g}" for n in names if counts[n] < wanted.get(n, 0)
+        ]
+        return not short
+
+    wait_for(f"{url} to hold every series the slower rule groups wrote", held, timeout_s,
+             every=2, explain=lambda: "held: " + ", ".join(short))  # fmt: skip
+    return latest
 
 
 def rule_grid(start_s: float, end_s: float, interval_s: int) -> Grid:
@@ -105,7 +131,8 @@ def wait_merged(url: str, blocks: float, timeout_s: float = 1800.0) -> float:
 def recorded_history(url: str, out: Path, start_s: float, end_s: float,
                      intervals: dict[str, float],
                      load: Callable[[Path], None] | None = None,
-                     before_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+                     before_s: float = 0.0,
+                     written: Written | None = None) -> dict[str, Any]:  # fmt: skip
     """The stand-in for the rules' series over the history as blocks in `out`, each
     series at its group's interval (`intervals`, by name; the rules' minute where
     unnamed), and the report rules' series (those of the groups slower than a minute)
@@ -113,14 +140,16 @@ def recorded_history(url: str, out: Path, start_s: float, end_s: float,
     a month's report then reads a month of what it reads, the scraped samples holding
     only the history's day. Prometheus' data directory loads them itself, `load` gives
     the directory to another engine; once the engine answers from them and holds them
-    as it will."""
+    as it will. `written`: for an engine the rules write to from outside (vmalert), how
+    many series each recorded name's last evaluation wrote, to wait for."""
     began = time.perf_counter()
     by_interval: dict[float, list[tuple[Labels, float]]] = {}
     sparse: dict[float, list[str]] = {}
     for name, interval_s in intervals.items():
         if interval_s > MINUTE_S:
             sparse.setdefault(interval_s, []).append(name)
-    for labels, value in recorded_now(url, sparse):
+    held = recorded_now(url, sparse) if written is None else held_once_written(url, sparse, written)
+    for labels, value in held:
         name = dict(labels)["__name__"]
         by_interval.setdefault(intervals.get(name, MINUTE_S), []).append((labels, value))
     blocks = None if load else blocks_loaded(url)

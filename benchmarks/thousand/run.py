@@ -250,7 +250,9 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     recorded = r.recorded_history(vm, standing_in, history_start, rules_from,
                                   rt.recorded_intervals(rule_files),
                                   lambda blocks: vmctl_import(blocks, vm, ".*"),
-                                  before_s=month_before(hours))  # fmt: skip
+                                  before_s=month_before(hours),
+                                  written=lambda: m.vmalert_written_series(
+                                      m.scrape_metrics(alert.url)))  # fmt: skip
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
     report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics",
                              month=bool(month_before(hours)))  # fmt: skip
@@ -283,11 +285,12 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         nvlink_detail: str, rule_readings: int = RULE_READINGS,
         parent: Path | None = None,
         report_interval: str = MixinConfig.report_interval,
-        keep_data: Path | None = None) -> Figures:  # fmt: skip
+        keep_data: Path | None = None, keep_logs: Path | None = None) -> Figures:  # fmt: skip
     """The whole measurement in a directory of its own on disk (a day of a thousand
     nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after;
     `keep_data`: where Prometheus' data directory goes instead, to measure the report
-    again on it (benchmarks.thousand.report_again)."""
+    again on it (benchmarks.thousand.report_again); `keep_logs`: a directory for each
+    process' log (the engines', vmalert's), to read what a run met."""
     figures = Figures(nodes, hours, scrape_s, nvlink_detail, report_interval)
     work = Path(tempfile.mkdtemp(prefix="nvwatch-thousand-", dir=parent))
     stack = Stack(work)
@@ -325,6 +328,10 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
             server.close()
         if keep_data is not None and (work / "prometheus-data").is_dir():
             shutil.move(work / "prometheus-data", keep_data)
+        if keep_logs is not None:
+            keep_logs.mkdir(parents=True, exist_ok=True)
+            for log in work.glob("*.log"):
+                shutil.copy(log, keep_logs / log.name)
         shutil.rmtree(work, ignore_errors=True)
     return figures
 
@@ -342,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="parent of the scratch directory")
     parser.add_argument("--keep-data", type=Path,
                         help="move Prometheus' data directory here at the end")  # fmt: skip
+    parser.add_argument("--keep-logs", type=Path,
+                        help="copy every process' log into this directory at the end")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--out", type=Path, help="write the section of this document")
     parser.add_argument("--render", type=Path, help="write --out from this --json's figures")
@@ -355,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,
-                  args.report_interval, args.keep_data)  # fmt: skip
+                  args.report_interval, args.keep_data, args.keep_logs)  # fmt: skip
     raw = json.dumps(figures.__dict__, indent=1, default=str)
     if args.json:
         args.json.write_text(raw + "\n")

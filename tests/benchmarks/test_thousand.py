@@ -83,7 +83,19 @@ def test_replaying_target_goes_on_where_the_history_ended() -> None:
 
 
 @pytest.fixture(scope="module")
-def figures() -> Figures:
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("thousand-logs")
+
+
+def _log_tail(logs: Path, name: str, lines: int = 30) -> str:
+    """The end of a process' log the run kept, for a failure's message."""
+    path = logs / f"{name}.log"
+    kept = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
+    return f"{name}.log ends:\n" + "\n".join(kept)
+
+
+@pytest.fixture(scope="module")
+def figures(logs: Path) -> Figures:
     # script (util-linux) gives vmctl the terminal it insists on
     for tool in ("prometheus", "victoria-metrics", "vmctl", "vmagent", "vmalert", "script"):
         require_tool(tool)
@@ -91,7 +103,8 @@ def figures() -> Figures:
     # the stand-in still holds series at two intervals
     # two hours: the report over a quarter of the range is then its shortest, an hour
     return run(nodes=20, hours=2, scrape_s=30, engines=("prometheus", "victoria-metrics"),
-               nvlink_detail="link", rule_readings=1, report_interval="2m")  # fmt: skip
+               nvlink_detail="link", rule_readings=1, report_interval="2m",
+               keep_logs=logs)  # fmt: skip
 
 
 def test_the_history_is_every_node_s_series_for_the_range(figures: Figures) -> None:
@@ -114,6 +127,11 @@ def test_each_engine_ran_every_rule_group_and_answered_every_panel(
     panels = measured["panels"]
     assert len(panels) == len(panel_queries(MixinConfig())) * len(RANGES_S)
     assert [p for p in panels if p["error"]] == []
+
+
+def test_the_run_kept_each_process_log(figures: Figures, logs: Path) -> None:
+    kept = {path.name for path in logs.glob("*.log")}
+    assert {"prometheus.log", "victoria-metrics.log", "vmalert.log"} <= kept
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoria-metrics"])
@@ -149,11 +167,12 @@ def test_a_dashboard_without_all_is_timed_on_its_first_node(figures: Figures) ->
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoria-metrics"])
-def test_the_report_ran_over_the_history(figures: Figures, engine: str) -> None:
+def test_the_report_ran_over_the_history(figures: Figures, engine: str, logs: Path) -> None:
     report = figures.engines[engine]["report"]
     assert (report["returncode"], report["error"]) == (0, "")
     # the stand-in holds the report rules' series over the whole history
-    assert report["read_from"] == f"{REPORT_RULES} (one sample per 5m)"
+    rules_log = _log_tail(logs, "vmalert" if engine == "victoria-metrics" else engine)
+    assert report["read_from"] == f"{REPORT_RULES} (one sample per 5m)", rules_log
     assert {"report.html", "report.json"} <= set(report["files"])
     # and over a quarter of the range, for how its time grows; each says where it went
     shorter = report["shorter"]
