@@ -104,7 +104,7 @@ def _payload(body: bytes, expr: str) -> dict[str, Any]:
     except ValueError:
         raise ReportError("Prometheus answered something that is not JSON") from None
     if answer.get("status") != "success":
-        raise _rejected(expr, str(answer.get("error", answer)))
+        raise rejection(expr, str(answer.get("error", answer)))
     data: dict[str, Any] = answer["data"]
     return data
 
@@ -120,11 +120,13 @@ def _http_error(err: urllib.error.HTTPError, expr: str, base: str) -> ReportErro
     except (ValueError, OSError):
         message = err.reason
     if err.code in (400, 422):
-        return _rejected(expr, str(message))
+        return rejection(expr, str(message))
     return ReportError(f"Prometheus at {base} failed (HTTP {err.code}): {message}")
 
 
-def _rejected(expr: str, message: str) -> ReportError:
+def rejection(expr: str, message: str) -> ReportError:
+    """The error for a query the server refused: TooManySamples where its words say the
+    range was too large for it (the caller splits the range), else a ReportError."""
     kind = TooManySamples if any(m in message for m in _TOO_MANY_SAMPLES) else ReportError
     return kind(f"Prometheus rejected {_short(expr)}: {message}")
 

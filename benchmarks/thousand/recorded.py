@@ -31,22 +31,25 @@ from nvwatch.sim.tsdb.index import Labels
 from nvwatch.sim.tsdb.xor import Grid
 from tests.e2e.loopback import wait_for
 
-RECORDED = '{__name__=~".+:.+"}'  # level:metric:operations, as every rule is named
 NOISE = 0.01
 CELLS = 8_000 * 1_440  # values written at once: 8,000 series of a day at a minute
-MINUTE_S = 60.0  # the rules' own interval, for a series no group names
+MINUTE_S = 60.0  # the mixin's rule groups' interval
 Written = Callable[[], dict[str, float]]  # each recorded name's series, last evaluation
 
 
-def recorded_now(url: str, sparse: dict[float, list[str]]) -> list[tuple[Labels, float]]:
-    """Every recorded series the engine holds now, with its value. `sparse`: names the
-    rules record less often than the engine's lookback sees, by interval: each series'
-    last value within its interval and a minute."""
+def recorded_now(url: str, intervals: dict[str, float]) -> list[tuple[Labels, float]]:
+    """Every series of the recorded names in `intervals` the engine holds now, with its
+    value; a name recorded less often than the engine's lookback sees (its interval
+    past a minute): each series' last value within its interval and a minute. A query
+    per name: every recorded series of a thousand nodes at once is more than
+    VictoriaMetrics selects in one query (-search.maxUniqueTimeseries)."""
     found: dict[Labels, float] = {}
-    for series in m.query(url, RECORDED):
-        found[tuple(sorted(series["metric"].items()))] = float(series["value"][1])
-    for interval_s, names in sparse.items():
-        selector = '{__name__=~"' + "|".join(names) + '"}' + f"[{int(interval_s) + 60}s]"
+    for name, interval_s in intervals.items():
+        if interval_s <= MINUTE_S:
+            for series in m.query(url, f'{{__name__="{name}"}}'):
+                found[tuple(sorted(series["metric"].items()))] = float(series["value"][1])
+            continue
+        selector = f'{{__name__="{name}"}}[{int(interval_s) + 60}s]'
         for series in m.query(url, selector):  # a range selector: every sample in it
             found[tuple(sorted(series["metric"].items()))] = float(series["values"][-1][1])
     if not found:
@@ -54,18 +57,19 @@ def recorded_now(url: str, sparse: dict[float, list[str]]) -> list[tuple[Labels,
     return list(found.items())
 
 
-def held_once_written(url: str, sparse: dict[float, list[str]], written: Written,
+def held_once_written(url: str, intervals: dict[str, float], written: Written,
                       timeout_s: float = 300.0) -> list[tuple[Labels, float]]:  # fmt: skip
-    """`recorded_now` once the engine holds, of each name in `sparse`, as many series as
-    `written()` says the rules' last evaluation wrote: vmalert sends what it recorded
-    over remote write, and VictoriaMetrics answers with it seconds after the evaluation
-    ended; a slow group evaluated once by then would stand in with none of its series."""
-    names = [name for group in sparse.values() for name in group]
+    """`recorded_now` once the engine holds, of each name recorded less often than a
+    minute, as many series as `written()` says the rules' last evaluation wrote:
+    vmalert sends what it recorded over remote write, and VictoriaMetrics answers with
+    it seconds after the evaluation ended; a slow group evaluated once by then would
+    stand in with none of its series."""
+    names = [name for name, interval_s in intervals.items() if interval_s > MINUTE_S]
     latest: list[tuple[Labels, float]] = []
     short: list[str] = []
 
     def held() -> bool:
-        latest[:] = recorded_now(url, sparse)
+        latest[:] = recorded_now(url, intervals)
         counts = Counter(dict(labels)["__name__"] for labels, _ in latest)
         wanted = written()
         short[:] = [
@@ -101,12 +105,14 @@ def write_recorded_history(
     return writer.close()
 
 
-def wait_loaded(url: str, grid: Grid, timeout_s: float = 300.0) -> float:
-    """Seconds until the engine answers from the block (Prometheus loads a block put
-    in its data directory within a minute); an error past `timeout_s`."""
+def wait_loaded(url: str, grid: Grid, name: str, timeout_s: float = 300.0) -> float:
+    """Seconds until the engine answers from the block with the series `name` it holds
+    on `grid` (Prometheus loads a block put in its data directory within a minute); an
+    error past `timeout_s`. One name: every recorded series at once is past what
+    VictoriaMetrics selects in one query at a thousand nodes (-search.maxUniqueTimeseries)."""
     began = time.monotonic()
     middle = grid.time_ms(grid.count // 2) / 1000.0
-    params = {"query": f"count({RECORDED})", "time": f"{middle:.3f}"}
+    params = {"query": f'count({{__name__="{name}"}})', "time": f"{middle:.3f}"}
 
     def answers() -> bool:
         return bool(m.api(url, "/api/v1/query", params)["result"])
@@ -134,58 +140,64 @@ def recorded_history(url: str, out: Path, start_s: float, end_s: float,
                      before_s: float = 0.0,
                      written: Written | None = None) -> dict[str, Any]:  # fmt: skip
     """The stand-in for the rules' series over the history as blocks in `out`, each
-    series at its group's interval (`intervals`, by name; the rules' minute where
-    unnamed), and the report rules' series (those of the groups slower than a minute)
-    for `before_s` before it as well, in a block of their own that overlaps nothing:
-    a month's report then reads a month of what it reads, the scraped samples holding
-    only the history's day. Prometheus' data directory loads them itself, `load` gives
-    the directory to another engine; once the engine answers from them and holds them
-    as it will. `written`: for an engine the rules write to from outside (vmalert), how
-    many series each recorded name's last evaluation wrote, to wait for."""
+    series of a name in `intervals` at its group's interval, and the report rules'
+    series (those of the groups slower than a minute) for `before_s` before it as well,
+    in a block of their own that overlaps nothing: a month's report then reads a month
+    of what it reads, the scraped samples holding only the history's day. Prometheus'
+    data directory loads them itself, `load` gives the directory to another engine; once
+    the engine answers from them and holds them as it will. `written`: for an engine the
+    rules write to from outside (vmalert), how many series each recorded name's last
+    evaluation wrote, to wait for."""
     began = time.perf_counter()
     by_interval: dict[float, list[tuple[Labels, float]]] = {}
-    sparse: dict[float, list[str]] = {}
-    for name, interval_s in intervals.items():
-        if interval_s > MINUTE_S:
-            sparse.setdefault(interval_s, []).append(name)
-    held = recorded_now(url, sparse) if written is None else held_once_written(url, sparse, written)
-    for labels, value in held:
+    if written is None:
+        now = recorded_now(url, intervals)
+    else:
+        now = held_once_written(url, intervals, written)
+    for labels, value in now:
         name = dict(labels)["__name__"]
-        by_interval.setdefault(intervals.get(name, MINUTE_S), []).append((labels, value))
+        by_interval.setdefault(intervals[name], []).append((labels, value))
     blocks = None if load else blocks_loaded(url)
     grids = []
     for interval_s, series in sorted(by_interval.items()):
         grid = rule_grid(start_s, end_s, int(interval_s))
         write_recorded_history(series, grid, out)
-        grids.append((grid, len(series)))
+        grids.append((grid, series))
     before = []
     if before_s:
         for interval_s, series in sorted(by_interval.items()):
             if interval_s > MINUTE_S:
                 grid = rule_grid(start_s - before_s, start_s - interval_s, int(interval_s))
                 write_recorded_history(series, grid, out, seed=2)
-                before.append((grid, len(series)))
+                before.append((grid, series))
     if load is not None:
         load(out)
     written_s = time.perf_counter() - began
     figures = {
-        "series": sum(count for _, count in grids),
-        "samples": sum(count * grid.count for grid, count in grids),
+        "series": sum(len(series) for _, series in grids),
+        "samples": sum(len(series) * grid.count for grid, series in grids),
         "intervals": [
-            {"interval_s": grid.step_ms / 1000.0, "series": count, "samples": count * grid.count}
-            for grid, count in grids
+            {
+                "interval_s": grid.step_ms / 1000.0,
+                "series": len(series),
+                "samples": len(series) * grid.count,
+            }
+            for grid, series in grids
         ],
         "before": [
             {
                 "interval_s": grid.step_ms / 1000.0,
-                "series": count,
-                "samples": count * grid.count,
+                "series": len(series),
+                "samples": len(series) * grid.count,
                 "hours": grid.step_ms * grid.count / 3.6e6,
             }
-            for grid, count in before
+            for grid, series in before
         ],
         "write_seconds": written_s,
-        "load_seconds": sum(wait_loaded(url, grid) for grid, _ in [*grids, *before]),
+        "load_seconds": sum(
+            wait_loaded(url, grid, dict(series[0][0])["__name__"])
+            for grid, series in [*grids, *before]
+        ),
     }
     if blocks is not None:
         # Prometheus merges a block overlapping another (vertical compaction), as a

@@ -4,8 +4,10 @@ scrapes a thousand nodes and evaluates its rules over them as it would on a real
 One HTTP server on loopback answers `/node/<name>/metrics` for every node with the
 series the bulk history wrote for it: gauges hold their last value, counters go on at
 their last step's rate, so rates over the join of history and live data stay what the
-history ended with. A node's text is a list of prefixes made once and values formatted
-per scrape: a thousand nodes at 30 s is 33 scrapes a second, a small share of a core.
+history ended with, and the agent's last-poll time keeps time (held, every node would
+look stale two minutes on and a thousand NvwatchAgentStale alerts would fire). A
+node's text is a list of prefixes made once and values formatted per scrape: a
+thousand nodes at 30 s is 33 scrapes a second, a small share of a core.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nvwatch.sim.bulk.templates import Template, node_series
+from nvwatch.sim.bulk.values import MOTIONS
 from nvwatch.sim.fleet.plan import NodeSpec, node_labels
 from nvwatch.sim.tsdb.index import Labels
 
@@ -35,7 +38,7 @@ _TARGET_LABELS = frozenset({"__name__", "job", "cluster", "rack", "node_class", 
 class ReplayNode:
     prefixes: tuple[str, ...]
     last: npt.NDArray[np.float64]
-    per_second: npt.NDArray[np.float64]  # counters' last rate, 0 for everything else
+    per_second: npt.NDArray[np.float64]  # counters' last rate, a clock's 1, 0 for the rest
     since: float  # the history's last sample, unix seconds
 
     def text(self, now: float) -> bytes:
@@ -57,6 +60,10 @@ def replay_node(
     previous, last = tail
     counters = np.array([kind == "counter" for kind in template.kinds])
     per_second = np.where(counters, (last - previous) / step_s, 0.0)
+    clocks = np.array(
+        [name in MOTIONS and MOTIONS[name].kind == "clock" for name in template.names]
+    )
+    per_second = np.where(clocks, 1.0, per_second)  # seconds a second
     held = np.ones(len(running))  # an allocation's value is always 1
     return ReplayNode(tuple(prefixes), np.concatenate([last, held]),
                       np.concatenate([per_second, np.zeros(len(running))]), since)  # fmt: skip

@@ -312,16 +312,21 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         figures.generation["live_from"] = time.time()
         rule_dir = rules(work, report_interval)
         stack.sampler.start()
-        if "prometheus" in engines:
-            figures.engines["prometheus"] = measure_prometheus(
-                stack, data, targets, rule_dir, scrape_s, rule_readings,
-                plan.grid.start_ms / 1000.0, hours,
-            )  # fmt: skip
-        if "victoria-metrics" in engines:
-            figures.engines["victoria-metrics"] = measure_victoria_metrics(
-                stack, data, targets, rule_dir, scrape_s, rule_readings,
-                plan.grid.start_ms / 1000.0, hours,
-            )  # fmt: skip
+        for engine, measure in (("prometheus", measure_prometheus),
+                                ("victoria-metrics", measure_victoria_metrics)):  # fmt: skip
+            if engine not in engines:
+                continue
+            try:
+                figures.engines[engine] = measure(
+                    stack, data, targets, rule_dir, scrape_s, rule_readings,
+                    plan.grid.start_ms / 1000.0, hours,
+                )  # fmt: skip
+            # an engine that fails leaves its error, and the other engine's hour of figures
+            except Exception as exc:
+                figures.engines[engine] = {"error": f"{type(exc).__name__}: {exc}"}
+                # stopped, not left to weigh on the next engine's figures
+                for name in [n for n in stack.processes if n.startswith(engine)]:
+                    stop(stack.processes.pop(name))
     finally:
         stack.close()
         if server is not None:
@@ -368,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     raw = json.dumps(figures.__dict__, indent=1, default=str)
     if args.json:
         args.json.write_text(raw + "\n")
+    failed = [f"{name}: {e['error']}" for name, e in figures.engines.items() if "error" in e]
+    if failed:
+        print(f"thousand: failed ({'; '.join(failed)}); the rest of the figures are in the JSON")
+        return 1
     if args.out:
         write_section(args.out, figures.__dict__)
     print(raw if not args.json else f"thousand: figures in {args.json}")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import benchmarks.thousand.run as thousand
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
 from benchmarks.thousand import rule_timing
@@ -80,6 +81,10 @@ def test_replaying_target_goes_on_where_the_history_ended() -> None:
         assert 300.0 * 0.2 <= gained <= 300.0 * elapsed
     power = first["nvwatch_gpu_power_watts"]
     assert power == later["nvwatch_gpu_power_watts"]
+    # the agent's last poll keeps time: a replayed node is not stale
+    (polled,) = later["nvwatch_agent_last_poll_timestamp_seconds"].values()
+    moved = polled - last[template.names.index("nvwatch_agent_last_poll_timestamp_seconds")]
+    assert 0.2 <= moved <= time.time() - since
 
 
 @pytest.fixture(scope="module")
@@ -323,3 +328,21 @@ def test_each_group_is_read_once_evaluated_at_its_own_interval(
     assert [sorted(r) for r in readings] == [[]] + [["minute"]] * 3 + [["minute", "report"]]
     assert readings[-1]["report"] == 20.0
     assert 270.0 <= clock[0] < 280.0  # the fifth reading waited for the first evaluation
+
+
+def test_an_engine_that_failed_keeps_the_other_s_figures_and_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An hour's run whose second engine fails writes what the first measured, says
+    which failed in one line, exits 1 and renders no section."""
+    measured = Figures(nodes=20, hours=2, scrape_s=30, nvlink_detail="gpu")
+    measured.engines = {"prometheus": {"rules": []}, "victoria-metrics": {"error": "Boom: 422"}}
+    monkeypatch.setattr(thousand, "run", lambda *args: measured)
+    out, figures = tmp_path / "scale.md", tmp_path / "figures.json"
+    out.write_text("untouched\n")
+    assert thousand.main(["--json", str(figures), "--out", str(out)]) == 1
+    assert json.loads(figures.read_text())["engines"]["prometheus"] == {"rules": []}
+    assert out.read_text() == "untouched\n"
+    assert capsys.readouterr().out == (
+        "thousand: failed (victoria-metrics: Boom: 422); the rest of the figures are in the JSON\n"
+    )

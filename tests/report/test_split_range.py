@@ -12,7 +12,7 @@ import pytest
 from nvwatch.common.http_connection import Connection
 from nvwatch.report.errors import ReportError, TooManySamples
 from nvwatch.report.fetch import split_range
-from nvwatch.report.prom import PrometheusClient, RangeResult, _rejected
+from nvwatch.report.prom import PrometheusClient, RangeResult, rejection
 from nvwatch.sim.tsdb.block import BlockWriter
 from nvwatch.sim.tsdb.xor import Grid
 from tests.prometheus_on_blocks import prometheus_on
@@ -97,5 +97,5 @@ def test_victoria_metrics_refusing_a_subquery_s_points_is_split_too() -> None:
         "many points for the given step=60000, start=1793390040000 and end=1795982460000: "
         "43208; cannot exceed -search.maxPointsPerTimeseries=30000"
     )
-    assert isinstance(_rejected("avg_over_time((x > bool 0)[1h:1m])", message), TooManySamples)
-    assert not isinstance(_rejected("x", "parse error: unexpected end"), TooManySamples)
+    assert isinstance(rejection("avg_over_time((x > bool 0)[1h:1m])", message), TooManySamples)
+    assert not isinstance(rejection("x", "parse error: unexpected end"), TooManySamples)
