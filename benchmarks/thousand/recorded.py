@@ -45,15 +45,12 @@ def recorded_now(url: str, intervals: dict[str, float]) -> list[tuple[Labels, fl
     VictoriaMetrics selects in one query (-search.maxUniqueTimeseries)."""
     found: dict[Labels, float] = {}
     for name, interval_s in intervals.items():
-        if interval_s <= MINUTE_S:
-            for series in m.query(url, f'{{__name__="{name}"}}'):
-                found[tuple(sorted(series["metric"].items()))] = float(series["value"][1])
-            continue
-        selector = f'{{__name__="{name}"}}[{int(interval_s) + 60}s]'
-        for series in m.query(url, selector):  # a range selector: every sample in it
-            found[tuple(sorted(series["metric"].items()))] = float(series["values"][-1][1])
-    if not found:
-        raise RuntimeError(f"{url}: no recorded series to hold over the history")
+        sparse = interval_s > MINUTE_S
+        # a range selector for a sparse name: every sample in it, the last one kept
+        window = f"[{int(interval_s) + 60}s]" if sparse else ""
+        for series in m.query(url, f'{{__name__="{name}"}}{window}'):
+            value = series["values"][-1][1] if sparse else series["value"][1]
+            found[tuple(sorted(series["metric"].items()))] = float(value)
     return list(found.items())
 
 
@@ -63,23 +60,24 @@ def held_once_written(url: str, intervals: dict[str, float], written: Written,
     minute, as many series as `written()` says the rules' last evaluation wrote:
     vmalert sends what it recorded over remote write, and VictoriaMetrics answers with
     it seconds after the evaluation ended; a slow group evaluated once by then would
-    stand in with none of its series."""
-    names = [name for name, interval_s in intervals.items() if interval_s > MINUTE_S]
+    stand in with none of its series. Only the slow names are read while waiting."""
+    slow = {name: i for name, i in intervals.items() if i > MINUTE_S}
+    minute = {name: i for name, i in intervals.items() if i <= MINUTE_S}
     latest: list[tuple[Labels, float]] = []
     short: list[str] = []
 
     def held() -> bool:
-        latest[:] = recorded_now(url, intervals)
+        latest[:] = recorded_now(url, slow)
         counts = Counter(dict(labels)["__name__"] for labels, _ in latest)
         wanted = written()
         short[:] = [
-            f"{n} {counts[n]} of {wanted[n]:g}" for n in names if counts[n] < wanted.get(n, 0)
+            f"{n} {counts[n]} of {wanted[n]:g}" for n in slow if counts[n] < wanted.get(n, 0)
         ]
         return not short
 
     wait_for(f"{url} to hold every series the slower rule groups wrote", held, timeout_s,
              every=2, explain=lambda: "held: " + ", ".join(short))  # fmt: skip
-    return latest
+    return latest + recorded_now(url, minute)
 
 
 def rule_grid(start_s: float, end_s: float, interval_s: int) -> Grid:
@@ -154,6 +152,8 @@ def recorded_history(url: str, out: Path, start_s: float, end_s: float,
         now = recorded_now(url, intervals)
     else:
         now = held_once_written(url, intervals, written)
+    if not now:
+        raise RuntimeError(f"{url}: no recorded series to hold over the history")
     for labels, value in now:
         name = dict(labels)["__name__"]
         by_interval.setdefault(intervals[name], []).append((labels, value))
