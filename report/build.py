@@ -19,7 +19,6 @@ from nvwatch.report.model import Report, Section
 from nvwatch.report.output import write_report
 from nvwatch.report.prom import PrometheusClient
 from nvwatch.report.queries import build_queries
-from nvwatch.report.queries_bmc import bmc_queries
 from nvwatch.report.queries_scheduler import scheduler_queries
 from nvwatch.report.queries_straggler import straggler_queries
 from nvwatch.report.sections.cooling import cooling
@@ -68,8 +67,9 @@ def run_report(options: ReportOptions, progress: TextIO | None) -> list[Path]:
     with timings.phase("source"):
         window, source = _window_and_source(client, options, now)
     queries = [
-        *build_queries(options.config, window, options.cluster, source.recorded),
-        *bmc_queries(options.config, window, options.cluster),
+        *build_queries(
+            options.config, window, options.cluster, source.recorded, source.bmc_recorded
+        ),
         *scheduler_queries(options.config, window, options.cluster),
         *straggler_queries(options.config, window, options.cluster),
     ]

@@ -31,15 +31,22 @@ def cluster_matchers(cfg: MixinConfig, cluster: str | None) -> tuple[str, ...]:
 
 
 def build_queries(
-    cfg: MixinConfig, window: Window, cluster: str | None, recorded: bool = False
+    cfg: MixinConfig,
+    window: Window,
+    cluster: str | None,
+    recorded: bool = False,
+    bmc_recorded: bool | None = None,
 ) -> list[Query]:
     """The report's windowed reads at `window`'s step: from the scraped samples, or from
     nvwatch-report-*.rules' series when `recorded` (the same numbers, read from one
-    sample per report_interval)."""
+    sample per report_interval); the BMC reads as `bmc_recorded` says, as `recorded`
+    when it says nothing."""
     extra = cluster_matchers(cfg, cluster)
+    bmc = recorded if bmc_recorded is None else bmc_recorded
     queries = []
     for read in report_reads():
         span = window.static_step_text if read.static else window.read_span_text
-        expr = read.recorded(cfg, span, *extra) if recorded else read.raw(cfg, span, *extra)
+        from_rules = bmc if read.bmc else recorded
+        expr = read.recorded(cfg, span, *extra) if from_rules else read.raw(cfg, span, *extra)
         queries.append(Query(read.name, expr, read.static))
     return queries

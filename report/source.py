@@ -7,7 +7,9 @@ the rules were first evaluated: a server whose rules came later than its data, o
 history imported without `nvwatch alerts backfill-rules`, would lose the time before.
 So `auto` compares, at points spread over the window, how many GPUs each source holds,
 and reads the recorded series only when they hold every GPU the samples do at every
-point. Two small queries: a few points of a count each.
+point; the BMC reads likewise by BMCs (nvwatch-report-bmc.rules can come later than the
+GPUs' groups, or a site probe its BMCs only from some date). A few small queries: a few
+points of a count each.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nvwatch.alerts.recording_report import REPORT_RULES, report_reads
+from nvwatch.alerts.recording_report_bmc import BMC_GROUP
+from nvwatch.alerts.windowed_read import WindowedRead
 from nvwatch.common.durations import parse_duration, prometheus_duration
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.report.errors import ReportError
@@ -30,6 +34,7 @@ PROBES = 24  # points of the window compared
 class Source:
     recorded: bool
     words: str  # how the report says where its numbers come from
+    bmc_recorded: bool = False  # the BMC reads from the rules too (only with `recorded`)
 
     @classmethod
     def scraped(cls, why: str = "") -> Source:
@@ -61,26 +66,42 @@ def choose_source(
                 f"report_interval {cfg.report_interval}"
             )
         return Source.scraped(f"the step is shorter than report_interval {cfg.report_interval}")
-    short = _first_shortfall(client, cfg, window, cluster)
+    short = _first_shortfall(client, cfg, window, cluster, _read("gpu_up"), "GPUs")
+    if short is not None:
+        if wanted == "rules":
+            raise ReportError(f"--read rules: {short}")
+        return Source.scraped(short)
+    # the GPUs' rules hold the window: the BMCs' are judged on their own
+    short = _first_shortfall(client, cfg, window, cluster, _read("bmc_up"), "BMCs", BMC_GROUP)
     if short is None:
-        return Source(True, recorded_words(cfg))
+        return Source(True, recorded_words(cfg), bmc_recorded=True)
     if wanted == "rules":
         raise ReportError(f"--read rules: {short}")
-    return Source.scraped(short)
+    return Source(True, f"{recorded_words(cfg)}; BMC figures from the scraped samples ({short})")
+
+
+def _read(name: str) -> WindowedRead:
+    return next(read for read in report_reads() if read.name == name)
 
 
 def _first_shortfall(
-    client: PrometheusClient, cfg: MixinConfig, window: Window, cluster: str | None
+    client: PrometheusClient,
+    cfg: MixinConfig,
+    window: Window,
+    cluster: str | None,
+    up: WindowedRead,
+    things: str,
+    rules: str = REPORT_RULES,
 ) -> str | None:
-    """Where the recorded series hold fewer GPUs than the samples: a phrase, or None."""
+    """Where `up`'s recorded series hold fewer `things` (one scraped series each) than
+    the samples: a phrase naming `rules`, or None."""
     extra = cluster_matchers(cfg, cluster)
     # two intervals, or a step when longer: a history backfilled at a coarser interval
     # still has a sample in each probe's window
     lookback = prometheus_duration(max(2 * interval_seconds(cfg), window.step))
-    gpu_up = next(read for read in report_reads() if read.name == "gpu_up")
     probes = {
-        "raw": f"count(count_over_time(nvwatch_gpu_up{cfg.sel(*extra)}[{lookback}]))",
-        "recorded": f"count(count_over_time({gpu_up.record()}{{{', '.join(extra)}}}[{lookback}]))",
+        "raw": f"count(count_over_time({up.metric}{up.selector(cfg, *extra)}[{lookback}]))",
+        "recorded": f"count(count_over_time({up.record()}{{{', '.join(extra)}}}[{lookback}]))",
     }
     spacing = max((window.end - window.start) / PROBES, window.step)
     first = window.start + min(spacing, window.end - window.start)
@@ -92,7 +113,7 @@ def _first_shortfall(
         held = counts["recorded"].get(at, 0.0)
         if held < gpus:
             return (
-                f"{REPORT_RULES}' series hold {held:g} of the {gpus:g} GPUs at {iso_time(at)} "
+                f"{rules}' series hold {held:g} of the {gpus:g} {things} at {iso_time(at)} "
                 "(`nvwatch alerts backfill-rules` writes them for the past)"
             )
     return None

@@ -1,10 +1,10 @@
 """Power as the BMCs measure it: whole-node power, its non-GPU share, racks against circuits.
 
 A node's power is its BMC's DCMI reading where it has one, else its largest power
-sensor, step by step (queries_bmc.py says why). Its non-GPU share is node power less the
-node's GPU board power, over node power, counted only over steps where both were
-measured. A rack's measured draw is the sum of its measured nodes, checked against the
-whole-rack (circuit) budget, `rack_power_budget_kw`.
+sensor, step by step (alerts/recording_report_bmc.py says why). Its non-GPU share is
+node power less the node's GPU board power, over node power, counted only over steps
+where both were measured. A rack's measured draw is the sum of its measured nodes,
+checked against the whole-rack (circuit) budget, `rack_power_budget_kw`.
 """
 
 from __future__ import annotations

@@ -116,28 +116,42 @@ def report_args(url: str, out: Path, *extra: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="session")
-def report_rule_blocks(synthetic_prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The report rules over the synthetic history, backfilled as the README's flow
+def _rule_blocks(url: str, work: Path, *groups: str) -> Path:
+    """`groups` over the synthetic history at `url`, backfilled as the README's flow
     makes them (`nvwatch alerts backfill-rules`, promtool's rule backfill): a folder of
     blocks for a server's data directory."""
-    from nvwatch.alerts.recording_report import FABRIC_GROUP, GPU_GROUP
     from tests.history.backfill import backfill_recording_rules
 
-    work = tmp_path_factory.mktemp("report-rules")
     blocks = work / "blocks"
     blocks.mkdir()
     backfill_recording_rules(
-        synthetic_prometheus,
+        url,
         blocks,
         work,
         start=synthetic.START,
         end=synthetic.END,
         step=synthetic.INTERVAL,
         config=EXAMPLE_CONFIG,
-        only_groups=(GPU_GROUP, FABRIC_GROUP),
+        only_groups=groups,
     )
     return blocks
+
+
+@pytest.fixture(scope="session")
+def report_rule_blocks(synthetic_prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The agents' report rules (GPUs, links, ports) over the synthetic history."""
+    from nvwatch.alerts.recording_report import FABRIC_GROUP, GPU_GROUP
+
+    work = tmp_path_factory.mktemp("report-rules")
+    return _rule_blocks(synthetic_prometheus, work, GPU_GROUP, FABRIC_GROUP)
+
+
+@pytest.fixture(scope="session")
+def bmc_rule_blocks(synthetic_prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The BMCs' report rules over the synthetic history."""
+    from nvwatch.alerts.recording_report_bmc import BMC_GROUP
+
+    return _rule_blocks(synthetic_prometheus, tmp_path_factory.mktemp("bmc-rules"), BMC_GROUP)
 
 
 def link_blocks(source: Path, tsdb: Path) -> None:
@@ -148,17 +162,27 @@ def link_blocks(source: Path, tsdb: Path) -> None:
             shutil.copytree(block, tsdb / block.name, copy_function=os.link)
 
 
+@contextlib.contextmanager
+def serving(work: Path, *sources: Path) -> Iterator[str]:
+    """One server on the blocks of every folder of `sources`."""
+    tsdb = work / "tsdb"
+    tsdb.mkdir()
+    for source in sources:
+        link_blocks(source, tsdb)
+    with prometheus_on(tsdb, work / "prometheus") as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def recorded_url(
-    backfill: Backfill, report_rule_blocks: Path, tmp_path_factory: pytest.TempPathFactory
+    backfill: Backfill,
+    report_rule_blocks: Path,
+    bmc_rule_blocks: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     """The synthetic history and its report rules' series: one server with every sample."""
     work = tmp_path_factory.mktemp("recorded")
-    tsdb = work / "tsdb"
-    tsdb.mkdir()
-    link_blocks(backfill.tsdb, tsdb)
-    link_blocks(report_rule_blocks, tsdb)
-    with prometheus_on(tsdb, work / "prometheus") as url:
+    with serving(work, backfill.tsdb, report_rule_blocks, bmc_rule_blocks) as url:
         yield url
 
 

@@ -56,7 +56,10 @@ def _matchers() -> list[str]:
 
 @pytest.fixture(scope="module")
 def global_url(
-    backfill: Backfill, report_rule_blocks: Path, tmp_path_factory: pytest.TempPathFactory
+    backfill: Backfill,
+    report_rule_blocks: Path,
+    bmc_rule_blocks: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     work = tmp_path_factory.mktemp("global")
     tsdb = work / "tsdb"
@@ -64,6 +67,7 @@ def global_url(
     history = synthetic.History(series=kept)
     write_blocks(history, work, tsdb)
     link_blocks(report_rule_blocks, tsdb)
+    link_blocks(bmc_rule_blocks, tsdb)
     with prometheus_on(tsdb, work / "prometheus") as url:
         yield url
 

@@ -12,6 +12,7 @@ reads must give, query by query, series by series, step by step.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from click.testing import CliRunner
 
 from nvwatch.agent.cli import cli
 from nvwatch.alerts.recording_report import REPORT_RULES, report_reads
+from nvwatch.alerts.recording_report_bmc import BMC_GROUP
 from nvwatch.common.http_connection import Connection
 from nvwatch.mixin.config import load
 from nvwatch.report.fetch import fetch_all
@@ -37,6 +39,7 @@ from tests.report.conftest import (
     SyntheticReport,
     report_args,
     report_json,
+    serving,
     write_blocks,
 )
 
@@ -58,17 +61,23 @@ def one_scrape_later(backfill: Backfill, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_each_recorded_read_gives_the_samples_read(
-    recorded_url: str, one_scrape_later: str, backfill: Backfill
+    recorded_url: str, one_scrape_later: str, synthetic_prometheus: str, backfill: Backfill
 ) -> None:
+    """The agents' samples sit on the intervals' edges, where a recorded value holds the
+    sample one scrape before the step's own; the BMCs' sit half an interval after them
+    (synthetic.BMC_OFFSET), inside an interval, where the rules hold exactly the
+    samples of each step: their reads must give the samples read of the same history."""
     cfg = load(EXAMPLE_CONFIG)
     window = make_window(f"{synthetic.DAYS}d", str(int(synthetic.END)), None, 0.0)
-    from_samples = _frames(one_scrape_later, build_queries(cfg, window, None), window)
+    later = _frames(one_scrape_later, build_queries(cfg, window, None), window)
+    same = _frames(synthetic_prometheus, build_queries(cfg, window, None), window)
     recorded = _frames(recorded_url, build_queries(cfg, window, None, recorded=True), window)
     written = {
         s.family + ("_total" if s.kind == "counter" else "") for s in backfill.history.series
     }
+    assert any(read.bmc for read in report_reads())
     for read in report_reads():
-        frame = from_samples[read.name]
+        frame = (same if read.bmc else later)[read.name]
         assert bool(len(frame)) == (read.metric in written), read.name
         if read.fn == "rate":
             _same_frame(
@@ -86,6 +95,41 @@ def test_the_report_reads_the_rules(
         assert f"read {REPORT_RULES}" in stderr
     assert data["step_seconds"] == synthetic_report.data["step_seconds"]
     assert data["sections"].keys() == synthetic_report.data["sections"].keys()
+
+
+@pytest.fixture(scope="module")
+def without_bmc_rules(
+    backfill: Backfill, report_rule_blocks: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The history and the agents' report rules, as at a site that deployed the BMCs'
+    group later."""
+    with serving(tmp_path_factory.mktemp("no-bmc-rules"), backfill.tsdb, report_rule_blocks) as url:
+        yield url
+
+
+def test_the_bmc_figures_come_from_the_samples_where_their_rules_are_missing(
+    without_bmc_rules: str, recorded_url: str, tmp_path: Path
+) -> None:
+    with report_json(without_bmc_rules, tmp_path / "part") as (part, stderr):
+        pass
+    said = part["read_from"]
+    assert said.startswith(f"{REPORT_RULES} (one sample per 5m); BMC figures from the scraped")
+    assert re.search(rf"\({BMC_GROUP}' series hold 0 of the \d+ BMCs at ", said), said
+    assert f"read {said}" in stderr
+    with report_json(recorded_url, tmp_path / "all") as (whole, _stderr):
+        pass
+    # the GPUs' figures are read from the same rules either way
+    assert part["sections"]["utilization"] == whole["sections"]["utilization"]
+    assert part["sections"].keys() == whole["sections"].keys()
+
+
+def test_rules_alone_is_an_error_where_the_bmc_rules_are_missing(
+    without_bmc_rules: str, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(cli, report_args(without_bmc_rules, tmp_path, "--read", "rules"))
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"nvwatch: error: --read rules: {BMC_GROUP}' series hold 0 of")
+    assert "Traceback" not in result.output
 
 
 def _frames(url: str, queries: Any, window: Any) -> dict[str, Frame]:
