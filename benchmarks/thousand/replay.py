@@ -1,13 +1,14 @@
 """Cheap replaying targets: the live minutes after a bulk history, so that Prometheus
 scrapes a thousand nodes and evaluates its rules over them as it would on a real fleet.
 
-One HTTP server on loopback answers `/node/<name>/metrics` for every node with the
-series the bulk history wrote for it: gauges hold their last value, counters go on at
-their last step's rate, so rates over the join of history and live data stay what the
-history ended with, and the agent's last-poll time keeps time (held, every node would
-look stale two minutes on and a thousand NvwatchAgentStale alerts would fire). A
-node's text is a list of prefixes made once and values formatted per scrape: a
-thousand nodes at 30 s is 33 scrapes a second, a small share of a core.
+One HTTP server on loopback answers `/node/<name>/metrics` for every node, and
+`/probe?target=<BMC>` for its BMC, with the series the bulk history wrote for them:
+gauges hold their last value, counters go on at their last step's rate, so rates over
+the join of history and live data stay what the history ended with, and the agent's
+last-poll time keeps time (held, every node would look stale two minutes on and a
+thousand NvwatchAgentStale alerts would fire). A node's text is a list of prefixes
+made once and values formatted per scrape: a thousand nodes and their BMCs at 30 s is
+67 scrapes a second, a small share of a core.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import multiprocessing
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,13 +27,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from nvwatch.agent.inventory_bmc import BMC_FILE_PREFIX, PROBE_PATH
 from nvwatch.sim.bulk.templates import Template, node_series
 from nvwatch.sim.bulk.values import MOTIONS
-from nvwatch.sim.fleet.plan import NodeSpec, node_labels
+from nvwatch.sim.fleet.plan import NodeSpec, bmc_file_sd_groups, node_labels
 from nvwatch.sim.tsdb.index import Labels
 
 # labels Prometheus adds from the scrape (job) or the target group (the rest)
-_TARGET_LABELS = frozenset({"__name__", "job", "cluster", "rack", "node_class", "instance"})
+_TARGET_LABELS = frozenset({"__name__", "job", "cluster", "rack", "node_class", "instance", "bmc"})
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,40 @@ def replay_node(
     since: float,
     running: Sequence[Labels] = (),
 ) -> ReplayNode:
-    """Node `spec` going on from `tail`, with the allocations of its `running` job."""
-    prefixes = [_prefix(labels) for labels in (*node_series(template, spec), *running)]
-    previous, last = tail
-    counters = np.array([kind == "counter" for kind in template.kinds])
+    """Node `spec`'s agent going on from `tail`, with the allocations of its `running`
+    job."""
+    return _replaying(template, spec, ~template.bmc, tail, step_s, since, running)
+
+
+def replay_bmc(
+    template: Template,
+    spec: NodeSpec,
+    tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    step_s: float,
+    since: float,
+) -> ReplayNode:
+    """Node `spec`'s BMC going on from `tail`: the body of its probe."""
+    return _replaying(template, spec, template.bmc, tail, step_s, since)
+
+
+def _replaying(
+    template: Template,
+    spec: NodeSpec,
+    rows: npt.NDArray[np.bool_],
+    tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    step_s: float,
+    since: float,
+    running: Sequence[Labels] = (),
+) -> ReplayNode:
+    every = node_series(template, spec)
+    series = [labels for labels, kept in zip(every, rows, strict=True) if kept]
+    prefixes = [_prefix(labels) for labels in (*series, *running)]
+    previous, last = (values[rows] for values in tail)
+    counters = np.array([kind == "counter" for kind in template.kinds])[rows]
     per_second = np.where(counters, (last - previous) / step_s, 0.0)
     clocks = np.array(
         [name in MOTIONS and MOTIONS[name].kind == "clock" for name in template.names]
-    )
+    )[rows]
     per_second = np.where(clocks, 1.0, per_second)  # seconds a second
     held = np.ones(len(running))  # an allocation's value is always 1
     return ReplayNode(tuple(prefixes), np.concatenate([last, held]),
@@ -80,16 +109,20 @@ def _escaped(value: str) -> str:
 
 
 class ReplayServer:
-    """Serves every node on one loopback port until `close()`."""
+    """Serves every node on one loopback port until `close()`: its agent at
+    `/node/<name>/metrics`, its BMC at `/probe?target=<BMC address>`, as the management
+    host's nvwatch answers the `nvwatch-bmc` job."""
 
-    def __init__(self, nodes: dict[str, ReplayNode]) -> None:
+    def __init__(
+        self, nodes: dict[str, ReplayNode], bmcs: dict[str, ReplayNode] | None = None
+    ) -> None:
         self.nodes = nodes
+        self.bmcs = bmcs or {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                parts = self.path.strip("/").split("/")
-                node = server.nodes.get(parts[1]) if len(parts) == 3 else None
+                node = server.target(self.path)
                 if node is None:
                     self.send_error(404)
                     return
@@ -108,6 +141,14 @@ class ReplayServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="replay", daemon=True)
         self.thread.start()
 
+    def target(self, path: str) -> ReplayNode | None:
+        url = urllib.parse.urlsplit(path)
+        if url.path == PROBE_PATH:
+            bmc = urllib.parse.parse_qs(url.query).get("target", [""])[0]
+            return self.bmcs.get(bmc)
+        parts = url.path.strip("/").split("/")
+        return self.nodes.get(parts[1]) if len(parts) == 3 else None
+
     @property
     def address(self) -> str:
         host, port = self.httpd.server_address[:2]
@@ -124,10 +165,12 @@ class ReplayProcess:
     in the benchmark's process, reading a large query answer holds the interpreter
     while Prometheus waits on scrapes, and scrapes time out."""
 
-    def __init__(self, nodes: dict[str, ReplayNode]) -> None:
+    def __init__(
+        self, nodes: dict[str, ReplayNode], bmcs: dict[str, ReplayNode] | None = None
+    ) -> None:
         context = multiprocessing.get_context("fork")
         ours, theirs = context.Pipe()
-        self.process = context.Process(target=_serve, args=(nodes, theirs), daemon=True)
+        self.process = context.Process(target=_serve, args=(nodes, bmcs, theirs), daemon=True)
         self.process.start()
         if not ours.poll(60):
             self.close()
@@ -142,14 +185,18 @@ class ReplayProcess:
             self.process.join(10)
 
 
-def _serve(nodes: dict[str, ReplayNode], parent: Connection) -> None:
-    server = ReplayServer(nodes)
+def _serve(
+    nodes: dict[str, ReplayNode], bmcs: dict[str, ReplayNode] | None, parent: Connection
+) -> None:
+    server = ReplayServer(nodes, bmcs)
     parent.send(server.address)
     server.thread.join()
 
 
 def write_targets(address: str, specs: list[NodeSpec], directory: Path) -> Path:
-    """file_sd groups: every node at `address`, under its own path and labels."""
+    """file_sd groups: every node at `address`, under its own path and labels; and in
+    bmc_targets(directory) every BMC, as `nvwatch inventory` writes them (the
+    `nvwatch-bmc` job probes them at `address`)."""
     groups = [
         {
             "targets": [address],
@@ -160,4 +207,13 @@ def write_targets(address: str, specs: list[NodeSpec], directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "replay.json"
     path.write_text(json.dumps(groups))
+    bmcs = bmc_targets(directory)
+    bmcs.mkdir(exist_ok=True)
+    (bmcs / f"{BMC_FILE_PREFIX}replay.json").write_text(json.dumps(bmc_file_sd_groups(specs)))
     return path
+
+
+def bmc_targets(directory: Path) -> Path:
+    """Where write_targets puts the BMCs' file_sd groups: apart from the agents', which
+    a job reads as `directory/*.json`."""
+    return directory / "bmc"

@@ -37,6 +37,15 @@ class Month:
         return self.reading_s + self.rest_s
 
 
+def _bmc_words(figures: dict[str, Any]) -> str:
+    if figures["generation"].get("bmc_series"):
+        return ""
+    return (
+        " This run's fleet had no BMCs (the bulk history gained them later): its BMC reads "
+        "found no series, and what they cost at this size is not in these figures."
+    )
+
+
 def report_lines(figures: dict[str, Any]) -> list[str]:
     engines = [e for e in ENGINES if "report" in figures["engines"].get(e, {})]
     if not engines:
@@ -47,20 +56,21 @@ def report_lines(figures: dict[str, Any]) -> list[str]:
         "",
         f"`nvwatch report --range {hours:g}h` over the whole history, end to end (queries, "
         "analysis, plots, files), its memory sampled every 5 s; `read` is where the report "
-        "says it read its GPU, power, thermal, fabric and health figures (the report "
+        "says it read its GPU, power, thermal, fabric, health and BMC figures (the report "
         "rules' series, one sample per series and `report_interval`, when they hold every "
-        "GPU over the window, as the stand-in above does). This machine holds "
+        "GPU and BMC over the window, as the stand-in above does). This machine holds "
         f"{hours:g} h of {figures['nodes']:,} nodes' samples, not {MONTH_DAYS} days. The "
         f"{MONTH_DAYS}-day report (where measured) reads the report rules' series for "
         f"{MONTH_DAYS} days, standing in before the history as over it, and the scraped "
-        "samples its other reads need (BMC, Slurm queue, stragglers' alerts) over the "
-        "history only. Each report is also made over a quarter of the range and over the "
-        f"whole range at {COARSER} times its step, and the month is estimated from how each "
-        "part grew: reading the store (choosing the source and the queries) as a part per "
-        "point of a series (its answer: the whole range at two steps) and a part per hour "
-        "of range (the samples read: the two ranges at one step); the analysis, plots and "
-        "files, and the memory, in proportion to the points per series. A month has 720 "
-        f"points (one an hour). Target: {REPORT_TARGET_S / 60:g} minutes.",
+        "samples its other reads need (Slurm queue, stragglers' alerts) over the "
+        f"history only.{_bmc_words(figures)} Each report is also made over a quarter of "
+        f"the range and over the whole range at {COARSER} times its step, and the month is "
+        "estimated from how each part grew: reading the store (choosing the source and the "
+        "queries) as a part per point of a series (its answer: the whole range at two "
+        "steps) and a part per hour of range (the samples read: the two ranges at one "
+        "step); the analysis, plots and files, and the memory, in proportion to the points "
+        f"per series. A month has 720 points (one an hour). Target: "
+        f"{REPORT_TARGET_S / 60:g} minutes.",
         "",
         "| engine | read | range | wall (s) | reading the store (s) | peak RSS (MiB) | result |",
         "|---|---|---|---|---|---|---|",

@@ -30,7 +30,13 @@ from benchmarks.thousand import measure as t
 from benchmarks.thousand import recorded as r
 from benchmarks.thousand import rule_timing as rt
 from benchmarks.thousand.federation import measure_federation
-from benchmarks.thousand.replay import ReplayProcess, replay_node, write_targets
+from benchmarks.thousand.replay import (
+    ReplayProcess,
+    bmc_targets,
+    replay_bmc,
+    replay_node,
+    write_targets,
+)
 from benchmarks.thousand.section import this_machine, write_section
 from nvwatch.alerts import build as alerts_build
 from nvwatch.mixin.config import MixinConfig
@@ -43,6 +49,7 @@ from nvwatch.sim.bulk.write import (
 )
 from tests.e2e.loopback import Endpoint, wait_for
 from tests.e2e.service_commands import (
+    BmcProbe,
     prometheus_argv,
     prometheus_config,
     victoria_metrics_argv,
@@ -97,6 +104,7 @@ def generate(plan: BulkPlan, data: Path) -> tuple[BulkResult, dict[str, Any]]:
         "block_bytes": block_bytes,
         "profiles": result.profiles,
         "jobs": result.jobs,
+        "bmc_series": sum(int(result.templates[s.profile].bmc.sum()) for s in node_specs(plan)),
     }
 
 
@@ -104,21 +112,23 @@ def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[Replay
     templates = result.templates
     since = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
     specs = node_specs(plan)
-    nodes = {
-        s.name: replay_node(
-            templates[s.profile],
-            s,
-            result.tails[s.name],
-            plan.step_s,
-            since,
-            result.running[s.name],
-        )
-        for s in specs
-    }
-    server = ReplayProcess(nodes)
+    nodes, bmcs = {}, {}
+    for s in specs:
+        template, tail = templates[s.profile], result.tails[s.name]
+        running = result.running[s.name]
+        nodes[s.name] = replay_node(template, s, tail, plan.step_s, since, running)
+        bmcs[s.bmc] = replay_bmc(template, s, tail, plan.step_s, since)
+    server = ReplayProcess(nodes, bmcs)
     targets = work / "targets"
     write_targets(server.address, specs, targets)
     return server, targets
+
+
+def bmc_probe(targets: Path) -> BmcProbe:
+    """The replaying BMCs of write_targets' `targets`, probed at the server every agent's
+    group names."""
+    groups = json.loads((targets / "replay.json").read_text())
+    return BmcProbe(bmc_targets(targets), groups[0]["targets"][0])
 
 
 def rules(work: Path, report_interval: str) -> Path:
@@ -136,7 +146,7 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
     config = prometheus_config(
         rule_files=rule_files,
         targets=targets, scrape_interval=f"{scrape_s}s", scrape_timeout="20s",
-        evaluation_interval=f"{RULE_INTERVAL_S}s",
+        evaluation_interval=f"{RULE_INTERVAL_S}s", bmcs=bmc_probe(targets),
     )  # fmt: skip
     path = write_yaml(stack.workdir / "prometheus.yml", config)
     url = endpoint.url
@@ -201,17 +211,19 @@ def vmctl_import(blocks: Path, vm: str, names: str = SCRAPED_NAMES) -> None:
 
 
 def every_target_scraped(url: str, targets: Path, timeout_s: float = 300.0) -> None:
-    """Once every replaying target has two samples in the engine: the history imported
-    from blocks ends minutes before the live minutes, and rules evaluated before every
-    node was scraped would record a part of the fleet (VictoriaMetrics answers without
-    its last 30 s, -search.latencyOffset: a target's first scrape may not show yet)."""
-    nodes = sum(len(json.loads(f.read_text())) for f in targets.glob("*.json"))
+    """Once every replaying target (agents and BMCs) has two samples in the engine: the
+    history imported from blocks ends minutes before the live minutes, and rules
+    evaluated before every node was scraped would record a part of the fleet
+    (VictoriaMetrics answers without its last 30 s, -search.latencyOffset: a target's
+    first scrape may not show yet)."""
+    files = [*targets.glob("*.json"), *bmc_targets(targets).glob("*.json")]
+    nodes = sum(len(json.loads(f.read_text())) for f in files)
 
     def scraped() -> bool:
         answer = m.query(url, "count(count_over_time(up[5m]) >= 2)")
         return bool(answer) and float(answer[0]["value"][1]) >= nodes
 
-    wait_for(f"{url} to hold a sample of each of {nodes} targets", scraped, timeout_s)
+    wait_for(f"{url} to hold two samples of each of {nodes} targets", scraped, timeout_s)
 
 
 def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: Path,
@@ -225,7 +237,8 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     vmctl_import(data, vm)
     import_s = time.perf_counter() - began
     scrape_path = write_yaml(stack.workdir / "vmagent.yml",
-                             vmagent_scrape_config(targets, f"{scrape_s}s", "20s"))  # fmt: skip
+                             vmagent_scrape_config(targets, f"{scrape_s}s", "20s",
+                                                   bmc_probe(targets)))  # fmt: skip
     # both shards of deploy/scale's vmagent@.service, each scraping half the targets
     for shard in range(VMAGENT_SHARDS):
         agent = Endpoint.free()

@@ -77,7 +77,7 @@ def _run(figures: dict[str, Any]) -> list[str]:
         f"`python -m benchmarks.thousand.run --nodes {nodes} --hours {hours:g} --scrape "
         f"{scrape} --out docs/scale.md`, {figures['date']}. {nodes:,} nodes ({mix}; four to a "
         f"rack), `--nvlink-detail {figures['nvlink_detail']}`, every series each profile's "
-        f"agent renders, scraped every {scrape} s: {g['series']:,} series, "
+        f"agent renders{_bmcs(g)}, scraped every {scrape} s: {g['series']:,} series, "
         f"{g['samples']:,} samples.{_jobs(g)}",
         "",
         f"Why {scrape} s: the recommended interval from a few hundred nodes up. The mixin's "
@@ -116,6 +116,15 @@ def _run(figures: dict[str, Any]) -> list[str]:
             f"{v['peak_rss_mb'] / 1024:.1f} GiB RSS." + _recorded(v)
         )
     return [*lines, ""]
+
+
+def _bmcs(generation: dict[str, Any]) -> str:
+    if not generation.get("bmc_series"):
+        return " (no BMCs)"
+    return (
+        f" and every series one probe of its simulated BMC exports ({generation['bmc_series']:,}"
+        " in all, under the `nvwatch-bmc` job)"
+    )
 
 
 def _jobs(generation: dict[str, Any]) -> str:

@@ -4,9 +4,10 @@ A gauge that follows load goes from its idle to its busy value, each a figure or
 share of a reference series of the same device (a GPU's power from a tenth to 85 % of
 its TDP, its memory used to 80 % of its total), kept at the resolution the hardware
 reports. A counter that follows load adds its rate each step (a link's bytes at up to
-30 % of its line rate, a GPU's joules at its power). A node's own series (host, ports)
-follow the mean of its GPUs. Every other series keeps its rendered value: limits,
-totals, states, info series and the error counters of a healthy fleet.
+30 % of its line rate, a GPU's joules at its power). A node's own series (host, ports,
+its BMC's power and fans) follow the mean of its GPUs. Every other series keeps its
+rendered value: limits, totals, states, info series and the error counters of a
+healthy fleet.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Motion:
 GPU = ("gpu",)
 LINK = ("gpu", "link")
 PORT = ("device", "port")
+SENSOR = ("method", "sensor")  # a BMC sensor's own series: a share of its rendered reading
 MOTIONS: dict[str, Motion] = {
     "nvwatch_gpu_utilization_ratio": Motion("gauge", 0.0, 1.0, 0.01),
     "nvwatch_gpu_memory_utilization_ratio": Motion("gauge", 0.0, 0.6, 0.01),
@@ -86,6 +88,11 @@ MOTIONS: dict[str, Motion] = {
     "nvwatch_host_cpu_utilization_ratio": Motion("gauge", 0.02, 0.35, 1e-4),
     "nvwatch_host_load1": Motion("gauge", 0.3, 24.0, 0.01),
     "nvwatch_agent_last_poll_timestamp_seconds": Motion("clock", resolution=0.001),
+    # the simulated BMC renders a node at work: a DGX idles at about a third of that
+    "nvwatch_bmc_power_watts": Motion("gauge", 0.35, 1.0, 1.0, "nvwatch_bmc_power_watts", SENSOR),
+    "nvwatch_bmc_fan_speed_rpm": Motion(
+        "gauge", 0.6, 1.0, 100.0, "nvwatch_bmc_fan_speed_rpm", SENSOR
+    ),
 }
 
 

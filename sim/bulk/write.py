@@ -3,7 +3,8 @@ profile once, then node after node compute the load, the values and the chunks.
 
 The nodes take the history's profile mix in turn (every class in every rack), four to a
 rack as the fleet simulator places them (a rack is a leaf switch of the fat tree), and
-carry the target labels a Prometheus scraping them would add.
+carry the target labels a Prometheus scraping them would add. Every node has a BMC on
+the simulated management network, probed as the fleet simulator's are.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ import numpy as np
 
 from nvwatch.sim.bulk.jobs import FIRST_JOB_ID, allocations
 from nvwatch.sim.bulk.load import node_load
-from nvwatch.sim.bulk.templates import Template, node_series, render_template
+from nvwatch.sim.bulk.templates import (
+    Template,
+    node_series,
+    render_bmc_template,
+    render_template,
+)
 from nvwatch.sim.bulk.values import moving_series, node_values
-from nvwatch.sim.fleet.plan import NodeSpec, node_name, rack_name
+from nvwatch.sim.fleet.plan import NodeSpec, bmc_address, node_name, rack_name
 from nvwatch.sim.history.plan import mixed_profiles
 from nvwatch.sim.tsdb.block import BlockWriter
 from nvwatch.sim.tsdb.index import Labels
@@ -66,7 +72,16 @@ class BulkResult:
 
 def node_specs(plan: BulkPlan) -> list[NodeSpec]:
     return [
-        NodeSpec(index, node_name(index), profile, 0, plan.seed + index, CLUSTER, rack_name(index))
+        NodeSpec(
+            index,
+            node_name(index),
+            profile,
+            0,
+            plan.seed + index,
+            CLUSTER,
+            rack_name(index),
+            bmc=bmc_address(index),
+        )
         for index, profile in enumerate(mixed_profiles(plan.nodes))
     ]
 
@@ -134,8 +149,11 @@ class _Batch:
 
 
 def profile_templates(plan: BulkPlan) -> dict[str, Template]:
-    """The templates `plan`'s nodes are made from: each of its profiles rendered once."""
+    """The templates `plan`'s nodes are made from: each of its profiles rendered once,
+    with its BMC."""
     return {
-        p: render_template(p, plan.nvlink_detail, plan.ib_hw_counters)
+        p: render_template(p, plan.nvlink_detail, plan.ib_hw_counters).with_bmc(
+            render_bmc_template(p)
+        )
         for p in sorted({s.profile for s in node_specs(plan)})
     }

@@ -18,7 +18,7 @@ import benchmarks.thousand.run as thousand
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
 from benchmarks.thousand import rule_timing
-from benchmarks.thousand.replay import ReplayServer, replay_node
+from benchmarks.thousand.replay import ReplayServer, replay_bmc, replay_node
 from benchmarks.thousand.report_section import estimate
 from benchmarks.thousand.run import RANGES_S, Figures, run
 from benchmarks.thousand.section import (
@@ -32,8 +32,8 @@ from benchmarks.thousand.section import (
 from nvwatch.alerts.recording_report import REPORT_RULES
 from nvwatch.mixin.config import MixinConfig
 from nvwatch.sim.bulk.jobs import FIRST_JOB_ID
-from nvwatch.sim.bulk.templates import render_template
-from nvwatch.sim.bulk.write import BulkPlan, node_specs
+from nvwatch.sim.bulk.templates import render_bmc_template, render_template
+from nvwatch.sim.bulk.write import BulkPlan, node_specs, profile_templates
 from tests.conftest import require_tool
 
 # both engines start, scrape and evaluate every group at least once: about 2.5 minutes
@@ -85,6 +85,34 @@ def test_replaying_target_goes_on_where_the_history_ended() -> None:
     (polled,) = later["nvwatch_agent_last_poll_timestamp_seconds"].values()
     moved = polled - last[template.names.index("nvwatch_agent_last_poll_timestamp_seconds")]
     assert 0.2 <= moved <= time.time() - since
+
+
+def test_a_replaying_bmc_answers_its_probe_and_the_agent_has_none_of_its_series() -> None:
+    """`/probe?target=<BMC>` as the management host's nvwatch answers the `nvwatch-bmc`
+    job: the BMC's series alone, without the labels its target group gives; the node's
+    agent at its own path without them."""
+    plan = BulkPlan(nodes=1, end_s=0, hours=1, step_s=30)
+    spec = node_specs(plan)[0]
+    template = profile_templates(plan)[spec.profile]
+    tail = (template.first, template.first)
+    since = time.time()
+    server = ReplayServer(
+        {spec.name: replay_node(template, spec, tail, 30.0, since)},
+        {spec.bmc: replay_bmc(template, spec, tail, 30.0, since)},
+    )
+    try:
+        probe = _scrape(f"http://{server.address}/probe?target={spec.bmc}&module=default")
+        agent = _scrape(f"http://{server.address}/node/{spec.name}/metrics")
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"http://{server.address}/probe?target=127.9.9.9", timeout=10)
+    finally:
+        server.close()
+    bmc = render_bmc_template(spec.profile)
+    assert sum(len(v) for v in probe.values()) == len(bmc) > 0
+    assert set(probe) == set(bmc.names)
+    assert all({"bmc", "instance", "job"}.isdisjoint(dict(k)) for v in probe.values() for k in v)
+    assert sum(len(v) for v in agent.values()) == len(template) - len(bmc)
+    assert not any(name.startswith("nvwatch_bmc_") for name in agent)
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +215,9 @@ def test_the_report_ran_over_the_history(figures: Figures, engine: str, logs: Pa
         assert {"source", "queries", "writing"} <= timings["phases"].keys()
         assert timings["total_seconds"] <= made["seconds"]  # the process' start besides
         assert {q["name"] for q in timings["queries"]} >= {"gpu_up", "bmc_power"}
+        # every node's BMC was probed, recorded and read, as the GPUs were
+        (bmc_up,) = [q for q in timings["queries"] if q["name"] == "bmc_up"]
+        assert bmc_up["series"] == 20
         assert all(q["series"] >= 0 and q["requests"] >= 1 for q in timings["queries"])
     # and over 30 days: the report rules' series stand in before the history too
     month = report["month"]

@@ -12,16 +12,31 @@ that Debian's binaries reject fails a test, not a deployment.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from benchmarks.scale.units import SCALE, unit_command
+from nvwatch.agent.inventory_bmc import probe_job
 from tests.e2e.loopback import Endpoint
 
 JOB = "nvwatch"
 NO_FLAGS: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True)
+class BmcProbe:
+    """BMC targets (file_sd groups in `targets`/*.json, as `nvwatch inventory` writes
+    them) probed at `address`, the HOST:PORT answering /probe."""
+
+    targets: Path
+    address: str
+
+    def job(self) -> dict[str, Any]:
+        """The `nvwatch-bmc` job as `nvwatch inventory` writes it for Prometheus."""
+        return probe_job([str(self.targets / "*.json")], self.address)
 
 
 def write_yaml(path: Path, config: Mapping[str, Any]) -> Path:
@@ -38,9 +53,11 @@ def prometheus_config(
     evaluation_interval: str,
     sd_refresh: str | None = None,
     alertmanager: str | None = None,
+    bmcs: BmcProbe | None = None,
 ) -> dict[str, Any]:
-    """One job scraping the file_sd groups in `targets`/*.json; `alertmanager` (an
-    address) gets the alerts, None: the rules are evaluated but notify no one."""
+    """One job scraping the file_sd groups in `targets`/*.json, and with `bmcs` the
+    `nvwatch-bmc` job; `alertmanager` (an address) gets the alerts, None: the rules are
+    evaluated but notify no one."""
     file_sd: dict[str, Any] = {"files": [str(targets / "*.json")]}
     if sd_refresh is not None:
         file_sd["refresh_interval"] = sd_refresh
@@ -51,6 +68,8 @@ def prometheus_config(
             {"job_name": JOB, "scrape_timeout": scrape_timeout, "file_sd_configs": [file_sd]}
         ],
     }
+    if bmcs is not None:
+        config["scrape_configs"].append(bmcs.job())
     if alertmanager is not None:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     return config
@@ -104,15 +123,24 @@ def alertmanager_argv(binary: str, config: Path, data: Path, endpoint: Endpoint)
 
 
 def vmagent_scrape_config(
-    targets: Path, scrape_interval: str, scrape_timeout: str | None = None
+    targets: Path,
+    scrape_interval: str,
+    scrape_timeout: str | None = None,
+    bmcs: BmcProbe | None = None,
 ) -> dict[str, Any]:
-    """deploy/scale/scrape.yml, reading the file_sd groups in `targets`/*.json."""
+    """deploy/scale/scrape.yml, reading the file_sd groups in `targets`/*.json; its
+    `nvwatch-bmc` job probing `bmcs`, left out without them."""
     config: dict[str, Any] = yaml.safe_load((SCALE / "scrape.yml").read_text(encoding="utf-8"))
     config["global"]["scrape_interval"] = scrape_interval
-    job = config["scrape_configs"][0]
+    agents, probe = config["scrape_configs"]
     if scrape_timeout is not None:
-        job["scrape_timeout"] = scrape_timeout
-    job["file_sd_configs"] = [{"files": [str(targets / "*.json")]}]
+        agents["scrape_timeout"] = scrape_timeout
+    agents["file_sd_configs"] = [{"files": [str(targets / "*.json")]}]
+    config["scrape_configs"] = [agents]
+    if bmcs is not None:
+        probe["file_sd_configs"] = [{"files": [str(bmcs.targets / "*.json")]}]
+        probe["relabel_configs"][-1]["replacement"] = bmcs.address
+        config["scrape_configs"].append(probe)
     return config
 
 

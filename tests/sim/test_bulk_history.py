@@ -1,6 +1,7 @@
 """A bulk history read back by promtool: every node's series with its own identity and
-its target labels, and values that hold together the way hardware's do (a GPU's energy
-is its power added up, memory used and free make its total, counters only grow)."""
+its target labels, its BMC's under the probe job's, and values that hold together the
+way hardware's do (a GPU's energy is its power added up, memory used and free make its
+total, counters only grow, a node's power at its BMC rises and falls with its GPUs')."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import math
 import time
 from collections import defaultdict
 
+import numpy as np
 import pytest
 
 from nvwatch.sim.bulk.write import BulkPlan, node_specs, write_bulk_history
+from nvwatch.sim.series_budget import measure_bmc
 from tests.conftest import require_tool
 from tests.sim.test_tsdb_block import _dump
 
@@ -62,6 +65,56 @@ def test_every_node_has_its_own_target_labels_and_gpu_identities(
     # a GPU's series all carry its one uuid: the power series join the info series
     power = _by(_family(dumped, "nvwatch_gpu_power_watts"), "instance", "gpu", "uuid")
     assert set(power) == set(uuids)
+
+
+def test_every_node_has_its_bmc_under_the_probe_job(
+    history: tuple[BulkPlan, Dumped], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A BMC's series carry the `nvwatch-bmc` job and its node's labels with its address
+    (`bmc`), as `nvwatch inventory`'s targets give them, as many as one probe of the
+    profile's simulated BMC exports."""
+    plan, dumped = history
+    specs = {s.name: s for s in node_specs(plan)}
+    per_node: dict[str, int] = defaultdict(int)
+    for labels in dumped:
+        own = dict(labels)
+        if not own["__name__"].startswith("nvwatch_bmc_"):
+            continue
+        spec = specs[own["instance"]]
+        assert (own["job"], own["bmc"], own["rack"], own["node_class"]) == (
+            "nvwatch-bmc",
+            spec.bmc,
+            spec.rack,
+            spec.profile,
+        )
+        per_node[spec.name] += 1
+    probed = {
+        name: measure_bmc(spec.profile, tmp_path_factory.mktemp("bmc")).series
+        for name, spec in specs.items()
+    }
+    assert per_node == probed
+    assert len({spec.bmc for spec in specs.values()}) == len(specs)
+
+
+def test_a_node_s_power_at_its_bmc_follows_its_gpus(history: tuple[BulkPlan, Dumped]) -> None:
+    _, dumped = history
+    gpus: dict[str, np.ndarray] = {}
+    for (node, _gpu), watts in _by(
+        _family(dumped, "nvwatch_gpu_power_watts"), "instance", "gpu"
+    ).items():
+        gpus[node] = gpus.get(node, np.zeros(len(watts))) + np.array(watts)
+    dcmi = {
+        node: np.array(watts)
+        for (node, method), watts in _by(
+            _family(dumped, "nvwatch_bmc_power_watts"), "instance", "method"
+        ).items()
+        if method == "dcmi"
+    }
+    assert dcmi, "no DCMI power in the fleet"
+    for node, watts in dcmi.items():
+        assert watts.min() < watts.max()  # it moves with the node's load
+        assert np.corrcoef(watts, gpus[node])[0, 1] > 0.99, node
+        assert np.all(watts > gpus[node])  # the node draws more than its GPUs
 
 
 def test_energy_is_power_added_up(history: tuple[BulkPlan, Dumped]) -> None:
