@@ -75,7 +75,8 @@ def _run(figures: dict[str, Any]) -> list[str]:
         f"## {nodes:,} nodes for {hours:g} h (measured)",
         "",
         f"`python -m benchmarks.thousand.run --nodes {nodes} --hours {hours:g} --scrape "
-        f"{scrape} --out docs/scale.md`, {figures['date']}. {nodes:,} nodes ({mix}; four to a "
+        f"{scrape} --nvlink-detail {figures['nvlink_detail']} --out docs/scale.md`, "
+        f"{figures['date']}. {nodes:,} nodes ({mix}; four to a "
         f"rack), `--nvlink-detail {figures['nvlink_detail']}`, every series each profile's "
         f"agent renders{_bmcs(g)}, scraped every {scrape} s: {g['series']:,} series, "
         f"{g['samples']:,} samples.{_jobs(g)}",
