@@ -17,6 +17,7 @@ from nvwatch.alerts.recording_bmc import (
     CLUSTER_POWER,
     EXHAUST,
     FANS_STOPPED,
+    GPU_ENERGY_WITH_BMC,
     HEALTHY_SUPPLIES,
     INLET,
     NODE_POWER,
@@ -40,7 +41,6 @@ from nvwatch.dashboards.links import NODE, POWER_COOLING, DataLink
 from nvwatch.mixin.config import MixinConfig
 
 GPU_POWER = "instance:nvwatch_gpu_power_watts:sum"
-GPU_ENERGY = "instance:nvwatch_gpu_energy_joules:rate"
 
 
 def _to_node(cfg: MixinConfig) -> DataLink:
@@ -166,9 +166,7 @@ def _power_share(grid: Grid, cfg: MixinConfig) -> None:
     )
     # the GPUs of the same nodes, at the same times: all GPUs against the nodes with a
     # BMC would compare a fleet with part of it
-    gpu_energy = (
-        f"sum by ({cfg.cluster_label}) ({GPU_ENERGY}{c} and on ({cfg.node_labels}) {NODE_POWER}{c})"
-    )
+    gpu_energy = f"{GPU_ENERGY_WITH_BMC}{c}"
     grid.add(
         "stat",
         "Energy in the time range: nodes vs GPUs",
