@@ -214,6 +214,6 @@ def write_targets(address: str, specs: list[NodeSpec], directory: Path) -> Path:
 
 
 def bmc_targets(directory: Path) -> Path:
-    """Where write_targets puts the BMCs' file_sd groups: apart from the agents', which
-    a job reads as `directory/*.json`."""
+    """Where write_targets puts the BMCs' file_sd groups: a folder of `directory`, apart
+    from the agents' groups, which the agents' job reads as every JSON file there."""
     return directory / "bmc"
