@@ -63,21 +63,25 @@ def one_scrape_later(backfill: Backfill, tmp_path_factory: pytest.TempPathFactor
 def test_each_recorded_read_gives_the_samples_read(
     recorded_url: str, one_scrape_later: str, synthetic_prometheus: str, backfill: Backfill
 ) -> None:
-    """The agents' samples sit on the intervals' edges, where a recorded value holds the
-    sample one scrape before the step's own; the BMCs' sit half an interval after them
-    (synthetic.BMC_OFFSET), inside an interval, where the rules hold exactly the
-    samples of each step: their reads must give the samples read of the same history."""
+    """A recorded value holds the samples of the interval before its evaluation, and
+    promtool evaluates a group at an offset within its interval that it draws from the
+    group's name and file (as Prometheus does). The agents' samples sit on the intervals'
+    edges: whatever the offset, a step of recorded values holds the samples one scrape
+    before the step's own, the history one scrape later read from its samples. The
+    BMCs' sit half an interval after them (synthetic.BMC_OFFSET): an offset past that
+    holds each step's own samples, one before it the scrape before, as the agents'."""
     cfg = load(EXAMPLE_CONFIG)
     window = make_window(f"{synthetic.DAYS}d", str(int(synthetic.END)), None, 0.0)
     later = _frames(one_scrape_later, build_queries(cfg, window, None), window)
     same = _frames(synthetic_prometheus, build_queries(cfg, window, None), window)
     recorded = _frames(recorded_url, build_queries(cfg, window, None, recorded=True), window)
+    bmc_like = same if _evaluation_offset(recorded_url) >= synthetic.BMC_OFFSET else later
     written = {
         s.family + ("_total" if s.kind == "counter" else "") for s in backfill.history.series
     }
     assert any(read.bmc for read in report_reads())
     for read in report_reads():
-        frame = (same if read.bmc else later)[read.name]
+        frame = (bmc_like if read.bmc else later)[read.name]
         assert bool(len(frame)) == (read.metric in written), read.name
         if read.fn == "rate":
             _same_frame(
@@ -130,6 +134,17 @@ def test_rules_alone_is_an_error_where_the_bmc_rules_are_missing(
     assert result.exit_code == 2, result.output
     assert result.output.startswith(f"nvwatch: error: --read rules: {BMC_GROUP}' series hold 0 of")
     assert "Traceback" not in result.output
+
+
+def _evaluation_offset(url: str) -> float:
+    """Where in its interval the backfill evaluated the BMCs' report group: seconds
+    after the agents' scrapes."""
+    at = synthetic.START + synthetic.DAY
+    series = PrometheusClient(Connection(url=url)).query(
+        f"instance:nvwatch_bmc_up:bmc_up[{synthetic.INTERVAL:g}s]", at
+    )
+    stamp = series[0][1][0][0]  # the first series' one sample in an interval: its time
+    return (float(stamp) - synthetic.START) % synthetic.INTERVAL
 
 
 def _frames(url: str, queries: Any, window: Any) -> dict[str, Frame]:
