@@ -179,12 +179,17 @@ def test_the_rules_series_stand_in_over_the_history(figures: Figures, engine: st
     for interval_s, held in by_interval.items():
         points = held["samples"] / held["series"]
         # the two hours and the minutes until the engine's rules started (for VictoriaMetrics
-        # after Prometheus' turn, its import and three scrapes of every node), at that
-        # interval
-        assert points == int(points) and 110 * 60 <= points * interval_s <= 130 * 60
+        # after Prometheus' turn, its import and three scrapes of every node), and one
+        # interval more, at that interval
+        assert points == int(points) and 110 * 60 <= points * interval_s <= 135 * 60
     # the report's reads: a series per GPU for the per-GPU reads, per node for the rest
     assert by_interval[120.0]["series"] > 20 * 8
     assert recorded["load_seconds"] >= 0
+    # which names they are, counted: the engines' rules compared name by name
+    names = recorded["names"]
+    assert sum(names.values()) == recorded["series"]
+    assert all(":" in name for name in names)
+    assert names["instance:nvwatch_bmc_up:bmc_up"] == 20  # every node's BMC recorded
 
 
 def test_a_dashboard_without_all_is_timed_on_its_first_node(figures: Figures) -> None:
@@ -210,6 +215,8 @@ def test_the_report_ran_over_the_history(figures: Figures, engine: str, logs: Pa
     # and over a quarter of the range, for how its time grows; each says where it went
     shorter = report["shorter"]
     assert (shorter["returncode"], shorter["hours"]) == (0, 1.0)
+    # its window ends in the live minutes too, where the stand-in meets the rules' own
+    assert shorter["read_from"] == report["read_from"], rules_log
     for made in (shorter, report):
         timings = made["timings"]
         assert {"source", "queries", "writing"} <= timings["phases"].keys()
