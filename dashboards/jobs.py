@@ -80,12 +80,15 @@ def verdict(cfg: MixinConfig) -> str:
     # one throttled GPU sets the pace of a multi-GPU job: the worst GPU decides
     thermal = _over_life(cfg, held.OWNER_THERMAL, "max")
     power = _over_life(cfg, held.OWNER_POWER_CAP, "max")
+    # The last branch is 4 or 0 (busy) for every job: `bool` keeps the jobs below the
+    # ratio, so no branch reads the utilization a second time for the busy ones (each
+    # read is a day of every job's series; the memory series come from the same NVML
+    # call as the utilization ones, so they cover the same jobs).
     branches = (
         f"({util} < {cfg.gpu_allocated_idle_utilization:g}) * 0 + 1",
         f"({thermal} > {cfg.job_throttled_ratio:g}) * 0 + 2",
         f"({power} > {cfg.job_throttled_ratio:g}) * 0 + 3",
-        f"({memory} > {cfg.job_memory_bound_ratio:g}) * 0 + 4",
-        f"{util} * 0",
+        f"({memory} > bool {cfg.job_memory_bound_ratio:g}) * 4",
     )
     return "\nor\n".join(branches)
 
