@@ -189,8 +189,11 @@ def report_groups(cfg: MixinConfig) -> tuple[RecordingGroup, ...]:
     """The GPUs' reads (utilization, power, thermal), the links' and health's, the BMCs'."""
     reads = agent_reads()
     first_fabric = next(i for i, read in enumerate(reads) if read.name == "ib_tx")
-    parts = {GPU_GROUP: reads[:first_fabric], FABRIC_GROUP: reads[first_fabric:]}
-    parts[BMC_GROUP] = bmc_reads()
+    parts = {
+        GPU_GROUP: reads[:first_fabric],
+        FABRIC_GROUP: reads[first_fabric:],
+        BMC_GROUP: bmc_reads(),
+    }
     return tuple(
         RecordingGroup(name, tuple(read.rule(cfg) for read in part), interval=cfg.report_interval)
         for name, part in parts.items()

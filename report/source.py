@@ -66,18 +66,20 @@ def choose_source(
                 f"report_interval {cfg.report_interval}"
             )
         return Source.scraped(f"the step is shorter than report_interval {cfg.report_interval}")
-    short = _first_shortfall(client, cfg, window, cluster, _read("gpu_up"), "GPUs")
-    if short is not None:
-        if wanted == "rules":
-            raise ReportError(f"--read rules: {short}")
-        return Source.scraped(short)
-    # the GPUs' rules hold the window: the BMCs' are judged on their own
-    short = _first_shortfall(client, cfg, window, cluster, _read("bmc_up"), "BMCs", BMC_GROUP)
-    if short is None:
-        return Source(True, recorded_words(cfg), bmc_recorded=True)
-    if wanted == "rules":
+    # the GPUs' rules first; the BMCs' are judged on their own once the GPUs' hold
+    gpus = _first_shortfall(client, cfg, window, cluster, _read("gpu_up"), "GPUs")
+    bmcs = None
+    if gpus is None:
+        bmcs = _first_shortfall(client, cfg, window, cluster, _read("bmc_up"), "BMCs", BMC_GROUP)
+    short = gpus or bmcs
+    if short is not None and wanted == "rules":
         raise ReportError(f"--read rules: {short}")
-    return Source(True, f"{recorded_words(cfg)}; BMC figures from the scraped samples ({short})")
+    if gpus is not None:
+        return Source.scraped(gpus)
+    if bmcs is not None:
+        words = f"{recorded_words(cfg)}; BMC figures from the scraped samples ({bmcs})"
+        return Source(True, words)
+    return Source(True, recorded_words(cfg), bmc_recorded=True)
 
 
 def _read(name: str) -> WindowedRead:

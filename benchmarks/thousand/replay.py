@@ -57,33 +57,24 @@ def replay_node(
     step_s: float,
     since: float,
     running: Sequence[Labels] = (),
-) -> ReplayNode:
-    """Node `spec`'s agent going on from `tail`, with the allocations of its `running`
-    job."""
-    return _replaying(template, spec, ~template.bmc, tail, step_s, since, running)
-
-
-def replay_bmc(
-    template: Template,
-    spec: NodeSpec,
-    tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
-    step_s: float,
-    since: float,
-) -> ReplayNode:
-    """Node `spec`'s BMC going on from `tail`: the body of its probe."""
-    return _replaying(template, spec, template.bmc, tail, step_s, since)
+) -> tuple[ReplayNode, ReplayNode]:
+    """Node `spec`'s agent, with the allocations of its `running` job, and its BMC (the
+    body of its probe), each going on from `tail`."""
+    # labelled once for both: a thousand nodes' templates are most of start-up's work
+    every = node_series(template, spec)
+    agent = _replaying(template, every, ~template.bmc, tail, step_s, since, running)
+    return agent, _replaying(template, every, template.bmc, tail, step_s, since)
 
 
 def _replaying(
     template: Template,
-    spec: NodeSpec,
+    every: Sequence[Labels],
     rows: npt.NDArray[np.bool_],
     tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
     step_s: float,
     since: float,
     running: Sequence[Labels] = (),
 ) -> ReplayNode:
-    every = node_series(template, spec)
     series = [labels for labels, kept in zip(every, rows, strict=True) if kept]
     prefixes = [_prefix(labels) for labels in (*series, *running)]
     previous, last = (values[rows] for values in tail)

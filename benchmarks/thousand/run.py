@@ -11,6 +11,7 @@ small version tests/benchmarks runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import resource
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from benchmarks.common import stop
 from benchmarks.scale import measure as m
 from benchmarks.scale.stack import Stack
@@ -33,7 +36,6 @@ from benchmarks.thousand.federation import measure_federation
 from benchmarks.thousand.replay import (
     ReplayProcess,
     bmc_targets,
-    replay_bmc,
     replay_node,
     write_targets,
 )
@@ -108,7 +110,16 @@ def generate(plan: BulkPlan, data: Path) -> tuple[BulkResult, dict[str, Any]]:
     }
 
 
-def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[ReplayProcess, Path]:
+@dataclass(frozen=True)
+class Targets:
+    """The replaying targets: the directory of their file_sd groups (write_targets) and
+    the BMCs' probe at the replaying server."""
+
+    directory: Path
+    bmcs: BmcProbe
+
+
+def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[ReplayProcess, Targets]:
     templates = result.templates
     since = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
     specs = node_specs(plan)
@@ -116,19 +127,11 @@ def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[Replay
     for s in specs:
         template, tail = templates[s.profile], result.tails[s.name]
         running = result.running[s.name]
-        nodes[s.name] = replay_node(template, s, tail, plan.step_s, since, running)
-        bmcs[s.bmc] = replay_bmc(template, s, tail, plan.step_s, since)
+        nodes[s.name], bmcs[s.bmc] = replay_node(template, s, tail, plan.step_s, since, running)
     server = ReplayProcess(nodes, bmcs)
-    targets = work / "targets"
-    write_targets(server.address, specs, targets)
-    return server, targets
-
-
-def bmc_probe(targets: Path) -> BmcProbe:
-    """The replaying BMCs of write_targets' `targets`, probed at the server every agent's
-    group names."""
-    groups = json.loads((targets / "replay.json").read_text())
-    return BmcProbe(bmc_targets(targets), groups[0]["targets"][0])
+    directory = work / "targets"
+    write_targets(server.address, specs, directory)
+    return server, Targets(directory, BmcProbe(bmc_targets(directory), server.address))
 
 
 def rules(work: Path, report_interval: str) -> Path:
@@ -137,7 +140,7 @@ def rules(work: Path, report_interval: str) -> Path:
     return directory
 
 
-def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
+def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Path,
                        scrape_s: int, rule_readings: int, history_start: float,
                        hours: float) -> dict[str, Any]:  # fmt: skip
     endpoint = Endpoint.free()
@@ -145,8 +148,8 @@ def measure_prometheus(stack: Stack, data: Path, targets: Path, rule_dir: Path,
                   rule_dir / alerts_build.PROMETHEUS_ALERTS]  # fmt: skip
     config = prometheus_config(
         rule_files=rule_files,
-        targets=targets, scrape_interval=f"{scrape_s}s", scrape_timeout="20s",
-        evaluation_interval=f"{RULE_INTERVAL_S}s", bmcs=bmc_probe(targets),
+        targets=targets.directory, scrape_interval=f"{scrape_s}s", scrape_timeout="20s",
+        evaluation_interval=f"{RULE_INTERVAL_S}s", bmcs=targets.bmcs,
     )  # fmt: skip
     path = write_yaml(stack.workdir / "prometheus.yml", config)
     url = endpoint.url
@@ -204,10 +207,26 @@ def vmctl_import(blocks: Path, vm: str, names: str = SCRAPED_NAMES) -> None:
         f"--prom-filter-label=__name__ --prom-filter-label-value={shlex.quote(names)}"
     )
     # vmctl insists on a terminal even when silent: util-linux's script gives it one
-    done = subprocess.run(["script", "-qec", vmctl, "/dev/null"], capture_output=True,
-                          stdin=subprocess.DEVNULL, text=True, timeout=4 * 3600)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"vmctl failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+    with subprocess.Popen(["script", "-qec", vmctl, "/dev/null"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          text=True) as script:  # fmt: skip
+        try:
+            out, err = script.communicate(timeout=4 * 3600)
+        except BaseException:
+            # a time-out, or the caller stopped: script runs vmctl in a session of its
+            # own (on the terminal it makes), so vmctl outlives a killed script
+            _kill_with_children(script.pid)
+            raise
+    if script.returncode != 0:
+        raise RuntimeError(f"vmctl failed: {out[-2000:]}{err[-2000:]}")
+
+
+def _kill_with_children(pid: int) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process = psutil.Process(pid)
+        for child in [*process.children(recursive=True), process]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
 
 
 def every_target_scraped(url: str, targets: Path, timeout_s: float = 300.0) -> None:
@@ -226,7 +245,7 @@ def every_target_scraped(url: str, targets: Path, timeout_s: float = 300.0) -> N
     wait_for(f"{url} to hold two samples of each of {nodes} targets", scraped, timeout_s)
 
 
-def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: Path,
+def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_dir: Path,
                              scrape_s: int, rule_readings: int, history_start: float,
                              hours: float) -> dict[str, Any]:  # fmt: skip
     vm_endpoint = Endpoint.free()
@@ -237,14 +256,14 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Path, rule_dir: 
     vmctl_import(data, vm)
     import_s = time.perf_counter() - began
     scrape_path = write_yaml(stack.workdir / "vmagent.yml",
-                             vmagent_scrape_config(targets, f"{scrape_s}s", "20s",
-                                                   bmc_probe(targets)))  # fmt: skip
+                             vmagent_scrape_config(targets.directory, f"{scrape_s}s", "20s",
+                                                   targets.bmcs))  # fmt: skip
     # both shards of deploy/scale's vmagent@.service, each scraping half the targets
     for shard in range(VMAGENT_SHARDS):
         agent = Endpoint.free()
         argv = vmagent_argv(shard, agent, scrape_path, vm, stack.workdir / f"vmagent-{shard}")
         stack.spawn(f"vmagent-{shard}", argv, f"{agent.url}/health")
-    every_target_scraped(vm, targets)
+    every_target_scraped(vm, targets.directory)
     alert = Endpoint.free()
     rule_files = [rule_dir / alerts_build.PROMETHEUS_RECORDING,
                   rule_dir / alerts_build.VMALERT_ALERTS]  # fmt: skip

@@ -18,7 +18,7 @@ import benchmarks.thousand.run as thousand
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
 from benchmarks.thousand import rule_timing
-from benchmarks.thousand.replay import ReplayServer, replay_bmc, replay_node
+from benchmarks.thousand.replay import ReplayServer, replay_node
 from benchmarks.thousand.report_section import estimate
 from benchmarks.thousand.run import RANGES_S, Figures, run
 from benchmarks.thousand.section import (
@@ -62,7 +62,8 @@ def test_replaying_target_goes_on_where_the_history_ended() -> None:
     energy = [i for i, n in enumerate(template.names) if n == "nvwatch_gpu_energy_joules_total"]
     last[energy] += 300.0 * 30  # 300 W for the last 30 s step
     since = time.time()
-    server = ReplayServer({spec.name: replay_node(template, spec, (previous, last), 30.0, since)})
+    agent, _ = replay_node(template, spec, (previous, last), 30.0, since)
+    server = ReplayServer({spec.name: agent})
     try:
         url = f"http://{server.address}/node/{spec.name}/metrics"
         began = time.monotonic()
@@ -98,10 +99,8 @@ def test_a_replaying_bmc_answers_its_probe_and_the_agent_has_none_of_its_series(
     template = profile_templates(plan)[spec.profile]
     tail = (template.first, template.first)
     since = time.time()
-    server = ReplayServer(
-        {spec.name: replay_node(template, spec, tail, 30.0, since)},
-        {spec.bmc: replay_bmc(template, spec, tail, 30.0, since)},
-    )
+    agent, bmc = replay_node(template, spec, tail, 30.0, since)
+    server = ReplayServer({spec.name: agent}, {spec.bmc: bmc})
     try:
         probe = _scrape(f"http://{server.address}/probe?target={spec.bmc}&module=default")
         agent = _scrape(f"http://{server.address}/node/{spec.name}/metrics")
