@@ -30,8 +30,11 @@ import numpy.typing as npt
 from nvwatch.agent.inventory_bmc import BMC_FILE_PREFIX, PROBE_PATH
 from nvwatch.sim.bulk.templates import Template, node_series
 from nvwatch.sim.bulk.values import MOTIONS
+from nvwatch.sim.bulk.write import BulkPlan, BulkResult, SeriesBatch, node_specs
 from nvwatch.sim.fleet.plan import NodeSpec, bmc_file_sd_groups, node_labels
+from nvwatch.sim.tsdb.block import BlockWriter
 from nvwatch.sim.tsdb.index import Labels
+from nvwatch.sim.tsdb.xor import Grid
 
 # labels Prometheus adds from the scrape (job) or the target group (the rest)
 _TARGET_LABELS = frozenset({"__name__", "job", "cluster", "rack", "node_class", "instance", "bmc"})
@@ -77,16 +80,52 @@ def _replaying(
 ) -> ReplayNode:
     series = [labels for labels, kept in zip(every, rows, strict=True) if kept]
     prefixes = [_prefix(labels) for labels in (*series, *running)]
-    previous, last = (values[rows] for values in tail)
-    counters = np.array([kind == "counter" for kind in template.kinds])[rows]
-    per_second = np.where(counters, (last - previous) / step_s, 0.0)
-    clocks = np.array(
-        [name in MOTIONS and MOTIONS[name].kind == "clock" for name in template.names]
-    )[rows]
-    per_second = np.where(clocks, 1.0, per_second)  # seconds a second
+    last, per_second = (values[rows] for values in going_on(template, tail, step_s))
     held = np.ones(len(running))  # an allocation's value is always 1
     return ReplayNode(tuple(prefixes), np.concatenate([last, held]),
                       np.concatenate([per_second, np.zeros(len(running))]), since)  # fmt: skip
+
+
+def going_on(
+    template: Template,
+    tail: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    step_s: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Each template row's last value and how fast it goes on from there: a counter at
+    its last step's rate, a clock at a second a second, the rest held."""
+    previous, last = tail
+    counters = np.array([kind == "counter" for kind in template.kinds])
+    per_second = np.where(counters, (last - previous) / step_s, 0.0)
+    clocks = np.array(
+        [name in MOTIONS and MOTIONS[name].kind == "clock" for name in template.names]
+    )
+    return last, np.where(clocks, 1.0, per_second)
+
+
+def write_gap(plan: BulkPlan, result: BulkResult, end_s: float, out: Path) -> int:
+    """What the replaying targets answer from the history's end to `end_s`, at its
+    step, as a block under `out`; its samples (none if no step falls there): the
+    minutes an engine that started scraping after the history's end would otherwise
+    hold nothing of."""
+    grid = plan.grid
+    first_ms = grid.start_ms + grid.count * grid.step_ms
+    count = int((end_s * 1000 - first_ms) // grid.step_ms) + 1
+    if count < 1:
+        return 0
+    gap = Grid(first_ms, grid.step_ms, count)
+    since = grid.time_ms(grid.count - 1) / 1000.0
+    after = (first_ms + grid.step_ms * np.arange(count)) / 1000.0 - since
+    writer = BlockWriter(out, gap)
+    batch = SeriesBatch(writer)
+    for spec in node_specs(plan):
+        template = result.templates[spec.profile]
+        last, per_second = going_on(template, result.tails[spec.name], plan.step_s)
+        batch.add(node_series(template, spec), last[:, None] + per_second[:, None] * after)
+        for labels in result.running[spec.name]:
+            writer.add_span(labels, 0, count)
+    batch.flush()
+    writer.close()
+    return writer.series * count
 
 
 def _prefix(labels: Labels) -> str:

@@ -114,9 +114,49 @@ def _run(figures: dict[str, Any]) -> list[str]:
         lines.append(
             f"VictoriaMetrics took the block from vmctl in {v['import_seconds'] / 60:.1f} min, "
             f"stored it in {v['data_bytes'] / 2**30:.2f} GiB and peaked at "
-            f"{v['peak_rss_mb'] / 1024:.1f} GiB RSS." + _recorded(v)
+            f"{v['peak_rss_mb'] / 1024:.1f} GiB RSS." + _recorded(v) + _vm_gap(figures)
         )
     return [*lines, ""]
+
+
+def _vm_gap(figures: dict[str, Any]) -> str:
+    """VictoriaMetrics' scrapers start after Prometheus' turn: what its data held from
+    the history's end until then, and the recorded names its stand-in lacks."""
+    v, generation = figures["engines"]["victoria-metrics"], figures["generation"]
+    if "gap" in v:
+        minutes = (v["live_from"] - generation["history_end"]) / 60
+        gap = (
+            f" Its own scrapers started {minutes:.0f} min after the history's end (after "
+            "Prometheus' turn); those minutes were written as the replaying targets answered "
+            f"them ({v['gap']['samples'] / 1e6:.1f} M samples, imported in "
+            f"{v['gap']['seconds']:.0f} s), so its queries read the data Prometheus' did."
+        )
+    else:
+        gap = (
+            " Its own scrapers started after Prometheus' turn, and this run left the minutes "
+            "from the history's end until then empty in it (as long as Prometheus' turn): "
+            "its 1 h queries read less than Prometheus' did, and rules looking back over "
+            "those minutes (the straggler rules look 15 minutes back) recorded nothing at "
+            "first."
+        )
+    return gap + _missing_names(figures)
+
+
+def _missing_names(figures: dict[str, Any]) -> str:
+    """The recorded names Prometheus' stand-in holds and VictoriaMetrics' does not."""
+    held = {e: f.get("recorded_history", {}).get("names") for e, f in figures["engines"].items()}
+    if not held.get("prometheus") or not held.get("victoria-metrics"):
+        return ""
+    missing = sorted(set(held["prometheus"]) - set(held["victoria-metrics"]))
+    if not missing:
+        return ""
+    series = sum(held["prometheus"][name] for name in missing)
+    return (
+        f" Its stand-in for the rules' series holds none of the {series:,} series of "
+        f"{len(missing)} recorded names that Prometheus' holds "
+        f"({', '.join(f'`{n}`' for n in missing[:3])} among them): the panels reading "
+        "them read its live minutes only, a lower bound."
+    )
 
 
 def _bmcs(generation: dict[str, Any]) -> str:

@@ -99,7 +99,7 @@ def write_bulk_history(
     grid = plan.grid
     times_s = (grid.start_ms + grid.step_ms * np.arange(grid.count)) / 1000.0
     writer = BlockWriter(out, grid)
-    batch = _Batch(writer)
+    batch = SeriesBatch(writer)
     tails, running = {}, {}
     job_id, span_samples = FIRST_JOB_ID, 0
     for done, spec in enumerate(specs, start=1):
@@ -126,7 +126,7 @@ def write_bulk_history(
                       job_id - FIRST_JOB_ID)  # fmt: skip
 
 
-class _Batch:
+class SeriesBatch:
     """Nodes' series gathered until BATCH_SERIES, then encoded together."""
 
     def __init__(self, writer: BlockWriter) -> None:

@@ -193,6 +193,17 @@ def test_the_rules_series_stand_in_over_the_history(figures: Figures, engine: st
     assert names["instance:nvwatch_bmc_up:bmc_up"] == 20  # every node's BMC recorded
 
 
+def test_victoria_metrics_holds_the_minutes_before_its_own_scrapes(figures: Figures) -> None:
+    """It scrapes after Prometheus' turn: the minutes from the history's end were written
+    as the replaying targets answered them (tests/benchmarks/test_thousand_gap.py holds
+    their values to the targets' answers)."""
+    vm, g = figures.engines["victoria-metrics"], figures.generation
+    steps = int((vm["live_from"] - g["history_end"]) // 30)
+    assert steps >= 2  # Prometheus' turn took minutes
+    # each node's series at every step of the gap, the running jobs' allocations besides
+    assert vm["gap"]["samples"] >= steps * (g["series"] - 8 * g["jobs"])
+
+
 def test_a_dashboard_without_all_is_timed_on_its_first_node(figures: Figures) -> None:
     """As Grafana opens it: the node, NVLink and InfiniBand dashboards on the first node
     by name, the jobs dashboard on the first job; every other with every node."""
