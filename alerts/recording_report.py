@@ -7,9 +7,9 @@ Every read is `agg by (labels) (fn(metric{...}[window]))`: the report asks it at
 its steps with a window of one step. Over a month of a thousand nodes that reads every
 scrape of every GPU, link, port and BMC sensor, tens of billions of samples: hours of a
 server. The rules read the same samples once, `report_interval` at a time, as they
-arrive; the report then folds the recorded values into its steps (a mean of equal-length means is
-the mean, a sum of counts the count, a maximum of maxima the maximum), reading one
-sample per series and interval. The recorded series are also what a global view needs
+arrive; the report then folds the recorded values into its steps (a mean of equal-length
+means is the mean, a sum of counts the count, a maximum of maxima the maximum), reading
+one sample per series and interval. The recorded series are also what a global view needs
 from each server (docs/scale.md, *Past one server*).
 
 Where the aggregation commutes with the fold (sums of means or of rates, a counter's

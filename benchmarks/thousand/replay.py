@@ -108,13 +108,12 @@ def write_gap(plan: BulkPlan, result: BulkResult, end_s: float, out: Path) -> in
     minutes an engine that started scraping after the history's end would otherwise
     hold nothing of."""
     grid = plan.grid
-    first_ms = grid.start_ms + grid.count * grid.step_ms
+    first_ms = grid.time_ms(grid.count)  # the step after the history's last
     count = int((end_s * 1000 - first_ms) // grid.step_ms) + 1
     if count < 1:
         return 0
     gap = Grid(first_ms, grid.step_ms, count)
-    since = grid.time_ms(grid.count - 1) / 1000.0
-    after = (first_ms + grid.step_ms * np.arange(count)) / 1000.0 - since
+    after = (first_ms + grid.step_ms * np.arange(count)) / 1000.0 - plan.last_sample_s
     writer = BlockWriter(out, gap)
     batch = SeriesBatch(writer)
     for spec in node_specs(plan):

@@ -126,7 +126,7 @@ class Targets:
 
 def start_replay(plan: BulkPlan, result: BulkResult, work: Path) -> tuple[ReplayProcess, Targets]:
     templates = result.templates
-    since = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
+    since = plan.last_sample_s
     specs = node_specs(plan)
     nodes, bmcs = {}, {}
     for s in specs:
@@ -364,7 +364,7 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         end = time.time() + writing_seconds(nodes, hours, scrape_s, nvlink_detail, work)
         plan = BulkPlan(nodes, end, hours, scrape_s, nvlink_detail)
         result, figures.generation = generate(plan, data)
-        history_end = plan.grid.time_ms(plan.grid.count - 1) / 1000.0
+        history_end = plan.last_sample_s
         # a history written faster than foreseen ends after now: Prometheus would refuse
         # every live sample, and the rules' outputs, older than its newest block's end
         time.sleep(max(0.0, history_end + 1.0 - time.time()))

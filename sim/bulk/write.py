@@ -52,6 +52,12 @@ class BulkPlan:
         end_ms = int(self.end_s * 1000) // step_ms * step_ms
         return Grid(end_ms - (count - 1) * step_ms, step_ms, count)
 
+    @property
+    def last_sample_s(self) -> float:
+        """The history's last sample, unix seconds: where replayed live minutes go on."""
+        grid = self.grid
+        return grid.time_ms(grid.count - 1) / 1000.0
+
 
 @dataclass(frozen=True)
 class BulkResult:
