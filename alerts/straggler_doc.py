@@ -4,6 +4,8 @@ pipeline-parallel jobs, what the rules cost and what they cannot see."""
 
 from __future__ import annotations
 
+from nvwatch.alerts.chains import chain_depths
+from nvwatch.alerts.recording import recording_groups
 from nvwatch.alerts.recording_straggler import (
     NODE,
     RANK,
@@ -15,6 +17,7 @@ from nvwatch.alerts.recording_straggler import (
     clock,
     link_signals,
     node_signals,
+    straggler_groups,
 )
 from nvwatch.alerts.stragglers.accuracy_doc import accuracy_lines
 from nvwatch.mixin.config import MixinConfig
@@ -73,6 +76,28 @@ def _signal_table(cfg: MixinConfig) -> list[str]:
             f"| {'yes' if s.load else 'no'} |"
         )
     return lines
+
+
+def _vmalert_lag(cfg: MixinConfig) -> str:
+    """How much later than under Prometheus a job's scores are whole under vmalert."""
+    groups = [
+        {"name": g.name, "rules": [{"record": r.record, "expr": r.expr} for r in g.rules]}
+        for g in recording_groups(cfg)
+    ]
+    names = [g.name for g in straggler_groups(cfg)]
+    vmalert = max(chain_depths(groups)[n] for n in names)
+    prometheus = max(chain_depths(groups, each_rule_waits=False)[n] for n in names)
+    return (
+        "Under vmalert (deploy/scale) the scores come later: vmalert writes what a rule "
+        "records back over remote write, so another rule reads it an evaluation later, "
+        "where Prometheus' rules read the earlier rules of their own group at once. The "
+        f"straggler rules chain {vmalert} deep: a job's scores are whole {vmalert} "
+        f"evaluations (every {cfg.evaluation_interval}) after its ranks are first "
+        f"compared, against {prometheus} under Prometheus (one per group the chain "
+        f"passes through); NvwatchJobStraggler's {cfg.straggler_for} runs from then "
+        "(counted from the rules by alerts/chains.py; docs/scale.md's thousand-node "
+        "run waits as long before it reads vmalert's series)."
+    )
 
 
 def doc_lines(cfg: MixinConfig) -> list[str]:
@@ -170,6 +195,8 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "8,000 x 2 x 2 port series: some 130,000, against the fleet's two million. "
         "docs/scale.md measures them on the 124-node fleet: the series they write per GPU "
         "and each group's evaluation time against its interval.",
+        "",
+        _vmalert_lag(cfg),
         "",
         "What the rules cannot see: the legacy 32-bit port_xmit_wait saturates within "
         "minutes on a congested port (then its rate reads 0: the port stops standing "

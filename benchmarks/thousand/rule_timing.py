@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from benchmarks.scale import measure as m
+from nvwatch.alerts import chains
 from nvwatch.common.durations import parse_duration
 
 SLACK_S = 90.0  # past an interval, how long a group may be late
@@ -41,6 +42,30 @@ def recorded_intervals(rule_files: list[Path]) -> dict[str, float]:
         for rule in group["rules"]
         if "record" in rule
     }
+
+
+def chain_depths(rule_files: list[Path]) -> dict[str, int]:
+    """Each group's chain under vmalert (nvwatch.alerts.chains): a group's series of
+    depth n are recorded from its n-th evaluation on."""
+    return chains.chain_depths([group for group, _ in _groups(rule_files)])
+
+
+def chained_through(url: str, iterations: str, depths: dict[str, int],
+                    interval_s: float) -> float:  # fmt: skip
+    """Seconds until the engine's `iterations` counter (vmalert's counts an evaluation
+    as it ends) reads, for each group, as many evaluations as its chain is deep
+    (`chain_depths`), the groups evaluated every `interval_s`; an error past that many
+    intervals and some slack."""
+    began = now()
+    deadline = began + interval_s * max(depths.values(), default=0) + SLACK_S
+    while True:
+        done = _iterations(url, iterations, list(depths))
+        short = {g: f"{done[g]:g} of {d}" for g, d in depths.items() if done[g] < d}
+        if not short:
+            return now() - began
+        if now() > deadline:
+            raise RuntimeError(f"{url}: rule groups not evaluated as often as they chain: {short}")
+        pause(POLL_S)
 
 
 def rule_readings(

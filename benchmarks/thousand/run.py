@@ -305,6 +305,11 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), groups, rule_readings,
     )  # fmt: skip
     costs = t.rule_costs(readings, groups)
+    # vmalert's rules read another rule's series an evaluation after it was recorded:
+    # the straggler rules' last series come minutes after the first evaluation
+    chains = rt.chain_depths(rule_files)
+    chained_s = rt.chained_through(alert.url, "vmalert_iteration_duration_seconds_count",
+                                   chains, RULE_INTERVAL_S)  # fmt: skip
     standing_in = stack.workdir / "recorded-vm"
     standing_in.mkdir()
     recorded = r.recorded_history(vm, standing_in, history_start, rules_from,
@@ -320,6 +325,8 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
         "import_seconds": import_s,
         "live_from": live_from,
         "gap": gap,
+        "chains": chains,
+        "chained_seconds": chained_s,
         "recorded_history": recorded,
         "report": report,
         "data_bytes": m.du_bytes(stack.workdir / "vm-data"),

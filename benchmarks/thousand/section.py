@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmarks.common import replace_section
 from benchmarks.thousand.report_section import report_lines
+from benchmarks.thousand.stand_in_section import recorded, vm_gap
 from nvwatch.sim.bulk.load import BUSY_SHARE
 
 BEGIN = "<!-- thousand:begin -->"
@@ -107,56 +108,16 @@ def _run(figures: dict[str, Any]) -> list[str]:
         lines.append(
             f"Prometheus opened the block and answered in {p['ready_seconds']:.1f} s, held "
             f"{p['head_series']:,.0f} live series (the replaying targets' minutes and the "
-            f"rules' outputs) and peaked at {p['peak_rss_mb'] / 1024:.1f} GiB RSS." + _recorded(p)
+            f"rules' outputs) and peaked at {p['peak_rss_mb'] / 1024:.1f} GiB RSS." + recorded(p)
         )
     if "victoria-metrics" in engines:
         v = engines["victoria-metrics"]
         lines.append(
             f"VictoriaMetrics took the block from vmctl in {v['import_seconds'] / 60:.1f} min, "
             f"stored it in {v['data_bytes'] / 2**30:.2f} GiB and peaked at "
-            f"{v['peak_rss_mb'] / 1024:.1f} GiB RSS." + _recorded(v) + _vm_gap(figures)
+            f"{v['peak_rss_mb'] / 1024:.1f} GiB RSS." + recorded(v) + vm_gap(figures)
         )
     return [*lines, ""]
-
-
-def _vm_gap(figures: dict[str, Any]) -> str:
-    """VictoriaMetrics' scrapers start after Prometheus' turn: what its data held from
-    the history's end until then, and the recorded names its stand-in lacks."""
-    v, generation = figures["engines"]["victoria-metrics"], figures["generation"]
-    if "gap" in v:
-        minutes = (v["live_from"] - generation["history_end"]) / 60
-        gap = (
-            f" Its own scrapers started {minutes:.0f} min after the history's end (after "
-            "Prometheus' turn); those minutes were written as the replaying targets answered "
-            f"them ({v['gap']['samples'] / 1e6:.1f} M samples, imported in "
-            f"{v['gap']['seconds']:.0f} s), so its queries read the data Prometheus' did."
-        )
-    else:
-        gap = (
-            " Its own scrapers started after Prometheus' turn, and this run left the minutes "
-            "from the history's end until then empty in it (as long as Prometheus' turn): "
-            "its 1 h queries read less than Prometheus' did, and rules looking back over "
-            "those minutes (the straggler rules look 15 minutes back) recorded nothing at "
-            "first."
-        )
-    return gap + _missing_names(figures)
-
-
-def _missing_names(figures: dict[str, Any]) -> str:
-    """The recorded names Prometheus' stand-in holds and VictoriaMetrics' does not."""
-    held = {e: f.get("recorded_history", {}).get("names") for e, f in figures["engines"].items()}
-    if not held.get("prometheus") or not held.get("victoria-metrics"):
-        return ""
-    missing = sorted(set(held["prometheus"]) - set(held["victoria-metrics"]))
-    if not missing:
-        return ""
-    series = sum(held["prometheus"][name] for name in missing)
-    return (
-        f" Its stand-in for the rules' series holds none of the {series:,} series of "
-        f"{len(missing)} recorded names that Prometheus' holds "
-        f"({', '.join(f'`{n}`' for n in missing[:3])} among them): the panels reading "
-        "them read its live minutes only, a lower bound."
-    )
 
 
 def _bmcs(generation: dict[str, Any]) -> str:
@@ -176,17 +137,6 @@ def _jobs(generation: dict[str, Any]) -> str:
         f"nodes busy {BUSY_SHARE:.0%} of the time), each with an allocation series per GPU "
         "for its life, as `--attribution slurm` exports them; the jobs still running go "
         "on in the live minutes."
-    )
-
-
-def _recorded(engine: dict[str, Any]) -> str:
-    r = engine.get("recorded_history")
-    if not r:
-        return ""
-    return (
-        f" The {r['series']:,} series its rules recorded, held over the history: "
-        f"{r['samples'] / 1e6:.1f} M samples written in {r['write_seconds']:.0f} s, "
-        f"answered {r['load_seconds']:.0f} s later."
     )
 
 

@@ -1,0 +1,135 @@
+"""How deep the recording rules chain, and the wait for vmalert to record every level:
+a rule reading another rule's series under vmalert reads it an evaluation later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.thousand import rule_timing
+from benchmarks.thousand.stand_in_section import vm_gap
+from nvwatch.alerts import build as alerts_build
+from nvwatch.alerts import chains
+from nvwatch.mixin.config import MixinConfig
+
+COUNTER = "vmalert_iteration_duration_seconds_count"
+
+
+GROUPS = [
+    {"name": "base", "rules": [
+        {"record": "job:a:sum", "expr": "sum by (job) (nvwatch_gpu_up)"},
+        {"record": "job:b:max", "expr": "max_over_time(job:a:sum[5m]) * 2"},
+    ]},
+    {"name": "alerts", "rules": [{"alert": "Up", "expr": "job:b:max > 0"}]},
+    {"name": "upper", "interval": "5m", "rules": [
+        {"record": "c:c:avg", "expr": "avg(job:b:max)"},
+        {"record": "d:d:last", "expr": "c:c:avg + on () group_left () sum(job:a:sum)"
+                                       " or d:d:last"},
+    ]},
+]  # fmt: skip
+
+
+def test_under_vmalert_every_recorded_read_waits_an_evaluation() -> None:
+    """`a` reads what agents export, `b` reads `a` in its group, `c` reads `b` from
+    another group, `d` reads `c` and `a`: four deep. A name read inside a range
+    selector or a function counts, an alert group records nothing, and a rule reading
+    its own last value ends without looping."""
+    assert chains.chain_depths(GROUPS) == {"base": 2, "alerts": 0, "upper": 4}
+
+
+def test_under_prometheus_only_another_group_s_series_or_a_later_rule_s_waits() -> None:
+    """`b` reads `a` recorded just before it, `d` reads `c` likewise: each group is one
+    evaluation deep but `upper`, which reads `base`'s series as of its last evaluation.
+    A rule reading one recorded after it in its group reads the last evaluation's."""
+    assert chains.chain_depths(GROUPS, each_rule_waits=False) == {
+        "base": 1, "alerts": 0, "upper": 2,
+    }  # fmt: skip
+    reordered = [{"name": "base", "rules": GROUPS[0]["rules"][::-1]}]
+    assert chains.chain_depths(reordered, each_rule_waits=False) == {"base": 2}
+
+
+def test_the_benchmark_reads_the_groups_from_rule_files(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(yaml.safe_dump({"groups": GROUPS[:2]}))
+    second.write_text(yaml.safe_dump({"groups": GROUPS[2:]}))
+    assert rule_timing.chain_depths([first, second]) == chains.chain_depths(GROUPS)
+
+
+def test_the_mixin_s_straggler_rules_chain_deepest(tmp_path: Path) -> None:
+    """The mixin as built: the straggler groups chain a per-GPU feature, each job's
+    median and a score off both (at least three deep), deeper than every other group;
+    the report groups read what agents export only (they run every few minutes, a
+    chain there would take as many); alert groups record nothing."""
+    alerts_build.write(tmp_path, MixinConfig())
+    files = [tmp_path / alerts_build.PROMETHEUS_RECORDING, tmp_path / alerts_build.VMALERT_ALERTS]
+    depths = rule_timing.chain_depths(files)
+    straggler = {g: d for g, d in depths.items() if "straggler" in g}
+    others = {g: d for g, d in depths.items() if "straggler" not in g}
+    assert len(straggler) == 3 and min(straggler.values()) >= 3
+    assert max(straggler.values()) > max(others.values())
+    assert {d for g, d in depths.items() if g.startswith("nvwatch-report-")} == {1}
+    alerting = {g["name"] for g in yaml.safe_load(files[1].read_text())["groups"]}
+    assert alerting and all(depths[g] == 0 for g in alerting)
+
+
+def test_the_wait_ends_once_each_group_is_evaluated_as_often_as_it_chains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Groups evaluated every minute from 10 s on: a group chaining 3 deep is waited
+    for until its third evaluation ends, one of depth 0 not at all."""
+    clock = [0.0]
+
+    def counters(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        done = max(0.0, (clock[0] - 10.0) // 60.0 + 1)
+        return {COUNTER: [({"group": g}, done) for g in ("deep", "shallow", "alerts")]}
+
+    def pause(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(rule_timing.m, "scrape_metrics", counters)
+    monkeypatch.setattr(rule_timing, "now", lambda: clock[0])
+    monkeypatch.setattr(rule_timing, "pause", pause)
+    waited = rule_timing.chained_through(
+        "http://127.0.0.1:9", COUNTER, {"deep": 3, "shallow": 1, "alerts": 0}, 60.0
+    )
+    assert 130.0 <= waited < 130.0 + rule_timing.POLL_S + 1e-9
+
+
+def test_a_group_that_stops_evaluating_is_an_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [0.0]
+
+    def counters(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {COUNTER: [({"group": "stuck"}, 2.0), ({"group": "fine"}, 9.0)]}
+
+    def pause(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(rule_timing.m, "scrape_metrics", counters)
+    monkeypatch.setattr(rule_timing, "now", lambda: clock[0])
+    monkeypatch.setattr(rule_timing, "pause", pause)
+    with pytest.raises(RuntimeError, match=r"'stuck': '2 of 6'"):
+        rule_timing.chained_through("http://127.0.0.1:9", COUNTER, {"stuck": 6, "fine": 6}, 60.0)
+    # given up past six intervals and the slack, not before
+    assert (
+        6 * 60.0 + rule_timing.SLACK_S
+        <= clock[0]
+        <= 6 * 60.0 + rule_timing.SLACK_S + 2 * rule_timing.POLL_S
+    )
+
+
+def test_the_section_says_how_deep_vmalert_s_rules_chain_and_how_long_it_waited() -> None:
+    engine = {
+        "live_from": 1_800.0,
+        "gap": {"samples": 2e6, "seconds": 4.0},
+        "chains": {"nvwatch-node.rules": 2, "nvwatch-straggler-links.rules": 6},
+        "chained_seconds": 121.6,
+    }
+    said = vm_gap({"engines": {"victoria-metrics": engine}, "generation": {"history_end": 0.0}})
+    assert "chain up to 6 deep" in said and "122 s after" in said
+    del engine["chains"], engine["chained_seconds"]  # a run before the wait
+    figures = {"engines": {"victoria-metrics": engine}, "generation": {"history_end": 0.0}}
+    assert "chain" not in vm_gap(figures)
