@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +71,15 @@ LONGEST_FIRST = (
     "tests/stragglers/test_evaluate.py",
     "tests/benchmarks/test_peer_cost.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (`timeout`, a CI runner stopping the job) ends the session as Ctrl-C
+    does: pytest then tears the fixtures down, which stop the servers they started (in
+    sessions of their own, so no signal reaches them); the default handler ends the
+    process at once and leaves them running with nobody to stop them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

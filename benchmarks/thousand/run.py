@@ -18,6 +18,7 @@ import json
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -431,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compared", action="store_true",
                         help="--render them as the run at the other --nvlink-detail")  # fmt: skip
     args = parser.parse_args(argv)
+    # stopped (kill, a time-out), the run still stops its engines and removes its
+    # gigabytes: as Ctrl-C, through run's finally; they run in sessions of their own
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.render:
         if not args.out:
             parser.error("--render needs --out")
