@@ -8,6 +8,7 @@ server: its loop must never wait on a read.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import urllib.error
@@ -20,6 +21,7 @@ import pytest
 from nvwatch.agent.server.probe import ProbeError, ProbeService, parse_target
 from nvwatch.agent.sources.bmc.reading import BmcError, BmcReading, Module, Target
 from tests.agent.server_helpers import Served, serving
+from tests.e2e.loopback import wait_for
 
 TIMEOUT_S = 1.0
 MODULE = Module(
@@ -30,6 +32,9 @@ MODULE = Module(
     timeout_s=TIMEOUT_S,
     collectors=frozenset({"ipmi", "dcmi"}),
 )
+# a module whose hung reads outlast any test: they end when the test releases them, so
+# what is answered before that waited for none of them, however loaded the machine
+PATIENT = dataclasses.replace(MODULE, timeout_s=60.0)
 
 
 def render(
@@ -75,8 +80,8 @@ def bmcs() -> Iterator[Bmcs]:
     bmcs.release.set()
 
 
-def start(bmcs: Bmcs, **kwargs: float) -> ProbeService:
-    return ProbeService({"default": MODULE}, bmcs, render, **kwargs)  # type: ignore[arg-type]
+def start(bmcs: Bmcs, module: Module = MODULE, **kwargs: float) -> ProbeService:
+    return ProbeService({"default": module}, bmcs, render, **kwargs)  # type: ignore[arg-type]
 
 
 def get(served: Served, path: str, timeout: float = 5.0) -> tuple[int, str, float]:
@@ -126,17 +131,20 @@ def test_a_hung_bmc_costs_its_own_probe_a_bounded_wait_and_nothing_else(bmcs: Bm
 
 
 def test_many_hung_bmcs_do_not_delay_a_healthy_one(bmcs: Bmcs) -> None:
-    probe = start(bmcs)
+    """The hung reads end only when released, after the healthy BMC's answer: had it
+    waited for any of them it would have had none (its request gives up at 5 s)."""
+    probe = start(bmcs, PATIENT)
     hung_targets = 24  # past what one worker per CPU, or a small fixed pool, would hold
     with serving(probe=probe.respond) as served, ThreadPoolExecutor(hung_targets) as pool:
-        hung = [pool.submit(get, served, f"/probe?target=hung-{i}") for i in range(hung_targets)]
-        time.sleep(0.2)
-        status, body, took = get(served, "/probe?target=bmc-2")
+        hung = [
+            pool.submit(get, served, f"/probe?target=hung-{i}", 60.0) for i in range(hung_targets)
+        ]
+        wait_for("every hung BMC to be read", lambda: len(bmcs.reads) == hung_targets, 30)
+        status, body, _ = get(served, "/probe?target=bmc-2")
         bmcs.release.set()
         assert all(future.result()[0] == 200 for future in hung)
     probe.close()
     assert (status, body) == (200, "up 1\nwatts 5.0\n")
-    assert took < 0.5
 
 
 def test_reads_within_the_cache_time_and_concurrent_ones_share_one_read(bmcs: Bmcs) -> None:
@@ -193,14 +201,16 @@ def test_an_agent_without_a_bmc_config_says_so() -> None:
 
 
 def test_reads_past_the_pool_s_queue_are_refused_at_once(bmcs: Bmcs) -> None:
-    probe = start(bmcs, workers=1)  # room for 4 reads in flight
+    """Refused while the four reads in flight still hang (they end only when released,
+    after the answer): at once, not once room was made."""
+    probe = start(bmcs, PATIENT, workers=1)  # room for 4 reads in flight
     with serving(probe=probe.respond) as served, ThreadPoolExecutor(5) as pool:
-        hung = [pool.submit(get, served, f"/probe?target=hung-{i}") for i in range(4)]
-        time.sleep(0.2)
-        status, body, took = get(served, "/probe?target=bmc-2")
+        hung = [pool.submit(get, served, f"/probe?target=hung-{i}", 60.0) for i in range(4)]
+        # one reading, three queued behind it: all four taken in
+        wait_for("four reads in flight", lambda: len(probe._reading) == 4, 30)
+        status, body, _ = get(served, "/probe?target=bmc-2")
         bmcs.release.set()
         for future in hung:
             assert future.result()[0] == 200
     probe.close()
     assert status == 503 and "too many BMC reads" in body
-    assert took < 0.5
