@@ -44,6 +44,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def stop_both(session: subprocess.Popen[bytes], server: int) -> None:
+    """Whatever a failed test left: the session and the server it started."""
+    if session.poll() is None:
+        session.kill()
+        session.wait(10)
+    if server and alive(server):
+        os.kill(server, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("with_conftest", [True, False])
 def test_a_terminated_session_tears_its_fixtures_down(tmp_path: Path, with_conftest: bool) -> None:
     """With the suite's conftest the fixture's server is stopped; without it (the
@@ -70,11 +79,7 @@ def test_a_terminated_session_tears_its_fixtures_down(tmp_path: Path, with_conft
         session.wait(30)
         assert alive(server) is not with_conftest
     finally:
-        if session.poll() is None:
-            session.kill()
-            session.wait(10)
-        if server and alive(server):
-            os.kill(server, signal.SIGKILL)
+        stop_both(session, server)
 
 
 # the thousand-node benchmark's command with its measurement replaced by one that
@@ -113,8 +118,4 @@ def test_a_terminated_benchmark_stops_its_engines(tmp_path: Path) -> None:
         assert session.wait(30) != 0
         assert not alive(server)
     finally:
-        if session.poll() is None:
-            session.kill()
-            session.wait(10)
-        if server and alive(server):
-            os.kill(server, signal.SIGKILL)
+        stop_both(session, server)

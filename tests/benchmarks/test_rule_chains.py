@@ -1,5 +1,7 @@
-"""How deep the recording rules chain, and the wait for vmalert to record every level:
-a rule reading another rule's series under vmalert reads it an evaluation later."""
+"""Reading the rule groups' evaluations for the thousand-node benchmark: each group's
+time at its own interval, and how deep the recording rules chain, with the wait for
+vmalert to record every level (a rule reading another rule's series under vmalert
+reads it an evaluation later)."""
 
 from __future__ import annotations
 
@@ -74,23 +76,30 @@ def test_the_mixin_s_straggler_rules_chain_deepest(tmp_path: Path) -> None:
     assert alerting and all(depths[g] == 0 for g in alerting)
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits' clock, moved on by their pauses alone: no test sleeps."""
+    now = [0.0]
+
+    def pause(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(rule_timing, "now", lambda: now[0])
+    monkeypatch.setattr(rule_timing, "pause", pause)
+    return now
+
+
 def test_the_wait_ends_once_each_group_is_evaluated_as_often_as_it_chains(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
 ) -> None:
     """Groups evaluated every minute from 10 s on: a group chaining 3 deep is waited
     for until its third evaluation ends, one of depth 0 not at all."""
-    clock = [0.0]
 
     def counters(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         done = max(0.0, (clock[0] - 10.0) // 60.0 + 1)
         return {COUNTER: [({"group": g}, done) for g in ("deep", "shallow", "alerts")]}
 
-    def pause(seconds: float) -> None:
-        clock[0] += seconds
-
     monkeypatch.setattr(rule_timing.m, "scrape_metrics", counters)
-    monkeypatch.setattr(rule_timing, "now", lambda: clock[0])
-    monkeypatch.setattr(rule_timing, "pause", pause)
     waited = rule_timing.chained_through(
         "http://127.0.0.1:9", COUNTER, {"deep": 3, "shallow": 1, "alerts": 0}, 60.0
     )
@@ -98,19 +107,12 @@ def test_the_wait_ends_once_each_group_is_evaluated_as_often_as_it_chains(
 
 
 def test_a_group_that_stops_evaluating_is_an_error_naming_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
 ) -> None:
-    clock = [0.0]
-
     def counters(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         return {COUNTER: [({"group": "stuck"}, 2.0), ({"group": "fine"}, 9.0)]}
 
-    def pause(seconds: float) -> None:
-        clock[0] += seconds
-
     monkeypatch.setattr(rule_timing.m, "scrape_metrics", counters)
-    monkeypatch.setattr(rule_timing, "now", lambda: clock[0])
-    monkeypatch.setattr(rule_timing, "pause", pause)
     with pytest.raises(RuntimeError, match=r"'stuck': '2 of 6'"):
         rule_timing.chained_through("http://127.0.0.1:9", COUNTER, {"stuck": 6, "fine": 6}, 60.0)
     # given up past six intervals and the slack, not before
@@ -119,6 +121,37 @@ def test_a_group_that_stops_evaluating_is_an_error_naming_it(
         <= clock[0]
         <= 6 * 60.0 + rule_timing.SLACK_S + 2 * rule_timing.POLL_S
     )
+
+
+def test_each_group_is_read_once_evaluated_at_its_own_interval(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
+) -> None:
+    """Readings follow the minute groups; a 5-minute group first evaluated at 250 s is in
+    none of the four readings before it and in the one the wait for it adds, with the
+    duration of that evaluation: Prometheus counts it as it begins (at 250 s) and has
+    its duration as it ends (20 s later)."""
+    first = {"minute": 10.0, "report": 250.0}
+    intervals = {"minute": 60.0, "report": 300.0}
+
+    def iterations(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {
+            "prometheus_rule_group_iterations_total": [
+                ({"rule_group": f"rules.yaml;{g}"}, max(0.0, (clock[0] - first[g]) // i + 1))
+                for g, i in intervals.items()
+            ]
+        }
+
+    monkeypatch.setattr(rule_timing.m, "scrape_metrics", iterations)
+    readings = rule_timing.rule_readings(
+        "http://127.0.0.1:9", "prometheus_rule_group_iterations_total",
+        lambda: {"minute": 1.0 if clock[0] >= 15.0 else 0.0,
+                 "report": 20.0 if clock[0] >= 270.0 else 0.0}, intervals, 4,
+    )  # fmt: skip
+    # the first reading comes as the minute group's first evaluation begins (at 10 s,
+    # ending at 15 s): it holds no duration of it
+    assert [sorted(r) for r in readings] == [[]] + [["minute"]] * 3 + [["minute", "report"]]
+    assert readings[-1]["report"] == 20.0
+    assert 270.0 <= clock[0] < 280.0  # the fifth reading waited for the first evaluation
 
 
 def test_the_section_says_how_deep_vmalert_s_rules_chain_and_how_long_it_waited() -> None:

@@ -17,7 +17,6 @@ from prometheus_client.parser import text_string_to_metric_families
 import benchmarks.thousand.run as thousand
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
-from benchmarks.thousand import rule_timing
 from benchmarks.thousand.replay import ReplayServer, replay_node
 from benchmarks.thousand.report_section import estimate
 from benchmarks.thousand.run import RANGES_S, Figures, run
@@ -355,43 +354,6 @@ def test_docs_scale_section_is_rendered_from_the_committed_figures() -> None:
         assert compared["nodes"] == figures["nodes"]
         text = (docs / "scale.md").read_text()
         assert section_of(text, COMPARED_BEGIN, COMPARED_END) == compared_section(compared)
-
-
-def test_each_group_is_read_once_evaluated_at_its_own_interval(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Readings follow the minute groups; a 5-minute group first evaluated at 250 s is in
-    none of the four readings before it and in the one the wait for it adds, with the
-    duration of that evaluation: Prometheus counts it as it begins (at 250 s) and has
-    its duration as it ends (20 s later)."""
-    clock = [0.0]
-    first = {"minute": 10.0, "report": 250.0}
-    intervals = {"minute": 60.0, "report": 300.0}
-
-    def iterations(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-        return {
-            "prometheus_rule_group_iterations_total": [
-                ({"rule_group": f"rules.yaml;{g}"}, max(0.0, (clock[0] - first[g]) // i + 1))
-                for g, i in intervals.items()
-            ]
-        }
-
-    def pause(seconds: float) -> None:
-        clock[0] += seconds
-
-    monkeypatch.setattr(rule_timing.m, "scrape_metrics", iterations)
-    monkeypatch.setattr(rule_timing, "now", lambda: clock[0])
-    monkeypatch.setattr(rule_timing, "pause", pause)
-    readings = rule_timing.rule_readings(
-        "http://127.0.0.1:9", "prometheus_rule_group_iterations_total",
-        lambda: {"minute": 1.0 if clock[0] >= 15.0 else 0.0,
-                 "report": 20.0 if clock[0] >= 270.0 else 0.0}, intervals, 4,
-    )  # fmt: skip
-    # the first reading comes as the minute group's first evaluation begins (at 10 s,
-    # ending at 15 s): it holds no duration of it
-    assert [sorted(r) for r in readings] == [[]] + [["minute"]] * 3 + [["minute", "report"]]
-    assert readings[-1]["report"] == 20.0
-    assert 270.0 <= clock[0] < 280.0  # the fifth reading waited for the first evaluation
 
 
 def test_an_engine_that_failed_keeps_the_other_s_figures_and_fails_the_run(
