@@ -33,6 +33,11 @@ OWNER_NVLINK_TRANSMIT = "owner_gpu:nvwatch_nvlink_transmit_bytes:rate"
 # the range, an eighth of the series of its GPUs'
 OWNER_NODE_UTILIZATION = "owner:nvwatch_gpu_utilization_ratio:avg"
 OWNER_NODE_MEMORY_BUSY = "owner:nvwatch_gpu_memory_utilization_ratio:avg"
+# the per-GPU reasons again, only while active: a day of every job's GPUs is then the
+# throttled minutes alone, which the verdict table sums (a GPU never throttled, most of
+# them, has no series); the job's minutes on the node come from OWNER_NODE_UTILIZATION
+OWNER_THERMAL_WHILE = "owner_gpu:nvwatch_gpu_thermal_slowdown_active:while"
+OWNER_POWER_CAP_WHILE = "owner_gpu:nvwatch_gpu_power_cap_active:while"
 
 
 def jobs_group(cfg: MixinConfig) -> RecordingGroup:
@@ -58,6 +63,8 @@ def jobs_group(cfg: MixinConfig) -> RecordingGroup:
         # read back from this group's own rules above, evaluated before these
         RecordingRule(OWNER_NODE_UTILIZATION, f"avg without (gpu, uuid) ({OWNER_UTILIZATION})"),
         RecordingRule(OWNER_NODE_MEMORY_BUSY, f"avg without (gpu, uuid) ({OWNER_MEMORY_BUSY})"),
+        RecordingRule(OWNER_THERMAL_WHILE, f"{OWNER_THERMAL} == 1"),
+        RecordingRule(OWNER_POWER_CAP_WHILE, f"{OWNER_POWER_CAP} == 1"),
     )
     return RecordingGroup("nvwatch-jobs.rules", rules)
 
@@ -77,6 +84,10 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         (OWNER_NODE_UTILIZATION, "the mean utilization of the job's GPUs on the node"),
         (OWNER_NODE_MEMORY_BUSY, "the mean share of time their memory was busy"),
     )
+    while_active = (
+        (OWNER_THERMAL_WHILE, f"`{OWNER_THERMAL}`, only while 1"),
+        (OWNER_POWER_CAP_WHILE, f"`{OWNER_POWER_CAP}`, only while 1"),
+    )
     return [
         "",
         "## Each GPU a job holds (recording rules)",
@@ -93,4 +104,10 @@ def doc_lines(cfg: MixinConfig) -> list[str]:
         "|---|---|---|",
         *(f"| `{name}` | the allocation's (node, GPU, owner) | {what} |" for name, what in rows),
         *(f"| `{name}` | the allocation's but the GPU's | {what} |" for name, what in per_node),
-    ]
+        *(f"| `{name}` | the allocation's (node, GPU, owner) | {what} |"
+          for name, what in while_active),
+        "",
+        "The verdict table's throttling branches read the last two over a day of every "
+        "job: the throttled minutes alone, over the job's minutes on the node (counted "
+        f"from `{OWNER_NODE_UTILIZATION}`), instead of every held GPU's every minute.",
+    ]  # fmt: skip

@@ -71,6 +71,21 @@ def _over_life(cfg: MixinConfig, record: str, across_gpus: str = "avg") -> str:
     return f"{across_gpus} by ({by}) (avg_over_time({users}[$__range]))"
 
 
+def _share_of_life(cfg: MixinConfig, while_active: str) -> str:
+    """The largest share of its time on a node that one of a job's GPUs there spent
+    with a reason active: its minutes with the reason (a series recorded only then)
+    over the job's minutes on the node. The same as the worst GPU's mean of the 0/1
+    series over its life, as a job's GPUs are held for its whole life on a node, at a
+    read of the throttled minutes only, not of every GPU's every minute."""
+    by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
+    users = f'{{{cfg.cluster_label}=~"$cluster", user=~"$user"}}'
+    return (
+        f"max by ({by}) (count_over_time({while_active}{users}[$__range]))\n"
+        f"  / on ({by})\n"
+        f"  sum by ({by}) (count_over_time({held.OWNER_NODE_UTILIZATION}{users}[$__range]))"
+    )
+
+
 def verdict(cfg: MixinConfig) -> str:
     """The verdict code of each job of the chosen users on each node (VERDICTS), the
     first that holds."""
@@ -78,8 +93,8 @@ def verdict(cfg: MixinConfig) -> str:
     util = _over_life(cfg, held.OWNER_NODE_UTILIZATION)
     memory = _over_life(cfg, held.OWNER_NODE_MEMORY_BUSY)
     # one throttled GPU sets the pace of a multi-GPU job: the worst GPU decides
-    thermal = _over_life(cfg, held.OWNER_THERMAL, "max")
-    power = _over_life(cfg, held.OWNER_POWER_CAP, "max")
+    thermal = _share_of_life(cfg, held.OWNER_THERMAL_WHILE)
+    power = _share_of_life(cfg, held.OWNER_POWER_CAP_WHILE)
     # The last branch is 4 or 0 (busy) for every job: `bool` keeps the jobs below the
     # ratio, so no branch reads the utilization a second time for the busy ones (each
     # read is a day of every job's series; the memory series come from the same NVML

@@ -76,15 +76,28 @@ def _series() -> list[dict[str, str]]:
         _job("n2", 3, "206", "_x8 1x2"),
         _gpu("n2", 3, util, "0.9x10"),
         _gpu("n2", 3, memory, "0.9x7 0.3x3"),
-    ]
+        # 207 on n3 GPUs 0-1, busy; GPU 0 in thermal slowdown its last 4 of the range's 10
+        # minutes: 0.4 of the job's life > 0.2 -> 2 (the share, not "ever throttled")
+        *(_job("n3", g, "207") for g in (0, 1)),
+        *(_gpu("n3", g, util, "0.9x10") for g in (0, 1)),
+        *(_gpu("n3", g, memory, "0.5x10") for g in (0, 1)),
+        _gpu("n3", 0, "nvwatch_gpu_clock_event_active", "0 0 0 0 0 0 0 1 1 1 1",
+             ', reason="sw_thermal_slowdown"'),
+        # 208 on n3 GPU 2, busy, in thermal slowdown its last minute: 0.1 < 0.2 -> 0
+        _job("n3", 2, "208"),
+        _gpu("n3", 2, util, "0.9x10"),
+        _gpu("n3", 2, memory, "0.5x10"),
+        _gpu("n3", 2, "nvwatch_gpu_clock_event_active", "0 0 0 0 0 0 0 0 0 0 1",
+             ', reason="sw_thermal_slowdown"'),
+    ]  # fmt: skip
     return series
 
 
 def _expected(cfg: MixinConfig) -> list[dict[str, Any]]:
-    codes = {"201": 1, "202": 2, "203": 3, "204": 4, "205": 0, "206": 0}
+    codes = {"201": 1, "202": 2, "203": 3, "204": 4, "205": 0, "206": 0, "207": 2, "208": 0}
     known = {code for code, _, _ in VERDICTS}
     assert set(codes.values()) == known  # every verdict is exercised
-    instance = {"201": "n1", "202": "n1"}
+    instance = {"201": "n1", "202": "n1", "207": "n3", "208": "n3"}
     return [
         {
             "labels": f'{{cluster="c1", instance="{instance.get(job, "n2")}", '
