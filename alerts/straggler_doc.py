@@ -5,7 +5,6 @@ pipeline-parallel jobs, what the rules cost and what they cannot see."""
 from __future__ import annotations
 
 from nvwatch.alerts.chains import chain_depths
-from nvwatch.alerts.recording import recording_groups
 from nvwatch.alerts.recording_straggler import (
     NODE,
     RANK,
@@ -19,6 +18,7 @@ from nvwatch.alerts.recording_straggler import (
     node_signals,
     straggler_groups,
 )
+from nvwatch.alerts.render import prometheus_recording
 from nvwatch.alerts.stragglers.accuracy_doc import accuracy_lines
 from nvwatch.mixin.config import MixinConfig
 
@@ -80,10 +80,7 @@ def _signal_table(cfg: MixinConfig) -> list[str]:
 
 def _vmalert_lag(cfg: MixinConfig) -> str:
     """How much later than under Prometheus a job's scores are whole under vmalert."""
-    groups = [
-        {"name": g.name, "rules": [{"record": r.record, "expr": r.expr} for r in g.rules]}
-        for g in recording_groups(cfg)
-    ]
+    groups = prometheus_recording(cfg)["groups"]
     names = [g.name for g in straggler_groups(cfg)]
     vmalert = max(chain_depths(groups)[n] for n in names)
     prometheus = max(chain_depths(groups, each_rule_waits=False)[n] for n in names)

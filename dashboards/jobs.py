@@ -63,12 +63,19 @@ def _held(record: str, cfg: MixinConfig) -> str:
     return f'{record}{{{cfg.cluster_label}=~"$cluster", user=~"$user", job_id=~"$job_id"}}'
 
 
-def _over_life(cfg: MixinConfig, record: str, across_gpus: str = "avg") -> str:
+def _of_users(record: str, cfg: MixinConfig) -> str:
+    """A jobs recording rule's series of every job of the chosen users."""
+    return f'{record}{{{cfg.cluster_label}=~"$cluster", user=~"$user"}}'
+
+
+def _per_job_node(cfg: MixinConfig) -> str:
+    return f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
+
+
+def _over_life(cfg: MixinConfig, record: str) -> str:
     """The mean of a recorded series over the time each job of the chosen users held it
-    in the dashboard's range, then `across_gpus` over the job's GPUs on each node."""
-    by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
-    users = f'{record}{{{cfg.cluster_label}=~"$cluster", user=~"$user"}}'
-    return f"{across_gpus} by ({by}) (avg_over_time({users}[$__range]))"
+    in the dashboard's range, then over the job's GPUs on each node."""
+    return f"avg by ({_per_job_node(cfg)}) (avg_over_time({_of_users(record, cfg)}[$__range]))"
 
 
 def _share_of_life(cfg: MixinConfig, while_active: str) -> str:
@@ -77,12 +84,12 @@ def _share_of_life(cfg: MixinConfig, while_active: str) -> str:
     over the job's minutes on the node. The same as the worst GPU's mean of the 0/1
     series over its life, as a job's GPUs are held for its whole life on a node, at a
     read of the throttled minutes only, not of every GPU's every minute."""
-    by = f"{cfg.cluster_label}, {cfg.instance_label}, {_OWNER}"
-    users = f'{{{cfg.cluster_label}=~"$cluster", user=~"$user"}}'
+    by = _per_job_node(cfg)
+    minutes = _of_users(held.OWNER_NODE_UTILIZATION, cfg)
     return (
-        f"max by ({by}) (count_over_time({while_active}{users}[$__range]))\n"
+        f"max by ({by}) (count_over_time({_of_users(while_active, cfg)}[$__range]))\n"
         f"  / on ({by})\n"
-        f"  sum by ({by}) (count_over_time({held.OWNER_NODE_UTILIZATION}{users}[$__range]))"
+        f"  sum by ({by}) (count_over_time({minutes}[$__range]))"
     )
 
 
