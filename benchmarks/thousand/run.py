@@ -355,12 +355,15 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         nvlink_detail: str, rule_readings: int = RULE_READINGS,
         parent: Path | None = None,
         report_interval: str = MixinConfig.report_interval,
-        keep_data: Path | None = None, keep_logs: Path | None = None) -> Figures:  # fmt: skip
+        keep_data: Path | None = None, keep_logs: Path | None = None,
+        checkpoint: Callable[[Figures], None] | None = None) -> Figures:  # fmt: skip
     """The whole measurement in a directory of its own on disk (a day of a thousand
     nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after;
     `keep_data`: where Prometheus' data directory goes instead, to measure the report
     again on it (benchmarks.thousand.report_again); `keep_logs`: a directory for each
-    process' log (the engines', vmalert's), to read what a run met."""
+    process' log (the engines', vmalert's), to read what a run met; `checkpoint`: called
+    with the figures after each engine's turn, so that a run stopped in the second
+    engine's hour keeps the first's."""
     figures = Figures(nodes, hours, scrape_s, nvlink_detail, report_interval)
     work = Path(tempfile.mkdtemp(prefix="nvwatch-thousand-", dir=parent))
     stack = Stack(work)
@@ -397,6 +400,8 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
                 # stopped, not left to weigh on the next engine's figures
                 for name in [n for n in stack.processes if n.startswith(engine)]:
                     stop(stack.processes.pop(name))
+            if checkpoint is not None:
+                checkpoint(figures)
     finally:
         stack.close()
         if server is not None:
@@ -409,6 +414,10 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
                 shutil.copy(log, keep_logs / log.name)
         shutil.rmtree(work, ignore_errors=True)
     return figures
+
+
+def write_figures(path: Path, figures: Figures) -> None:
+    path.write_text(json.dumps(figures.__dict__, indent=1, default=str) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -440,12 +449,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--render needs --out")
         write_section(args.out, json.loads(args.render.read_text()), args.compared)
         return 0
+    checkpoint = functools.partial(write_figures, args.json) if args.json else None
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,
-                  args.report_interval, args.keep_data, args.keep_logs)  # fmt: skip
+                  args.report_interval, args.keep_data, args.keep_logs, checkpoint)  # fmt: skip
     raw = json.dumps(figures.__dict__, indent=1, default=str)
     if args.json:
-        args.json.write_text(raw + "\n")
+        write_figures(args.json, figures)
     failed = [f"{name}: {e['error']}" for name, e in figures.engines.items() if "error" in e]
     if failed:
         print(f"thousand: failed ({'; '.join(failed)}); the rest of the figures are in the JSON")

@@ -1,0 +1,49 @@
+"""A 1,000-node run takes hours: stopped in the second engine's turn (a session's end,
+a kill), its --json still holds what the first engine measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import benchmarks.thousand.run as thousand
+
+
+class _Server:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = _Server()
+    monkeypatch.setattr(thousand, "writing_seconds", lambda *args: 0.0)
+    monkeypatch.setattr(thousand, "generate", lambda plan, data: (None, {"series": 7}))
+    monkeypatch.setattr(thousand, "start_replay", lambda plan, result, work: (server, None))
+    monkeypatch.setattr(thousand, "rules", lambda work, interval: work / "rules")
+
+    def prometheus(*args: Any) -> dict[str, Any]:
+        return {"rules": [{"group": "nvwatch-node.rules", "seconds": 0.5}]}
+
+    def victoria_metrics(*args: Any) -> dict[str, Any]:
+        # what SIGTERM becomes in the run (main's handler): not an engine's failure
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(thousand, "measure_prometheus", prometheus)
+    monkeypatch.setattr(thousand, "measure_victoria_metrics", victoria_metrics)
+    figures = tmp_path / "figures.json"
+    argv = ["--nodes", "2", "--hours", "0.1", "--workdir", str(tmp_path)]
+    with pytest.raises(KeyboardInterrupt):
+        thousand.main([*argv, "--json", str(figures)])
+    kept = json.loads(figures.read_text())
+    assert kept["engines"] == {"prometheus": prometheus()}
+    assert kept["generation"]["series"] == 7 and kept["nodes"] == 2
+    # the stopped run still cleaned up after itself
+    assert server.closed
+    assert [p.name for p in tmp_path.iterdir()] == ["figures.json"]
