@@ -416,8 +416,12 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
     return figures
 
 
+def figures_json(figures: Figures) -> str:
+    return json.dumps(figures.__dict__, indent=1, default=str)
+
+
 def write_figures(path: Path, figures: Figures) -> None:
-    path.write_text(json.dumps(figures.__dict__, indent=1, default=str) + "\n")
+    path.write_text(figures_json(figures) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,7 +457,6 @@ def main(argv: list[str] | None = None) -> int:
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,
                   args.report_interval, args.keep_data, args.keep_logs, checkpoint)  # fmt: skip
-    raw = json.dumps(figures.__dict__, indent=1, default=str)
     if args.json:
         write_figures(args.json, figures)
     failed = [f"{name}: {e['error']}" for name, e in figures.engines.items() if "error" in e]
@@ -462,7 +465,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.out:
         write_section(args.out, figures.__dict__)
-    print(raw if not args.json else f"thousand: figures in {args.json}")
+    if args.json:
+        print(f"thousand: figures in {args.json}")
+    else:
+        print(figures_json(figures))
     return 0
 
 
