@@ -453,6 +453,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--render needs --out")
         write_section(args.out, json.loads(args.render.read_text()), args.compared)
         return 0
+    # found missing before an hour of work, not at its end
+    if args.workdir and not args.workdir.is_dir():
+        parser.error(f"--workdir {args.workdir}: no such directory")
+    if args.json and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: no directory {args.json.parent}")
     checkpoint = functools.partial(write_figures, args.json) if args.json else None
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,

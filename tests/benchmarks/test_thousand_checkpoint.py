@@ -47,3 +47,24 @@ def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
     # the stopped run still cleaned up after itself
     assert server.closed
     assert [p.name for p in tmp_path.iterdir()] == ["figures.json"]
+
+
+@pytest.mark.parametrize(
+    ("option", "missing"), [("--workdir", "scratch"), ("--json", "figures/figures.json")]
+)
+def test_a_missing_directory_is_one_line_before_the_run_starts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    missing: str,
+) -> None:
+    def never(*args: Any) -> None:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(thousand, "run", never)
+    with pytest.raises(SystemExit) as stopped:
+        thousand.main([option, str(tmp_path / missing)])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: {option} {tmp_path / missing}" in error and "Traceback" not in error
