@@ -101,6 +101,11 @@ def report_lines(figures: dict[str, Any]) -> list[str]:
 def _run_row(engine: str, r: dict[str, Any], hours: float) -> str:
     error = r["error"] if len(r["error"]) <= 240 else r["error"][:237] + "..."
     result = f"failed: {error}" if r["returncode"] else f"{len(r['files'])} files"
+    if not r["returncode"] and _no_straggler_alert(r):
+        result += (
+            " (no Stragglers files: no straggler alert in a whole step of its range; the "
+            "alerts are the live minutes' alone, not stood in over the history)"
+        )
     if r.get("apart"):
         result += (
             f" (measured apart on {r['apart']}, on the run's Prometheus data kept aside, "
@@ -112,6 +117,14 @@ def _run_row(engine: str, r: dict[str, Any], hours: float) -> str:
         f"| {'' if reading is None else f'{reading:.0f}'} | {r['peak_rss_mb']:.0f} "
         f"| {result} |"
     )
+
+
+def _no_straggler_alert(r: dict[str, Any]) -> bool:
+    """Whether the report read no straggler alert: then it writes no Stragglers files,
+    and a report at a coarser step, whose last whole step ended before the first alert
+    fired, has fewer files than one at a finer step of the same run."""
+    queries = r.get("timings", {}).get("queries", [])
+    return any(q["name"] == "straggler_alerts" and not q["series"] for q in queries)
 
 
 def _step(r: dict[str, Any]) -> str:

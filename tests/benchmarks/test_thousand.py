@@ -18,7 +18,7 @@ import benchmarks.thousand.run as thousand
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
 from benchmarks.thousand.replay import ReplayServer, replay_node
-from benchmarks.thousand.report_section import estimate
+from benchmarks.thousand.report_section import estimate, report_lines
 from benchmarks.thousand.run import RANGES_S, Figures, run
 from benchmarks.thousand.section import (
     BEGIN,
@@ -303,6 +303,28 @@ def test_the_month_s_reading_is_a_part_per_point_and_a_part_per_hour() -> None:
     # per 18 h: a month (720 points, 720 h) is 40 + 432 x 20/192 + 696 x 7.5/18
     assert month.reading_s == pytest.approx(40.0 + 45.0 + 290.0)
     assert month.rest_s == pytest.approx(2.0)  # two seconds at every size
+
+
+def test_a_report_that_read_no_straggler_alert_says_why_it_has_fewer_files() -> None:
+    """A coarser report's last whole step can end before the first straggler alert
+    fired (they fire in the live minutes only): its Stragglers files are missing, and
+    the section says so instead of leaving a smaller count unexplained."""
+
+    def made(alerts: int, files: int) -> dict[str, Any]:
+        queries = [{"name": "gpu_util", "seconds": 1.0, "series": 8},
+                   {"name": "straggler_alerts", "seconds": 0.1, "series": alerts}]  # fmt: skip
+        return {"returncode": 0, "seconds": 10.0, "peak_rss_mb": 100.0, "error": "",
+                "read_from": "rules", "files": [f"f{n}.csv" for n in range(files)],
+                "timings": {"phases": {"source": 1.0}, "queries": queries}}  # fmt: skip
+
+    report = {**made(3, 37), "coarser": {**made(0, 34), "step_s": 900.0}}
+    figures = {"nodes": 4, "hours": 24.0, "report_interval": "5m",
+               "generation": {"bmc_series": 4},
+               "engines": {"prometheus": {"report": report}}}  # fmt: skip
+    rows = [line for line in report_lines(figures) if line.startswith("| Prometheus |")]
+    assert len(rows) == 2
+    assert "37 files |" in rows[0] and "no straggler alert" not in rows[0]
+    assert "34 files (no Stragglers files: no straggler alert" in rows[1]
 
 
 def test_the_global_server_federates_the_rack_server_s_recorded_series(
