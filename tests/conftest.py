@@ -48,6 +48,7 @@ FLEET_LANES = {
 # a lane starts where its first file stands. Workers take them first, so the suite does
 # not end with one of them running alone.
 LONGEST_FIRST = (
+    "tests/benchmarks/test_thousand.py",
     "tests/e2e/test_sharded_vm.py",
     "tests/e2e/test_restart_matrix.py",
     "tests/e2e/test_fleet_e2e.py",
@@ -56,7 +57,6 @@ LONGEST_FIRST = (
     "tests/deploy/test_local_stack.py",
     "tests/e2e/test_bmc_e2e.py",
     "tests/history/test_readme_backfill.py",
-    "tests/benchmarks/test_thousand.py",
     "tests/slurm/test_healthcheck.py",
     "tests/slurm/test_job_store.py",
     "tests/slurm/test_queue_alerts.py",

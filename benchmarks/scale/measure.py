@@ -205,18 +205,20 @@ def rule_group_seconds(metrics: dict[str, list[tuple[dict[str, str], float]]]) -
     return out
 
 
-def vmalert_group_seconds(
-    metrics: dict[str, list[tuple[dict[str, str], float]]],
-) -> dict[str, float]:
-    """vmalert: each group's mean iteration time (its summary's sum / count)."""
-    sums = {
-        labels["group"]: v
-        for labels, v in metrics.get("vmalert_iteration_duration_seconds_sum", [])
-    }
-    counts = {
-        labels["group"]: v
-        for labels, v in metrics.get("vmalert_iteration_duration_seconds_count", [])
-    }
+Metrics = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def vmalert_group_seconds(metrics: Metrics, since: Metrics | None = None) -> dict[str, float]:
+    """vmalert: each group's mean iteration time (its summary's sum / count), over the
+    iterations ended after the metrics `since` were read where given."""
+
+    def by_group(family: str) -> dict[str, float]:
+        now = {labels["group"]: v for labels, v in metrics.get(family, [])}
+        before = {labels["group"]: v for labels, v in (since or {}).get(family, [])}
+        return {g: v - before.get(g, 0.0) for g, v in now.items()}
+
+    sums = by_group("vmalert_iteration_duration_seconds_sum")
+    counts = by_group("vmalert_iteration_duration_seconds_count")
     return {g: sums[g] / counts[g] for g in sums if counts.get(g)}
 
 

@@ -14,6 +14,9 @@ from benchmarks.scale import measure as m
 from nvwatch.alerts import chains
 from nvwatch.common.durations import parse_duration
 
+# the engine figures' `rules_read` for groups read by `settled_readings` (a run before
+# them read the groups in the engine's first minutes only)
+SETTLED = "settled"
 SLACK_S = 90.0  # past an interval, how long a group may be late
 POLL_S = 2.0
 # the clock the waits read, and how they wait (a test runs them on its own clock)
@@ -93,6 +96,49 @@ def rule_readings(
         # a duration of 0: the group's first evaluation has begun, not ended
         readings.append({g: s for g, s in read().items() if evaluated.get(g, 0.0) >= 1 and s > 0})
     return readings
+
+
+def settled_readings(
+    url: str,
+    iterations: str,
+    read: Callable[[], dict[str, float]],
+    groups: dict[str, float],
+    count: int,
+    settle: Callable[[], None] | None = None,
+) -> list[dict[str, float]]:
+    """`count` readings of the groups of the shortest interval once the engine's other
+    work is done (imports, merges, the panels, the report): each after one more of
+    their evaluations, every one begun after this call, so that none shares the cores
+    with that work. The evaluation running at the call is let end first (Prometheus
+    counts an evaluation as it begins, vmalert as it ends: either way, those after the
+    next count began after the call); `settle` is called then, for a reading of means
+    (vmalert's) to start its window there."""
+    shortest = min(groups.values())
+    frequent = [g for g, seconds in groups.items() if seconds == shortest]
+    base = _iterations(url, iterations, frequent)
+    deadline = now() + shortest * (count + 2) + SLACK_S
+    readings = []
+    for done in range(1, count + 2):
+        while any(n < base[g] + done for g, n in _iterations(url, iterations, frequent).items()):
+            if now() > deadline:
+                raise RuntimeError(f"{url}: rule groups not evaluated {done} more times in time")
+            pause(POLL_S)
+        if done == 1:
+            if settle is not None:
+                settle()
+            continue
+        readings.append({g: s for g, s in read().items() if g in frequent and s > 0})
+    return readings
+
+
+def with_slower(settled: list[dict[str, float]],
+                first: list[dict[str, float]]) -> list[dict[str, float]]:  # fmt: skip
+    """The settled readings of the groups of the shortest interval, and the readings at
+    the engine's start of the slower groups (the report's, every few minutes: a settled
+    reading of them would cost two of their intervals)."""
+    frequent = {g for reading in settled for g in reading}
+    slower = [{g: s for g, s in reading.items() if g not in frequent} for reading in first]
+    return [*settled, *slower]
 
 
 def _evaluated(

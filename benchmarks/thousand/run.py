@@ -70,7 +70,7 @@ TRIAL_NODES = 3  # one of each profile of the mix
 # a larger index sorts and writes a little slower per series; a history that ends early
 # leaves a gap before the live minutes, one that ends late is waited for
 WRITING_MARGIN = 1.0
-RULE_READINGS = 4  # each group's evaluation time read after each of its first four
+RULE_READINGS = 4  # each group's evaluation time read after four evaluations, at start and settled
 RULE_INTERVAL_S = int(r.MINUTE_S)  # the mixin's evaluation interval, which the engines run at
 RETENTION = "--storage.tsdb.retention.time=90d"  # as deploy/scale's VictoriaMetrics
 VMAGENT_SHARDS = 2  # deploy/scale's vmagent@.service: -promscrape.cluster.membersCount
@@ -170,7 +170,6 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
         url, "prometheus_rule_group_iterations_total",
         lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
     )  # fmt: skip
-    costs = t.rule_costs(readings, groups)
     # the rules' series over the history, before the live minutes' first evaluation
     recorded = r.recorded_history(url, data, history_start, started_at,
                                   rt.recorded_intervals(rule_files),
@@ -178,6 +177,13 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
     report = t.report_growth(stack, url, CLUSTER, hours, "report-prometheus",
                              month=bool(month_before(hours)))  # fmt: skip
+    # the groups' cost with Prometheus scraping and evaluating alone; before the global
+    # server, which federates from it every minute
+    settled = rt.settled_readings(
+        url, "prometheus_rule_group_iterations_total",
+        lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
+    )  # fmt: skip
+    costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     federation = measure_federation(stack, endpoint, rule_dir)
     metrics = m.scrape_metrics(url)
     figures = {
@@ -187,6 +193,7 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
         "federation": federation,
         "head_series": m.one(metrics, "prometheus_tsdb_head_series"),
         "rules": t.as_dicts(costs),
+        "rules_read": rt.SETTLED,
         "panels": t.as_dicts(panels),
         "peak_rss_mb": stack.sampler.peaks.get("prometheus", 0.0),
     }
@@ -305,7 +312,6 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
         alert.url, "vmalert_iteration_duration_seconds_count",
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), groups, rule_readings,
     )  # fmt: skip
-    costs = t.rule_costs(readings, groups)
     # vmalert's rules read another rule's series an evaluation after it was recorded:
     # the straggler rules' last series come minutes after the first evaluation
     chains = rt.chain_depths(rule_files)
@@ -322,6 +328,14 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
     report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics",
                              month=bool(month_before(hours)))  # fmt: skip
+    # vmalert's means are over its life: read from where the settled evaluations begin
+    began: list[m.Metrics] = []
+    settled = rt.settled_readings(
+        alert.url, "vmalert_iteration_duration_seconds_count",
+        lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url), since=began[0]),
+        groups, rule_readings, settle=lambda: began.append(m.scrape_metrics(alert.url)),
+    )  # fmt: skip
+    costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     return {
         "import_seconds": import_s,
         "live_from": live_from,
@@ -332,6 +346,7 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
         "report": report,
         "data_bytes": m.du_bytes(stack.workdir / "vm-data"),
         "rules": t.as_dicts(costs),
+        "rules_read": rt.SETTLED,
         "panels": t.as_dicts(panels),
         "peak_rss_mb": stack.sampler.peaks.get("victoria-metrics", 0.0),
     }

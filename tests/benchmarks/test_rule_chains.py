@@ -166,3 +166,74 @@ def test_the_section_says_how_deep_vmalert_s_rules_chain_and_how_long_it_waited(
     del engine["chains"], engine["chained_seconds"]  # a run before the wait
     figures = {"engines": {"victoria-metrics": engine}, "generation": {"history_end": 0.0}}
     assert "chain" not in vm_gap(figures)
+
+
+def test_settled_readings_take_no_evaluation_begun_before_them(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
+) -> None:
+    """Prometheus counts an evaluation as it begins. Called at 80 s, while the one
+    begun at 70 s (slowed by the report before: 25 s) runs, the readings hold only the
+    evaluations begun after the call (5 s each), one per minute; the report's group,
+    every five minutes, is not waited for."""
+    begins = [10.0 + 60.0 * k for k in range(20)]
+
+    def took(begin: float) -> float:
+        return 25.0 if begin < 80.0 else 5.0
+
+    def iterations(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        begun = sum(1.0 for b in begins if b <= clock[0])
+        return {"prometheus_rule_group_iterations_total": [
+            ({"rule_group": "rules.yaml;minute"}, begun),
+            ({"rule_group": "rules.yaml;report"}, 1.0),
+        ]}  # fmt: skip
+
+    def last_duration() -> dict[str, float]:
+        ended = [took(b) for b in begins if b + took(b) <= clock[0]]
+        return {"minute": ended[-1], "report": 40.0}
+
+    monkeypatch.setattr(rule_timing.m, "scrape_metrics", iterations)
+    clock[0] = 80.0
+    settled: list[float] = []
+    readings = rule_timing.settled_readings(
+        "http://127.0.0.1:9", "prometheus_rule_group_iterations_total", last_duration,
+        {"minute": 60.0, "report": 300.0}, 3, settle=lambda: settled.append(clock[0]),
+    )  # fmt: skip
+    assert readings == [{"minute": 5.0}] * 3
+    # the running evaluation let end: the window began as the next one did (130 s)
+    assert settled and 130.0 <= settled[0] < 130.0 + rule_timing.POLL_S + 1e-9
+    assert 310.0 <= clock[0] < 310.0 + rule_timing.POLL_S + 1e-9
+
+
+def test_settled_readings_give_up_on_a_group_that_stopped(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
+) -> None:
+    def iterations(_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {COUNTER: [({"group": "stuck"}, 7.0)]}
+
+    monkeypatch.setattr(rule_timing.m, "scrape_metrics", iterations)
+    with pytest.raises(RuntimeError, match="not evaluated 1 more times"):
+        rule_timing.settled_readings("http://127.0.0.1:9", COUNTER, dict, {"stuck": 60.0}, 4)
+    assert clock[0] <= 6 * 60.0 + rule_timing.SLACK_S + 2 * rule_timing.POLL_S
+
+
+def test_vmalert_s_mean_is_over_the_iterations_since_a_reading() -> None:
+    """vmalert's summary sums every iteration of its life: 10 iterations of 20 s at
+    the start, then 4 of 2 s: since the first reading, 2 s."""
+
+    def summary(total: float, count: float) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {
+            "vmalert_iteration_duration_seconds_sum": [({"group": "g"}, total)],
+            "vmalert_iteration_duration_seconds_count": [({"group": "g"}, count)],
+        }
+
+    before, after = summary(200.0, 10.0), summary(208.0, 14.0)
+    assert rule_timing.m.vmalert_group_seconds(after) == {"g": pytest.approx(208.0 / 14.0)}
+    assert rule_timing.m.vmalert_group_seconds(after, since=before) == {"g": pytest.approx(2.0)}
+    # a group not evaluated since has no mean, rather than a division by zero
+    assert rule_timing.m.vmalert_group_seconds(before, since=before) == {}
+
+
+def test_the_slower_groups_keep_their_readings_at_the_engine_s_start() -> None:
+    first = [{"minute": 9.0}, {"minute": 8.0, "report": 3.0}]
+    settled = [{"minute": 2.0}, {"minute": 2.5}]
+    assert rule_timing.with_slower(settled, first) == [*settled, {}, {"report": 3.0}]
