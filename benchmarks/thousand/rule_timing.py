@@ -71,6 +71,12 @@ def chained_through(url: str, iterations: str, depths: dict[str, int],
         pause(POLL_S)
 
 
+def _most_frequent(groups: dict[str, float]) -> tuple[float, list[str]]:
+    """The shortest interval of `groups`, and the groups evaluated at it."""
+    shortest = min(groups.values())
+    return shortest, [g for g, seconds in groups.items() if seconds == shortest]
+
+
 def rule_readings(
     url: str,
     iterations: str,
@@ -82,8 +88,7 @@ def rule_readings(
     the groups of the shortest interval (the engine's own `iterations` counter, by
     group), then one more once every group has been evaluated; a reading holds only
     the groups with an evaluation ended by then (a group not yet run reads 0)."""
-    shortest = min(groups.values())
-    frequent = [g for g, seconds in groups.items() if seconds == shortest]
+    shortest, frequent = _most_frequent(groups)
     deadline = now() + shortest * (count + 1) + max(groups.values()) + SLACK_S
     readings = []
     for done in range(1, count + 2):
@@ -113,8 +118,7 @@ def settled_readings(
     counts an evaluation as it begins, vmalert as it ends: either way, those after the
     next count began after the call); `settle` is called then, for a reading of means
     (vmalert's) to start its window there."""
-    shortest = min(groups.values())
-    frequent = [g for g, seconds in groups.items() if seconds == shortest]
+    shortest, frequent = _most_frequent(groups)
     base = _iterations(url, iterations, frequent)
     deadline = now() + shortest * (count + 2) + SLACK_S
     readings = []
