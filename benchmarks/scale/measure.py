@@ -28,18 +28,22 @@ MAX_DATA_POINTS = 1000
 QUERY_REPEATS = 3
 
 
-def scrape_metrics(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+# a process' own /metrics, read: family name -> [(labels, value)]
+Metrics = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape_metrics(url: str) -> Metrics:
     """A process's own /metrics: family name -> [(labels, value)]."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
         text = response.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    out: Metrics = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     return out
 
 
-def one(metrics: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float:
+def one(metrics: Metrics, name: str) -> float:
     return sum(v for _, v in metrics.get(name, []))
 
 
@@ -197,15 +201,12 @@ def time_range_query(url: str, expr: str, range_s: int, scrape_s: int) -> float:
     return statistics.median(seconds)
 
 
-def rule_group_seconds(metrics: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
+def rule_group_seconds(metrics: Metrics) -> dict[str, float]:
     """Prometheus: each group's last evaluation time, by group name."""
     out = {}
     for labels, value in metrics.get("prometheus_rule_group_last_duration_seconds", []):
         out[labels["rule_group"].rsplit(";", 1)[-1]] = value
     return out
-
-
-Metrics = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def vmalert_group_seconds(metrics: Metrics, since: Metrics | None = None) -> dict[str, float]:
@@ -222,9 +223,7 @@ def vmalert_group_seconds(metrics: Metrics, since: Metrics | None = None) -> dic
     return {g: sums[g] / counts[g] for g in sums if counts.get(g)}
 
 
-def vmalert_written_series(
-    metrics: dict[str, list[tuple[dict[str, str], float]]],
-) -> dict[str, float]:
+def vmalert_written_series(metrics: Metrics) -> dict[str, float]:
     """vmalert: the series each recorded name's rules wrote in their last evaluation."""
     written: dict[str, float] = {}
     for labels, v in metrics.get("vmalert_recording_rules_last_evaluation_samples", []):

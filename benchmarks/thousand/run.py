@@ -166,10 +166,12 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
     stack.spawn("prometheus", argv, f"{url}/-/ready")
     ready_s = time.perf_counter() - began
     groups = rt.rule_groups(rule_files)
-    readings = rt.rule_readings(
-        url, "prometheus_rule_group_iterations_total",
-        lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
-    )  # fmt: skip
+    iterations = "prometheus_rule_group_iterations_total"
+
+    def last_durations() -> dict[str, float]:
+        return m.rule_group_seconds(m.scrape_metrics(url))
+
+    readings = rt.rule_readings(url, iterations, last_durations, groups, rule_readings)
     # the rules' series over the history, before the live minutes' first evaluation
     recorded = r.recorded_history(url, data, history_start, started_at,
                                   rt.recorded_intervals(rule_files),
@@ -179,10 +181,7 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
                              month=bool(month_before(hours)))  # fmt: skip
     # the groups' cost with Prometheus scraping and evaluating alone; before the global
     # server, which federates from it every minute
-    settled = rt.settled_readings(
-        url, "prometheus_rule_group_iterations_total",
-        lambda: m.rule_group_seconds(m.scrape_metrics(url)), groups, rule_readings,
-    )  # fmt: skip
+    settled = rt.settled_readings(url, iterations, last_durations, groups, rule_readings)
     costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     federation = measure_federation(stack, endpoint, rule_dir)
     metrics = m.scrape_metrics(url)
@@ -308,15 +307,15 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
     rules_from = time.time()
     stack.spawn("vmalert", vmalert, f"{alert.url}/health")
     groups = rt.rule_groups(rule_files)
+    iterations = "vmalert_iteration_duration_seconds_count"
     readings = rt.rule_readings(
-        alert.url, "vmalert_iteration_duration_seconds_count",
+        alert.url, iterations,
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url)), groups, rule_readings,
     )  # fmt: skip
     # vmalert's rules read another rule's series an evaluation after it was recorded:
     # the straggler rules' last series come minutes after the first evaluation
     chains = rt.chain_depths(rule_files)
-    chained_s = rt.chained_through(alert.url, "vmalert_iteration_duration_seconds_count",
-                                   chains, RULE_INTERVAL_S)  # fmt: skip
+    chained_s = rt.chained_through(alert.url, iterations, chains, RULE_INTERVAL_S)
     standing_in = stack.workdir / "recorded-vm"
     standing_in.mkdir()
     recorded = r.recorded_history(vm, standing_in, history_start, rules_from,
@@ -329,11 +328,12 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
     report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics",
                              month=bool(month_before(hours)))  # fmt: skip
     # vmalert's means are over its life: read from where the settled evaluations begin
-    began: list[m.Metrics] = []
+    window_start: list[m.Metrics] = []
     settled = rt.settled_readings(
-        alert.url, "vmalert_iteration_duration_seconds_count",
-        lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url), since=began[0]),
-        groups, rule_readings, settle=lambda: began.append(m.scrape_metrics(alert.url)),
+        alert.url, iterations,
+        lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url), since=window_start[0]),
+        groups, rule_readings,
+        settle=lambda: window_start.append(m.scrape_metrics(alert.url)),
     )  # fmt: skip
     costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     return {
