@@ -17,10 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 import benchmarks.thousand.run as thousand
 from benchmarks.common import section_of
 from benchmarks.scale.measure import panel_queries
+from benchmarks.thousand.engines import RANGES_S
 from benchmarks.thousand.replay import ReplayServer, replay_node
 from benchmarks.thousand.report_section import estimate, report_lines
 from benchmarks.thousand.rule_timing import SETTLED
-from benchmarks.thousand.run import RANGES_S, Figures, run
+from benchmarks.thousand.run import Figures, run
 from benchmarks.thousand.section import (
     BEGIN,
     COMPARED_BEGIN,
