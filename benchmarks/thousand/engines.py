@@ -62,7 +62,9 @@ class Targets:
 
 def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Path,
                        scrape_s: int, rule_readings: int, history_start: float,
-                       hours: float) -> dict[str, Any]:  # fmt: skip
+                       hours: float, before_s: float) -> dict[str, Any]:  # fmt: skip
+    """Prometheus' turn; `before_s`: how far before the history the report rules' series
+    stand in for the month's report (month_before), 0 for none."""
     endpoint = Endpoint.free()
     rule_files = [rule_dir / alerts_build.PROMETHEUS_RECORDING,
                   rule_dir / alerts_build.PROMETHEUS_ALERTS]  # fmt: skip
@@ -88,10 +90,10 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
     # the rules' series over the history, before the live minutes' first evaluation
     recorded = r.recorded_history(url, data, history_start, started_at,
                                   rt.recorded_intervals(rule_files),
-                                  before_s=month_before(hours))  # fmt: skip
+                                  before_s=before_s)  # fmt: skip
     panels = t.time_panels(url, CLUSTER, scrape_s, RANGES_S)
     report = t.report_growth(stack, url, CLUSTER, hours, "report-prometheus",
-                             month=bool(month_before(hours)))  # fmt: skip
+                             month=bool(before_s))  # fmt: skip
     # the groups' cost with Prometheus scraping and evaluating alone; before the global
     # server, which federates from it every minute
     settled = rt.settled_readings(url, iterations, last_durations, groups, rule_readings)
@@ -187,7 +189,8 @@ def every_target_scraped(url: str, targets: Path, timeout_s: float = 300.0) -> N
 
 def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_dir: Path,
                              scrape_s: int, rule_readings: int, history_start: float,
-                             hours: float) -> dict[str, Any]:  # fmt: skip
+                             hours: float, before_s: float) -> dict[str, Any]:  # fmt: skip
+    """VictoriaMetrics' turn; `before_s` as measure_prometheus'."""
     vm_endpoint = Endpoint.free()
     vm = vm_endpoint.url
     vm_argv = victoria_metrics_argv(vm_endpoint, stack.workdir / "vm-data")
@@ -234,12 +237,12 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
     recorded = r.recorded_history(vm, standing_in, history_start, rules_from,
                                   rt.recorded_intervals(rule_files),
                                   lambda blocks: vmctl_import(blocks, vm, ".*"),
-                                  before_s=month_before(hours),
+                                  before_s=before_s,
                                   written=lambda: m.vmalert_written_series(
                                       m.scrape_metrics(alert.url)))  # fmt: skip
     panels = t.time_panels(vm, CLUSTER, scrape_s, RANGES_S)
     report = t.report_growth(stack, vm, CLUSTER, hours, "report-victoria-metrics",
-                             month=bool(month_before(hours)))  # fmt: skip
+                             month=bool(before_s))  # fmt: skip
     # vmalert's means are over its life: read from where the settled evaluations begin
     window_start: list[m.Metrics] = []
     settled = rt.settled_readings(

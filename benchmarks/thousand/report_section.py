@@ -46,6 +46,17 @@ def _bmc_words(figures: dict[str, Any]) -> str:
     )
 
 
+def _month_words(figures: dict[str, Any]) -> str:
+    """Which engines' months the run made, where it says (`--month-engines`)."""
+    if "month_engines" not in figures:
+        return ""
+    made = " and ".join(ENGINES[e] for e in figures["month_engines"]) or "no engine"
+    return (
+        f": {made}, `--month-engines`; for another engine the run would stand in the "
+        "same month of series again, and VictoriaMetrics took most of its turn to import it"
+    )
+
+
 def report_lines(figures: dict[str, Any]) -> list[str]:
     engines = [e for e in ENGINES if "report" in figures["engines"].get(e, {})]
     if not engines:
@@ -60,11 +71,12 @@ def report_lines(figures: dict[str, Any]) -> list[str]:
         "rules' series, one sample per series and `report_interval`, when they hold every "
         "GPU and BMC over the window, as the stand-in above does). This machine holds "
         f"{hours:g} h of {figures['nodes']:,} nodes' samples, not {MONTH_DAYS} days. The "
-        f"{MONTH_DAYS}-day report (where measured) reads the report rules' series for "
-        f"{MONTH_DAYS} days, standing in before the history as over it, and the scraped "
-        "samples its other reads need (Slurm queue, stragglers' alerts) over the "
-        f"history only.{_bmc_words(figures)} Each report is also made over a quarter of "
-        f"the range and over the whole range at {COARSER} times its step, and the month is "
+        f"{MONTH_DAYS}-day report (where measured{_month_words(figures)}) reads the report "
+        f"rules' series for {MONTH_DAYS} days, standing in before the history as over "
+        "it, and the scraped samples its other reads need (Slurm queue, stragglers' "
+        f"alerts) over the history only.{_bmc_words(figures)} Each report is also made "
+        f"over a quarter of the range and over the whole range at {COARSER} times its "
+        "step, and the month is "
         "estimated from how each part grew: reading the store (choosing the source and the "
         "queries) as a part per point of a series (its answer: the whole range at two "
         "steps) and a part per hour of range (the samples read: the two ranges at one "

@@ -31,6 +31,7 @@ from benchmarks.thousand.engines import (
     Targets,
     measure_prometheus,
     measure_victoria_metrics,
+    month_before,
 )
 from benchmarks.thousand.replay import (
     ReplayProcess,
@@ -54,6 +55,11 @@ TRIAL_NODES = 3  # one of each profile of the mix
 # a larger index sorts and writes a little slower per series; a history that ends early
 # leaves a gap before the live minutes, one that ends late is waited for
 WRITING_MARGIN = 1.0
+# the engines whose report is also made over 30 days. VictoriaMetrics' month would add
+# 1.5 G samples of stand-in to import at 1,000 nodes (vmctl fed it those at 0.3-1 M
+# samples/s on this machine), most of its turn: its month is estimated from its shorter
+# reports instead, as every engine's was before Prometheus' was measured
+MONTH_ENGINES = ("prometheus",)
 RULE_READINGS = 4  # each group's evaluation time read after four evaluations, at start and settled
 
 
@@ -65,6 +71,7 @@ class Figures:
     nvlink_detail: str
     report_interval: str = MixinConfig.report_interval  # the report rules' interval
     date: str = field(default_factory=lambda: datetime.date.today().isoformat())
+    month_engines: list[str] = field(default_factory=list)  # those whose month ran
     generation: dict[str, Any] = field(default_factory=dict)
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=this_machine)
@@ -136,15 +143,18 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         parent: Path | None = None,
         report_interval: str = MixinConfig.report_interval,
         keep_data: Path | None = None, keep_logs: Path | None = None,
-        checkpoint: Callable[[Figures], None] | None = None) -> Figures:  # fmt: skip
+        checkpoint: Callable[[Figures], None] | None = None,
+        month_engines: tuple[str, ...] = MONTH_ENGINES) -> Figures:  # fmt: skip
     """The whole measurement in a directory of its own on disk (a day of a thousand
     nodes is gigabytes: not for a tmpfs that Prometheus' memory needs), removed after;
     `keep_data`: where Prometheus' data directory goes instead, to measure the report
     again on it (benchmarks.thousand.report_again); `keep_logs`: a directory for each
     process' log (the engines', vmalert's), to read what a run met; `checkpoint`: called
     with the figures after each engine's turn, so that a run stopped in the second
-    engine's hour keeps the first's."""
+    engine's hour keeps the first's; `month_engines`: those whose report is also made
+    over 30 days."""
     figures = Figures(nodes, hours, scrape_s, nvlink_detail, report_interval)
+    figures.month_engines = [e for e in engines if e in month_engines]
     work = Path(tempfile.mkdtemp(prefix="nvwatch-thousand-", dir=parent))
     stack = Stack(work)
     server = None
@@ -170,9 +180,10 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
             if engine not in engines:
                 continue
             try:
+                before_s = month_before(hours) if engine in month_engines else 0.0
                 figures.engines[engine] = measure(
                     stack, data, targets, rule_dir, scrape_s, rule_readings,
-                    plan.grid.start_ms / 1000.0, hours,
+                    plan.grid.start_ms / 1000.0, hours, before_s,
                 )  # fmt: skip
             # an engine that fails leaves its error, and the other engine's hour of figures
             except Exception as exc:
@@ -212,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvlink-detail", default="link", choices=("link", "gpu"))
     parser.add_argument("--engines", default="prometheus,victoria-metrics")
     parser.add_argument("--rule-readings", type=int, default=RULE_READINGS)
+    parser.add_argument("--month-engines", default=",".join(MONTH_ENGINES),
+                        help="engines whose report is also made over 30 days")  # fmt: skip
     parser.add_argument("--report-interval", default=MixinConfig.report_interval,
                         help="the report rules' interval (report_interval)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, help="parent of the scratch directory")
@@ -228,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     # stopped (kill, a time-out), the run still stops its engines and removes its
     # gigabytes: as Ctrl-C, through run's finally; they run in sessions of their own
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if args.out and not args.out.is_file():
+        parser.error(f"--out {args.out}: no such file (its section is replaced in it)")
     if args.render:
         if not args.out:
             parser.error("--render needs --out")
@@ -241,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = functools.partial(write_figures, args.json) if args.json else None
     figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
                   args.nvlink_detail, args.rule_readings, args.workdir,
-                  args.report_interval, args.keep_data, args.keep_logs, checkpoint)  # fmt: skip
+                  args.report_interval, args.keep_data, args.keep_logs, checkpoint,
+                  tuple(args.month_engines.split(",")))  # fmt: skip
     if args.json:
         write_figures(args.json, figures)
     failed = [f"{name}: {e['error']}" for name, e in figures.engines.items() if "error" in e]

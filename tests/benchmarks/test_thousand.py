@@ -137,10 +137,12 @@ def figures(logs: Path) -> Figures:
         require_tool(tool)
     # the report rules every 2 minutes, not 5: their first evaluation comes sooner, and
     # the stand-in still holds series at two intervals
-    # two hours: the report over a quarter of the range is then its shortest, an hour
-    return run(nodes=20, hours=2, scrape_s=30, engines=("prometheus", "victoria-metrics"),
-               nvlink_detail="link", rule_readings=1, report_interval="2m",
-               keep_logs=logs)  # fmt: skip
+    # two hours: the report over a quarter of the range is then its shortest, an hour;
+    # each engine's month as well, though the 1,000-node run makes Prometheus' alone
+    engines = ("prometheus", "victoria-metrics")
+    return run(nodes=20, hours=2, scrape_s=30, engines=engines, nvlink_detail="link",
+               rule_readings=1, report_interval="2m", keep_logs=logs,
+               month_engines=engines)  # fmt: skip
 
 
 def test_the_history_is_every_node_s_series_for_the_range(figures: Figures) -> None:
@@ -330,6 +332,34 @@ def test_a_report_that_read_no_straggler_alert_says_why_it_has_fewer_files() -> 
     assert len(rows) == 2
     assert "37 files |" in rows[0] and "no straggler alert" not in rows[0]
     assert "34 files (no Stragglers files: no straggler alert" in rows[1]
+
+
+def test_an_engine_without_its_month_has_it_estimated_and_the_section_says_which_ran() -> None:
+    """The 1,000-node run makes Prometheus' month alone (--month-engines): the section
+    names the engines whose month ran, and the other's month row is its estimate."""
+
+    def made(hours: float, seconds: float) -> dict[str, Any]:
+        phases = {"source": 1.0, "queries": seconds / 2, "writing": 1.0}
+        return {"returncode": 0, "seconds": seconds, "peak_rss_mb": 100.0, "error": "",
+                "read_from": "rules", "files": ["report.html"], "hours": hours,
+                "step_s": 300.0, "timings": {"phases": phases, "queries": []}}  # fmt: skip
+
+    def report(month: bool) -> dict[str, Any]:
+        whole = {**made(24.0, 40.0), "shorter": made(6.0, 12.0)}
+        whole["coarser"] = {**made(24.0, 20.0), "step_s": 900.0}
+        return {**whole, "month": {**made(720.0, 200.0), "step_s": 3600.0}} if month else whole
+
+    figures = {"nodes": 4, "hours": 24.0, "report_interval": "5m",
+               "generation": {"bmc_series": 4}, "month_engines": ["prometheus"],
+               "engines": {"prometheus": {"report": report(True)},
+                           "victoria-metrics": {"report": report(False)}}}  # fmt: skip
+    text = "\n".join(report_lines(figures))
+    assert "(where measured: Prometheus, `--month-engines`;" in text
+    (vm,) = [line for line in text.splitlines() if line.startswith("| VictoriaMetrics | ")
+             and "not measured" in line]  # fmt: skip
+    (prometheus,) = [line for line in text.splitlines()
+                     if line.startswith("| Prometheus | ") and "| 3.3 | yes |" in line]  # fmt: skip
+    assert vm and prometheus
 
 
 def test_the_global_server_federates_the_rack_server_s_recorded_series(

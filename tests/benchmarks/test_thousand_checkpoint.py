@@ -1,9 +1,11 @@
 """A 1,000-node run takes hours: stopped in the second engine's turn (a session's end,
-a kill), its --json still holds what the first engine measured."""
+a kill), its --json still holds what the first engine measured. And which engines
+report over the month."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,8 @@ def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
 
 
 @pytest.mark.parametrize(
-    ("option", "missing"), [("--workdir", "scratch"), ("--json", "figures/figures.json")]
+    ("option", "missing"),
+    [("--workdir", "scratch"), ("--json", "figures/figures.json"), ("--out", "scale.md")],
 )
 def test_a_missing_directory_is_one_line_before_the_run_starts(
     tmp_path: Path,
@@ -68,3 +71,34 @@ def test_a_missing_directory_is_one_line_before_the_run_starts(
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"error: {option} {tmp_path / missing}" in error and "Traceback" not in error
+
+
+def test_by_default_only_prometheus_reports_over_the_month(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The month of report rules' series stands in before the history for Prometheus
+    alone: VictoriaMetrics' month is estimated from its shorter reports."""
+    monkeypatch.setattr(thousand, "writing_seconds", lambda *args: 0.0)
+    monkeypatch.setattr(thousand, "generate", lambda plan, data: (None, {"series": 7}))
+    monkeypatch.setattr(thousand, "start_replay", lambda plan, result, work: (_Server(), None))
+    monkeypatch.setattr(thousand, "rules", lambda work, interval: work / "rules")
+    before: dict[str, float] = {}
+
+    def measured(engine: str) -> Callable[..., dict[str, Any]]:
+        def measure(*args: Any) -> dict[str, Any]:
+            before[engine] = args[-1]  # how far before the history the month reaches
+            return {}
+
+        return measure
+
+    monkeypatch.setattr(thousand, "measure_prometheus", measured("prometheus"))
+    monkeypatch.setattr(thousand, "measure_victoria_metrics", measured("victoria-metrics"))
+    figures = tmp_path / "figures.json"
+    argv = ["--nodes", "2", "--hours", "24", "--workdir", str(tmp_path)]
+    assert thousand.main([*argv, "--json", str(figures)]) == 0
+    # 30 days and an hour before the end of a day's history: 29 days and an hour before it
+    assert before == {"prometheus": (29 * 24 + 1) * 3600.0, "victoria-metrics": 0.0}
+    assert json.loads(figures.read_text())["month_engines"] == ["prometheus"]
+    # asked for, both
+    assert thousand.main([*argv, "--month-engines", "prometheus,victoria-metrics"]) == 0
+    assert before["victoria-metrics"] == before["prometheus"] > 0
