@@ -62,7 +62,15 @@ def query(url: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
-def du_bytes(path: Path) -> int:
+def du_bytes(path: Path, tries: int = 5) -> int:
+    """`du -sb` of `path`. An engine that is running merges and removes its files as du
+    walks them: du then says a file vanished and exits 1, and is asked again."""
+    for _ in range(tries - 1):
+        done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True)
+        if done.returncode == 0:
+            return int(done.stdout.split()[0])
+        if "No such file or directory" not in done.stderr:
+            break
     done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
     return int(done.stdout.split()[0])
 
