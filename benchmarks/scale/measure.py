@@ -65,13 +65,12 @@ def query(url: str, expr: str) -> list[dict[str, Any]]:
 def du_bytes(path: Path, tries: int = 5) -> int:
     """`du -sb` of `path`. An engine that is running merges and removes its files as du
     walks them: du then says a file vanished and exits 1, and is asked again."""
-    for _ in range(tries - 1):
+    for attempt in range(1, tries + 1):
         done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True)
-        if done.returncode == 0:
-            return int(done.stdout.split()[0])
-        if "No such file or directory" not in done.stderr:
+        vanished = "No such file or directory" in done.stderr
+        if done.returncode == 0 or not vanished or attempt == tries:
             break
-    done = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
+    done.check_returncode()
     return int(done.stdout.split()[0])
 
 

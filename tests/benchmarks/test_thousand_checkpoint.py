@@ -21,14 +21,21 @@ class _Server:
         self.closed = True
 
 
-def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _without_history(monkeypatch: pytest.MonkeyPatch) -> _Server:
+    """The run with no history written, no targets started and no rules built: only its
+    engines' turns (each test's own) and what it does around them; the targets' server."""
     server = _Server()
     monkeypatch.setattr(thousand, "writing_seconds", lambda *args: 0.0)
     monkeypatch.setattr(thousand, "generate", lambda plan, data: (None, {"series": 7}))
     monkeypatch.setattr(thousand, "start_replay", lambda plan, result, work: (server, None))
     monkeypatch.setattr(thousand, "rules", lambda work, interval: work / "rules")
+    return server
+
+
+def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = _without_history(monkeypatch)
 
     def prometheus(*args: Any) -> dict[str, Any]:
         return {"rules": [{"group": "nvwatch-node.rules", "seconds": 0.5}]}
@@ -78,10 +85,7 @@ def test_by_default_only_prometheus_reports_over_the_month(
 ) -> None:
     """The month of report rules' series stands in before the history for Prometheus
     alone: VictoriaMetrics' month is estimated from its shorter reports."""
-    monkeypatch.setattr(thousand, "writing_seconds", lambda *args: 0.0)
-    monkeypatch.setattr(thousand, "generate", lambda plan, data: (None, {"series": 7}))
-    monkeypatch.setattr(thousand, "start_replay", lambda plan, result, work: (_Server(), None))
-    monkeypatch.setattr(thousand, "rules", lambda work, interval: work / "rules")
+    _without_history(monkeypatch)
     before: dict[str, float] = {}
 
     def measured(engine: str) -> Callable[..., dict[str, Any]]:
