@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import signal
 import threading
 import time
 import urllib.parse
@@ -217,6 +218,10 @@ class ReplayProcess:
 def _serve(
     nodes: dict[str, ReplayNode], bmcs: dict[str, ReplayNode] | None, parent: Connection
 ) -> None:
+    # forked with the run's handlers, under which a stop is a KeyboardInterrupt and its
+    # traceback; the run stops this process itself (ReplayProcess.close), by SIGTERM
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = ReplayServer(nodes, bmcs)
     parent.send(server.address)
     server.thread.join()

@@ -60,6 +60,7 @@ WRITING_MARGIN = 1.0
 # samples/s on this machine), most of its turn: its month is estimated from its shorter
 # reports instead, as every engine's was before Prometheus' was measured
 MONTH_ENGINES = ("prometheus",)
+STOPPED_EXIT = 130  # as a shell reports a run stopped by Ctrl-C
 RULE_READINGS = 4  # each group's evaluation time read after four evaluations, at start and settled
 
 
@@ -254,10 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json and not args.json.parent.is_dir():
         parser.error(f"--json {args.json}: no directory {args.json.parent}")
     checkpoint = functools.partial(write_figures, args.json) if args.json else None
-    figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
-                  args.nvlink_detail, args.rule_readings, args.workdir,
-                  args.report_interval, args.keep_data, args.keep_logs, checkpoint,
-                  tuple(args.month_engines.split(",")))  # fmt: skip
+    try:
+        figures = run(args.nodes, args.hours, args.scrape, tuple(args.engines.split(",")),
+                      args.nvlink_detail, args.rule_readings, args.workdir,
+                      args.report_interval, args.keep_data, args.keep_logs, checkpoint,
+                      tuple(args.month_engines.split(",")))  # fmt: skip
+    except KeyboardInterrupt:
+        kept = f"; the finished engines' figures are in {args.json}" if args.json else ""
+        print(f"thousand: stopped; its processes are stopped and its scratch removed{kept}")
+        return STOPPED_EXIT
     if args.json:
         write_figures(args.json, figures)
     failed = [f"{name}: {e['error']}" for name, e in figures.engines.items() if "error" in e]

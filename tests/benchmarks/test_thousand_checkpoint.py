@@ -5,6 +5,7 @@ report over the month."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 import benchmarks.thousand.run as thousand
+from benchmarks.thousand.replay import ReplayProcess
 
 
 class _Server:
@@ -33,7 +35,7 @@ def _without_history(monkeypatch: pytest.MonkeyPatch) -> _Server:
 
 
 def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server = _without_history(monkeypatch)
 
@@ -48,8 +50,12 @@ def test_a_run_stopped_in_the_second_engine_keeps_the_first_engine_s_figures(
     monkeypatch.setattr(thousand, "measure_victoria_metrics", victoria_metrics)
     figures = tmp_path / "figures.json"
     argv = ["--nodes", "2", "--hours", "0.1", "--workdir", str(tmp_path)]
-    with pytest.raises(KeyboardInterrupt):
-        thousand.main([*argv, "--json", str(figures)])
+    assert thousand.main([*argv, "--json", str(figures)]) == 130
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said == [
+        "thousand: stopped; its processes are stopped and its scratch removed; "
+        f"the finished engines' figures are in {figures}"
+    ]
     kept = json.loads(figures.read_text())
     assert kept["engines"] == {"prometheus": prometheus()}
     assert kept["generation"]["series"] == 7 and kept["nodes"] == 2
@@ -106,3 +112,19 @@ def test_by_default_only_prometheus_reports_over_the_month(
     # asked for, both
     assert thousand.main([*argv, "--month-engines", "prometheus,victoria-metrics"]) == 0
     assert before["victoria-metrics"] == before["prometheus"] > 0
+
+
+def test_the_replaying_targets_stop_quietly_under_the_run_s_handlers(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The targets' process is forked from a run that makes SIGTERM a KeyboardInterrupt:
+    stopped, it must end by the signal, not print that interrupt's traceback into the
+    run's log."""
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        targets = ReplayProcess({})
+        targets.close()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert targets.process.exitcode == -signal.SIGTERM
+    assert "Traceback" not in capfd.readouterr().err
