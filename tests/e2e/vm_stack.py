@@ -26,6 +26,10 @@ from tests.e2e.service_commands import (
 from tests.e2e.stack import Stack
 
 SHARDS = 2
+# Either engine's answer to one query. A dashboard query here takes milliseconds; on a
+# loaded two-core CI machine an engine (or the test's own thread) can stall for tens of
+# seconds, and one stalled answer must not end every other comparison of the test.
+QUERY_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -82,7 +86,7 @@ class Sharded:
         self.stack.wait_ready("vmalert", f"{endpoint.url}/health", 60)
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        return instant_query(self.vm_url, expr, at, timeout=20)
+        return instant_query(self.vm_url, expr, at, timeout=QUERY_TIMEOUT_S)
 
     def shard_targets(self, shard: int) -> set[str]:
         """`instance` labels of the targets this shard scrapes (its /api/v1/targets)."""
@@ -107,4 +111,4 @@ def prometheus_answers(
 ) -> dict[float, list[dict[str, Any]]]:
     """The stack's Prometheus's answers at every second from `start` to `end`, in one
     request, asked as patiently as VictoriaMetrics (Sharded.query): evaluation time -> series."""
-    return range_query(stack.prometheus_url, expr, start, end, 1.0, timeout=20)
+    return range_query(stack.prometheus_url, expr, start, end, 1.0, timeout=QUERY_TIMEOUT_S)
