@@ -169,7 +169,9 @@ def run(nodes: int, hours: float, scrape_s: int, engines: tuple[str, ...],
         history_end = plan.last_sample_s
         # a history written faster than foreseen ends after now: Prometheus would refuse
         # every live sample, and the rules' outputs, older than its newest block's end
-        time.sleep(max(0.0, history_end + 1.0 - time.time()))
+        waited_s = max(0.0, history_end + 1.0 - time.time())
+        time.sleep(waited_s)
+        figures.generation["waited_s"] = waited_s  # what the foresight above cost
         server, targets = start_replay(plan, result, work)
         # where the history ends and the live minutes begin: apart by a gap, if any
         figures.generation["history_end"] = history_end

@@ -154,6 +154,7 @@ def test_the_history_is_every_node_s_series_for_the_range(figures: Figures) -> N
     assert g["jobs"] > 0
     assert (g["series"] - allocations) * 240 < g["samples"] < g["series"] * 240
     assert g["block_bytes"] < g["samples"] * 3  # XOR chunks: bytes, not tens, per sample
+    assert g["waited_s"] >= 0.0  # for the history's end, foreseen from the trials
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoria-metrics"])
