@@ -5,7 +5,8 @@ once keeps its cores busy without crowding out the dashboards people are using. 
 the server refuses for the samples it would hold at once (a per-port counter of a
 thousand nodes, before its sum) is asked again in two halves of its range, and so on:
 each step's value reads only its own window, so the halves' answers put end to end are
-the whole range's answer, as a query frontend splits a long range.
+the whole range's answer, as a query frontend splits a long range. A query the server
+does not answer within --timeout is asked again in two halves, once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 import click
 
 from nvwatch.agent.threads import thread_pool
-from nvwatch.report.errors import TooManySamples
+from nvwatch.report.errors import QueryTimedOut, TooManySamples
 from nvwatch.report.frame import Frame
 from nvwatch.report.prom import PrometheusClient, RangeResult
 from nvwatch.report.queries import Query
@@ -28,6 +29,10 @@ from nvwatch.report.timings import QueryTiming, Timings
 from nvwatch.report.window import Window
 
 PARALLEL_QUERIES = 4
+# how many times a query that timed out is asked again over halves of its range: once,
+# so that a server slower than --timeout on a month (four queries at once on a busy
+# two-core server) answers in two halves, and one that answers nothing costs two waits
+TIMED_OUT_SPLITS = 1
 
 
 def fetch_all(
@@ -93,21 +98,29 @@ def split_range(
     last: float,
     step: float,
     sent: list[float] | None = None,
+    patience: int = TIMED_OUT_SPLITS,
 ) -> RangeResult:
     """`expr` at every step from `first` to `last`; a range the server refuses for its
-    samples in two halves (each asked the same way), down to a single step. `sent` gets
-    each request's first time, refused ones included."""
+    samples in two halves (each asked the same way), down to a single step; a range it
+    did not answer within the timeout in two halves as well, `patience` times over (a
+    half that times out then is the error: a server that answers nothing fails after a
+    few timeouts, not after one per step). `sent` gets each request's first time,
+    refused and timed-out ones included."""
     if sent is not None:
         sent.append(first)
+    steps = round((last - first) / step)
     try:
         return client.query_range(expr, first, last, step)
     except TooManySamples:
-        steps = round((last - first) / step)
         if steps < 1:
             raise
-        middle = first + (steps // 2) * step
-        early = split_range(client, expr, first, middle, step, sent)
-        late = split_range(client, expr, middle + step, last, step, sent)
+    except QueryTimedOut:
+        if steps < 1 or patience < 1:
+            raise
+        patience -= 1
+    middle = first + (steps // 2) * step
+    early = split_range(client, expr, first, middle, step, sent, patience)
+    late = split_range(client, expr, middle + step, last, step, sent, patience)
     return _end_to_end(early, late)
 
 

@@ -21,7 +21,7 @@ from nvwatch.common.http_connection import (
     auth_headers,
     ssl_context,
 )
-from nvwatch.report.errors import ReportError, TooManySamples
+from nvwatch.report.errors import QueryTimedOut, ReportError, TooManySamples
 
 # how each server says a query would hold more samples than it allows: Prometheus'
 # --query.max-samples, VictoriaMetrics' -search.maxSamplesPerQuery and, for a subquery
@@ -90,7 +90,7 @@ class PrometheusClient:
         except OSError as err:  # URLError, refused connections and timeouts are all OSError
             reason = getattr(err, "reason", err)
             if isinstance(reason, TimeoutError):
-                raise ReportError(
+                raise QueryTimedOut(
                     f"Prometheus at {self._base} did not answer within "
                     f"{self._connection.timeout_seconds:g} s (--timeout): {_short(expr)}"
                 ) from None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nvwatch.common.http_connection import Connection
-from nvwatch.report.errors import ReportError, TooManySamples
+from nvwatch.report.errors import QueryTimedOut, ReportError, TooManySamples
 from nvwatch.report.fetch import split_range
 from nvwatch.report.prom import PrometheusClient, RangeResult, rejection
 from nvwatch.sim.tsdb.block import BlockWriter
@@ -60,15 +60,17 @@ def test_the_parts_of_a_refused_range_are_its_steps_answers(prometheus: str) -> 
 
 
 class _Refusing(PrometheusClient):
-    """Refuses any range of more than `most` steps; answers one series, the step times."""
+    """Refuses any range of more than `most` steps (for its samples, or by timing out);
+    answers one series, the step times."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, refusal: ReportError | None = None) -> None:
         self.most = most
+        self.refusal = refusal or TooManySamples("Prometheus rejected x: too many samples")
         self.answered: list[tuple[float, float]] = []
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeResult:
         if (end - start) / step + 1 > self.most:
-            raise TooManySamples("Prometheus rejected x: too many samples")
+            raise self.refusal
         self.answered.append((start, end))
         points = [[start + step * k, "1"] for k in range(round((end - start) / step) + 1)]
         return RangeResult([({"instance": "n"}, points)])
@@ -99,3 +101,27 @@ def test_victoria_metrics_refusing_a_subquery_s_points_is_split_too() -> None:
     )
     assert isinstance(rejection("avg_over_time((x > bool 0)[1h:1m])", message), TooManySamples)
     assert not isinstance(rejection("x", "parse error: unexpected end"), TooManySamples)
+
+
+TIMED_OUT = QueryTimedOut("Prometheus at x did not answer within 120 s (--timeout): x")
+
+
+def test_a_range_that_timed_out_is_asked_again_in_two_halves() -> None:
+    # a month at an hour: 720 steps too slow for the timeout, 360 within it
+    client = _Refusing(most=360, refusal=TIMED_OUT)
+    sent: list[float] = []
+    result = split_range(client, "x", 3600.0, 720 * 3600.0, 3600.0, sent)
+    ((_, points),) = result.series
+    assert [t for t, _ in points] == [3600.0 * k for k in range(1, 721)]
+    assert client.answered == [(3600.0, 360 * 3600.0), (361 * 3600.0, 720 * 3600.0)]
+    assert sent == [3600.0, 3600.0, 361 * 3600.0]
+
+
+def test_a_half_that_times_out_too_is_the_one_line_error() -> None:
+    """A server that answers nothing costs two timeouts (the range, its first half), not
+    one per step."""
+    client = _Refusing(most=100, refusal=TIMED_OUT)
+    sent: list[float] = []
+    with pytest.raises(QueryTimedOut, match=r"did not answer within 120 s \(--timeout\)"):
+        split_range(client, "x", 3600.0, 720 * 3600.0, 3600.0, sent)
+    assert sent == [3600.0, 3600.0] and client.answered == []
