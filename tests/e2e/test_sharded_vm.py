@@ -262,8 +262,13 @@ def _compare(expr: str, sharded: Sharded, at: float) -> str | None:
     engine that did not answer in time is a disagreement, printed with the rest."""
     try:
         return _compare_answers(expr, sharded, at)
-    except (TimeoutError, urllib.error.URLError) as error:
+    except TimeoutError as error:  # the answer did not come
         return f"no answer within {QUERY_TIMEOUT_S:g} s ({error})"
+    except urllib.error.URLError as error:
+        # the connection itself timed out; a refused one (an engine that died) fails
+        if not isinstance(error.reason, TimeoutError):
+            raise
+        return f"no connection within {QUERY_TIMEOUT_S:g} s ({error})"
 
 
 def _compare_answers(expr: str, sharded: Sharded, at: float) -> str | None:
