@@ -230,6 +230,16 @@ def vmalert_group_seconds(metrics: Metrics, since: Metrics | None = None) -> dic
     return {g: sums[g] / counts[g] for g in sums if counts.get(g)}
 
 
+def merging(metrics: Metrics, since: Metrics) -> dict[str, float]:
+    """VictoriaMetrics' background merges between two readings of its /metrics: rows
+    merged in between, and merges running at the later reading (a big import is merged
+    for a long while after it ends, on the cores the rules' queries need)."""
+    return {
+        "rows_merged": one(metrics, "vm_rows_merged_total") - one(since, "vm_rows_merged_total"),
+        "active_merges": one(metrics, "vm_active_merges"),
+    }
+
+
 def vmalert_written_series(metrics: Metrics) -> dict[str, float]:
     """vmalert: the series each recorded name's rules wrote in their last evaluation."""
     written: dict[str, float] = {}

@@ -245,15 +245,18 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
                              month=bool(before_s))  # fmt: skip
     # vmalert's means are over its life: read from where the settled evaluations begin
     window_start: list[m.Metrics] = []
+    storage_before = m.scrape_metrics(vm)
     settled = rt.settled_readings(
         alert.url, iterations,
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url), since=window_start[0]),
         groups, rule_readings,
         settle=lambda: window_start.append(m.scrape_metrics(alert.url)),
     )  # fmt: skip
+    merges = m.merging(m.scrape_metrics(vm), since=storage_before)
     costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     return {
         "import_seconds": import_s,
+        "merges_during_rules": merges,
         "live_from": live_from,
         "gap": gap,
         "chains": chains,

@@ -237,3 +237,29 @@ def test_the_slower_groups_keep_their_readings_at_the_engine_s_start() -> None:
     first = [{"minute": 9.0}, {"minute": 8.0, "report": 3.0}]
     settled = [{"minute": 2.0}, {"minute": 2.5}]
     assert rule_timing.with_slower(settled, first) == [*settled, {}, {"report": 3.0}]
+
+
+def test_merging_counts_the_rows_victoria_metrics_merged_between_two_readings() -> None:
+    """Rows merged are summed over every part type and differenced; active merges are
+    those running at the later reading."""
+
+    def storage(
+        small: float, big: float, active: float
+    ) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {
+            "vm_rows_merged_total": [
+                ({"type": "storage/small"}, small),
+                ({"type": "storage/big"}, big),
+            ],
+            "vm_active_merges": [({"type": "storage/big"}, active)],
+        }
+
+    before, after = storage(1_000.0, 50_000.0, 3.0), storage(4_000.0, 950_000.0, 1.0)
+    assert rule_timing.m.merging(after, since=before) == {
+        "rows_merged": 903_000.0,
+        "active_merges": 1.0,
+    }
+    assert rule_timing.m.merging(after, since={}) == {
+        "rows_merged": 954_000.0,
+        "active_merges": 1.0,
+    }
