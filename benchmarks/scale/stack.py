@@ -14,6 +14,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,8 +136,30 @@ class Sampler:
                 out[name] = float("nan")
         return out
 
+    def cores_used(self) -> Callable[[], dict[str, float]]:
+        """A window begun now: the call it returns gives the cores each watched process
+        used over the window, and `machine`, the whole machine's busy cores (what the
+        processes share their cores with, a replaying target among them)."""
+        before, machine_before = self.cpu_seconds(), machine_busy_seconds()
+        began = time.monotonic()
+
+        def over_window() -> dict[str, float]:
+            wall = max(time.monotonic() - began, 1e-9)
+            now = self.cpu_seconds()
+            used = {n: (now[n] - before.get(n, 0.0)) / wall for n in now}
+            return {**used, "machine": (machine_busy_seconds() - machine_before) / wall}
+
+        return over_window
+
     def stop(self) -> None:
         self._stop.set()
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the machine's cores have spent busy since boot (neither idle nor
+    waiting on the disk)."""
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 @dataclass

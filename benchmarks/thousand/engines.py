@@ -96,7 +96,9 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
                              month=bool(before_s))  # fmt: skip
     # the groups' cost with Prometheus scraping and evaluating alone; before the global
     # server, which federates from it every minute
+    cores = stack.sampler.cores_used()
     settled = rt.settled_readings(url, iterations, last_durations, groups, rule_readings)
+    cores_during_rules = cores()
     costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     federation = measure_federation(stack, endpoint, rule_dir)
     metrics = m.scrape_metrics(url)
@@ -108,6 +110,7 @@ def measure_prometheus(stack: Stack, data: Path, targets: Targets, rule_dir: Pat
         "head_series": m.one(metrics, "prometheus_tsdb_head_series"),
         "rules": t.as_dicts(costs),
         "rules_read": rt.SETTLED,
+        "cores_during_rules": cores_during_rules,
         "panels": t.as_dicts(panels),
         "peak_rss_mb": stack.sampler.peaks.get("prometheus", 0.0),
     }
@@ -245,14 +248,14 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
                              month=bool(before_s))  # fmt: skip
     # vmalert's means are over its life: read from where the settled evaluations begin
     window_start: list[m.Metrics] = []
-    storage_before = m.scrape_metrics(vm)
+    storage_before, cores = m.scrape_metrics(vm), stack.sampler.cores_used()
     settled = rt.settled_readings(
         alert.url, iterations,
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url), since=window_start[0]),
         groups, rule_readings,
         settle=lambda: window_start.append(m.scrape_metrics(alert.url)),
     )  # fmt: skip
-    merges = m.merging(m.scrape_metrics(vm), since=storage_before)
+    merges, cores_during_rules = m.merging(m.scrape_metrics(vm), since=storage_before), cores()
     costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     return {
         "import_seconds": import_s,
@@ -266,6 +269,7 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
         "data_bytes": m.du_bytes(stack.workdir / "vm-data"),
         "rules": t.as_dicts(costs),
         "rules_read": rt.SETTLED,
+        "cores_during_rules": cores_during_rules,
         "panels": t.as_dicts(panels),
         "peak_rss_mb": stack.sampler.peaks.get("victoria-metrics", 0.0),
     }
