@@ -38,6 +38,7 @@ from nvwatch.dashboards.builder import (
     variable,
 )
 from nvwatch.dashboards.links import NODE, POWER_COOLING, DataLink
+from nvwatch.dashboards.nvlink import FLEET_WORST
 from nvwatch.mixin.config import MixinConfig
 
 GPU_POWER = "instance:nvwatch_gpu_power_watts:sum"
@@ -92,19 +93,24 @@ def _status(grid: Grid, cfg: MixinConfig) -> None:
 def _node_power(grid: Grid, cfg: MixinConfig) -> None:
     c = cluster_scope(cfg)
     node = legend(cfg.instance_label)
+    # every node's pair of lines was 2,000 series over a thousand nodes, 36 MB for a
+    # day's range (2.5 s at worst): the nodes drawing most, as the fleet's other
+    # "worst 20" panels; any node's own pair is on its node dashboard
+    drawing_most = f"topk({FLEET_WORST}, {NODE_POWER}{c})"
     grid.add(
         "timeseries",
-        "Node power vs GPU power, per node",
+        f"Node power vs GPU power (the {FLEET_WORST} nodes drawing most, every node)",
         "The whole node's input power from its BMC (DCMI, else its largest power sensor) "
-        "and the sum of its GPUs' board power (NVML). The gap is CPUs, fans, NICs, drives "
-        "and conversion losses: what a GPU-only power plan leaves out. A node whose BMC "
-        "does not answer shows its GPUs' line alone.",
+        "and the sum of its GPUs' board power (NVML), for the "
+        f"{FLEET_WORST} nodes drawing the most input power at each point, over the "
+        "chosen clusters. The gap is CPUs, fans, NICs, drives and conversion losses: "
+        "what a GPU-only power plan leaves out. Click a node for its own pair (the node "
+        "dashboard's BMC row), whichever it is; a node whose BMC does not answer is "
+        "there alone.",
         "watt",
         [
-            Q(f"{NODE_POWER}{c}", f"{node} node"),
-            # not joined to the BMC's series: over 24 h of a thousand nodes the join cost
-            # five times what reading the node series alone did (1.7 s against 0.3 s)
-            Q(f"{GPU_POWER}{c}", f"{node} GPUs"),
+            Q(drawing_most, f"{node} node"),
+            Q(f"{GPU_POWER}{c} and on ({cfg.node_labels}) {drawing_most}", f"{node} GPUs"),
         ],
         links=[_to_node(cfg)],
         min_=0,

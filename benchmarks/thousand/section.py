@@ -209,7 +209,28 @@ def _rules(figures: dict[str, Any]) -> list[str]:
             mark = "" if share <= RULE_BUDGET else " **over**"
             cells.append(f"{r['seconds']:.3f} | {share:.1%}{mark}")
         lines.append(f"| {group} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    busy = cores_busy(figures, engines)
+    return [*lines, "", *([busy, ""] if busy else [])]
+
+
+def cores_busy(figures: dict[str, Any], engines: list[str]) -> str:
+    """How busy the machine was over the settled readings (runs that recorded it): a
+    group's time there is waiting for a core as well as its own work."""
+    said = []
+    for e in engines:
+        cores = figures["engines"][e].get("cores_during_rules")
+        if not cores:
+            continue
+        own = sorted((n for n, v in cores.items() if n != "machine" and v == v and v >= 0.005),
+                     key=lambda n: -cores[n])  # fmt: skip
+        parts = ", ".join(f"{n} {cores[n]:.2f}" for n in own)
+        said.append(f"with {ENGINES[e]}, {cores['machine']:.2f} in all ({parts})")
+    if not said:
+        return ""
+    cores_total = figures.get("machine", {}).get("cores", "?")
+    return (
+        f"Cores busy over those readings, of the machine's {cores_total}: " + "; ".join(said) + "."
+    )
 
 
 def _rules_read(figures: dict[str, Any], engines: list[str]) -> str:

@@ -28,6 +28,7 @@ from benchmarks.thousand.section import (
     COMPARED_END,
     END,
     compared_section,
+    cores_busy,
     section,
 )
 from nvwatch.alerts.recording_report import REPORT_RULES
@@ -393,6 +394,28 @@ def test_the_section_states_every_group_and_the_generation(figures: Figures) -> 
     assert np.isfinite(figures.generation["seconds"])
     # the groups' times are said to be the settled ones, not the first minutes'
     assert "imports, panels and report were done" in text and "first minutes" not in text
+    # the engines' own processes were busy over those readings, and within the machine
+    for engine, name in (("prometheus", "prometheus"), ("victoria-metrics", "victoria-metrics")):
+        cores = figures.engines[engine]["cores_during_rules"]
+        assert 0 < cores[name] <= cores["machine"] + 0.05 <= (figures.machine["cores"] + 0.1)
+        assert f"{name} {cores[name]:.2f}" in text
+    assert figures.engines["victoria-metrics"]["merges_during_rules"]["rows_merged"] >= 0
+
+
+def test_the_cores_sentence_leaves_out_processes_gone_and_runs_without_it() -> None:
+    """A process that ended before the readings (a report) reads NaN and is not named;
+    figures of a run before the cores were recorded render no sentence."""
+    cores = {"prometheus": 0.44, "report-prometheus": float("nan"), "machine": 0.5}
+    figures: dict[str, Any] = {
+        "machine": {"cores": 2},
+        "engines": {"prometheus": {"cores_during_rules": cores}},
+    }
+    said = cores_busy(figures, ["prometheus"])
+    assert (
+        said == "Cores busy over those readings, of the machine's 2: "
+        "with Prometheus, 0.50 in all (prometheus 0.44)."
+    )
+    assert cores_busy({"engines": {"prometheus": {}}}, ["prometheus"]) == ""
 
 
 def test_docs_scale_section_is_rendered_from_the_committed_figures() -> None:
