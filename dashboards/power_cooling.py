@@ -95,7 +95,8 @@ def _node_power(grid: Grid, cfg: MixinConfig) -> None:
     node = legend(cfg.instance_label)
     # every node's pair of lines was 2,000 series over a thousand nodes, 36 MB for a
     # day's range (2.5 s at worst): the nodes drawing most, as the fleet's other
-    # "worst 20" panels; any node's own pair is on its node dashboard
+    # "worst 20" panels (the GPU line joined to those 20 alone); any node's own pair
+    # is on its node dashboard
     drawing_most = f"topk({FLEET_WORST}, {NODE_POWER}{c})"
     grid.add(
         "timeseries",

@@ -248,14 +248,16 @@ def measure_victoria_metrics(stack: Stack, data: Path, targets: Targets, rule_di
                              month=bool(before_s))  # fmt: skip
     # vmalert's means are over its life: read from where the settled evaluations begin
     window_start: list[m.Metrics] = []
-    storage_before, cores = m.scrape_metrics(vm), stack.sampler.cores_used()
+    storage_before = m.scrape_metrics(vm)
+    cores = stack.sampler.cores_used()
     settled = rt.settled_readings(
         alert.url, iterations,
         lambda: m.vmalert_group_seconds(m.scrape_metrics(alert.url), since=window_start[0]),
         groups, rule_readings,
         settle=lambda: window_start.append(m.scrape_metrics(alert.url)),
     )  # fmt: skip
-    merges, cores_during_rules = m.merging(m.scrape_metrics(vm), since=storage_before), cores()
+    cores_during_rules = cores()
+    merges = m.merging(m.scrape_metrics(vm), since=storage_before)
     costs = t.rule_costs(rt.with_slower(settled, readings), groups)
     return {
         "import_seconds": import_s,

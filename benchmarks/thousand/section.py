@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -221,15 +222,18 @@ def cores_busy(figures: dict[str, Any], engines: list[str]) -> str:
         cores = figures["engines"][e].get("cores_during_rules")
         if not cores:
             continue
-        own = sorted((n for n, v in cores.items() if n != "machine" and v == v and v >= 0.005),
+        # a process gone before the readings (a report) reads NaN
+        own = sorted((n for n, v in cores.items()
+                      if n != "machine" and not math.isnan(v) and v >= 0.005),
                      key=lambda n: -cores[n])  # fmt: skip
         parts = ", ".join(f"{n} {cores[n]:.2f}" for n in own)
         said.append(f"with {ENGINES[e]}, {cores['machine']:.2f} in all ({parts})")
     if not said:
         return ""
-    cores_total = figures.get("machine", {}).get("cores", "?")
     return (
-        f"Cores busy over those readings, of the machine's {cores_total}: " + "; ".join(said) + "."
+        f"Cores busy over those readings, of the machine's {figures['machine']['cores']}: "
+        + "; ".join(said)
+        + "."
     )
 
 
