@@ -14,6 +14,7 @@ from nvwatch.alerts.dcgm_doc import DOC_NAME as DCGM_DOC
 from nvwatch.alerts.dcgm_doc import RULE_FILE as DCGM_COMPAT
 from nvwatch.alerts.dcgm_doc import render_doc as render_dcgm_doc
 from nvwatch.alerts.docs import render_docs, render_runbooks
+from nvwatch.alerts.global_view import global_recording
 from nvwatch.alerts.render import (
     dump_yaml,
     grafana_alerts,
@@ -25,6 +26,7 @@ from nvwatch.mixin.config import RUNBOOK_DIR, MixinConfig
 
 PROMETHEUS_ALERTS = "nvwatch-alerts.yaml"
 PROMETHEUS_RECORDING = "nvwatch-recording.yaml"
+GLOBAL_RECORDING = "nvwatch-global-recording.yaml"
 VMALERT_ALERTS = "nvwatch-alerts-vmalert.yaml"
 GRAFANA_ALERTS_YAML = "grafana-alerts.yaml"
 GRAFANA_ALERTS_JSON = "grafana-alerts.json"
@@ -43,9 +45,12 @@ def default_docs() -> Path | None:
 def build_all(config: MixinConfig) -> dict[str, str]:
     """File name -> contents of every generated rule file."""
     grafana = grafana_alerts(config)
+    recording = prometheus_recording(config)
     return {
         PROMETHEUS_ALERTS: dump_yaml(prometheus_alerts(config)),
-        PROMETHEUS_RECORDING: dump_yaml(prometheus_recording(config)),
+        PROMETHEUS_RECORDING: dump_yaml(recording),
+        # for deploy/scale/prometheus-global.yml: the roll-ups over the federated series
+        GLOBAL_RECORDING: dump_yaml(global_recording(recording)),
         # for vmalert < 1.90 (deploy/scale): the same alerts without keep_firing_for
         VMALERT_ALERTS: dump_yaml(vmalert_alerts(config)),
         GRAFANA_ALERTS_YAML: dump_yaml(grafana),

@@ -7,8 +7,9 @@ for all of them at once: its answer (seconds, bytes, series) is what the rack se
 answer together each minute, each rack's a share of it. The target's scrape timeout is
 raised to most of the minute for that reason, and said so; every other setting is the
 file's. Measured: one /federate answer taken as the global server takes it, the global
-server's scrapes (their duration and samples), its series, its rule groups' evaluation
-times (the cluster and rack roll-ups recomputed there), and its memory.
+server's scrapes (their duration and samples, and those dropped as a second value of a
+series at one timestamp), its series, its rule groups' evaluation times (the cluster
+and rack roll-ups recomputed there), and its memory.
 """
 
 from __future__ import annotations
@@ -89,9 +90,9 @@ def measure_federation(stack: Stack, rack: Endpoint, rule_dir: Path) -> dict[str
 
 
 def _global_figures(stack: Stack, url: str, rule_dir: Path) -> dict[str, Any]:
-    # the minute groups: the report's, every report_interval, read per-GPU samples the
-    # global server does not hold, and record nothing there
-    every = rule_groups([rule_dir / alerts_build.PROMETHEUS_RECORDING])
+    # the minute groups of the file the global server evaluates: the roll-ups over the
+    # federated series (the report's rules are a node's, GPU's or port's: federated)
+    every = rule_groups([rule_dir / alerts_build.GLOBAL_RECORDING])
     groups = {g: i for g, i in every.items() if i <= MINUTE_S}
     wait_for(f"{url} to federate {SCRAPES} times", lambda: _scraped(url) >= SCRAPES,
              WAIT_S, every=5)  # fmt: skip
@@ -105,6 +106,11 @@ def _global_figures(stack: Stack, url: str, rule_dir: Path) -> dict[str, Any]:
         "scrape_seconds": [float(v) for _, v in durations[0]["values"]] if durations else [],
         "samples_scraped": float(samples[0]["value"][1]) if samples else 0.0,
         "head_series": m.one(metrics, "prometheus_tsdb_head_series"),
+        # samples dropped for a second writer of one series at one timestamp: a rule
+        # evaluated on the global server too, into a series it federates
+        "duplicate_samples": m.one(
+            metrics, "prometheus_target_scrapes_sample_duplicate_timestamp_total"
+        ),
         "rules": [
             {"group": g, "seconds": seconds.get(g, 0.0), "interval_s": i}
             for g, i in sorted(groups.items())

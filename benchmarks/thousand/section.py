@@ -399,12 +399,21 @@ def _federation(f: dict[str, Any] | None) -> list[str]:
         f"{answer['series']:,} series, {answer['bytes'] / 2**20:.0f} MiB |",
         f"| its federation scrapes (each minute) | {_seconds_range(scrapes)} |",
         f"| samples per scrape | {f['samples_scraped']:,.0f} |",
+        *_second_writers(f),
         f"| series it holds | {f['head_series']:,.0f} |",
         f"| costliest rule group | {worst['group']}, {worst['seconds']:.2f} s "
         f"({worst['seconds'] / worst['interval_s']:.1%} of its interval) |",
         f"| peak RSS | {f['peak_rss_mb'] / 1024:.1f} GiB |",
         "",
     ]
+
+
+def _second_writers(f: dict[str, Any]) -> list[str]:
+    """The samples the global server dropped as a second value of one series at one
+    timestamp, where the run counted them (runs before it did render no row)."""
+    if "duplicate_samples" not in f:
+        return []
+    return [f"| samples dropped as a series' second writer | {f['duplicate_samples']:,.0f} |"]
 
 
 def _seconds_range(values: list[float]) -> str:

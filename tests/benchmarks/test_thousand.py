@@ -368,16 +368,24 @@ def test_the_global_server_federates_the_rack_server_s_recorded_series(
     figures: Figures,
 ) -> None:
     """prometheus-global.yml beside the run's Prometheus: its federation answer holds
-    each node's recorded series, its scrapes took them in, its roll-ups were evaluated."""
+    each node's recorded series, its scrapes took them in without a sample dropped as a
+    second writer's, its roll-ups were evaluated."""
     f = figures.engines["prometheus"]["federation"]
     assert "error" not in f, f.get("error")
     assert f["answer"]["series"] > 20 * 8  # per GPU and per node, for 20 nodes
     assert f["samples_scraped"] >= f["answer"]["series"] * 0.9  # the jobs come and go
     assert len(f["scrape_seconds"]) >= 2 and all(s > 0 for s in f["scrape_seconds"])
     assert f["head_series"] >= f["samples_scraped"]  # and its own roll-ups
-    assert {r["group"] for r in f["rules"]} >= {"nvwatch-cluster.rules", "nvwatch-node.rules"}
+    # the roll-ups over the federated series are evaluated there; a node's are not
+    groups = {r["group"] for r in f["rules"]}
+    assert groups >= {"nvwatch-cluster.rules", "nvwatch-attribution.rules"}
+    assert "nvwatch-node.rules" not in groups
     assert all(r["seconds"] > 0 for r in f["rules"])
-    assert "The global server measured" in section(figures.__dict__)
+    # no series has two writers: the rack's evaluation, federated, and the global's own
+    assert f["duplicate_samples"] == 0
+    text = section(figures.__dict__)
+    assert "The global server measured" in text
+    assert "| samples dropped as a series' second writer | 0 |" in text
 
 
 def test_the_live_minutes_are_scraped(figures: Figures) -> None:

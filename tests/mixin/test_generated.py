@@ -56,7 +56,7 @@ def test_the_alert_build_writes_the_committed_rules_and_runbooks(tmp_path: Path)
     written = _invoke(commands.alerts_build, *args)
     guide, runbooks = tmp_path / DCGM_DOC, tmp_path / "runbooks"
     assert written[-4:-1] == [docs, runbooks, guide] and written[-1].parent == k8s
-    assert len(written) == 10
+    assert len(written) == 11  # seven rule files, the docs, runbooks, guide, manifest
     _assert_same_dir(written[:-4], REPO / "alerts" / "generated", REFRESH_ALERTS)
     _assert_same(docs, DOCS, REFRESH_ALERTS)
     _assert_same_dir(sorted(runbooks.iterdir()), RUNBOOKS, REFRESH_ALERTS)

@@ -105,13 +105,36 @@ def test_every_report_rule_is_federated() -> None:
             assert federated(rule.record), rule.record
 
 
+def _records(path: Path) -> list[str]:
+    groups = yaml.safe_load(path.read_text())["groups"]
+    return [rule["record"] for group in groups for rule in group["rules"]]
+
+
+def test_each_recorded_series_has_one_writer(tmp_path: Path) -> None:
+    """The global server evaluates the rules of the series it does not federate and no
+    other: a rule it evaluated into a federated series (an owner's GPU share, read from
+    the federated allocations) would write that series beside the rack's value."""
+    rules = tmp_path / "rules"
+    alerts_build.write(rules, load(EXAMPLE_CONFIG))
+    every = _records(rules / alerts_build.PROMETHEUS_RECORDING)
+    at_global = _records(rules / alerts_build.GLOBAL_RECORDING)
+    assert at_global == [name for name in every if not federated(name)]
+    # the roll-ups over many nodes are among them, and the owners' shares are not
+    assert "cluster:nvwatch_gpu_power_watts:sum" in at_global
+    assert "user:nvwatch_gpu_allocated:sum" in at_global
+    assert "owner:nvwatch_gpu_allocated:share" in every
+    assert "owner:nvwatch_gpu_allocated:share" not in at_global
+    (config,) = yaml.safe_load(GLOBAL.read_text())["rule_files"]
+    assert Path(config).name == alerts_build.GLOBAL_RECORDING
+
+
 def test_prometheus_accepts_the_file(tmp_path: Path) -> None:
     """promtool checks it with the generated recording file where the file names it."""
     rules = tmp_path / "rules"
     alerts_build.write(rules, load(None))
     text = GLOBAL.read_text().replace(
-        "/etc/prometheus/nvwatch/nvwatch-recording.yaml",
-        str(rules / alerts_build.PROMETHEUS_RECORDING),
+        "/etc/prometheus/nvwatch/nvwatch-global-recording.yaml",
+        str(rules / alerts_build.GLOBAL_RECORDING),
     )
     config = tmp_path / "prometheus-global.yml"
     config.write_text(text)
